@@ -1,0 +1,68 @@
+"""Chat formatting (ChatML) and the end-of-turn marker.
+
+Seed 000's inference code: format the conversation as ChatML, generate, and stop at ``<|im_end|>``, which may be
+several tokens for a tokenizer that does not know it as a special token. Prompts use the tokenizer's own
+``chat_template`` when it has one and ChatML otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+END_OF_TEXT = "<|endoftext|>"
+TEMPLATE_TOKENS = (IM_START, IM_END, END_OF_TEXT)
+
+# The same template is written into the bundled tokenizer's config.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+Message = dict[str, str]
+
+
+def to_messages(prompt: str | list[Message], system: str | None = None) -> list[Message]:
+    """A user string or a message list, with an optional system message in front."""
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+    if system and not (messages and messages[0].get("role") == "system"):
+        messages = [{"role": "system", "content": system}] + messages
+    return messages
+
+
+def chatml(messages: list[Message], add_generation_prompt: bool = True) -> str:
+    """ChatML text, as in seed 000: ``<|im_start|>role\\ncontent<|im_end|>\\n`` per turn."""
+    text = "".join(f"{IM_START}{m['role']}\n{m['content']}{IM_END}\n" for m in messages)
+    return text + (f"{IM_START}assistant\n" if add_generation_prompt else "")
+
+
+def format_prompt(tokenizer: Any, messages: list[Message]) -> str:
+    """The prompt text for generation: the tokenizer's chat template if it has one, else ChatML."""
+    if tokenizer is not None and getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return chatml(messages)
+
+
+def split_at_end(text: str, end: str = IM_END) -> tuple[str, bool]:
+    """(content before the first end marker, whether the marker was there)."""
+    head, sep, _ = text.partition(end)
+    return head, bool(sep)
+
+
+def is_template_compliant(text: str, finish_reason: str | None = None, end: str = IM_END) -> bool:
+    """Seed 000's notion of following the chat template.
+
+    A completion complies when it ends its turn with the end marker (nothing but whitespace after it),
+    has no other template token inside its content, was not cut at the length limit, and is not empty.
+    """
+    if finish_reason == "length":
+        return False
+    content, ended = split_at_end(text, end)
+    if not ended or text.rstrip().removesuffix(end).rstrip() != content.rstrip():
+        return False
+    if any(tok in content for tok in TEMPLATE_TOKENS):
+        return False
+    return bool(content.strip())

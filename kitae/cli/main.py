@@ -1,0 +1,45 @@
+"""The `kitae` command. Each group of commands lives in its own module with a `register(app)` function."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from kitae.errors import KitaeError
+
+app = typer.Typer(
+    name="kitae",
+    help="kitae (鍛え): reinforcement fine-tuning of language models with GRPO.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Modules that add commands; each defines `register(app: typer.Typer) -> None`.
+COMMAND_MODULES = [
+    "kitae.cli.inference",  # chat, generate
+    "kitae.cli.grade",  # grade, grader validate
+    "kitae.cli.train",  # train, runs list/show
+]
+
+
+def _register_all() -> None:
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(app)
+
+
+_register_all()
+
+
+def main() -> None:
+    try:
+        app()
+    except KitaeError as exc:
+        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""Final-answer extraction for short-answer tasks (the bundled arithmetic and fact task).
+
+The answer is read from the content before the end-of-turn marker. For a numeric reference it is the last
+number in the content (NFKC-normalized, so full-width digits count; thousands commas dropped); otherwise the
+whole content, normalized (NFKC, casefold, surrounding punctuation and polite endings stripped).
+
+    >>> answers_match("12+35=47です。<|im_end|>", "47")
+    True
+    >>> answers_match("The capital is Paris.", "Paris")
+    True
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+from kitae.chat import IM_END, split_at_end
+
+_NUMBER = re.compile(r"[-−]?\d+(?:,\d{3})*(?:\.\d+)?")
+_STRIP = " \t\n。、．.,!！?？「」『』\"'"
+_ENDINGS = ("です", "でした", "だ")
+_PREFIXES = ("答えは", "答え:", "the answer is", "answer:", "it is", "the capital is")
+
+
+def normalize_text(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).casefold().strip()
+
+
+def _as_number(text: str) -> float | None:
+    text = normalize_text(text).replace("−", "-").replace(",", "")
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def extract_number(text: str) -> float | None:
+    """The last number in `text` (before any end marker), or None."""
+    content, _ = split_at_end(unicodedata.normalize("NFKC", text), IM_END)
+    found = _NUMBER.findall(content)
+    return _as_number(found[-1]) if found else None
+
+
+def normalize_answer(text: str) -> str:
+    content, _ = split_at_end(text, IM_END)
+    s = normalize_text(content).strip(_STRIP)
+    for prefix in _PREFIXES:
+        if s.startswith(prefix):
+            s = s[len(prefix) :].strip(_STRIP)
+    for ending in _ENDINGS:
+        if s.endswith(ending):
+            s = s[: -len(ending)].strip(_STRIP)
+    return s
+
+
+def answers_match(completion: str, reference: str) -> bool:
+    """Whether the completion's final answer equals the reference (numbers exactly, text normalized)."""
+    ref_num = _as_number(str(reference))
+    if ref_num is not None:
+        got = extract_number(completion)
+        return got is not None and abs(got - ref_num) <= 1e-9 * max(1.0, abs(ref_num))
+    ref = normalize_answer(str(reference))
+    return bool(ref) and (normalize_answer(completion) == ref or ref in normalize_answer(completion).split())

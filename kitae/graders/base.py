@@ -1,0 +1,94 @@
+"""The grader interface (seed 002): a grader scores every sample of one group.
+
+A grader reads an *item* (one dataset row: ``messages``, ``reference_answer`` and any extra fields) and the
+*samples* generated for it, and returns one :class:`Grade` per sample, in order.
+
+A sample is a dict. ``output_text`` is always there; rollouts also give ``finish_reason`` ("stop",
+"length", "repeat"), ``completion_tokens`` and the run's ``max_completion_length``; ``output_json`` is filled
+lazily by templates when the text parses as JSON.
+
+Graders never raise out of :meth:`Grader.grade_group` / :meth:`Grader.agrade_group`: an exception becomes
+``Grade(score=None, error=...)`` (an abstention), which the trainer masks and counts.
+
+Two kinds:
+- per-sample graders override :meth:`Grader.grade_sample` (or the async :meth:`Grader.agrade_sample`);
+- group graders (diversity, group judge) set ``needs_group = True`` and override :meth:`Grader.grade_samples`
+  (or :meth:`Grader.agrade_samples`), seeing the whole group at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+Item = dict[str, Any]
+Sample = dict[str, Any]
+
+
+@dataclass
+class Grade:
+    """One sample's grade. ``score`` None means the grader abstained (masked, not zero)."""
+
+    score: float | None
+    sub_scores: dict[str, float | None] = field(default_factory=dict)
+    reason: str | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def abstain(cls, error: str | None = None, reason: str | None = None) -> "Grade":
+        return cls(score=None, error=error, reason=reason)
+
+
+class Grader:
+    """Base class. Subclasses override one of grade_sample / agrade_sample / grade_samples / agrade_samples."""
+
+    type_name: str = "grader"  # the spec `type`
+    needs_group: bool = False
+    name: str = ""
+
+    # ---- what subclasses override -------------------------------------------------------------
+    def grade_sample(self, item: Item, sample: Sample) -> Grade:
+        raise NotImplementedError
+
+    async def agrade_sample(self, item: Item, sample: Sample) -> Grade:
+        return self.grade_sample(item, sample)
+
+    def grade_samples(self, item: Item, samples: list[Sample]) -> list[Grade]:
+        return [self.grade_sample(item, s) for s in samples]
+
+    async def agrade_samples(self, item: Item, samples: list[Sample]) -> list[Grade]:
+        if type(self).agrade_sample is not Grader.agrade_sample:
+            return list(await asyncio.gather(*(self.agrade_sample(item, s) for s in samples)))
+        return self.grade_samples(item, samples)
+
+    # ---- what callers use (never raise) -------------------------------------------------------
+    async def agrade_group(self, item: Item, samples: list[Sample]) -> list[Grade]:
+        try:
+            grades = await self.agrade_samples(item, samples)
+        except Exception as exc:  # a failing grader abstains, it never kills a run
+            return [Grade.abstain(error=f"{type(exc).__name__}: {exc}") for _ in samples]
+        if len(grades) != len(samples):
+            msg = f"grader returned {len(grades)} grades for {len(samples)} samples"
+            return [Grade.abstain(error=msg) for _ in samples]
+        return grades
+
+    def grade_group(self, item: Item, samples: list[Sample]) -> list[Grade]:
+        """Synchronous entry point; safe to call from code that has no event loop running."""
+        return run_sync(self.agrade_group(item, samples))
+
+
+def run_sync(coro):
+    """Run a coroutine to completion from sync code, also when called inside a running loop's thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
