@@ -21,7 +21,9 @@ app = typer.Typer(
 COMMAND_MODULES = [
     "kitae.cli.inference",  # chat, generate
     "kitae.cli.grade",  # grade, grader validate
-    "kitae.cli.train",  # train, runs list/show
+    "kitae.cli.train",  # train
+    "kitae.cli.runs",  # runs list/show
+    "kitae.cli.serve",  # serve rm, serve model
 ]
 
 
