@@ -1,0 +1,57 @@
+"""The rollout engine interface: G completions per prompt, with what the trainer needs to learn from them.
+
+An engine takes chat prompts and returns, per prompt, `n` :class:`Completion` s: the text (the end marker kept, so
+graders can check the template), prompt and completion token ids, the sampling policy's per-token log-probs, and
+why the sample ended ("stop", "length", or "repeat").
+
+Log-probs are those of the temperature-scaled model distribution, log_softmax(logits / T), at the sampled tokens,
+*before* top-k, top-p and repetition penalty (the convention of TRL and of vLLM's default logprobs). This is the
+quantity the trainer recomputes for the current policy, so the two form a proper importance ratio.
+
+Keep this interface small: a vLLM engine or an OpenAI-compatible HTTP engine implement the same `generate`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from kitae.chat import END_OF_TEXT, IM_END, Message
+from kitae.registry import Registry
+
+ENGINES = Registry("rollout engine")
+ENGINES.register_lazy("hf", "kitae.rollout.hf:HFEngine")
+
+
+@dataclass
+class SamplingParams:
+    """Sampling settings. temperature 0 means greedy. `seed` makes a call reproducible."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+    repetition_penalty: float = 1.0
+    max_new_tokens: int = 128
+    stop: list[str] = field(default_factory=lambda: [IM_END, END_OF_TEXT])
+    seed: int | None = None
+
+
+@dataclass
+class Completion:
+    text: str
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]  # one per completion token
+    finish_reason: str  # "stop" | "length" | "repeat"
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.completion_ids)
+
+
+class RolloutEngine(Protocol):
+    def generate(
+        self, prompts: list[list[Message]], n: int, sampling: SamplingParams
+    ) -> list[list[Completion]]:
+        """`n` completions for each prompt (a chat message list), in prompt order."""
+        ...

@@ -1,0 +1,208 @@
+"""The transformers rollout engine: batched sampling with a KV cache, left padding and per-token log-probs.
+
+Its own decoding loop rather than `model.generate`, because the trainer needs, for every sample, the
+sampling policy's log-prob of each token and the reason it ended, and because it can do less work than
+`generate` on RL batches:
+- each prompt is prefilled once and its KV cache repeated for its `n` samples;
+- finished rows leave the batch (their cache rows are dropped), so a few long samples do not make every
+  row pay for them.
+
+Stopping follows seed 000: a stop string such as ``<|im_end|>`` may be several tokens, so stops are matched on
+the token sequence *and* on the decoded tail of each sample.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from kitae.chat import Message, format_prompt
+from kitae.models import load_causal_lm, load_tokenizer
+from kitae.rollout.base import Completion, SamplingParams
+
+
+class HFEngine:
+    """Rollout engine over a transformers causal LM. The trainer shares its model object (no weight sync)."""
+
+    def __init__(self, model: Any, tokenizer: Any, max_batch_size: int = 128):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        self._stop_cache: dict[tuple[str, ...], list[tuple[str, list[int]]]] = {}
+
+    @classmethod
+    def from_pretrained(cls, path: str | None, dtype: str = "float32", device: str = "cpu", **kw) -> "HFEngine":
+        return cls(load_causal_lm(path, dtype, device), load_tokenizer(path), **kw)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    # ---- public ---------------------------------------------------------------------------------
+    def generate(
+        self, prompts: list[list[Message]], n: int, sampling: SamplingParams
+    ) -> list[list[Completion]]:
+        prompt_ids = [self.encode_prompt(m) for m in prompts]
+        gen = None
+        if sampling.seed is not None:
+            gen = torch.Generator(device=self.device).manual_seed(sampling.seed)
+        per_chunk = max(1, self.max_batch_size // n)
+        flat: list[Completion] = []
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for start in range(0, len(prompt_ids), per_chunk):
+                flat += self._generate_batch(prompt_ids[start : start + per_chunk], n, sampling, gen)
+        finally:
+            self.model.train(was_training)
+        return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+    def encode_prompt(self, messages: list[Message]) -> list[int]:
+        text = format_prompt(self.tokenizer, messages)
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    # ---- decoding loop --------------------------------------------------------------------------
+    @torch.no_grad()
+    def _generate_batch(
+        self, prompt_ids: list[list[int]], n: int, sp: SamplingParams, gen: torch.Generator | None
+    ) -> list[Completion]:
+        dev = self.device
+        input_ids, attn = left_pad(prompt_ids, self.tokenizer.pad_token_id, dev)  # [P, L]
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)  # [P, L]
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        out = self.model(
+            input_ids=input_ids, attention_mask=attn, position_ids=pos, cache=cache, logits_to_keep=1
+        )
+        cache = out.cache
+        if n > 1:  # prefill once per prompt, then one cache row per sample
+            cache.batch_repeat_interleave(n)
+        logits = out.logits[:, -1, :].float().repeat_interleave(n, dim=0)  # [B, V], B = P * n
+        attn = attn.repeat_interleave(n, dim=0)  # [B, L]
+        last_pos = pos[:, -1].repeat_interleave(n, dim=0)  # [B]
+        rows = [i for i in range(len(prompt_ids)) for _ in range(n)]
+
+        B = len(rows)
+        active = torch.arange(B, device=dev)  # original row index of each batch row
+        seen = self._seen_mask(input_ids.repeat_interleave(n, dim=0), attn, logits.shape[-1], sp)
+        tokens: list[list[int]] = [[] for _ in range(B)]
+        logps: list[list[float]] = [[] for _ in range(B)]
+        finish: list[str | None] = [None] * B
+        stops = self._stops(tuple(sp.stop))
+
+        for step in range(sp.max_new_tokens):
+            nxt, lp = sample_next(logits, sp, seen, gen)  # [A], [A]
+            if seen is not None:
+                seen[torch.arange(len(nxt), device=dev), nxt] = True
+            keep = []
+            for j, (row, tok, l) in enumerate(zip(active.tolist(), nxt.tolist(), lp.tolist())):
+                tokens[row].append(tok)
+                logps[row].append(l)
+                if self._hit_stop(tokens[row], stops):
+                    finish[row] = "stop"
+                elif step == sp.max_new_tokens - 1:
+                    finish[row] = "length"
+                else:
+                    keep.append(j)
+            if not keep:
+                break
+            if len(keep) < len(active):
+                idx = torch.tensor(keep, device=dev)
+                cache.batch_select_indices(idx)
+                active, nxt, attn, last_pos = active[idx], nxt[idx], attn[idx], last_pos[idx]
+                seen = seen[idx] if seen is not None else None
+            attn = torch.cat([attn, attn.new_ones(len(active), 1)], dim=1)  # [A, L+t+1]
+            last_pos = last_pos + 1
+            out = self.model(
+                input_ids=nxt[:, None],
+                attention_mask=attn,
+                position_ids=last_pos[:, None],
+                cache=cache,
+            )
+            cache = out.cache
+            logits = out.logits[:, -1, :].float()  # [A, V]
+
+        return [
+            Completion(
+                text=self._decode(tokens[i], sp.stop),
+                prompt_ids=list(prompt_ids[rows[i]]),
+                completion_ids=tokens[i],
+                logprobs=logps[i],
+                finish_reason=finish[i] or "length",
+            )
+            for i in range(B)
+        ]
+
+    # ---- stops and text -------------------------------------------------------------------------
+    def _stops(self, stop: tuple[str, ...]) -> list[tuple[str, list[int]]]:
+        if stop not in self._stop_cache:
+            self._stop_cache[stop] = [(s, self.tokenizer.encode(s, add_special_tokens=False)) for s in stop]
+        return self._stop_cache[stop]
+
+    def _hit_stop(self, toks: list[int], stops: list[tuple[str, list[int]]]) -> bool:
+        for text, ids in stops:
+            if ids and toks[-len(ids) :] == ids:
+                return True
+            # In context, BPE may split a multi-token stop string differently than alone: check the text too.
+            if len(ids) > 1 and text in self.tokenizer.decode(toks[-(len(ids) + 4) :]):
+                return True
+        return False
+
+    def _decode(self, toks: list[int], stop: list[str]) -> str:
+        text = self.tokenizer.decode(toks, skip_special_tokens=False)
+        cut = min((text.find(s) + len(s) for s in stop if s in text), default=len(text))
+        return text[:cut]
+
+    def _seen_mask(self, ids: torch.Tensor, attn: torch.Tensor, vocab: int, sp: SamplingParams):
+        """[B, V] bool of the tokens each row has seen (prompt and output), for the repetition penalty."""
+        if sp.repetition_penalty == 1.0:
+            return None
+        seen = torch.zeros(ids.shape[0], vocab, dtype=torch.bool, device=ids.device)
+        seen.scatter_(1, ids.clamp(max=vocab - 1), attn.bool())
+        return seen
+
+
+def left_pad(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded ids and attention mask, both [len(seqs), max_len]."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, width - len(s) :] = torch.tensor(s, dtype=torch.long)
+        mask[i, width - len(s) :] = 1
+    return ids.to(device), mask.to(device)
+
+
+def sample_next(
+    logits: torch.Tensor, sp: SamplingParams, seen: torch.Tensor | None, gen: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Next tokens [A] and their log-probs [A] under log_softmax(logits / T) (T = 1 when greedy)."""
+    temp = sp.temperature if sp.temperature > 0 else 1.0
+    policy_logp = torch.log_softmax(logits / temp, dim=-1)  # [A, V]
+    scores = logits
+    if seen is not None:  # HF's repetition penalty: shrink the logits of tokens already seen
+        pen = torch.where(scores > 0, scores / sp.repetition_penalty, scores * sp.repetition_penalty)
+        scores = torch.where(seen, pen, scores)
+    if sp.temperature <= 0:
+        nxt = scores.argmax(dim=-1)  # [A]
+    else:
+        scores = filter_top_k_top_p(scores / sp.temperature, sp.top_k, sp.top_p)
+        probs = torch.softmax(scores, dim=-1)
+        nxt = torch.multinomial(probs, 1, generator=gen).squeeze(-1)  # [A]
+    return nxt, policy_logp.gather(-1, nxt[:, None]).squeeze(-1)
+
+
+def filter_top_k_top_p(scores: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Scores [A, V] with tokens outside top-k / the top-p nucleus set to -inf (at least one token kept)."""
+    if top_k and 0 < top_k < scores.shape[-1]:
+        kth = torch.topk(scores, top_k, dim=-1).values[:, -1:]  # [A, 1]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, descending=True, dim=-1, stable=True)
+        cum = torch.softmax(sorted_scores, dim=-1).cumsum(dim=-1)  # [A, V]
+        drop_sorted = cum - torch.softmax(sorted_scores, dim=-1) >= top_p  # mass before this token already >= p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        scores = scores.masked_fill(drop, float("-inf"))
+    return scores
