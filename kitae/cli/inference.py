@@ -1,9 +1,81 @@
-"""CLI commands (filled in by their feature)."""
+"""`kitae chat` and `kitae generate`: inference with the rollout engine."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Optional
+
 import typer
+
+from kitae.chat import IM_END, split_at_end, to_messages
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.command("chat")(chat)
+    app.command("generate")(generate)
+
+
+def chat(
+    prompt: str = typer.Argument(..., help="The user message."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model folder; default: the bundled tiny base model."),
+    system: Optional[str] = typer.Option(None, "--system", help="A system message put before the user turn."),
+    temperature: float = typer.Option(0.5, help="Sampling temperature (0 = greedy)."),
+    top_p: float = typer.Option(0.95, help="Nucleus sampling mass."),
+    repetition_penalty: float = typer.Option(1.05, help="HF-style repetition penalty."),
+    max_new_tokens: int = typer.Option(1024, help="Stop after this many new tokens."),
+    seed: Optional[int] = typer.Option(None, help="Random seed for reproducible sampling."),
+    raw: bool = typer.Option(False, help="Print the raw completion with its end marker and finish reason."),
+) -> None:
+    """Answer one prompt the way seed 000's inference code does: ChatML, stop at <|im_end|>."""
+    from kitae.rollout.base import SamplingParams
+    from kitae.rollout.hf import HFEngine
+
+    engine = HFEngine.from_pretrained(model)
+    sp = SamplingParams(temperature, top_p, 0, repetition_penalty, max_new_tokens, seed=seed)
+    [[c]] = engine.generate([to_messages(prompt, system)], 1, sp)
+    if raw:
+        typer.echo(c.text)
+        typer.echo(f"[finish_reason={c.finish_reason} tokens={c.num_tokens}]", err=True)
+    else:
+        typer.echo(split_at_end(c.text, IM_END)[0])
+
+
+def generate(
+    data: Path = typer.Option(..., "--data", help="Prompt set (.jsonl, .parquet or a datasets folder)."),
+    out: Path = typer.Option(..., "--out", help="Where to write one JSON row per prompt with its samples."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model folder; default: the bundled model."),
+    n: int = typer.Option(4, "-n", help="Completions per prompt."),
+    temperature: float = typer.Option(1.0, help="Sampling temperature (0 = greedy)."),
+    top_p: float = typer.Option(1.0, help="Nucleus sampling mass."),
+    top_k: int = typer.Option(0, help="Top-k filter (0 = off)."),
+    repetition_penalty: float = typer.Option(1.0, help="HF-style repetition penalty."),
+    max_new_tokens: int = typer.Option(128, help="Maximum new tokens per completion."),
+    batch_prompts: int = typer.Option(16, help="Prompts per generation batch."),
+    seed: int = typer.Option(0, help="Random seed."),
+    limit: Optional[int] = typer.Option(None, help="Only the first N prompts."),
+) -> None:
+    """Sample K completions per prompt. Output rows are {"item": row, "samples": [...]}, ready for `kitae grade`."""
+    from tqdm import tqdm
+
+    from kitae.data.loader import load_prompts, write_jsonl
+    from kitae.rollout.base import SamplingParams
+    from kitae.rollout.hf import HFEngine
+
+    rows = load_prompts(data)[:limit]
+    engine = HFEngine.from_pretrained(model)
+    out_rows = []
+    with tqdm(total=len(rows), desc="generate", unit="prompt") as bar:
+        for start in range(0, len(rows), batch_prompts):
+            batch = rows[start : start + batch_prompts]
+            sp = SamplingParams(temperature, top_p, top_k, repetition_penalty, max_new_tokens, seed=seed + start)
+            groups = engine.generate([r["messages"] for r in batch], n, sp)
+            for row, group in zip(batch, groups):
+                samples = [completion_record(c) for c in group]
+                out_rows.append({"item": row, "samples": samples})
+            bar.update(len(batch))
+    write_jsonl(out, out_rows)
+    typer.echo(f"wrote {len(out_rows)} prompts x {n} samples to {out}")
+
+
+def completion_record(c) -> dict:
+    return {"output_text": c.text, "finish_reason": c.finish_reason, "completion_tokens": c.num_tokens}
