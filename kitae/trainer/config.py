@@ -1,0 +1,193 @@
+"""The training config: one typed, validated object, saved with the run.
+
+A minimal config is a few lines (everything else has a default):
+
+    name: zero
+    data: {train: bundled:arith/train, eval: bundled:arith/test}
+    rewards:
+      - {name: template, grader: {type: template, min_chars: 1}}
+      - {name: correct, grader: {type: answer}}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from kitae.config import apply_overrides, from_dict, read_yaml
+from kitae.errors import ConfigError
+from kitae.models import BUNDLED_DATA
+
+
+@dataclass
+class LoraConfig:
+    r: int = 8
+    alpha: int = 16
+    dropout: float = 0.0
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+
+@dataclass
+class ModelConfig:
+    path: str = "bundled"  # "bundled" = the tiny base model shipped with kitae
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    lora: LoraConfig | None = None
+    gradient_checkpointing: bool = False
+
+
+@dataclass
+class DataConfig:
+    train: str = "bundled:arith/train"  # a file, a datasets folder, or bundled:NAME
+    eval: str | None = "bundled:arith/test"
+    shuffle: bool = True
+
+
+@dataclass
+class RewardConfig:
+    """One reward component: a grader spec, or a Python callable "module:function" with TRL's signature.
+
+    weight 0 logs the component without training on it.
+    """
+
+    name: str = ""
+    weight: float = 1.0
+    grader: dict[str, Any] | None = None
+    function: str | None = None
+
+    def validate(self, path: str) -> None:
+        if (self.grader is None) == (self.function is None):
+            raise ConfigError(path, "give exactly one of 'grader' (a grader spec) or 'function' (module:function)")
+        if not self.name:
+            self.name = (self.grader or {}).get("name") or (self.grader or {}).get("type") or self.function.split(":")[-1]
+
+
+@dataclass
+class AdaptiveKL:
+    target: float = 0.1
+    horizon: int = 10000
+
+
+@dataclass
+class KLConfig:
+    coef: float = 0.0  # 0: no reference model is loaded
+    estimator: Literal["k1", "k2", "k3"] = "k3"
+    where: Literal["loss", "reward"] = "loss"
+    adaptive: AdaptiveKL | None = None
+
+
+@dataclass
+class DynamicSampling:
+    enabled: bool = False
+    max_rounds: int = 3  # generation rounds per step before training on what there is
+
+
+@dataclass
+class AlgorithmConfig:
+    advantage: str = "grpo"
+    loss: str = "grpo"
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    aggregation: Literal["seq_mean_token_mean", "token_mean", "seq_sum_constant"] = "seq_mean_token_mean"
+    kimi_tau: float = 0.1
+    mu: int = 1  # optimization passes over each batch
+    kl: KLConfig = field(default_factory=KLConfig)
+    dynamic_sampling: DynamicSampling = field(default_factory=DynamicSampling)
+    mask_truncated: bool = False  # DAPO overlong filtering
+    reset_optimizer: bool = False  # Kimi k1.5: fresh optimizer state each iteration
+
+
+@dataclass
+class SamplingConfig:
+    engine: str = "hf"
+    group_size: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    repetition_penalty: float = 1.0
+    max_new_tokens: int = 64
+
+
+@dataclass
+class OptimConfig:
+    steps: int = 100
+    prompts_per_step: int = 8
+    micro_batch_size: int = 32  # sequences per forward/backward
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
+    max_grad_norm: float = 1.0
+    scheduler: Literal["constant", "linear", "cosine"] = "constant"
+    warmup_steps: int = 0
+
+
+@dataclass
+class LoggingConfig:
+    save_every: int = 25
+    keep_checkpoints: int = 2
+    report_to: list[str] = field(default_factory=list)  # tensorboard, wandb, trackio
+
+
+@dataclass
+class EvalConfig:
+    every: int = 25  # 0 = never during training (a final eval still runs when data.eval is set)
+    k: int = 4  # samples per prompt for pass@1
+    limit: int | None = 100  # eval prompts
+    temperature: float = 1.0
+    max_new_tokens: int | None = None  # default: sampling.max_new_tokens
+    grader: dict[str, Any] = field(default_factory=lambda: {"type": "answer"})
+    pass_threshold: float = 1.0
+
+
+@dataclass
+class TrainConfig:
+    name: str = "run"
+    output_dir: str = "runs"
+    seed: int = 0
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rewards: list[RewardConfig] = field(default_factory=list)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def validate(self, path: str) -> None:
+        if not self.rewards:
+            raise ConfigError("rewards", "give at least one reward component (a grader spec or a function)")
+        if self.sampling.group_size < 2:
+            raise ConfigError("sampling.group_size", "GRPO compares samples of one prompt: use at least 2")
+        for key in ("steps", "prompts_per_step", "micro_batch_size"):
+            if getattr(self.optim, key) < 1:
+                raise ConfigError(f"optim.{key}", "must be at least 1")
+        names = [r.name for r in self.rewards]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ConfigError("rewards", f"component names must be unique; repeated: {', '.join(sorted(dup))}")
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.output_dir) / self.name
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def load_train_config(path: str | Path | None = None, overrides: list[str] | None = None, data: dict | None = None) -> TrainConfig:
+    raw = read_yaml(path) if path is not None else dict(data or {})
+    apply_overrides(raw, overrides or [])
+    return from_dict(TrainConfig, raw)
+
+
+def resolve_data_path(spec: str) -> str:
+    """`bundled:arith/train` -> the bundled JSONL; anything else is returned unchanged."""
+    if spec.startswith("bundled:"):
+        name = spec.removeprefix("bundled:")
+        task, _, split = name.partition("/")
+        path = BUNDLED_DATA.parent / task / f"{split or 'train'}.jsonl"
+        if not path.exists():
+            raise ConfigError("data", f"no bundled dataset '{name}' (looked for {path})")
+        return str(path)
+    return spec
