@@ -51,6 +51,19 @@ class Grader:
     needs_group: bool = False
     name: str = ""
 
+    # ---- how a grader is built from its spec ----------------------------------------------------
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any], path: str) -> "Grader":
+        """Build from a spec dict; ``path`` is where it sits in the user's config (for error messages).
+
+        This default suits graders without fields; graders with fields override it and read them with
+        :class:`kitae.graders.spec.SpecReader` (see ``kitae/graders/__init__.py``).
+        """
+        from kitae.graders.spec import SpecReader
+
+        SpecReader(spec, path).finish()
+        return cls()
+
     # ---- what subclasses override -------------------------------------------------------------
     def grade_sample(self, item: Item, sample: Sample) -> Grade:
         raise NotImplementedError

@@ -1,0 +1,85 @@
+"""Graders: score every sample of a group against the item (seed 002, OpenAI's grader schema).
+
+Build one by name or from a spec, grade a group::
+
+    from kitae.graders import build_grader
+    grader = build_grader({"type": "numeric"})          # or a .yaml/.json path, or inline YAML
+    grades = grader.grade_group(item, samples)          # one Grade(score, sub_scores, reason, error) each
+
+Types (``kitae grade --help`` and examples/graders/README.md show specs for each):
+
+    string_check, text_similarity, python, multi     OpenAI's schema, loaded unchanged
+    numeric, format, math, answer                     seed 002's rule-based graders and the task's answer check
+    weighted, gate                                    renormalizing mixes and "counts only if ... passes"
+    template, repetition, overlong, ...               reward graders registered by kitae.rewards
+
+Adding a grader type
+--------------------
+Subclass :class:`Grader`, register it with :func:`register_grader`, and read its spec fields in the
+classmethod ``from_spec(spec, path)`` with a :class:`SpecReader`, which types each field, fills defaults,
+and rejects unknown keys with a did-you-mean (every error names the key path, e.g.
+``grader.graders.num.tolerance: expected a number, got 'one'``)::
+
+    from kitae.graders import Grade, Grader, SpecReader, register_grader
+
+    @register_grader("length")
+    class LengthGrader(Grader):
+        def __init__(self, max_chars: int = 2000):
+            self.max_chars = max_chars
+
+        @classmethod
+        def from_spec(cls, spec: dict, path: str) -> "LengthGrader":
+            r = SpecReader(spec, path)
+            grader = cls(max_chars=r.integer("max_chars", 2000, minimum=1))
+            r.finish()                      # unknown keys -> ConfigError with did-you-mean
+            return grader
+
+        def grade_sample(self, item, sample) -> Grade:
+            return Grade(score=float(len(sample["output_text"]) <= self.max_chars))
+
+SpecReader reads ``text``, ``number`` (minimum/maximum), ``integer``, ``flag``, ``choice``, ``items`` (a
+list), ``mapping``, ``raw``, ``template`` (a checked ``{{item.X}}`` template) and ``grader`` (a nested
+spec); ``type`` and ``name`` are handled by :func:`build_grader`. A class without fields needs no
+``from_spec`` (the default accepts only ``type``/``name``). Graders that compare the completion with the
+reference subclass :class:`PairGrader`, which brings the ``input``/``reference`` templates.
+
+Modules of kitae outside this package register lazily (``GRADERS.register_lazy(name, "module:Class")``)
+or on import of ``kitae.rewards``, which :func:`build_grader` imports once.
+
+Other entry points: :func:`grader_from_callable` (a TRL reward function as a Grader),
+:func:`as_reward_function` (a Grader as a TRL reward function), :func:`validate` (agreement with human
+scores, used by ``kitae grader validate``).
+"""
+
+from __future__ import annotations
+
+from kitae.graders.adapters import as_reward_function, grader_from_callable
+from kitae.graders.base import Grade, Grader, Item, Sample
+from kitae.graders.pair import PairGrader
+from kitae.graders.spec import GRADERS, SpecReader, build_grader, load_spec, register_grader
+from kitae.graders.template import Template, TemplateError
+
+__all__ = [
+    "GRADERS",
+    "Grade",
+    "Grader",
+    "Item",
+    "PairGrader",
+    "Sample",
+    "SpecReader",
+    "Template",
+    "TemplateError",
+    "as_reward_function",
+    "build_grader",
+    "grader_from_callable",
+    "load_spec",
+    "register_grader",
+    "validate",
+]
+
+
+def validate(*args, **kwargs):
+    """Agreement of a grader with human scores; see :func:`kitae.graders.agreement.validate`."""
+    from kitae.graders.agreement import validate as _validate
+
+    return _validate(*args, **kwargs)

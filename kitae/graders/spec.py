@@ -1,0 +1,256 @@
+"""Grader specs: the registry of grader types, typed field reading, and `build_grader`.
+
+A spec is a dict (or a YAML/JSON file or string) with a ``type`` and that type's fields, in the OpenAI
+grader schema where OpenAI has the type (``string_check``, ``text_similarity``, ``python``, ``multi``) and
+in kitae's own words otherwise (``numeric``, ``format``, ``math``, ``answer``, ``weighted``, ``gate``)::
+
+    type: weighted
+    graders:
+      num: {type: numeric, weight: 0.5, tolerance: 0.01}
+      sim: {type: text_similarity, weight: 0.5, evaluation_metric: rouge_l}
+
+Every mistake raises :class:`kitae.errors.ConfigError` whose message starts with the key path inside the
+spec (``grader.graders.num.tolerance: expected a number, got 'one'``) and, for names, suggests the closest
+valid one.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from kitae.errors import ConfigError
+from kitae.registry import Registry, closest, unknown_name_message
+
+if TYPE_CHECKING:
+    from kitae.graders.base import Grader
+    from kitae.graders.template import Template
+
+GRADERS = Registry("grader")
+
+# Keys every spec may carry; the reader of each type never sees them as unknown.
+COMMON_KEYS = ("type", "name")
+_REQUIRED = object()
+
+
+def register_grader(type_name: str) -> Callable[[type], type]:
+    """Class decorator: register a Grader subclass under its spec ``type``.
+
+    The class builds itself from a spec with the classmethod ``from_spec(spec: dict, path: str)``.
+    """
+
+    def add(cls: type) -> type:
+        cls.type_name = type_name
+        GRADERS.register(type_name, cls)
+        return cls
+
+    return add
+
+
+# ---- typed field reading -------------------------------------------------------------------------
+class SpecReader:
+    """Reads typed fields of one spec and rejects unknown keys with a did-you-mean.
+
+        r = SpecReader(spec, path)
+        tol = r.number("tolerance", 0.01, minimum=0)
+        op = r.choice("operation", ["eq", "ne", "like", "ilike"])
+        r.finish()  # raises on keys nobody read: "grader.tolerence: unknown key; did you mean 'tolerance'?"
+    """
+
+    def __init__(self, spec: dict[str, Any], path: str):
+        if not isinstance(spec, dict):
+            raise ConfigError(path, f"expected a mapping (a grader spec), got {_show(spec)}")
+        self.spec, self.path = spec, path
+        self._read: set[str] = set(COMMON_KEYS)
+
+    def at(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def has(self, key: str) -> bool:
+        return key in self.spec
+
+    def raw(self, key: str, default: Any = _REQUIRED) -> Any:
+        self._read.add(key)
+        if key in self.spec:
+            return self.spec[key]
+        if default is _REQUIRED:
+            raise ConfigError(self.at(key), "missing (required)")
+        return default
+
+    def text(self, key: str, default: Any = _REQUIRED) -> Any:
+        value = self.raw(key, default)
+        if value is not default and not isinstance(value, str):
+            raise ConfigError(self.at(key), f"expected a string, got {_show(value)}")
+        return value
+
+    def number(self, key: str, default: Any = _REQUIRED, minimum: float | None = None,
+               maximum: float | None = None) -> Any:
+        value = self.raw(key, default)
+        if value is default:
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(self.at(key), f"expected a number, got {_show(value)}")
+        if minimum is not None and value < minimum:
+            raise ConfigError(self.at(key), f"must be >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise ConfigError(self.at(key), f"must be <= {maximum}, got {value}")
+        return float(value)
+
+    def integer(self, key: str, default: Any = _REQUIRED, minimum: int | None = None) -> Any:
+        value = self.raw(key, default)
+        if value is default:
+            return value
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(self.at(key), f"expected an integer, got {_show(value)}")
+        if minimum is not None and value < minimum:
+            raise ConfigError(self.at(key), f"must be >= {minimum}, got {value}")
+        return value
+
+    def flag(self, key: str, default: Any = _REQUIRED) -> Any:
+        value = self.raw(key, default)
+        if value is not default and not isinstance(value, bool):
+            raise ConfigError(self.at(key), f"expected true or false, got {_show(value)}")
+        return value
+
+    def choice(self, key: str, choices: list[str], default: Any = _REQUIRED) -> Any:
+        value = self.raw(key, default)
+        if value is default:
+            return value
+        if value not in choices:
+            raise ConfigError(self.at(key), unknown_name_message(key, str(value), list(choices)))
+        return value
+
+    def items(self, key: str, default: Any = _REQUIRED) -> Any:
+        value = self.raw(key, default)
+        if value is not default and not isinstance(value, list):
+            raise ConfigError(self.at(key), f"expected a list, got {_show(value)}")
+        return value
+
+    def mapping(self, key: str, default: Any = _REQUIRED) -> Any:
+        value = self.raw(key, default)
+        if value is not default and not isinstance(value, dict):
+            raise ConfigError(self.at(key), f"expected a mapping, got {_show(value)}")
+        return value
+
+    def template(self, key: str, default: Any = _REQUIRED) -> "Template":
+        """A ``{{item.FIELD}}`` / ``{{sample.output_text}}`` template, checked now, rendered per sample."""
+        from kitae.graders.template import Template
+
+        return Template(self.text(key, default), self.at(key))
+
+    def grader(self, key: str) -> "Grader":
+        """A nested grader spec."""
+        return build_grader(self.mapping(key), self.at(key))
+
+    def finish(self) -> None:
+        """Raise on the first key no field read (a typo or a field of another grader type)."""
+        for key in self.spec:
+            if key not in self._read:
+                known = sorted(self._read - set(COMMON_KEYS)) + list(COMMON_KEYS)
+                hint = closest(str(key), known)
+                msg = "unknown key" + (f"; did you mean '{hint}'?" if hint else "")
+                raise ConfigError(self.at(str(key)), msg + f" (valid: {', '.join(known)})")
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# ---- loading and building ------------------------------------------------------------------------
+def load_spec(spec: dict | str | Path, path: str = "grader") -> dict[str, Any]:
+    """A spec dict from a dict, a .yaml/.json file, inline YAML/JSON text, or a bare type name.
+
+    A file whose top level is ``{grader: {...}}`` (a config section) yields the inner spec.
+    """
+    if isinstance(spec, dict):
+        return spec
+    if isinstance(spec, Path) or (isinstance(spec, str) and _looks_like_file(spec)):
+        file = Path(spec)
+        if not file.is_file():
+            raise ConfigError(path, f"grader spec file {str(file)!r} does not exist")
+        return _unwrap(_parse_text(file.read_text(encoding="utf-8"), f"{path} ({file})"), path)
+    if isinstance(spec, str):
+        text = spec.strip()
+        if text.isidentifier():
+            return {"type": text}
+        return _unwrap(_parse_text(text, path), path)
+    raise ConfigError(path, f"expected a grader spec (mapping, file or type name), got {_show(spec)}")
+
+
+def _looks_like_file(text: str) -> bool:
+    return "\n" not in text and text.strip().endswith((".yaml", ".yml", ".json"))
+
+
+def _parse_text(text: str, where: str) -> Any:
+    import yaml  # YAML is a superset of the JSON specs are written in
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(where, f"not valid YAML/JSON: {exc}") from None
+
+
+def _unwrap(data: Any, path: str) -> dict[str, Any]:
+    if isinstance(data, dict) and "type" not in data and set(data) == {"grader"}:
+        data = data["grader"]
+    if not isinstance(data, dict):
+        raise ConfigError(path, f"expected a mapping with a 'type', got {_show(data)}")
+    return data
+
+
+def build_grader(spec: dict | str | Path, path: str = "grader") -> "Grader":
+    """Build a grader from a spec (dict, file, inline YAML/JSON, or a type name such as ``"numeric"``).
+
+    ``path`` is where the spec sits in the user's config; errors are reported under it.
+    """
+    spec = load_spec(spec, path)
+    ensure_registered()
+    kind = spec.get("type")
+    if kind is None:
+        raise ConfigError(f"{path}.type", f"missing; one of: {', '.join(GRADERS.names())}")
+    if not isinstance(kind, str):
+        raise ConfigError(f"{path}.type", f"expected a grader type name, got {_show(kind)}")
+    try:
+        entry = GRADERS.get(kind, f"{path}.type")
+    except ConfigError as exc:
+        problem = ensure_registered()
+        if problem is not None:
+            raise ConfigError(f"{path}.type", f"{exc} (kitae.rewards failed to import: {problem})") from None
+        raise
+    grader = getattr(entry, "from_spec", entry)(spec, path)
+    name = spec.get("name")
+    if name is not None and not isinstance(name, str):
+        raise ConfigError(f"{path}.name", f"expected a string, got {_show(name)}")
+    grader.name = name or grader.name or kind
+    return grader
+
+
+_BUILTIN = {
+    "string_check": "kitae.graders.checks:StringCheckGrader",
+    "format": "kitae.graders.checks:FormatGrader",
+    "text_similarity": "kitae.graders.similarity:TextSimilarityGrader",
+    "numeric": "kitae.graders.numeric:NumericGrader",
+    "answer": "kitae.graders.answer:AnswerGrader",
+    "math": "kitae.graders.answer:MathGrader",
+    "python": "kitae.graders.python:PythonGrader",
+    "multi": "kitae.graders.combine:MultiGrader",
+    "weighted": "kitae.graders.combine:WeightedGrader",
+    "gate": "kitae.graders.combine:GateGrader",
+}
+for _name, _target in _BUILTIN.items():
+    GRADERS.register_lazy(_name, _target)
+
+@functools.cache
+def ensure_registered() -> ImportError | None:
+    """Import ``kitae.rewards`` once so the reward graders registered there are known by name.
+
+    Returns the ImportError when that failed (a missing optional dependency there must not break every
+    other grader); build_grader mentions it when a type name is unknown.
+    """
+    try:
+        import kitae.rewards  # noqa: F401  (registers template, repetition, overlong, ... on import)
+    except ImportError as exc:
+        return exc
+    return None

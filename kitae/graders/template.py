@@ -1,0 +1,137 @@
+"""OpenAI grader templates: ``{{item.FIELD}}``, ``{{sample.output_text}}``, ``{{sample.output_json.FIELD}}``.
+
+Paths may be nested (``{{item.meta.answers.0}}``: list elements by index). Departures from OpenAI, stated:
+
+- ``{{sample.output_text}}`` is the completion *up to* the end-of-turn marker ``<|im_end|>`` (rollouts keep
+  the marker so the template reward can see it); ``{{sample.raw_text}}`` is the completion as generated.
+- ``{{sample.output_json}}`` parses the output text (inside a ```json fence if there is one).
+- Any other sample field (``finish_reason``, ``completion_tokens``, ...) is readable too.
+
+The template is checked when the spec is read (roots must be ``item`` or ``sample``); a path missing from a
+particular row raises :class:`TemplateError` when rendering, which graders turn into an abstention.
+A template that is a single placeholder renders to the value itself (a list stays a list); otherwise the
+values are formatted into the text (non-strings as JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from kitae.chat import IM_END, split_at_end
+from kitae.errors import ConfigError, KitaeError
+from kitae.registry import unknown_name_message
+
+_PLACEHOLDER = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
+_SEGMENT = re.compile(r"^[^.\s]+$")
+ROOTS = ("item", "sample")
+_FENCE = re.compile(r"```(?:json)?\s*\n(.*?)\n?```", re.S)
+
+
+class TemplateError(KitaeError):
+    """A template path that a row does not have (or output that is not JSON): the sample is not graded."""
+
+
+class Template:
+    """A checked template; ``render(item, sample)`` gives text, ``value(item, sample)`` the raw value."""
+
+    def __init__(self, text: str, path: str = ""):
+        self.text, self.path = text, path
+        self.parts: list[str | tuple[str, ...]] = []  # literal text or a placeholder's path segments
+        pos = 0
+        for m in _PLACEHOLDER.finditer(text):
+            self.parts.append(text[pos : m.start()])
+            self.parts.append(_parse_path(m.group(1), path))
+            pos = m.end()
+        self.parts.append(text[pos:])
+        self.parts = [p for p in self.parts if p != ""]
+        if "{{" in _PLACEHOLDER.sub("", text):
+            raise ConfigError(path, f"unclosed '{{{{' in template {text!r}")
+
+    def __repr__(self) -> str:
+        return f"Template({self.text!r})"
+
+    @property
+    def is_single(self) -> bool:
+        return len(self.parts) == 1 and isinstance(self.parts[0], tuple)
+
+    def value(self, item: dict, sample: dict) -> Any:
+        if self.is_single:
+            return lookup(self.parts[0], item, sample)
+        return self.render(item, sample)
+
+    def render(self, item: dict, sample: dict) -> str:
+        return "".join(p if isinstance(p, str) else _as_text(lookup(p, item, sample)) for p in self.parts)
+
+
+def _parse_path(expr: str, where: str) -> tuple[str, ...]:
+    segments = tuple(expr.split("."))
+    if not expr or not all(_SEGMENT.match(s) for s in segments):
+        raise ConfigError(where, f"bad template path {{{{{expr}}}}}: write {{{{item.FIELD}}}} or {{{{sample.FIELD}}}}")
+    if segments[0] not in ROOTS:
+        raise ConfigError(where, f"template {{{{{expr}}}}}: " + unknown_name_message("template root", segments[0], list(ROOTS)))
+    if len(segments) == 1:
+        raise ConfigError(where, f"template {{{{{expr}}}}} names no field (e.g. {{{{{expr}.reference_answer}}}})")
+    return segments
+
+
+def lookup(segments: tuple[str, ...], item: dict, sample: dict) -> Any:
+    """The value at ``item.a.b`` / ``sample.output_json.x``; TemplateError names what is missing."""
+    root, first = segments[0], segments[1]
+    if root == "item":
+        value, rest, shown = item, segments[1:], "item"
+    else:
+        value, rest, shown = sample_field(sample, first), segments[2:], f"sample.{first}"
+    for seg in rest:
+        value = _step(value, seg, shown)
+        shown += "." + seg
+    return value
+
+
+def sample_field(sample: dict, name: str) -> Any:
+    if name == "output_text":
+        return output_text(sample)
+    if name == "raw_text":
+        return sample.get("output_text", "")
+    if name == "output_json":
+        return output_json(sample)
+    return _step(sample, name, "sample")
+
+
+def output_text(sample: dict) -> str:
+    """The completion's content, up to the end-of-turn marker."""
+    return split_at_end(str(sample.get("output_text", "")), IM_END)[0]
+
+
+def output_json(sample: dict) -> Any:
+    if "output_json" in sample:
+        return sample["output_json"]
+    text = output_text(sample).strip()
+    fenced = _FENCE.search(text)
+    try:
+        return json.loads(fenced.group(1) if fenced else text)
+    except ValueError as exc:
+        raise TemplateError(f"sample output is not JSON ({exc})") from None
+
+
+def _step(value: Any, seg: str, shown: str) -> Any:
+    if isinstance(value, dict):
+        if seg in value:
+            return value[seg]
+        keys = ", ".join(map(str, list(value)[:12])) or "none"
+        raise TemplateError(f"{{{{{shown}.{seg}}}}}: no field '{seg}' (fields: {keys})")
+    if isinstance(value, list) and seg.lstrip("-").isdigit():
+        index = int(seg)
+        if -len(value) <= index < len(value):
+            return value[index]
+        raise TemplateError(f"{{{{{shown}.{seg}}}}}: index {index} out of range (length {len(value)})")
+    raise TemplateError(f"{{{{{shown}.{seg}}}}}: {shown} is a {type(value).__name__}, not a mapping or list")
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    return json.dumps(value, ensure_ascii=False)
