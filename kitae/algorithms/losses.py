@@ -1,0 +1,347 @@
+"""Policy losses: small pure functions registered by name in :data:`POLICY_LOSSES`.
+
+Every loss takes :class:`LossInputs` (per-token log-probs [B, T], one advantage per sequence [B], a mask),
+a :class:`LossConfig` and a :class:`Normalizer`, and returns ``(scalar loss, metrics)``. Notation: ratio
+rho_t = exp(logp_t - old_logp_t); A the sequence's advantage. Formulas: /work/shared/reference/algorithms.md.
+
+- ``grpo``    PPO clipped surrogate per token, -min(rho A, clip(rho, 1 - eps_low, 1 + eps_high) A)
+              (DeepSeekMath arXiv 2402.03300 Eq. 3), aggregated per ``cfg.aggregation``.
+- ``dapo``    preset: grpo with aggregation ``token_mean`` and clip-higher eps_high = 0.28 (DAPO, arXiv
+              2503.14476 Eq. 8-10). Dynamic sampling and overlong filtering are separate:
+              ``advantages.dynamic_sampling_keep`` and :func:`truncation_mask`.
+- ``dr_grpo`` preset: grpo with aggregation ``seq_sum_constant`` (Dr. GRPO, arXiv 2503.20783); needs
+              ``max_completion_length``. Pair it with the ``dr_grpo`` advantage (no std division).
+- ``gspo``    GSPO (arXiv 2507.18071 Eq. 5-7): sequence ratio s = exp(mean_t log rho), -min(s A, clip(s, 1 -
+              gspo_eps_low, 1 + gspo_eps_high) A) per sequence, averaged over sequences (``cfg.aggregation``
+              ignored: the loss is sequence-level by definition).
+- ``cispo``   preset aggregation ``token_mean``: -sg(min(rho, 1 + cispo_eps_high)) A logp (MiniMax-M1, arXiv
+              2506.13585 Eq. 4). No lower bound on the weight (the paper sets eps_low^IS large and tunes only
+              eps_high^IS); cispo_eps_high = 0.28 is the DAPO clip-higher value, the default of Trinity-RFT's
+              CISPO (the paper does not publish its value). The value of this loss is not meaningful, only
+              its gradient.
+- ``kimi``    Kimi k1.5 online mirror descent (arXiv 2501.12599 §2.3.2): per sequence
+              (A - tau * (log pi(y) - log pi_old(y)))^2 / (2 tau), averaged over sequences, with A = r - mean(r)
+              (use the ``dr_grpo`` advantage) and log pi(y) the sum of the token log-probs. The 1/(2 tau) factor
+              is ours: it makes the gradient equal, sign aside, the paper's
+              (1/k) sum_j [grad log pi(y_j) (r_j - r_bar) - (tau/2) grad (log pi(y_j)/pi_i(y_j))^2]
+              exactly, so at pi = pi_old the step is the REINFORCE step -A grad log pi(y) whatever tau is, and tau
+              only sets the pull back toward pi_old. The loss value includes the constant A^2 / (2 tau).
+              tau = 0.1 is our default; the paper gives no value. ``cfg.aggregation`` is ignored.
+
+Presets fill the fields of ``cfg`` still at their LossConfig default; a field set to another value wins
+(see :func:`resolve_preset`). ``dapo`` with eps_high left at 0.2 therefore runs with 0.28.
+
+KL in the loss (GRPO Eq. 3): when ``cfg.kl_coef > 0`` the per-token ``kl_coef * KL(pi || pi_ref)`` estimate is
+added and aggregated the same way as the policy term (for gspo and kimi: mean over tokens, then sequences).
+
+Aggregation (:func:`aggregate`) divides by the :class:`Normalizer`'s full optimizer-batch counts, never by
+the micro-batch's own, so micro-batch losses sum to the full-batch loss: gradient accumulation is exact.
+Padding positions (mask 0) may hold any value, even -inf; they never reach the loss or its gradient.
+
+Metrics (plain floats, means over this micro-batch's counted tokens; weight by ``num_tokens`` to combine):
+``clip_frac`` (tokens whose ratio was clipped where clipping removes the gradient; for cispo tokens whose
+weight was truncated; for gspo tokens of clipped sequences), ``clip_frac_low``, ``clip_frac_high``,
+``ratio_mean``, ``kl`` (when ``ref_logp`` is given, even with kl_coef 0), ``num_tokens``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+from kitae.algorithms.kl import kl_estimate
+from kitae.errors import ConfigError
+from kitae.registry import Registry
+
+POLICY_LOSSES = Registry("policy loss")
+AGGREGATIONS = Registry("loss aggregation")
+
+
+@dataclass
+class LossInputs:
+    logp: torch.Tensor  # [B, T] log-probs of the taken tokens under the current policy (requires grad)
+    old_logp: torch.Tensor  # [B, T] under the sampling policy (no grad)
+    advantages: torch.Tensor  # [B] one per sequence
+    mask: torch.Tensor  # [B, T] 1.0 for completion tokens that count, else 0.0
+    ref_logp: torch.Tensor | None = None  # [B, T] reference policy, for KL in the loss
+
+
+@dataclass
+class LossConfig:
+    eps_low: float = 0.2  # clip range of grpo/dapo/dr_grpo: ratio in [1 - eps_low, 1 + eps_high]
+    eps_high: float = 0.2  # DAPO clip-higher uses 0.28
+    aggregation: str = "seq_mean_token_mean"  # | "token_mean" | "seq_sum_constant"
+    max_completion_length: int | None = None  # the constant of seq_sum_constant (Dr. GRPO)
+    kl_coef: float = 0.0  # + kl_coef * KL per token, aggregated like the policy term
+    kl_estimator: str = "k3"  # k1 | k2 | k3 (kitae.algorithms.kl)
+    gspo_eps_low: float = 3e-4  # GSPO paper's sequence-ratio clip range
+    gspo_eps_high: float = 4e-4
+    cispo_eps_high: float = 0.28  # CISPO IS-weight cap 1 + eps_high; no lower bound
+    kimi_tau: float = 0.1  # Kimi k1.5 relative-entropy regularization strength (> 0)
+
+    def validate(self, path: str = "loss") -> None:
+        """Raise ConfigError naming the field when a value cannot work."""
+        for name in ("eps_low", "eps_high", "gspo_eps_low", "gspo_eps_high", "cispo_eps_high", "kl_coef"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")
+        if self.kimi_tau <= 0:
+            raise ConfigError(f"{path}.kimi_tau", f"must be > 0, got {self.kimi_tau}")
+        AGGREGATIONS.get(self.aggregation, path=f"{path}.aggregation")
+        if self.max_completion_length is not None and self.max_completion_length <= 0:
+            raise ConfigError(f"{path}.max_completion_length", f"must be > 0, got {self.max_completion_length}")
+
+
+@dataclass
+class Normalizer:
+    """Full optimizer-batch counts, so micro-batch losses SUM to the full-batch loss.
+
+    Build it once per optimizer step from every micro-batch's mask (this process) and hand the same object
+    to every micro-batch's :func:`policy_loss`; then ``backward()`` each micro-batch loss without rescaling.
+    """
+
+    num_sequences: int  # sequences in the whole optimizer batch (all micro-batches, this process)
+    num_tokens: int  # counted tokens in the whole optimizer batch
+
+    @classmethod
+    def from_masks(cls, masks: Sequence[torch.Tensor]) -> "Normalizer":
+        """Counts over micro-batch masks [b, T]; a sequence counts when it has at least one counted token
+        (so a truncated sample zeroed by :func:`truncation_mask` drops out of the mean too)."""
+        seqs = sum(int((m.sum(dim=-1) > 0).sum()) for m in masks)
+        tokens = sum(int(m.sum()) for m in masks)
+        return cls(num_sequences=seqs, num_tokens=tokens)
+
+
+# ---- aggregation ------------------------------------------------------------------------------------------
+@AGGREGATIONS.register("seq_mean_token_mean")
+def _seq_mean_token_mean(v: torch.Tensor, m: torch.Tensor, norm: Normalizer, max_len: int | None) -> torch.Tensor:
+    per_seq = (v * m).sum(dim=-1) / m.sum(dim=-1).clamp(min=1.0)  # [B] token mean of each sequence
+    return per_seq.sum() / max(norm.num_sequences, 1)
+
+
+@AGGREGATIONS.register("token_mean")
+def _token_mean(v: torch.Tensor, m: torch.Tensor, norm: Normalizer, max_len: int | None) -> torch.Tensor:
+    return (v * m).sum() / max(norm.num_tokens, 1)
+
+
+@AGGREGATIONS.register("seq_sum_constant")
+def _seq_sum_constant(v: torch.Tensor, m: torch.Tensor, norm: Normalizer, max_len: int | None) -> torch.Tensor:
+    if not max_len:
+        raise ConfigError("loss.max_completion_length", "aggregation 'seq_sum_constant' (Dr. GRPO) needs it; "
+                          "set it to the rollout's max_completion_length")
+    return (v * m).sum() / max_len / max(norm.num_sequences, 1)
+
+
+def aggregate(
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str,
+    norm: Normalizer,
+    max_completion_length: int | None = None,
+) -> torch.Tensor:
+    """Reduce per-token values [B, T] to a scalar share of the full-batch loss.
+
+    seq_mean_token_mean: sum_i (sum_t v m / len_i) / norm.num_sequences
+    token_mean:          sum(v m) / norm.num_tokens
+    seq_sum_constant:    sum_i (sum_t v m / max_completion_length) / norm.num_sequences
+
+    Example: v [[1, 3], [5, 0]], mask [[1, 1], [1, 0]], norm (2 seqs, 3 tokens), max len 4 ->
+    seq_mean_token_mean (2 + 5)/2 = 3.5; token_mean 9/3 = 3; seq_sum_constant (4/4 + 5/4)/2 = 1.125.
+    """
+    fn = AGGREGATIONS.get(mode, path="loss.aggregation")
+    return fn(values, mask.to(values.dtype), norm, max_completion_length)
+
+
+# ---- shared pieces ----------------------------------------------------------------------------------------
+def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
+    return float((values * mask).sum() / mask.sum().clamp(min=1.0))
+
+
+def _prepare(inp: LossInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """fp32 (mask, log-ratio, advantages[:, None]); the log-ratio is 0 on padding, so exp() stays finite."""
+    mask = inp.mask.float()  # [B, T]
+    keep = mask > 0
+    log_ratio = torch.where(keep, inp.logp.float() - inp.old_logp.float(), torch.zeros_like(mask))  # [B, T]
+    return mask, log_ratio, inp.advantages.float().unsqueeze(-1)  # [B, T], [B, T], [B, 1]
+
+
+def _per_sequence(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Broadcast one value per sequence [B] over its tokens [B, T]: with seq_mean_token_mean each sequence
+    then contributes exactly its value."""
+    return values.unsqueeze(-1).expand_as(mask)  # [B, T]
+
+
+def _finish(
+    pg: torch.Tensor, inp: LossInputs, cfg: LossConfig, norm: Normalizer, mode: str, metrics: dict[str, float]
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Add the KL term, aggregate, and add the metrics every loss shares."""
+    mask = inp.mask.float()  # [B, T]
+    if inp.ref_logp is not None:
+        keep = mask > 0
+        logp = torch.where(keep, inp.logp.float(), torch.zeros_like(mask))  # [B, T]
+        ref = torch.where(keep, inp.ref_logp.float(), torch.zeros_like(mask))  # [B, T]
+        kl = kl_estimate(logp, ref, cfg.kl_estimator)  # [B, T]
+        metrics["kl"] = _masked_mean(kl.detach(), mask)
+        if cfg.kl_coef:
+            pg = pg + cfg.kl_coef * kl  # [B, T]
+    elif cfg.kl_coef:
+        raise ConfigError("loss.kl_coef", f"is {cfg.kl_coef} but no reference log-probs were given; "
+                          "compute ref_logp or set kl_coef to 0")
+    metrics["num_tokens"] = float(mask.sum())
+    return aggregate(pg, mask, mode, norm, cfg.max_completion_length), metrics
+
+
+def _clip_metrics(ratio, adv, lo, hi, mask) -> dict[str, float]:
+    """Where the clipped branch wins, the gradient is zero: ratio below 1-eps with A<0, above 1+eps with A>0."""
+    low = ((ratio < lo) & (adv < 0)).float()  # [B, T]
+    high = ((ratio > hi) & (adv > 0)).float()  # [B, T]
+    return {
+        "clip_frac": _masked_mean(low + high, mask),
+        "clip_frac_low": _masked_mean(low, mask),
+        "clip_frac_high": _masked_mean(high, mask),
+    }
+
+
+# ---- losses -----------------------------------------------------------------------------------------------
+@POLICY_LOSSES.register("grpo")
+def grpo_loss(inp: LossInputs, cfg: LossConfig, norm: Normalizer) -> tuple[torch.Tensor, dict[str, float]]:
+    """Clipped surrogate. Example (eps 0.2, one sequence of 2 tokens, A = 1, old_logp = 0):
+    logp [ln 1.5, ln 0.9] -> rho [1.5, 0.9] -> per token -[min(1.5, 1.2), 0.9] = [-1.2, -0.9] ->
+    seq_mean_token_mean loss -1.05; only the first token is clipped (clip_frac 0.5)."""
+    mask, log_ratio, adv = _prepare(inp)
+    ratio = torch.exp(log_ratio)  # [B, T]
+    clipped = ratio.clamp(1 - cfg.eps_low, 1 + cfg.eps_high)  # [B, T]
+    pg = -torch.minimum(ratio * adv, clipped * adv)  # [B, T]
+    r = ratio.detach()
+    metrics = _clip_metrics(r, adv, 1 - cfg.eps_low, 1 + cfg.eps_high, mask)
+    metrics["ratio_mean"] = _masked_mean(r, mask)
+    return _finish(pg, inp, cfg, norm, cfg.aggregation, metrics)
+
+
+@POLICY_LOSSES.register("gspo")
+def gspo_loss(inp: LossInputs, cfg: LossConfig, norm: Normalizer) -> tuple[torch.Tensor, dict[str, float]]:
+    """Sequence-level clipped surrogate. Example (eps 3e-4/4e-4, A = 1): token log-ratios [0.01, -0.002]
+    -> s = exp(0.004) = 1.004008 > 1.0004 -> loss -min(1.004008, 1.0004) = -1.0004, no gradient."""
+    mask, log_ratio, adv = _prepare(inp)
+    seq_log_ratio = (log_ratio * mask).sum(dim=-1) / mask.sum(dim=-1).clamp(min=1.0)  # [B]
+    s = torch.exp(seq_log_ratio)  # [B]
+    a = adv.squeeze(-1)  # [B]
+    lo, hi = 1 - cfg.gspo_eps_low, 1 + cfg.gspo_eps_high
+    per_seq = -torch.minimum(s * a, s.clamp(lo, hi) * a)  # [B]
+    s_tok = _per_sequence(s.detach(), mask)  # [B, T]
+    metrics = _clip_metrics(s_tok, adv, lo, hi, mask)
+    metrics["ratio_mean"] = _masked_mean(torch.exp(log_ratio).detach(), mask)
+    metrics["seq_ratio_mean"] = float(s.detach().mean()) if s.numel() else 1.0
+    return _finish(_per_sequence(per_seq, mask), inp, cfg, norm, "seq_mean_token_mean", metrics)
+
+
+@POLICY_LOSSES.register("cispo")
+def cispo_loss(inp: LossInputs, cfg: LossConfig, norm: Normalizer) -> tuple[torch.Tensor, dict[str, float]]:
+    """Clipped IS-weight policy gradient. Example (cispo_eps_high 0.28, A = 2): rho [1.5, 0.5], logp
+    [-1, -2] -> weights sg([1.28, 0.5]) -> per token -[1.28*2*(-1), 0.5*2*(-2)] = [2.56, 2];
+    d loss / d logp = [-2.56, -1] before aggregation."""
+    cfg = resolve_preset("cispo", cfg)
+    mask, log_ratio, adv = _prepare(inp)
+    ratio = torch.exp(log_ratio).detach()  # [B, T]
+    weight = ratio.clamp(max=1 + cfg.cispo_eps_high)  # [B, T], no gradient through the weight
+    logp = torch.where(mask > 0, inp.logp.float(), torch.zeros_like(mask))  # [B, T]
+    pg = -weight * adv * logp  # [B, T]
+    truncated = (ratio > 1 + cfg.cispo_eps_high).float()  # [B, T]
+    metrics = {
+        "clip_frac": _masked_mean(truncated, mask),
+        "clip_frac_low": 0.0,
+        "clip_frac_high": _masked_mean(truncated, mask),
+        "ratio_mean": _masked_mean(ratio, mask),
+    }
+    return _finish(pg, inp, cfg, norm, cfg.aggregation, metrics)
+
+
+@POLICY_LOSSES.register("kimi")
+def kimi_loss(inp: LossInputs, cfg: LossConfig, norm: Normalizer) -> tuple[torch.Tensor, dict[str, float]]:
+    """Kimi k1.5 squared surrogate. Example (tau 0.1, A = 1): token log-ratios [0.5, 0.5] -> delta 1 ->
+    (1 - 0.1)^2 / 0.2 = 4.05; d loss / d logp_t = -(A - tau delta) = -0.9 for each token."""
+    if cfg.kimi_tau <= 0:
+        raise ConfigError("loss.kimi_tau", f"must be > 0, got {cfg.kimi_tau}")
+    mask, log_ratio, adv = _prepare(inp)
+    delta = (log_ratio * mask).sum(dim=-1)  # [B] log pi(y) - log pi_old(y)
+    tau = cfg.kimi_tau
+    per_seq = (adv.squeeze(-1) - tau * delta) ** 2 / (2 * tau)  # [B]
+    metrics = {"clip_frac": 0.0, "clip_frac_low": 0.0, "clip_frac_high": 0.0,
+               "ratio_mean": _masked_mean(torch.exp(log_ratio).detach(), mask)}
+    return _finish(_per_sequence(per_seq, mask), inp, cfg, norm, "seq_mean_token_mean", metrics)
+
+
+# ---- presets ----------------------------------------------------------------------------------------------
+PRESETS: dict[str, dict[str, object]] = {
+    "dapo": {"aggregation": "token_mean", "eps_high": 0.28},
+    "dr_grpo": {"aggregation": "seq_sum_constant"},
+    "cispo": {"aggregation": "token_mean"},
+}
+
+
+def resolve_preset(name: str, cfg: LossConfig) -> LossConfig:
+    """The config a preset loss runs with: preset values for fields still at their LossConfig default.
+
+    Example: resolve_preset("dapo", LossConfig()) -> aggregation "token_mean", eps_high 0.28;
+    resolve_preset("dapo", LossConfig(eps_high=0.3)) keeps eps_high 0.3. Unknown names return cfg unchanged.
+    """
+    defaults = LossConfig()
+    changes = {k: v for k, v in PRESETS.get(name, {}).items() if getattr(cfg, k) == getattr(defaults, k)}
+    return dataclasses.replace(cfg, **changes)
+
+
+def _preset(name: str, base: Callable) -> Callable:
+    def loss(inp: LossInputs, cfg: LossConfig, norm: Normalizer) -> tuple[torch.Tensor, dict[str, float]]:
+        return base(inp, resolve_preset(name, cfg), norm)
+
+    loss.__name__ = f"{name}_loss"
+    loss.__doc__ = f"Preset: {base.__name__} with {PRESETS[name]} (fields left at their default)."
+    return loss
+
+
+POLICY_LOSSES.register("dapo", _preset("dapo", grpo_loss))
+POLICY_LOSSES.register("dr_grpo", _preset("dr_grpo", grpo_loss))
+
+
+# ---- entry points -----------------------------------------------------------------------------------------
+def _check_inputs(inp: LossInputs) -> None:
+    shape = tuple(inp.logp.shape)
+    if len(shape) != 2:
+        raise ValueError(f"logp must be [B, T], got shape {shape}")
+    for name in ("old_logp", "mask", "ref_logp"):
+        t = getattr(inp, name)
+        if t is not None and tuple(t.shape) != shape:
+            raise ValueError(f"{name} has shape {tuple(t.shape)}, logp {shape}; they must match")
+    if tuple(inp.advantages.shape) != shape[:1]:
+        raise ValueError(f"advantages must be [B] = [{shape[0]}] (one per sequence), "
+                         f"got shape {tuple(inp.advantages.shape)}")
+
+
+def policy_loss(
+    name: str, inp: LossInputs, cfg: LossConfig, norm: Normalizer, *, config_path: str = "loss.name"
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """(scalar loss, metrics) of the loss registered as ``name`` on one micro-batch.
+
+    ``norm`` holds the counts of the whole optimizer batch; summing the returned losses over micro-batches
+    gives the full-batch loss. An unknown name raises ConfigError at ``config_path`` with a did-you-mean hint.
+    """
+    fn = POLICY_LOSSES.get(name, path=config_path)
+    cfg.validate()
+    _check_inputs(inp)
+    return fn(inp, cfg, norm)
+
+
+def truncation_mask(
+    finish_reasons: Sequence[str], mask: torch.Tensor, reasons: Sequence[str] = ("length",)
+) -> torch.Tensor:
+    """DAPO overlong filtering (arXiv 2503.14476 §3.4): a copy of ``mask`` [B, T] with the rows of samples
+    whose finish reason is in ``reasons`` (default: cut at max length) zeroed, so they leave the loss.
+
+    Example: reasons ["stop", "length"], mask [[1, 1], [1, 1]] -> [[1, 1], [0, 0]].
+    """
+    if len(finish_reasons) != mask.shape[0]:
+        raise ValueError(f"{len(finish_reasons)} finish reasons for {mask.shape[0]} mask rows")
+    cut = torch.tensor([r in reasons for r in finish_reasons], dtype=torch.bool, device=mask.device)  # [B]
+    return mask * (~cut).to(mask.dtype).unsqueeze(-1)  # [B, T]
