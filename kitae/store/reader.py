@@ -1,0 +1,276 @@
+"""The reading half of RunStore, for `kitae runs` and the web page.
+
+Every method that can return many rows pages with ``limit``/``offset`` (or a step range for metric series)
+and is served by an index, so a run with 10,000 steps and 100,000 samples reads as fast as a small one.
+Each call reads one snapshot: a step that the trainer is committing is seen whole or not at all.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from kitae.errors import ConfigError
+from kitae.registry import unknown_name_message
+from kitae.store.records import (
+    EvalRow,
+    GroupRow,
+    RunSummary,
+    SampleRecord,
+    eval_score,
+    from_json,
+    prompt_key,
+)
+from kitae.store.schema import SCHEMA_VERSION
+from kitae.store.status import effective_status
+
+# order name -> ORDER BY; ties go to the newest step, so the worst groups of a long run are recent ones.
+GROUP_ORDERS = {
+    "worst": "reward_mean IS NULL, reward_mean ASC, step DESC, group_index ASC",  # lowest mean reward first
+    "step": "step DESC, group_index ASC",  # newest step first
+    "variance": "reward_std IS NULL, reward_std DESC, step DESC, group_index ASC",  # widest spread first
+}
+# filter name -> WHERE clause
+GROUP_FILTERS = {
+    "all": "1",
+    "zero_variance": "reward_std = 0",  # every scored sample got the same reward: no learning signal
+    "truncated": "n_truncated > 0",  # at least one sample hit the length limit
+}
+GROUP_COLUMNS = (
+    "id, step, group_index, prompt, messages, reference, item, n_samples, n_scored, n_truncated, reward_mean, "
+    "reward_std"
+)
+
+
+class RunReader:
+    """Read queries on an open run.db. Mixed into RunStore; expects ``_conn``, ``_lock``, ``run_dir``."""
+
+    _conn: sqlite3.Connection
+    _lock: threading.RLock
+    run_dir: Path
+    stale_after: float
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._conn.execute("BEGIN")
+            try:
+                yield self._conn
+            finally:
+                self._conn.execute("COMMIT")
+
+    # ---- the run ------------------------------------------------------------------------------
+    def _run_row(self, db: sqlite3.Connection) -> sqlite3.Row:
+        return db.execute("SELECT * FROM run WHERE id = 1").fetchone()
+
+    def _status(self, row: sqlite3.Row) -> str:
+        return effective_status(row["status"], row["pid"], row["host"], row["heartbeat_at"], self.stale_after)
+
+    @property
+    def status(self) -> str:
+        """"running", "finished", "crashed" or "stopped"; a running run whose trainer died reads "crashed"."""
+        with self._read() as db:
+            return self._status(self._run_row(db))
+
+    @property
+    def config(self) -> dict:
+        with self._read() as db:
+            return from_json(self._run_row(db)["config"])
+
+    def last_step(self) -> int | None:
+        """The highest step with logged metrics; None before the first."""
+        with self._read() as db:
+            return db.execute("SELECT max(step) FROM metrics").fetchone()[0]
+
+    def brief(self) -> RunSummary:
+        """The one-line summary that `kitae runs list` shows."""
+        with self._read() as db:
+            row = self._run_row(db)
+            reward = db.execute("SELECT value FROM metrics WHERE key = 'reward' ORDER BY step DESC LIMIT 1").fetchone()
+            last_eval = db.execute("SELECT metrics FROM evals ORDER BY step DESC LIMIT 1").fetchone()
+            return RunSummary(
+                name=row["name"],
+                path=str(self.run_dir),
+                status=self._status(row),
+                model=row["model"],
+                steps=db.execute("SELECT max(step) FROM metrics").fetchone()[0],
+                reward=reward[0] if reward else None,
+                eval_score=eval_score(from_json(last_eval[0])) if last_eval else None,
+                started_at=row["started_at"],
+                updated_at=row["heartbeat_at"],
+            )
+
+    def summary(self) -> dict[str, Any]:
+        """Everything `kitae runs show` prints, as plain JSON-ready data."""
+        with self._read() as db:
+            row = self._run_row(db)
+            evals = db.execute("SELECT count(*) FROM evals").fetchone()[0]
+            return {
+                "schema_version": SCHEMA_VERSION,
+                "name": row["name"],
+                "path": str(self.run_dir),
+                "status": self._status(row),
+                "model": row["model"],
+                "pid": row["pid"],
+                "host": row["host"],
+                "started_at": row["started_at"],
+                "updated_at": row["heartbeat_at"],
+                "finished_at": row["finished_at"],
+                "steps": db.execute("SELECT max(step) FROM metrics").fetchone()[0],
+                "metrics": self._latest_metrics(db),
+                "evals": evals,
+                "first_eval": self._eval_dict(db, "ASC"),
+                "latest_eval": self._eval_dict(db, "DESC"),
+                "final": from_json(row["summary"]),
+                "config": from_json(row["config"]),
+            }
+
+    def _latest_metrics(self, db: sqlite3.Connection) -> dict[str, dict[str, Any]]:
+        # SQLite takes the bare columns of an aggregate query from the row that holds the max()
+        rows = db.execute("SELECT key, max(step) AS step, value FROM metrics GROUP BY key ORDER BY key")
+        return {r["key"]: {"step": r["step"], "value": r["value"]} for r in rows}
+
+    def _eval_dict(self, db: sqlite3.Connection, direction: str) -> dict[str, Any] | None:
+        row = db.execute(f"SELECT * FROM evals ORDER BY step {direction} LIMIT 1").fetchone()
+        if row is None:
+            return None
+        metrics = from_json(row["metrics"])
+        return {"step": row["step"], "score": eval_score(metrics), "metrics": metrics, "n_samples": row["n_samples"]}
+
+    # ---- metrics ------------------------------------------------------------------------------
+    def metric_keys(self) -> list[str]:
+        with self._read() as db:
+            return [r[0] for r in db.execute("SELECT DISTINCT key FROM metrics ORDER BY key")]
+
+    def metrics(
+        self, keys: list[str] | None = None, since_step: int = 0, until_step: int | None = None
+    ) -> dict[str, list[tuple[int, float | None]]]:
+        """key -> [(step, value), ...] for since_step <= step <= until_step, in step order.
+
+        A page of a long series is a step range; the web page polls with since_step = last seen + 1.
+        """
+        until = until_step if until_step is not None else 2**62
+        with self._read() as db:
+            keys = keys if keys is not None else [r[0] for r in db.execute("SELECT DISTINCT key FROM metrics")]
+            out: dict[str, list[tuple[int, float | None]]] = {}
+            for key in keys:
+                rows = db.execute(
+                    "SELECT step, value FROM metrics WHERE key = ? AND step BETWEEN ? AND ? ORDER BY step",
+                    (key, since_step, until),
+                )
+                out[key] = [(r[0], r[1]) for r in rows]
+            return out
+
+    # ---- groups and samples -------------------------------------------------------------------
+    def groups(
+        self,
+        step: int | None = None,
+        prompt: str | None = None,
+        order: str = "worst",
+        filter: str = "all",
+        limit: int | None = 50,
+        offset: int = 0,
+        with_samples: bool = False,
+    ) -> list[GroupRow]:
+        """A page of groups, of one step and/or one prompt, ordered and filtered by name (see GROUP_ORDERS)."""
+        where, params = _group_where(step, prompt, filter)
+        if order not in GROUP_ORDERS:
+            raise ConfigError("order", unknown_name_message("group order", order, list(GROUP_ORDERS)))
+        sql = f"SELECT {GROUP_COLUMNS} FROM groups WHERE {where} ORDER BY {GROUP_ORDERS[order]} LIMIT ? OFFSET ?"
+        with self._read() as db:
+            rows = db.execute(sql, (*params, -1 if limit is None else limit, offset)).fetchall()
+            return [self._group(db, r, with_samples) for r in rows]
+
+    def count_groups(self, step: int | None = None, prompt: str | None = None, filter: str = "all") -> int:
+        """How many groups :meth:`groups` pages through with the same arguments."""
+        where, params = _group_where(step, prompt, filter)
+        with self._read() as db:
+            return db.execute(f"SELECT count(*) FROM groups WHERE {where}", params).fetchone()[0]
+
+    def group(self, group_id: int, with_samples: bool = True) -> GroupRow | None:
+        with self._read() as db:
+            row = db.execute(f"SELECT {GROUP_COLUMNS} FROM groups WHERE id = ?", (group_id,)).fetchone()
+            return None if row is None else self._group(db, row, with_samples)
+
+    def group_steps(self) -> list[int]:
+        """The steps that have logged groups, in order."""
+        with self._read() as db:
+            return [r[0] for r in db.execute("SELECT DISTINCT step FROM groups ORDER BY step")]
+
+    def samples(self, group_id: int) -> list[SampleRecord]:
+        """The samples of one group, in the order they were logged."""
+        with self._read() as db:
+            return self._samples(db, group_id)
+
+    def prompt_history(
+        self, prompt: str, limit: int | None = 100, offset: int = 0, with_samples: bool = True
+    ) -> list[GroupRow]:
+        """The same prompt across steps, oldest first: how its samples and rewards changed during training."""
+        sql = f"SELECT {GROUP_COLUMNS} FROM groups WHERE prompt_key = ? AND prompt = ? ORDER BY step, group_index"
+        with self._read() as db:
+            rows = db.execute(sql + " LIMIT ? OFFSET ?", (prompt_key(prompt), prompt, -1 if limit is None else limit, offset))
+            return [self._group(db, r, with_samples) for r in rows.fetchall()]
+
+    def _group(self, db: sqlite3.Connection, row: sqlite3.Row, with_samples: bool) -> GroupRow:
+        return GroupRow(
+            id=row["id"],
+            step=row["step"],
+            group_index=row["group_index"],
+            prompt=row["prompt"],
+            messages=from_json(row["messages"]),
+            reference=row["reference"],
+            item=from_json(row["item"]),
+            n_samples=row["n_samples"],
+            n_scored=row["n_scored"],
+            n_truncated=row["n_truncated"],
+            reward_mean=row["reward_mean"],
+            reward_std=row["reward_std"],
+            samples=self._samples(db, row["id"]) if with_samples else [],
+        )
+
+    def _samples(self, db: sqlite3.Connection, group_id: int) -> list[SampleRecord]:
+        rows = db.execute("SELECT * FROM samples WHERE group_id = ? ORDER BY sample_index", (group_id,))
+        return [
+            SampleRecord(
+                text=r["text"],
+                completion_tokens=r["completion_tokens"],
+                finish_reason=r["finish_reason"],
+                reward=r["reward"],
+                advantage=r["advantage"],
+                scores=from_json(r["scores"]),
+                reasons=from_json(r["reasons"]),
+                sub_scores=from_json(r["sub_scores"]),
+                errors=from_json(r["errors"]),
+            )
+            for r in rows
+        ]
+
+    # ---- evals --------------------------------------------------------------------------------
+    def evals(self, limit: int | None = None, offset: int = 0) -> list[EvalRow]:
+        """Every evaluation, oldest first."""
+        sql = "SELECT * FROM evals ORDER BY step LIMIT ? OFFSET ?"
+        with self._read() as db:
+            rows = db.execute(sql, (-1 if limit is None else limit, offset))
+            return [EvalRow(r["step"], from_json(r["metrics"]), r["n_samples"], r["logged_at"]) for r in rows]
+
+    def eval_samples(self, step: int, limit: int | None = None, offset: int = 0) -> list[dict]:
+        """The samples logged with the evaluation at `step`, in order."""
+        sql = "SELECT data FROM eval_samples WHERE step = ? ORDER BY sample_index LIMIT ? OFFSET ?"
+        with self._read() as db:
+            return [from_json(r[0]) for r in db.execute(sql, (step, -1 if limit is None else limit, offset))]
+
+
+def _group_where(step: int | None, prompt: str | None, filter: str) -> tuple[str, tuple]:
+    if filter not in GROUP_FILTERS:
+        raise ConfigError("filter", unknown_name_message("group filter", filter, list(GROUP_FILTERS)))
+    clauses, params = [GROUP_FILTERS[filter]], []
+    if step is not None:
+        clauses.append("step = ?")
+        params.append(step)
+    if prompt is not None:
+        clauses.append("prompt_key = ? AND prompt = ?")
+        params += [prompt_key(prompt), prompt]
+    return " AND ".join(clauses), tuple(params)

@@ -1,0 +1,141 @@
+"""The run.db schema (version 1), the connection settings and the version check.
+
+The schema is the contract between training and the web page, documented in docs/run_store.md. Any change
+to a table bumps SCHEMA_VERSION, updates that document and adds a migration to MIGRATIONS; a kitae that
+meets a newer database refuses to open it instead of misreading it.
+
+Connections use WAL journaling, so readers (the web page, `kitae runs`) read while the trainer writes, and
+`synchronous=FULL`, so a committed step survives a killed process and a lost machine alike; one fsync per
+step is noise next to a training step.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Callable
+
+from kitae.errors import KitaeError
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_MS = 10_000
+
+SCHEMA = """
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE run (
+    id           INTEGER PRIMARY KEY CHECK (id = 1),
+    name         TEXT NOT NULL,
+    model        TEXT NOT NULL,
+    config       TEXT NOT NULL,
+    status       TEXT NOT NULL,
+    pid          INTEGER,
+    host         TEXT,
+    started_at   REAL NOT NULL,
+    heartbeat_at REAL NOT NULL,
+    finished_at  REAL,
+    summary      TEXT
+);
+CREATE TABLE metrics (
+    key   TEXT NOT NULL,
+    step  INTEGER NOT NULL,
+    value REAL,
+    PRIMARY KEY (key, step)
+) WITHOUT ROWID;
+CREATE INDEX metrics_by_step ON metrics (step);
+CREATE TABLE groups (
+    id          INTEGER PRIMARY KEY,
+    step        INTEGER NOT NULL,
+    group_index INTEGER NOT NULL,
+    prompt      TEXT NOT NULL,
+    prompt_key  TEXT NOT NULL,
+    messages    TEXT NOT NULL,
+    reference   TEXT,
+    item        TEXT NOT NULL,
+    n_samples   INTEGER NOT NULL,
+    n_scored    INTEGER NOT NULL,
+    n_truncated INTEGER NOT NULL,
+    reward_mean REAL,
+    reward_std  REAL,
+    UNIQUE (step, group_index)
+);
+CREATE INDEX groups_by_prompt ON groups (prompt_key, step);
+CREATE INDEX groups_by_reward ON groups (reward_mean);
+CREATE INDEX groups_by_spread ON groups (reward_std);
+CREATE TABLE samples (
+    group_id          INTEGER NOT NULL REFERENCES groups (id),
+    sample_index      INTEGER NOT NULL,
+    step              INTEGER NOT NULL,
+    text              TEXT NOT NULL,
+    completion_tokens INTEGER NOT NULL,
+    finish_reason     TEXT NOT NULL,
+    reward            REAL,
+    advantage         REAL NOT NULL,
+    scores            TEXT NOT NULL,
+    reasons           TEXT NOT NULL,
+    sub_scores        TEXT NOT NULL,
+    errors            TEXT NOT NULL,
+    PRIMARY KEY (group_id, sample_index)
+) WITHOUT ROWID;
+CREATE INDEX samples_by_step ON samples (step);
+CREATE TABLE evals (
+    step      INTEGER PRIMARY KEY,
+    metrics   TEXT NOT NULL,
+    n_samples INTEGER NOT NULL,
+    logged_at REAL NOT NULL
+);
+CREATE TABLE eval_samples (
+    step         INTEGER NOT NULL,
+    sample_index INTEGER NOT NULL,
+    data         TEXT NOT NULL,
+    PRIMARY KEY (step, sample_index)
+) WITHOUT ROWID;
+"""
+
+# version v -> function that upgrades a database at version v to v + 1, inside one transaction.
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {}
+
+
+def connect(db_path: Path) -> sqlite3.Connection:
+    """A connection in autocommit mode; callers group writes with explicit BEGIN IMMEDIATE ... COMMIT."""
+    conn = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
+    conn.row_factory = sqlite3.Row
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    return conn
+
+
+def create_schema(conn: sqlite3.Connection) -> None:
+    version_row = f"INSERT INTO meta (key, value) VALUES ('schema_version', '{SCHEMA_VERSION}');"
+    conn.executescript(f"BEGIN IMMEDIATE;\n{SCHEMA}\n{version_row}\nCOMMIT;")
+
+
+def read_version(conn: sqlite3.Connection, db_path: Path) -> int:
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise KitaeError(f"{db_path}: not a kitae run store ({exc})") from exc
+    if row is None:
+        raise KitaeError(f"{db_path}: not a kitae run store (meta table has no schema_version)")
+    return int(row["value"])
+
+
+def check_version(conn: sqlite3.Connection, db_path: Path) -> None:
+    """Upgrade an older database in place; refuse a newer one with a message that says what to do."""
+    version = read_version(conn, db_path)
+    if version > SCHEMA_VERSION:
+        raise KitaeError(
+            f"{db_path}: run store schema version {version} is newer than this kitae reads "
+            f"(up to {SCHEMA_VERSION}); upgrade kitae (pip install -U kitae) to open this run"
+        )
+    while version < SCHEMA_VERSION:
+        if version not in MIGRATIONS:
+            raise KitaeError(f"{db_path}: run store schema version {version} is unknown; cannot upgrade it")
+        conn.execute("BEGIN IMMEDIATE")
+        MIGRATIONS[version](conn)
+        version += 1
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
+        conn.execute("COMMIT")

@@ -1,0 +1,231 @@
+"""RunStore: one run's SQLite database, runs/NAME/run.db, written by the trainer and read by everyone else.
+
+Modelled on trackio: the storage is the contract and the writer's API is small (create, log_*, finish).
+Every ``log_*`` call, ``truncate_after`` and ``finish`` is one transaction, so a reader sees a step whole or
+not at all and a trainer killed with SIGKILL leaves every committed step readable. The reading half of the
+API lives in :mod:`kitae.store.reader`.
+
+    store = RunStore.create("runs/gsm8k-1", name="gsm8k-1", config=cfg, model="Qwen/Qwen3-0.6B")
+    for step in range(1, steps + 1):
+        store.log_groups(step, groups)
+        store.log_metrics(step, {"reward": 0.41, "kl": 0.002})
+    store.finish("finished")
+
+Departure from trackio: one database per run (not per project), so a run folder is self-contained and can
+be copied, deleted or truncated for a resume on its own.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from kitae.errors import KitaeError
+from kitae.store.reader import RunReader
+from kitae.registry import closest
+from kitae.store.records import GroupRecord, SampleRecord, group_stats, prompt_key, scalar, to_json
+from kitae.store.schema import check_version, connect, create_schema
+from kitae.store.status import FINAL_STATUSES, STALE_AFTER_S, this_host
+
+DB_NAME = "run.db"
+
+
+class RunStore(RunReader):
+    """A handle on runs/NAME/run.db. Use :meth:`create` for a new run and :meth:`open` for an existing one."""
+
+    def __init__(self, run_dir: Path, conn: sqlite3.Connection, stale_after: float = STALE_AFTER_S):
+        self.run_dir = run_dir
+        self.stale_after = stale_after
+        self._conn = conn
+        self._lock = threading.RLock()
+
+    # ---- opening ------------------------------------------------------------------------------
+    @classmethod
+    def create(cls, run_dir: str | Path, name: str | None = None, config: dict | None = None, model: str = "") -> "RunStore":
+        """Start a new run: status "running", this process's pid and host, start time now."""
+        run_dir = Path(run_dir)
+        db_path = run_dir / DB_NAME
+        if db_path.exists():
+            raise KitaeError(f"run '{run_dir.name}' already exists ({db_path}); resume it or choose another run name")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        conn = connect(db_path)
+        create_schema(conn)
+        now = time.time()
+        conn.execute(
+            "INSERT INTO run (id, name, model, config, status, pid, host, started_at, heartbeat_at) "
+            "VALUES (1, ?, ?, ?, 'running', ?, ?, ?, ?)",
+            (name or run_dir.name, model, to_json(config or {}), os.getpid(), this_host(), now, now),
+        )
+        return cls(run_dir, conn)
+
+    @classmethod
+    def open(cls, run_dir: str | Path, stale_after: float = STALE_AFTER_S) -> "RunStore":
+        """Open an existing run, to resume it or to read it. Raises KitaeError naming the runs that exist."""
+        run_dir = Path(run_dir)
+        db_path = run_dir / DB_NAME
+        if not db_path.is_file():
+            raise run_not_found(run_dir.parent, run_dir.name)
+        conn = connect(db_path)
+        try:
+            check_version(conn, db_path)
+        except BaseException:
+            conn.close()
+            raise
+        return cls(run_dir, conn, stale_after)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> "RunStore":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ---- writing ------------------------------------------------------------------------------
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One transaction; it also refreshes the heartbeat, so a logging trainer is a live trainer."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+                self._conn.execute("UPDATE run SET heartbeat_at = ? WHERE id = 1", (time.time(),))
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def mark_running(self) -> None:
+        """On resume: status "running" again, owned by this process."""
+        with self._write() as db:
+            db.execute(
+                "UPDATE run SET status = 'running', pid = ?, host = ?, finished_at = NULL, summary = NULL WHERE id = 1",
+                (os.getpid(), this_host()),
+            )
+
+    def heartbeat(self) -> None:
+        with self._write():
+            pass
+
+    def log_metrics(self, step: int, metrics: dict[str, Any]) -> None:
+        """Per-step scalars. Logging a key again at the same step replaces its value; NaN is stored as NULL."""
+        rows = [(key, int(step), scalar(value)) for key, value in metrics.items()]
+        with self._write() as db:
+            db.executemany(
+                "INSERT INTO metrics (key, step, value) VALUES (?, ?, ?) "
+                "ON CONFLICT (key, step) DO UPDATE SET value = excluded.value",
+                rows,
+            )
+
+    def log_groups(self, step: int, groups: list[GroupRecord]) -> None:
+        """Every group of a step with its samples. A group logged again (same step and index) is replaced."""
+        with self._write() as db:
+            for group in groups:
+                self._replace_group(db, int(step), group)
+
+    def _replace_group(self, db: sqlite3.Connection, step: int, group: GroupRecord) -> None:
+        old = db.execute("SELECT id FROM groups WHERE step = ? AND group_index = ?", (step, group.group_index)).fetchone()
+        if old is not None:
+            db.execute("DELETE FROM samples WHERE group_id = ?", (old["id"],))
+            db.execute("DELETE FROM groups WHERE id = ?", (old["id"],))
+        cursor = db.execute(
+            "INSERT INTO groups (step, group_index, prompt, prompt_key, messages, reference, item, n_samples, "
+            "n_scored, n_truncated, reward_mean, reward_std) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            _group_row(step, group),
+        )
+        db.executemany(
+            "INSERT INTO samples (group_id, sample_index, step, text, completion_tokens, finish_reason, reward, "
+            "advantage, scores, reasons, sub_scores, errors) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(cursor.lastrowid, i, step, *_sample_row(s)) for i, s in enumerate(group.samples)],
+        )
+
+    def log_eval(self, step: int, metrics: dict[str, Any], samples: list[dict] | None = None) -> None:
+        """An evaluation at `step`: its metrics and, optionally, the graded samples. Replaces an earlier one."""
+        samples = samples or []
+        values = {key: scalar(value) for key, value in metrics.items()}
+        with self._write() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO evals (step, metrics, n_samples, logged_at) VALUES (?, ?, ?, ?)",
+                (int(step), to_json(values), len(samples), time.time()),
+            )
+            db.execute("DELETE FROM eval_samples WHERE step = ?", (int(step),))
+            db.executemany(
+                "INSERT INTO eval_samples (step, sample_index, data) VALUES (?, ?, ?)",
+                [(int(step), i, to_json(sample)) for i, sample in enumerate(samples)],
+            )
+
+    def truncate_after(self, step: int) -> None:
+        """Delete every row logged for a step after `step`: resuming from checkpoint step-N calls it with N."""
+        with self._write() as db:
+            for table in ("metrics", "samples", "groups", "evals", "eval_samples"):
+                db.execute(f"DELETE FROM {table} WHERE step > ?", (int(step),))
+
+    def finish(self, status: str = "finished", summary: dict | None = None) -> None:
+        """Mark the run over: "finished", "crashed" (an exception) or "stopped" (a person stopped it)."""
+        if status not in FINAL_STATUSES:
+            raise KitaeError(f"finish status '{status}' is not one of {', '.join(FINAL_STATUSES)}")
+        with self._write() as db:
+            db.execute(
+                "UPDATE run SET status = ?, finished_at = ?, summary = ? WHERE id = 1",
+                (status, time.time(), None if summary is None else to_json(summary)),
+            )
+
+
+def _group_row(step: int, group: GroupRecord) -> tuple:
+    stats = group_stats(group.samples)
+    return (
+        step,
+        group.group_index,
+        group.prompt,
+        prompt_key(group.prompt),
+        to_json(group.messages),
+        group.reference,
+        to_json(group.item),
+        stats.n_samples,
+        stats.n_scored,
+        stats.n_truncated,
+        stats.reward_mean,
+        stats.reward_std,
+    )
+
+
+def _sample_row(sample: SampleRecord) -> tuple:
+    return (
+        sample.text,
+        int(sample.completion_tokens),
+        sample.finish_reason,
+        scalar(sample.reward),
+        float(sample.advantage),
+        to_json(sample.scores),
+        to_json(sample.reasons),
+        to_json(sample.sub_scores),
+        to_json(sample.errors),
+    )
+
+
+def available_runs(runs_dir: Path) -> list[str]:
+    """Names of the folders under `runs_dir` that hold a run.db."""
+    if not runs_dir.is_dir():
+        return []
+    return sorted(p.name for p in runs_dir.iterdir() if (p / DB_NAME).is_file())
+
+
+def run_not_found(runs_dir: Path, name: str) -> KitaeError:
+    if not runs_dir.is_dir():
+        return KitaeError(f"no run '{name}': the runs folder '{runs_dir}' does not exist")
+    names = available_runs(runs_dir)
+    if not names:
+        return KitaeError(f"no run '{name}' in '{runs_dir}': that folder holds no runs yet")
+    return KitaeError(f"no run '{name}' in '{runs_dir}'" + _did_you_mean(name, names) + f" (runs: {', '.join(names)})")
+
+
+def _did_you_mean(name: str, names: list[str]) -> str:
+    hint = closest(name, names)
+    return f"; did you mean '{hint}'?" if hint else ""
