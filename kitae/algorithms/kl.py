@@ -50,7 +50,7 @@ def kl_estimate(
     kind: str = "k3",
     *,
     clamp_log_ratio: float | None = None,
-    config_path: str = "loss.kl_estimator",
+    config_path: str = "algorithm.kl.estimator",
 ) -> torch.Tensor:
     """Per-token KL(pi || pi_ref) estimate [B, T] from log-probs [B, T] of the sampled tokens.
 
@@ -100,9 +100,9 @@ class AdaptiveKLController:
 
     def __init__(self, init_kl_coef: float, target: float, horizon: float):
         if target <= 0:
-            raise ConfigError("kl.target", f"must be > 0 for the adaptive KL controller, got {target}")
+            raise ConfigError("algorithm.kl.adaptive.target", f"must be > 0 for the adaptive KL controller, got {target}")
         if horizon <= 0:
-            raise ConfigError("kl.horizon", f"must be > 0 for the adaptive KL controller, got {horizon}")
+            raise ConfigError("algorithm.kl.adaptive.horizon", f"must be > 0 for the adaptive KL controller, got {horizon}")
         self.value = float(init_kl_coef)
         self.target = float(target)
         self.horizon = float(horizon)

@@ -52,7 +52,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from kitae.algorithms.kl import kl_estimate
+from kitae.algorithms.kl import KL_ESTIMATORS, kl_estimate
 from kitae.errors import ConfigError
 from kitae.registry import Registry
 
@@ -82,16 +82,28 @@ class LossConfig:
     cispo_eps_high: float = 0.28  # CISPO IS-weight cap 1 + eps_high; no lower bound
     kimi_tau: float = 0.1  # Kimi k1.5 relative-entropy regularization strength (> 0)
 
-    def validate(self, path: str = "loss") -> None:
-        """Raise ConfigError naming the field when a value cannot work."""
+    def validate(self, path: str = "algorithm") -> None:
+        """Raise ConfigError naming the field (as a key path under ``path``) when a value cannot work."""
         for name in ("eps_low", "eps_high", "gspo_eps_low", "gspo_eps_high", "cispo_eps_high", "kl_coef"):
             if getattr(self, name) < 0:
-                raise ConfigError(f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")
+                raise ConfigError(key_path(name, path), f"must be >= 0, got {getattr(self, name)}")
         if self.kimi_tau <= 0:
-            raise ConfigError(f"{path}.kimi_tau", f"must be > 0, got {self.kimi_tau}")
-        AGGREGATIONS.get(self.aggregation, path=f"{path}.aggregation")
+            raise ConfigError(key_path("kimi_tau", path), f"must be > 0, got {self.kimi_tau}")
+        AGGREGATIONS.get(self.aggregation, path=key_path("aggregation", path))
+        KL_ESTIMATORS.get(self.kl_estimator, path=key_path("kl_estimator", path))
         if self.max_completion_length is not None and self.max_completion_length <= 0:
-            raise ConfigError(f"{path}.max_completion_length", f"must be > 0, got {self.max_completion_length}")
+            raise ConfigError(key_path("max_completion_length", path),
+                              f"must be > 0, got {self.max_completion_length}")
+
+
+# LossConfig field -> its key in the training config (kitae/trainer/config.py), for error messages.
+CONFIG_KEYS = {"kl_coef": "kl.coef", "kl_estimator": "kl.estimator"}
+
+
+def key_path(field_name: str, path: str = "algorithm") -> str:
+    """Where a LossConfig field lives in the training config: key_path("kl_coef") -> "algorithm.kl.coef"."""
+    key = CONFIG_KEYS.get(field_name, field_name)
+    return f"{path}.{key}" if path else key
 
 
 @dataclass
@@ -129,8 +141,8 @@ def _token_mean(v: torch.Tensor, m: torch.Tensor, norm: Normalizer, max_len: int
 @AGGREGATIONS.register("seq_sum_constant")
 def _seq_sum_constant(v: torch.Tensor, m: torch.Tensor, norm: Normalizer, max_len: int | None) -> torch.Tensor:
     if not max_len:
-        raise ConfigError("loss.max_completion_length", "aggregation 'seq_sum_constant' (Dr. GRPO) needs it; "
-                          "set it to the rollout's max_completion_length")
+        raise ConfigError(key_path("max_completion_length"), "aggregation 'seq_sum_constant' (Dr. GRPO) "
+                          "needs it: pass the rollout's max completion length (sampling.max_new_tokens)")
     return (v * m).sum() / max_len / max(norm.num_sequences, 1)
 
 
@@ -150,7 +162,7 @@ def aggregate(
     Example: v [[1, 3], [5, 0]], mask [[1, 1], [1, 0]], norm (2 seqs, 3 tokens), max len 4 ->
     seq_mean_token_mean (2 + 5)/2 = 3.5; token_mean 9/3 = 3; seq_sum_constant (4/4 + 5/4)/2 = 1.125.
     """
-    fn = AGGREGATIONS.get(mode, path="loss.aggregation")
+    fn = AGGREGATIONS.get(mode, path=key_path("aggregation"))
     return fn(values, mask.to(values.dtype), norm, max_completion_length)
 
 
@@ -182,12 +194,12 @@ def _finish(
         keep = mask > 0
         logp = torch.where(keep, inp.logp.float(), torch.zeros_like(mask))  # [B, T]
         ref = torch.where(keep, inp.ref_logp.float(), torch.zeros_like(mask))  # [B, T]
-        kl = kl_estimate(logp, ref, cfg.kl_estimator)  # [B, T]
+        kl = kl_estimate(logp, ref, cfg.kl_estimator, config_path=key_path("kl_estimator"))  # [B, T]
         metrics["kl"] = _masked_mean(kl.detach(), mask)
         if cfg.kl_coef:
             pg = pg + cfg.kl_coef * kl  # [B, T]
     elif cfg.kl_coef:
-        raise ConfigError("loss.kl_coef", f"is {cfg.kl_coef} but no reference log-probs were given; "
+        raise ConfigError(key_path("kl_coef"), f"is {cfg.kl_coef} but no reference log-probs were given; "
                           "compute ref_logp or set kl_coef to 0")
     metrics["num_tokens"] = float(mask.sum())
     return aggregate(pg, mask, mode, norm, cfg.max_completion_length), metrics
@@ -263,7 +275,7 @@ def kimi_loss(inp: LossInputs, cfg: LossConfig, norm: Normalizer) -> tuple[torch
     """Kimi k1.5 squared surrogate. Example (tau 0.1, A = 1): token log-ratios [0.5, 0.5] -> delta 1 ->
     (1 - 0.1)^2 / 0.2 = 4.05; d loss / d logp_t = -(A - tau delta) = -0.9 for each token."""
     if cfg.kimi_tau <= 0:
-        raise ConfigError("loss.kimi_tau", f"must be > 0, got {cfg.kimi_tau}")
+        raise ConfigError(key_path("kimi_tau"), f"must be > 0, got {cfg.kimi_tau}")
     mask, log_ratio, adv = _prepare(inp)
     delta = (log_ratio * mask).sum(dim=-1)  # [B] log pi(y) - log pi_old(y)
     tau = cfg.kimi_tau
@@ -320,7 +332,7 @@ def _check_inputs(inp: LossInputs) -> None:
 
 
 def policy_loss(
-    name: str, inp: LossInputs, cfg: LossConfig, norm: Normalizer, *, config_path: str = "loss.name"
+    name: str, inp: LossInputs, cfg: LossConfig, norm: Normalizer, *, config_path: str = "algorithm.loss"
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """(scalar loss, metrics) of the loss registered as ``name`` on one micro-batch.
 

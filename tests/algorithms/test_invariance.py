@@ -1,0 +1,67 @@
+"""Gradient accumulation invariance: with the full-batch Normalizer, micro-batch losses sum to the
+full-batch loss and accumulated gradients equal the full-batch gradients (every loss, every aggregation)."""
+
+import pytest
+import torch
+
+from kitae.algorithms import AGGREGATIONS, POLICY_LOSSES, LossConfig, LossInputs, Normalizer, policy_loss
+
+B, T = 8, 6
+LENGTHS = [6, 1, 4, 3, 6, 2, 5, 4]  # unequal, so token and sequence means differ
+
+
+def batch() -> LossInputs:
+    g = torch.Generator().manual_seed(1)
+    old = -3 * torch.rand(B, T, generator=g)  # [B, T]
+    # ratios between e^-0.4 and e^0.4: some tokens outside 1 +- 0.2 so clipping happens
+    logp = old + 0.8 * (torch.rand(B, T, generator=g) - 0.5)  # [B, T]
+    ref = old + 0.2 * torch.randn(B, T, generator=g)  # [B, T]
+    mask = (torch.arange(T) < torch.tensor(LENGTHS).unsqueeze(-1)).float()  # [B, T]
+    logp = torch.where(mask > 0, logp, torch.full_like(logp, -float("inf")))  # padding may hold -inf
+    adv = torch.tensor([1.0, -0.5, 2.0, -1.5, 0.0, 0.7, -0.2, 1.1])  # [B]
+    return LossInputs(logp.requires_grad_(True), old, adv, mask, ref)
+
+
+def run(name, cfg, inp, splits, per_micro_norm=False):
+    """Summed loss and accumulated d loss / d logp over micro-batches of the given sizes."""
+    full = Normalizer.from_masks([inp.mask])
+    total, start = 0.0, 0
+    for size in splits:
+        sl = slice(start, start + size)
+        mb = LossInputs(inp.logp[sl], inp.old_logp[sl], inp.advantages[sl], inp.mask[sl], inp.ref_logp[sl])
+        norm = Normalizer.from_masks([mb.mask]) if per_micro_norm else full
+        loss, _ = policy_loss(name, mb, cfg, norm)
+        loss.backward()
+        total += loss.item()
+        start += size
+    grad = inp.logp.grad.clone()
+    inp.logp.grad = None
+    return total, grad
+
+
+CFGS = [
+    LossConfig(aggregation=agg, max_completion_length=T, kl_coef=0.1, gspo_eps_low=0.05, gspo_eps_high=0.05)
+    for agg in AGGREGATIONS.names()
+]
+
+
+@pytest.mark.parametrize("name", POLICY_LOSSES.names())
+@pytest.mark.parametrize("cfg", CFGS, ids=[c.aggregation for c in CFGS])
+@pytest.mark.parametrize("splits", [[1] * 8, [4, 4], [3, 5]], ids=["8x1", "2x4", "3+5"])
+def test_micro_batches_sum_to_the_full_batch(name, cfg, splits):
+    inp = batch()
+    full_loss, full_grad = run(name, cfg, inp, [B])
+    loss, grad = run(name, cfg, inp, splits)
+    assert loss == pytest.approx(full_loss, abs=1e-6)
+    torch.testing.assert_close(grad, full_grad, atol=1e-6, rtol=0)
+    assert full_grad.abs().sum() > 0  # something was learned, so the comparison means something
+
+
+@pytest.mark.parametrize("aggregation", ["seq_mean_token_mean", "token_mean", "seq_sum_constant"])
+def test_per_micro_batch_normalizer_would_break_it(aggregation):
+    # control: normalizing each micro-batch by its own counts does not add up (the test above can fail)
+    cfg = LossConfig(aggregation=aggregation, max_completion_length=T)
+    inp = batch()
+    full_loss, _ = run("grpo", cfg, inp, [B])
+    loss, _ = run("grpo", cfg, inp, [4, 4], per_micro_norm=True)
+    assert abs(loss - full_loss) > 1e-3
