@@ -2,7 +2,8 @@
 
 Every method that can return many rows pages with ``limit``/``offset`` (or a step range for metric series)
 and is served by an index, so a run with 10,000 steps and 100,000 samples reads as fast as a small one.
-Each call reads one snapshot: a step that the trainer is committing is seen whole or not at all.
+Each call reads one snapshot: a step that the trainer is committing is seen whole or not at all; several
+calls share one inside ``with store.snapshot():``.
 """
 
 from __future__ import annotations
@@ -53,9 +54,27 @@ class RunReader:
     run_dir: Path
     stale_after: float
 
+    _snapshot_depth = 0
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Make every read inside the block see the same state, e.g. to render one consistent page.
+
+        The trainer's commits are not blocked (WAL); they become visible after the block."""
+        with self._lock:
+            with self._read():
+                self._snapshot_depth += 1
+                try:
+                    yield
+                finally:
+                    self._snapshot_depth -= 1
+
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
+            if self._snapshot_depth:
+                yield self._conn
+                return
             self._conn.execute("BEGIN")
             try:
                 yield self._conn
@@ -211,7 +230,8 @@ class RunReader:
         """The same prompt across steps, oldest first: how its samples and rewards changed during training."""
         sql = f"SELECT {GROUP_COLUMNS} FROM groups WHERE prompt_key = ? AND prompt = ? ORDER BY step, group_index"
         with self._read() as db:
-            rows = db.execute(sql + " LIMIT ? OFFSET ?", (prompt_key(prompt), prompt, -1 if limit is None else limit, offset))
+            page = (prompt_key(prompt), prompt, -1 if limit is None else limit, offset)
+            rows = db.execute(sql + " LIMIT ? OFFSET ?", page)
             return [self._group(db, r, with_samples) for r in rows.fetchall()]
 
     def _group(self, db: sqlite3.Connection, row: sqlite3.Row, with_samples: bool) -> GroupRow:

@@ -46,7 +46,9 @@ class RunStore(RunReader):
 
     # ---- opening ------------------------------------------------------------------------------
     @classmethod
-    def create(cls, run_dir: str | Path, name: str | None = None, config: dict | None = None, model: str = "") -> "RunStore":
+    def create(
+        cls, run_dir: str | Path, name: str | None = None, config: dict | None = None, model: str = ""
+    ) -> "RunStore":
         """Start a new run: status "running", this process's pid and host, start time now."""
         run_dir = Path(run_dir)
         db_path = run_dir / DB_NAME
@@ -131,7 +133,8 @@ class RunStore(RunReader):
                 self._replace_group(db, int(step), group)
 
     def _replace_group(self, db: sqlite3.Connection, step: int, group: GroupRecord) -> None:
-        old = db.execute("SELECT id FROM groups WHERE step = ? AND group_index = ?", (step, group.group_index)).fetchone()
+        key = (step, group.group_index)
+        old = db.execute("SELECT id FROM groups WHERE step = ? AND group_index = ?", key).fetchone()
         if old is not None:
             db.execute("DELETE FROM samples WHERE group_id = ?", (old["id"],))
             db.execute("DELETE FROM groups WHERE id = ?", (old["id"],))

@@ -1,0 +1,118 @@
+"""`kitae runs list` and `kitae runs show` on real run stores."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from kitae.cli.runs import fmt_number, register
+from kitae.errors import KitaeError
+from kitae.store import RunStore
+
+from .conftest import make_group
+
+
+@pytest.fixture
+def app():
+    app = typer.Typer()
+    register(app)
+
+    @app.callback()
+    def root() -> None:  # keeps `runs` a sub-command, as in the real `kitae` app
+        pass
+
+    return app
+
+
+@pytest.fixture
+def runs_dir(tmp_path):
+    """Three runs: a finished one with evals, a crashed one (its trainer is gone), a broken run.db."""
+    runs = tmp_path / "runs"
+    with RunStore.create(runs / "gsm8k-a", name="gsm8k-a", config={"lr": 1e-6}, model="Qwen/Qwen3-0.6B") as s:
+        s.log_eval(0, {"score": 0.125, "accuracy": 0.125})
+        for step in (1, 2, 3):
+            s.log_metrics(step, {"reward": step / 4, "kl": 0.001 * step})
+            s.log_groups(step, [make_group(0, [1.0, 0.0])])
+        s.log_metrics(3, {"entropy": None})
+        s.log_eval(3, {"score": 0.375, "accuracy": 0.4})
+        s.finish("finished", {"best_eval": 0.375})
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with RunStore.create(runs / "gsm8k-b", name="gsm8k-b", config={}, model="tiny") as s:
+        s.log_metrics(1, {"reward": 0.5})
+        s._conn.execute("UPDATE run SET pid = ?", (dead.pid,))
+    (runs / "broken").mkdir()
+    (runs / "broken" / "run.db").write_bytes(b"this is not a database" * 100)
+    (runs / "not-a-run").mkdir()  # no run.db: not listed
+    return runs
+
+
+def test_list_prints_one_line_per_run(app, runs_dir):
+    result = CliRunner().invoke(app, ["runs", "list", "--runs", str(runs_dir)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].split() == ["NAME", "STATUS", "MODEL", "STEPS", "REWARD", "EVAL", "UPDATED"]
+    rows = {line.split()[0]: line.split()[1:6] for line in lines[1:4]}
+    assert rows["gsm8k-a"] == ["finished", "Qwen/Qwen3-0.6B", "3", "0.75", "0.375"]
+    assert rows["gsm8k-b"] == ["crashed", "tiny", "1", "0.5", "-"]
+    assert rows["broken"] == ["unreadable", "-", "-", "-", "-"]
+    assert "broken: " in lines[4] and "not-a-run" not in result.output
+
+
+def test_list_of_an_empty_folder(app, tmp_path):
+    result = CliRunner().invoke(app, ["runs", "list", "--runs", str(tmp_path)])
+    assert result.exit_code == 0 and result.output.startswith("no runs in")
+
+
+def test_show_for_people(app, runs_dir):
+    result = CliRunner().invoke(app, ["runs", "show", "gsm8k-a", "--runs", str(runs_dir)])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    for expected in [
+        "run       gsm8k-a",
+        "status    finished",
+        "model     Qwen/Qwen3-0.6B",
+        "steps     3",
+        "  reward   0.75",
+        "  entropy  -",
+        "evals (2)",
+        "first   step 0       score 0.125   accuracy 0.125",
+        "latest  step 3       score 0.375   accuracy 0.4",
+        "best_eval: 0.375",
+        "lr: 1.0e-06",
+    ]:
+        assert expected in out, expected
+
+
+def test_show_json_for_scripts(app, runs_dir):
+    result = CliRunner().invoke(app, ["runs", "show", "gsm8k-a", "--runs", str(runs_dir), "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert (summary["status"], summary["steps"], summary["evals"]) == ("finished", 3, 2)
+    assert summary["metrics"]["reward"] == {"step": 3, "value": 0.75}
+    assert summary["metrics"]["kl"] == {"step": 3, "value": 0.003}
+    assert summary["first_eval"]["score"] == 0.125 and summary["latest_eval"]["metrics"]["accuracy"] == 0.4
+    assert summary["config"] == {"lr": 1e-6} and summary["final"] == {"best_eval": 0.375}
+
+
+def test_show_accepts_a_run_folder_path(app, runs_dir):
+    result = CliRunner().invoke(app, ["runs", "show", str(runs_dir / "gsm8k-b"), "--json"])
+    assert result.exit_code == 0 and json.loads(result.output)["status"] == "crashed"
+
+
+def test_show_unknown_run_raises_with_did_you_mean(app, runs_dir):
+    result = CliRunner().invoke(app, ["runs", "show", "gsm8k_a", "--runs", str(runs_dir)])
+    assert isinstance(result.exception, KitaeError)  # kitae.cli.main prints it and exits 2
+    assert str(result.exception) == (
+        f"no run 'gsm8k_a' in '{runs_dir}'; did you mean 'gsm8k-a'? (runs: broken, gsm8k-a, gsm8k-b)"
+    )
+
+
+@pytest.mark.parametrize("value, text", [(None, "-"), (0.75, "0.75"), (0.0021, "0.0021"), (123456.0, "1.235e+05")])
+def test_fmt_number(value, text):
+    assert fmt_number(value) == text
