@@ -35,7 +35,19 @@ def _register_all() -> None:
 _register_all()
 
 
+def _quiet_libraries() -> None:
+    """Hide transformers' per-file progress bars; kitae prints its own progress."""
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    except ImportError:
+        pass
+
+
 def main() -> None:
+    _quiet_libraries()
     try:
         app()
     except KitaeError as exc:

@@ -1,9 +1,79 @@
-"""CLI commands (filled in by their feature)."""
+"""`kitae train`: run GRPO from a YAML config, or resume a run."""
 
 from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Optional
 
 import typer
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.command("train")(train)
+
+
+def train(
+    config: Optional[Path] = typer.Argument(None, help="YAML config (see examples/zero.yaml)."),
+    set_: list[str] = typer.Option([], "--set", help="Override a config value: --set optim.lr=1e-5 (repeatable)."),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the run in this folder (runs/NAME)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+) -> None:
+    """Train with GRPO (or a variant) on the rewards in CONFIG; progress bar, run store, checkpoints, evals.
+
+    The run lives in runs/NAME: config.yaml, run.db (metrics, every group of samples, evals) and checkpoints/.
+    Ctrl-C saves a checkpoint and stops; `kitae train --resume runs/NAME` continues with its history intact.
+    """
+    from kitae.errors import KitaeError
+    from kitae.trainer.config import load_train_config
+
+    if resume is not None:
+        saved = resume / "config.yaml"
+        if not saved.exists():
+            raise KitaeError(f"{resume}: no config.yaml here; is this a run folder (runs/NAME)?")
+        cfg = load_train_config(saved, list(set_))
+        cfg.output_dir, cfg.name = str(resume.parent), resume.name
+    elif config is None:
+        raise KitaeError("give a config file (e.g. examples/zero.yaml) or --resume runs/NAME")
+    else:
+        cfg = load_train_config(config, list(set_))
+    _run(cfg, resume is not None, quiet)
+
+
+def _run(cfg, resume: bool, quiet: bool) -> None:
+    from tqdm import tqdm
+
+    from kitae.trainer.loop import Trainer
+
+    trainer = Trainer(cfg, resume=resume)
+    show = trainer.acc.is_main_process and not quiet
+    bar = tqdm(total=cfg.optim.steps, initial=trainer.start_step, desc=cfg.name, unit="step", disable=not show)
+
+    def on_step(step: int, m: dict) -> None:
+        bar.update(1)
+        bar.set_postfix(
+            reward=_fmt(m.get("reward")), kl=_fmt(m.get("kl")), len=_fmt(m.get("len_mean"), 1), refresh=False
+        )
+
+    trainer.on_step = on_step
+    summary = trainer.train()
+    bar.close()
+    if trainer.acc.is_main_process:
+        typer.echo(format_summary(summary))
+
+
+def _fmt(x, digits: int = 3) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def format_summary(s: dict) -> str:
+    lines = [f"run {s.get('name')} {s.get('status')} after {s.get('steps')} steps  ({s.get('path')})"]
+    first, last = s.get("first_eval"), s.get("latest_eval")
+    if first and last:
+        keys = [k for k in ("pass@1", "compliance", "len_mean", "trunc_rate") if k in (last.get("metrics") or {})]
+        lines.append(f"{'eval':<12}{'step ' + str(first['step']):>12}{'step ' + str(last['step']):>12}")
+        for k in keys:
+            lines.append(f"{k:<12}{_fmt(first['metrics'].get(k)):>12}{_fmt(last['metrics'].get(k)):>12}")
+    lines.append(f"inspect it: kitae runs show {s.get('name')}")
+    return "\n".join(lines)

@@ -1,0 +1,64 @@
+"""From rollouts to training tensors, and per-token log-probs of a policy on them.
+
+Sequences are prompt + completion, right-padded. Position t of the shifted layout predicts token t+1, so a
+completion token at index p of its sequence lives at column p-1 of the [B, L-1] tensors below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kitae.rollout.base import Completion
+
+
+@dataclass
+class TrainBatch:
+    input_ids: torch.Tensor  # [B, L] right-padded prompt+completion
+    attention_mask: torch.Tensor  # [B, L]
+    mask: torch.Tensor  # [B, L-1] 1.0 where the target token is a completion token that counts
+    old_logp: torch.Tensor  # [B, L-1] sampling policy's log-probs at those positions (0 elsewhere)
+    advantages: torch.Tensor  # [B]
+    ref_logp: torch.Tensor | None = None  # [B, L-1] reference policy's log-probs, when KL is on
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def select(self, idx: slice | torch.Tensor) -> "TrainBatch":
+        ref = self.ref_logp[idx] if self.ref_logp is not None else None
+        return TrainBatch(
+            self.input_ids[idx], self.attention_mask[idx], self.mask[idx], self.old_logp[idx], self.advantages[idx], ref
+        )
+
+
+def build_batch(completions: list[Completion], advantages: list[float], pad_id: int, counted: list[bool]) -> TrainBatch:
+    """Tensors for the policy update. `counted[i]` False drops sample i from the loss (e.g. truncated)."""
+    width = max(len(c.prompt_ids) + len(c.completion_ids) for c in completions)
+    B = len(completions)
+    ids = torch.full((B, width), pad_id, dtype=torch.long)
+    attn = torch.zeros((B, width), dtype=torch.long)
+    mask = torch.zeros((B, width - 1))
+    old = torch.zeros((B, width - 1))
+    for i, c in enumerate(completions):
+        p, t = len(c.prompt_ids), len(c.completion_ids)
+        ids[i, : p + t] = torch.tensor(c.prompt_ids + c.completion_ids)
+        attn[i, : p + t] = 1
+        if counted[i] and t:
+            mask[i, p - 1 : p - 1 + t] = 1.0
+            old[i, p - 1 : p - 1 + t] = torch.tensor(c.logprobs)
+    return TrainBatch(ids, attn, mask, old, torch.tensor(advantages, dtype=torch.float32))
+
+
+def token_logps(model, batch: TrainBatch, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log-probs [B, L-1] of each next token under logits / T, logits [B, L-1, V]).
+
+    The temperature matches the rollout engine's log-probs, so old and new form a proper ratio.
+    """
+    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+    logits = out.logits[:, :-1].float()  # [B, L-1, V]
+    if temperature > 0 and temperature != 1.0:
+        logits = logits / temperature
+    targets = batch.input_ids[:, 1:]  # [B, L-1]
+    logp = logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)  # [B, L-1]
+    return logp, logits

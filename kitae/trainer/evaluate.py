@@ -1,0 +1,94 @@
+"""Evaluation: pass@1 averaged over k samples, template compliance and lengths on a prompt set.
+
+pass@1 is estimated as in DeepSeek-R1 / Kimi k1.5: sample k completions per prompt at the eval temperature and
+average the per-sample pass (score >= threshold) over samples, then over prompts. The grader is the same kind of
+object the trainer rewards with, so "the reward of a task is its evaluation".
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from kitae.chat import is_template_compliant
+from kitae.graders.base import Grader
+from kitae.rollout.base import Completion, SamplingParams
+from kitae.trainer.rewards import RewardComponent, score_groups
+
+
+def sample_dict(c: Completion, max_new_tokens: int, **extra: Any) -> dict:
+    """What graders see of one completion."""
+    return {
+        "output_text": c.text,
+        "finish_reason": c.finish_reason,
+        "completion_tokens": c.num_tokens,
+        "max_completion_length": max_new_tokens,
+        **extra,
+    }
+
+
+def evaluate(
+    engine: Any,
+    rows: list[dict],
+    grader: Grader,
+    k: int = 4,
+    sampling: SamplingParams | None = None,
+    pass_threshold: float = 1.0,
+    batch_prompts: int = 32,
+) -> tuple[dict[str, float], list[dict]]:
+    """(metrics, per-sample results). Metrics: pass@1, compliance, len_mean, len_p90, trunc_rate, and
+    pass@1/<difficulty> and pass@1/<lang> when rows carry those labels."""
+    sp = sampling or SamplingParams()
+    comp = [RewardComponent("score", 1.0, grader)]
+    results: list[dict] = []
+    for start in range(0, len(rows), batch_prompts):
+        batch = rows[start : start + batch_prompts]
+        seed = None if sp.seed is None else sp.seed + start
+        sp_b = SamplingParams(**{**sp.__dict__, "seed": seed})
+        groups = engine.generate([r["messages"] for r in batch], k, sp_b)
+        samples = [[sample_dict(c, sp.max_new_tokens) for c in g] for g in groups]
+        scored = score_groups(comp, batch, samples)
+        for i, (row, group, gs) in enumerate(zip(batch, samples, scored)):
+            for j, (s, grade) in enumerate(zip(group, gs.grades["score"])):
+                results.append(
+                    {
+                        "prompt_index": start + i,
+                        "sample_index": j,
+                        "messages": row["messages"],
+                        "reference_answer": row.get("reference_answer"),
+                        "difficulty": row.get("difficulty"),
+                        "lang": row.get("lang"),
+                        **s,
+                        "score": grade.score,
+                        "passed": grade.score is not None and grade.score >= pass_threshold,
+                        "compliant": is_template_compliant(s["output_text"], s["finish_reason"]),
+                        "error": grade.error,
+                    }
+                )
+    return summarize(results), results
+
+
+def summarize(results: list[dict]) -> dict[str, float]:
+    if not results:
+        return {}
+    lens = sorted(r["completion_tokens"] for r in results)
+    metrics = {
+        "pass@1": _pass_at_1(results),
+        "compliance": statistics.fmean(r["compliant"] for r in results),
+        "len_mean": statistics.fmean(lens),
+        "len_p90": float(lens[min(len(lens) - 1, int(0.9 * len(lens)))]),
+        "trunc_rate": statistics.fmean(r["finish_reason"] == "length" for r in results),
+        "abstain_rate": statistics.fmean(r["score"] is None for r in results),
+    }
+    for key in ("difficulty", "lang"):
+        for label in sorted({str(r[key]) for r in results if r.get(key) is not None}):
+            subset = [r for r in results if str(r.get(key)) == label]
+            metrics[f"pass@1/{label}"] = _pass_at_1(subset)
+    return metrics
+
+
+def _pass_at_1(results: list[dict]) -> float:
+    per_prompt: dict[int, list[bool]] = {}
+    for r in results:
+        per_prompt.setdefault(r["prompt_index"], []).append(r["passed"])
+    return statistics.fmean(statistics.fmean(v) for v in per_prompt.values())

@@ -1,0 +1,451 @@
+"""The GRPO training loop.
+
+Each step: sample prompts, generate G completions per prompt with the rollout engine, grade them with every
+reward component, turn rewards into advantages, and run `mu` optimization passes over the batch with the
+configured policy loss (old log-probs are the sampling policy's, from the engine). Everything a step produced
+goes to the run store; checkpoints hold everything needed to resume.
+
+Departures from the papers, all configurable: no reference model unless the KL weight is non-zero (DAPO, Dr.
+GRPO and Kimi drop it); a reward of None is masked (TRL's rule); in multi-process runs (accelerate) the loss is
+normalized per process and DDP averages the gradients.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import signal
+import statistics
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import yaml
+
+from kitae.algorithms.advantages import compute_advantages, dynamic_sampling_keep
+from kitae.algorithms.kl import AdaptiveKLController, FixedKLController, kl_estimate, masked_entropy
+from kitae.algorithms.losses import LossConfig, LossInputs, Normalizer, policy_loss
+from kitae.data.loader import load_prompts
+from kitae.graders import build_grader
+from kitae.models import load_causal_lm, load_tokenizer, resolve_model_path
+from kitae.rollout.base import ENGINES, Completion, SamplingParams
+from kitae.store import GroupRecord, RunStore, SampleRecord
+from kitae.trainer.batch import TrainBatch, build_batch, token_logps
+from kitae.trainer.checkpoint import latest_checkpoint, load_state, save_checkpoint, set_rng_state
+from kitae.trainer.config import TrainConfig, resolve_data_path
+from kitae.trainer.evaluate import evaluate, sample_dict
+from kitae.trainer.rewards import GroupScores, build_components, score_groups
+from kitae.trainer.samplers import SAMPLERS
+
+
+class Trainer:
+    """Owns the model, optimizer, engine, rewards and run store of one run. `train()` runs it."""
+
+    def __init__(self, cfg: TrainConfig, resume: bool = False, on_step: Callable[[int, dict], None] | None = None):
+        from accelerate import Accelerator
+        from accelerate.utils import set_seed
+
+        self.cfg = cfg
+        self.on_step = on_step
+        self.acc = Accelerator(cpu=not torch.cuda.is_available())
+        set_seed(cfg.seed)
+        self.run_dir = cfg.run_dir
+        ckpt = latest_checkpoint(self.run_dir) if resume else None
+        self.start_step = ckpt[0] if ckpt else 0
+        self.tokenizer = load_tokenizer(cfg.model.path)
+        model = self._load_model(ckpt[1] / "model" if ckpt else None)
+        self.ref_model = self._load_ref_model(model)
+        params = [p for p in model.parameters() if p.requires_grad]
+        o = cfg.optim
+        optimizer = torch.optim.AdamW(params, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self._lr_factor)
+        self.model, self.optimizer = self.acc.prepare(model, optimizer)
+        self.engine = ENGINES.get(cfg.sampling.engine, "sampling.engine")(self.policy, self.tokenizer)
+        self.components = build_components(cfg.rewards)
+        self.eval_grader = build_grader(cfg.eval.grader, "eval.grader")
+        self.train_rows = load_prompts(resolve_data_path(cfg.data.train))
+        self.eval_rows = self._eval_rows()
+        self.sampler = SAMPLERS.get("uniform")(len(self.train_rows), seed=cfg.seed, shuffle=cfg.data.shuffle)
+        kl = cfg.algorithm.kl
+        self.kl_ctl = (
+            AdaptiveKLController(kl.coef, kl.adaptive.target, kl.adaptive.horizon) if kl.adaptive else FixedKLController(kl.coef)
+        )
+        self.loss_cfg = self._loss_config()
+        if ckpt:
+            self._restore(load_state(ckpt[1]))
+        self.store = self._open_store(resume, ckpt) if self.acc.is_main_process else None
+        self._stop_requested = False
+
+    # ---- setup --------------------------------------------------------------------------------
+    @property
+    def policy(self):
+        return self.acc.unwrap_model(self.model) if hasattr(self, "model") else None
+
+    def _load_model(self, checkpoint_model: Path | None):
+        cfg = self.cfg.model
+        lora = cfg.lora
+        if checkpoint_model is not None and lora is None:
+            model = load_causal_lm(checkpoint_model, cfg.dtype)
+        else:
+            model = load_causal_lm(cfg.path, cfg.dtype)
+        if lora is not None:
+            import peft
+
+            if checkpoint_model is not None:
+                model = peft.PeftModel.from_pretrained(model, str(checkpoint_model), is_trainable=True)
+            else:
+                lc = peft.LoraConfig(
+                    r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                    target_modules=lora.target_modules, task_type="CAUSAL_LM",
+                )
+                model = peft.get_peft_model(model, lc)
+        if cfg.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        model.config.use_cache = True
+        return model
+
+    def _load_ref_model(self, model):
+        kl = self.cfg.algorithm.kl
+        if kl.coef == 0 and kl.adaptive is None:
+            return None  # no reference model when the KL weight is 0
+        if self.cfg.model.lora is not None:
+            return "adapter-disabled"  # the base model under the adapter is the reference
+        ref = load_causal_lm(self.cfg.model.path, self.cfg.model.dtype).to(self.acc.device)
+        ref.requires_grad_(False)
+        return ref.eval()
+
+    def _lr_factor(self, step: int) -> float:
+        o = self.cfg.optim
+        if o.warmup_steps and step < o.warmup_steps:
+            return (step + 1) / o.warmup_steps
+        if o.scheduler == "constant":
+            return 1.0
+        frac = min(1.0, (step - o.warmup_steps) / max(1, o.steps - o.warmup_steps))
+        return 1.0 - frac if o.scheduler == "linear" else 0.5 * (1 + math.cos(math.pi * frac))
+
+    def _loss_config(self) -> LossConfig:
+        a = self.cfg.algorithm
+        lc = LossConfig(
+            eps_low=a.eps_low, eps_high=a.eps_high, aggregation=a.aggregation,
+            max_completion_length=self.cfg.sampling.max_new_tokens,
+            kl_coef=self.kl_ctl.value if a.kl.where == "loss" else 0.0,
+            kl_estimator=a.kl.estimator, kimi_tau=a.kimi_tau,
+        )
+        lc.validate("algorithm")
+        return lc
+
+    def _eval_rows(self) -> list[dict]:
+        if not self.cfg.data.eval:
+            return []
+        rows = load_prompts(resolve_data_path(self.cfg.data.eval))
+        return rows[: self.cfg.eval.limit] if self.cfg.eval.limit else rows
+
+    def _open_store(self, resume: bool, ckpt) -> RunStore:
+        cfg_path = self.run_dir / "config.yaml"
+        if resume:
+            store = RunStore.open(self.run_dir)
+            store.truncate_after(self.start_step)  # steps after the checkpoint are redone: none lost, none twice
+            store.mark_running()
+            return store
+        store = RunStore.create(self.run_dir, name=self.cfg.name, config=self.cfg.to_dict(), model=self.cfg.model.path)
+        cfg_path.write_text(yaml.safe_dump(self.cfg.to_dict(), sort_keys=False, allow_unicode=True))
+        return store
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.sampler.load_state_dict(state["sampler"])
+        self.kl_ctl.load_state_dict(state["kl"])
+        set_rng_state(state["rng"])
+
+    # ---- the loop -----------------------------------------------------------------------------
+    def train(self) -> dict[str, Any]:
+        """Run until `optim.steps`; returns the final summary. Ctrl-C (or SIGTERM) saves and stops cleanly."""
+        old_handlers = self._install_signal_handlers()
+        status = "crashed"
+        try:
+            if self.start_step == 0 and self.eval_rows:
+                self.evaluate(0)
+            step = self.start_step
+            while step < self.cfg.optim.steps and not self._stop_requested:
+                step += 1
+                metrics = self.train_step(step)
+                if self.on_step:
+                    self.on_step(step, metrics)
+                if self._due(step, self.cfg.eval.every) and step != self.cfg.optim.steps and self.eval_rows:
+                    self.evaluate(step)
+                if self._due(step, self.cfg.logging.save_every) or self._stop_requested:
+                    self.save(step)
+            if not self._stop_requested:
+                if self.eval_rows:
+                    self.evaluate(step)
+                self.save(step)
+            status = "stopped" if self._stop_requested else "finished"
+            return self.summary(status)
+        finally:
+            self._restore_signal_handlers(old_handlers)
+            if self.store is not None:
+                self.store.finish(status, self.summary(status) if status != "crashed" else None)
+                self.store.close()
+
+    @staticmethod
+    def _due(step: int, every: int) -> bool:
+        return every > 0 and step % every == 0
+
+    def _install_signal_handlers(self):
+        def request_stop(signum, frame):
+            if self._stop_requested:  # a second Ctrl-C stops at once
+                raise KeyboardInterrupt
+            self._stop_requested = True
+
+        try:
+            return {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+        except ValueError:  # not the main thread
+            return {}
+
+    @staticmethod
+    def _restore_signal_handlers(old: dict) -> None:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+    # ---- one step -----------------------------------------------------------------------------
+    def train_step(self, step: int) -> dict[str, float]:
+        t0 = time.perf_counter()
+        if self.cfg.algorithm.reset_optimizer:
+            self.optimizer.state.clear()  # Kimi k1.5: each iteration is a fresh mirror-descent problem
+        rows, groups, scores = self._collect(step)
+        t_gen = time.perf_counter()
+        completions = [c for g in groups for c in g]
+        rewards, valid = self._reward_tensor(scores)
+        batch = self._to_batch(completions, rewards, valid, groups)
+        adv = batch.advantages.view(len(groups), -1)
+        t_prep = time.perf_counter()
+        train_metrics = self._optimize(batch)
+        self.scheduler.step()
+        t_end = time.perf_counter()
+        metrics = {
+            **self._reward_metrics(scores, completions),
+            **train_metrics,
+            "kl_coef": self.kl_ctl.value,
+            "lr": self.scheduler.get_last_lr()[0],
+            "secs_per_step": t_end - t0,
+            "secs_generate": t_gen - t0,
+            "secs_train": t_end - t_prep,
+            "groups": len(groups),
+        }
+        metrics = self._reduce(metrics)
+        if "kl" in metrics and metrics["kl"] is not None:
+            self.kl_ctl.update(metrics["kl"], 1)
+            self.loss_cfg.kl_coef = self.kl_ctl.value if self.cfg.algorithm.kl.where == "loss" else 0.0
+        records = self._group_records(rows, groups, scores, rewards, valid, adv)
+        self._log(step, metrics, records)
+        return metrics
+
+    def _collect(self, step: int) -> tuple[list[dict], list[list[Completion]], list[GroupScores]]:
+        """Prompts, completions and scores for this step (DAPO dynamic sampling when enabled)."""
+        o, ds = self.cfg.optim, self.cfg.algorithm.dynamic_sampling
+        want = self._local_count(o.prompts_per_step)
+        rows: list[dict] = []
+        groups: list[list[Completion]] = []
+        scores: list[GroupScores] = []
+        rounds = ds.max_rounds if ds.enabled else 1
+        for r in range(rounds):
+            idx = self._local_share(self.sampler.sample(o.prompts_per_step))
+            new_rows = [self.train_rows[i] for i in idx]
+            new_groups = self.engine.generate([x["messages"] for x in new_rows], self.cfg.sampling.group_size, self._sampling(step, r))
+            new_scores = self._score(new_rows, new_groups, step)
+            last = (new_rows, new_groups, new_scores)
+            if ds.enabled:
+                rw, vd = self._reward_tensor(new_scores)
+                keep = dynamic_sampling_keep(rw, vd).tolist()
+                new_rows = [x for x, k in zip(new_rows, keep) if k]
+                new_groups = [x for x, k in zip(new_groups, keep) if k]
+                new_scores = [x for x, k in zip(new_scores, keep) if k]
+            rows, groups, scores = rows + new_rows, groups + new_groups, scores + new_scores
+            if len(groups) >= want:
+                break
+        if not groups:  # every round had zero variance: keep the last round (its advantages are all 0)
+            rows, groups, scores = last
+        return rows[:want], groups[:want], scores[:want]
+
+    def _local_count(self, n: int) -> int:
+        return len(range(self.acc.process_index, n, self.acc.num_processes))
+
+    def _local_share(self, idx: list[int]) -> list[int]:
+        return idx[self.acc.process_index :: self.acc.num_processes]
+
+    def _sampling(self, step: int, round_: int = 0) -> SamplingParams:
+        s = self.cfg.sampling
+        seed = (self.cfg.seed * 1_000_003 + step * 7919 + round_ * 104_729 + self.acc.process_index) % (2**31)
+        return SamplingParams(s.temperature, s.top_p, s.top_k, s.repetition_penalty, s.max_new_tokens, seed=seed)
+
+    def _score(self, rows: list[dict], groups: list[list[Completion]], step: int) -> list[GroupScores]:
+        max_len = self.cfg.sampling.max_new_tokens
+        samples = [[sample_dict(c, max_len, step=step) for c in g] for g in groups]
+        return score_groups(self.components, rows, samples)
+
+    @staticmethod
+    def _reward_tensor(scores: list[GroupScores]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Total rewards [num_groups, G] (0 where invalid) and validity [num_groups, G]."""
+        vals = [[math.nan if t is None else t for t in gs.totals] for gs in scores]
+        r = torch.tensor(vals, dtype=torch.float32)
+        valid = ~torch.isnan(r)
+        return torch.nan_to_num(r, nan=0.0), valid
+
+    def _to_batch(self, completions, rewards, valid, groups) -> TrainBatch:
+        a = self.cfg.algorithm
+        counted = [not (a.mask_truncated and c.finish_reason == "length") for c in completions]
+        batch = build_batch(completions, [0.0] * len(completions), self.tokenizer.pad_token_id, counted)
+        batch = _to_device(batch, self.acc.device)
+        if self.ref_model is not None:
+            batch.ref_logp = self._ref_logps(batch)
+        if self.ref_model is not None and a.kl.where == "reward":
+            kl_seq = (kl_estimate(batch.old_logp, batch.ref_logp, a.kl.estimator) * batch.mask).sum(-1)  # [B]
+            rewards = rewards - self.kl_ctl.value * kl_seq.view_as(rewards).cpu()
+        adv = compute_advantages(a.advantage, rewards, valid)  # [num_groups, G]
+        batch.advantages = adv.reshape(-1).to(self.acc.device)
+        return batch
+
+    @torch.no_grad()
+    def _ref_logps(self, batch: TrainBatch) -> torch.Tensor:
+        temp = self.cfg.sampling.temperature
+        out = []
+        for start in range(0, len(batch), self.cfg.optim.micro_batch_size):
+            mb = batch.select(slice(start, start + self.cfg.optim.micro_batch_size))
+            if self.ref_model == "adapter-disabled":
+                with self.policy.disable_adapter():
+                    out.append(token_logps(self.model, mb, temp)[0])
+            else:
+                out.append(token_logps(self.ref_model, mb, temp)[0])
+        return torch.cat(out)
+
+    def _optimize(self, batch: TrainBatch) -> dict[str, float]:
+        """`mu` optimizer steps over the batch, each accumulating gradients over micro-batches."""
+        cfg = self.cfg
+        mbs = cfg.optim.micro_batch_size
+        chunks = [slice(s, s + mbs) for s in range(0, len(batch), mbs)]
+        norm = Normalizer(num_sequences=len(batch), num_tokens=int(batch.mask.sum().item()))
+        self.model.train()
+        agg: dict[str, float] = {}
+        grad_norms = []
+        loss_sum = 0.0
+        mu = cfg.algorithm.mu
+        for _ in range(mu):
+            for i, sl in enumerate(chunks):
+                mb = batch.select(sl)
+                sync = self.acc.no_sync(self.model) if i < len(chunks) - 1 else nullcontext()
+                with sync:
+                    logp, logits = token_logps(self.model, mb, cfg.sampling.temperature)
+                    inp = LossInputs(logp, mb.old_logp, mb.advantages, mb.mask, mb.ref_logp)
+                    loss, m = policy_loss(cfg.algorithm.loss, inp, self.loss_cfg, norm)
+                    self.acc.backward(loss)
+                loss_sum += float(loss.detach()) / mu  # micro-batch losses sum to the batch loss
+                m["entropy"] = float(masked_entropy(logits.detach(), mb.mask))
+                for k, v in m.items():  # sequence-weighted mean over micro-batches and passes
+                    agg[k] = agg.get(k, 0.0) + float(v) * len(mb) / len(batch) / mu
+            grad_norms.append(float(self.acc.clip_grad_norm_(self.model.parameters(), cfg.optim.max_grad_norm)))
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        return {**agg, "loss": loss_sum, "grad_norm": statistics.fmean(grad_norms)}
+
+    # ---- metrics and logging ------------------------------------------------------------------
+    def _reward_metrics(self, scores: list[GroupScores], completions: list[Completion]) -> dict[str, float]:
+        totals = [t for gs in scores for t in gs.totals]
+        valid = [t for t in totals if t is not None]
+        m: dict[str, float] = {
+            "reward": statistics.fmean(valid) if valid else math.nan,
+            "reward_std": statistics.pstdev(valid) if len(valid) > 1 else 0.0,
+            "len_mean": statistics.fmean(c.num_tokens for c in completions),
+            "trunc_rate": statistics.fmean(c.finish_reason == "length" for c in completions),
+            "invalid_rate": 1 - len(valid) / len(totals),
+            "zero_var_frac": statistics.fmean(
+                len({t for t in gs.totals if t is not None}) <= 1 for gs in scores
+            ),
+        }
+        for comp in self.components:
+            grades = [g for gs in scores for g in gs.grades[comp.name]]
+            got = [g.score for g in grades if g.score is not None]
+            m[f"reward/{comp.name}"] = statistics.fmean(got) if got else math.nan
+            m[f"grader/{comp.name}/abstain_rate"] = 1 - len(got) / len(grades)
+            m[f"grader/{comp.name}/error_rate"] = statistics.fmean(g.error is not None for g in grades)
+        return m
+
+    def _reduce(self, metrics: dict[str, float]) -> dict[str, float]:
+        if self.acc.num_processes == 1:
+            return metrics
+        keys = sorted(metrics)
+        t = torch.tensor([metrics[k] for k in keys], dtype=torch.float64, device=self.acc.device)
+        t = self.acc.reduce(t, "mean")
+        return dict(zip(keys, t.tolist()))
+
+    def _group_records(self, rows, groups, scores, rewards, valid, adv) -> list[GroupRecord]:
+        out = []
+        for gi, (row, group, gs) in enumerate(zip(rows, groups, scores)):
+            samples = []
+            for si, c in enumerate(group):
+                grades = {name: g[si] for name, g in gs.grades.items()}
+                samples.append(
+                    SampleRecord(
+                        text=c.text, completion_tokens=c.num_tokens, finish_reason=c.finish_reason,
+                        reward=gs.totals[si], advantage=float(adv[gi, si]),
+                        scores={n: g.score for n, g in grades.items()},
+                        reasons={n: g.reason for n, g in grades.items()},
+                        sub_scores={n: g.sub_scores for n, g in grades.items() if g.sub_scores},
+                        errors={n: g.error for n, g in grades.items()},
+                    )
+                )
+            user = [m["content"] for m in row["messages"] if m["role"] == "user"]
+            extra = {k: v for k, v in row.items() if k not in ("messages", "reference_answer")}
+            out.append(GroupRecord(user[-1] if user else "", row["messages"], row.get("reference_answer"), extra, samples, gi))
+        return out
+
+    def _log(self, step: int, metrics: dict[str, float], records: list[GroupRecord]) -> None:
+        if self.acc.num_processes > 1:
+            from accelerate.utils import gather_object
+
+            records = gather_object(records)
+            for i, r in enumerate(records):
+                r.group_index = i
+        if self.store is not None:
+            self.store.log_groups(step, records)
+            self.store.log_metrics(step, metrics)
+
+    # ---- evaluation, checkpoints, summary -------------------------------------------------------
+    def evaluate(self, step: int) -> dict[str, float] | None:
+        metrics = None
+        if self.acc.is_main_process:
+            e = self.cfg.eval
+            sp = SamplingParams(
+                temperature=e.temperature, max_new_tokens=e.max_new_tokens or self.cfg.sampling.max_new_tokens,
+                seed=self.cfg.seed + 12345,
+            )
+            metrics, _ = evaluate(self.engine, self.eval_rows, self.eval_grader, e.k, sp, e.pass_threshold)
+            self.store.log_eval(step, metrics)
+        self.acc.wait_for_everyone()
+        return metrics
+
+    def save(self, step: int) -> None:
+        if self.acc.is_main_process:
+            state = {
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "sampler": self.sampler.state_dict(),
+                "kl": self.kl_ctl.state_dict(),
+            }
+            save_checkpoint(self.run_dir, step, self.policy, self.tokenizer, state, self.cfg.logging.keep_checkpoints)
+        self.acc.wait_for_everyone()
+
+    def summary(self, status: str) -> dict[str, Any]:
+        """Status, steps, latest metrics and the first and latest evaluations."""
+        if self.store is None:
+            return {"status": status}
+        s = self.store.summary()
+        keep = ("name", "path", "steps", "metrics", "first_eval", "latest_eval")
+        return {"status": status, **{k: s.get(k) for k in keep}}
+
+
+def _to_device(batch: TrainBatch, device) -> TrainBatch:
+    return TrainBatch(*(t.to(device) if t is not None else None for t in (
+        batch.input_ids, batch.attention_mask, batch.mask, batch.old_logp, batch.advantages, batch.ref_logp)))
