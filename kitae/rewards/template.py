@@ -1,0 +1,83 @@
+"""Chat-template compliance reward (seed 000, reward 1).
+
+Seed 000: a completion that ends its turn with ``<|im_end|>`` and is well formed gets +1.0 × length factor; one
+that is not gets -5.0; one shorter than 15 characters gets -5.0 ("hard rejection").
+
+kitae's reading, every constant configurable (spec fields of ``type: template``):
+
+    reward: 1.0          # compliant and long enough: reward × length_factor(chars)
+    penalty: -5.0        # not compliant (see `template_violation` for what that means)
+    min_chars: 15        # compliant but fewer content characters than this ...
+    short_penalty: -5.0  # ... gets this. Set min_chars: 1 for tasks whose answers are "47".
+    full_chars: 100      # length factor = min(1, chars / full_chars); 0 turns it off (open choice, see common.py)
+    end_marker: "<|im_end|>"
+    stray_tokens: ["<|im_start|>", "<|im_end|>", "<|endoftext|>"]
+
+Characters are counted on the content before the end marker, stripped (Python code points, so "東京" is 2).
+Departures and open choices: the seed does not say what "well formed" means beyond the end marker; kitae uses
+:func:`kitae.chat.is_template_compliant` (no text after the marker, no other template token inside, not cut at
+the length limit, not empty), and reports *why* a completion failed in the grade's reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kitae.chat import IM_END, TEMPLATE_TOKENS, split_at_end
+from kitae.rewards.common import Reward, content_of, length_factor
+
+
+@dataclass(frozen=True)
+class TemplateConfig:
+    reward: float = 1.0
+    penalty: float = -5.0
+    min_chars: int = 15
+    short_penalty: float = -5.0
+    full_chars: int = 100
+    end_marker: str = IM_END
+    stray_tokens: tuple[str, ...] = TEMPLATE_TOKENS
+
+
+def template_violation(
+    text: str,
+    finish_reason: str | None = None,
+    end: str = IM_END,
+    stray_tokens: tuple[str, ...] = TEMPLATE_TOKENS,
+) -> str | None:
+    """Why `text` breaks the chat template, or None when it complies.
+
+    Same verdicts as :func:`kitae.chat.is_template_compliant` with the defaults, plus a reason for people.
+    """
+    if finish_reason == "length":
+        return "cut at the length limit"
+    content, ended = split_at_end(text, end)
+    if not ended:
+        return f"no end marker {end}"
+    if text.rstrip().removesuffix(end).rstrip() != content.rstrip():
+        return f"text after the end marker {end}"
+    for token in stray_tokens:
+        if token in content:
+            return f"stray template token {token}"
+    if not content.strip():
+        return "empty answer"
+    return None
+
+
+def template_reward(text: str, finish_reason: str | None = None, cfg: TemplateConfig = TemplateConfig()) -> Reward:
+    """The template reward of one completion; metrics: compliant (1/0), chars, length_factor.
+
+    >>> template_reward("東京は日本の首都です。<|im_end|>", cfg=TemplateConfig(min_chars=10, full_chars=20)).score
+    0.55
+    >>> template_reward("47<|im_end|>").score  # compliant but 2 < 15 characters
+    -5.0
+    """
+    chars = len(content_of(text, cfg.end_marker))
+    violation = template_violation(text, finish_reason, cfg.end_marker, cfg.stray_tokens)
+    metrics: dict[str, float | None] = {"compliant": 0.0 if violation else 1.0, "chars": float(chars)}
+    if violation:
+        return Reward(cfg.penalty, metrics, violation)
+    if chars < cfg.min_chars:
+        return Reward(cfg.short_penalty, metrics, f"{chars} characters < min_chars {cfg.min_chars}")
+    factor = length_factor(chars, cfg.full_chars)
+    metrics["length_factor"] = factor
+    return Reward(cfg.reward * factor, metrics)

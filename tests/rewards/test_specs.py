@@ -1,0 +1,90 @@
+"""Every reward component is a grader type usable in `kitae grade` specs; spec mistakes name the key path."""
+
+import pytest
+
+from kitae.errors import ConfigError
+from kitae.graders import GRADERS, build_grader
+from kitae.rewards.graders import OverlongGrader
+from kitae.rewards.overlong import OverlongConfig
+
+TYPES = ["template", "repetition", "overlong", "diversity", "reward_model", "length", "soft_overlong"]
+
+
+def test_all_types_are_registered():
+    build_grader({"type": "template"})  # imports kitae.rewards
+    assert set(TYPES) <= set(GRADERS.names())
+
+
+ITEM = {"messages": [{"role": "user", "content": "12+35は?"}], "reference_answer": "47"}
+
+
+@pytest.mark.parametrize(
+    "spec,sample,score",
+    [
+        ("{type: template, min_chars: 1, full_chars: 0}", {"output_text": "47<|im_end|>"}, 1.0),
+        ("{type: template}", {"output_text": "47<|im_end|>"}, -5.0),
+        ("{type: template, min_chars: 1, full_chars: 4, reward: 2}", {"output_text": "47<|im_end|>"}, 1.0),
+        ("{type: repetition, n: 2, floor: -0.25}", {"output_text": "aaaa"}, -0.25),
+        ("{type: overlong}", {"output_text": "x", "completion_tokens": 90, "max_completion_length": 100},
+         -0.8 / 9),
+        ("{type: overlong, max_completion_length: 100}", {"output_text": "x", "completion_tokens": 90}, -0.8 / 9),
+        # the sample's own limit wins over the spec's
+        ("{type: overlong, max_completion_length: 1000}",
+         {"output_text": "x", "completion_tokens": 90, "max_completion_length": 100}, -0.8 / 9),
+        ("{type: overlong, max_completion_length: 100}", {"output_text": "x", "finish_reason": "length"}, -1.5),
+        ("{type: soft_overlong, cache_tokens: 10}",
+         {"output_text": "x", "completion_tokens": 95, "max_completion_length": 100}, -0.5),
+        ("{type: diversity}", {"output_text": "x"}, 0.0),
+    ],
+)
+def test_spec_builds_and_grades(spec, sample, score):
+    assert build_grader(spec).grade_group(ITEM, [sample])[0].score == pytest.approx(score)
+
+
+@pytest.mark.parametrize(
+    "spec,sample,error",
+    [
+        ("{type: overlong}", {"output_text": "x", "completion_tokens": 9},
+         "no max_completion_length: the sample has none and the spec sets none"),
+        ("{type: overlong, max_completion_length: 100}", {"output_text": "x"},
+         "the sample has no completion_tokens (the rollout sets it)"),
+    ],
+)
+def test_missing_lengths_abstain_with_a_reason(spec, sample, error):
+    grade = build_grader(spec).grade_group(ITEM, [sample])[0]
+    assert grade.score is None and grade.error == error
+
+
+def test_config_fields_are_the_spec_fields():
+    grader = build_grader({"type": "overlong", "soft_start": 0.5, "coef": 1, "hard_penalty": -2})
+    assert isinstance(grader, OverlongGrader)
+    assert grader.cfg == OverlongConfig(soft_start=0.5, coef=1.0, hard_penalty=-2.0)
+
+
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ({"type": "templte"}, "grader.type: unknown grader 'templte'; did you mean 'template'?"),
+        ({"type": "repetition", "nn": 3}, "grader.nn: unknown key; did you mean 'n'?"),
+        ({"type": "repetition", "n": 0}, "grader.n: must be >= 1, got 0"),
+        ({"type": "template", "min_chars": "few"}, "grader.min_chars: expected an integer, got 'few'"),
+        ({"type": "template", "stray_tokens": [1]}, "grader.stray_tokens: expected a list of strings"),
+        ({"type": "overlong", "soft_start": 1.0}, "grader.soft_start: must be <= 0.999, got 1.0"),
+        ({"type": "diversity", "threshold": "high"}, "grader.threshold: expected a number, got 'high'"),
+        ({"type": "length", "unit": "bytes"}, "grader.unit: unknown unit 'bytes'; did you mean"),
+        ({"type": "length", "correct": "answer"}, "grader.correct: expected a mapping"),
+        ({"type": "length", "correct": {"type": "nope"}}, "grader.correct.type: unknown grader 'nope'"),
+        ({"type": "reward_model"}, "grader.model: give exactly one of 'model'"),
+        ({"type": "reward_model", "model": "/nonexistent/rm"}, "grader.model: no model folder at '/nonexistent/rm'"),
+        ({"type": "reward_model", "url": "localhost:8000"}, "grader.url: expected an http:// or https:// URL"),
+        ({"type": "reward_model", "url": "http://127.0.0.1:9", "protocol": "sglng"},
+         "grader.protocol: unknown protocol 'sglng'; did you mean 'sglang'?"),
+        ({"type": "reward_model", "url": "http://127.0.0.1:9", "retries": -1}, "grader.retries: must be >= 0"),
+        ({"type": "reward_model", "url": "http://127.0.0.1:9", "tokenizer": "/nope"},
+         "grader.tokenizer: no model folder at '/nope'"),
+    ],
+)
+def test_spec_errors_name_the_key(spec, message):
+    with pytest.raises(ConfigError) as err:
+        build_grader(spec)
+    assert message in str(err.value)
