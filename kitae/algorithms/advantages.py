@@ -40,14 +40,23 @@ def _count(valid: torch.Tensor, dim: int | None) -> torch.Tensor:
 
 
 def masked_mean(values: torch.Tensor, valid: torch.Tensor, dim: int | None = -1) -> torch.Tensor:
-    """Mean of the valid entries (over ``dim``, or everything when None); 0 where nothing is valid."""
+    """Mean of the valid entries (over ``dim``, or everything when None); 0 where nothing is valid.
+
+    >>> masked_mean(torch.tensor([[1.0, 9.0, 2.0]]), torch.tensor([[True, False, True]]))
+    tensor([[1.5000]])
+    """
     v = torch.where(valid, values, torch.zeros_like(values))  # [N, G], invalid entries (maybe NaN) zeroed
     total = v.sum() if dim is None else v.sum(dim=dim, keepdim=True)
     return total / _count(valid, dim).clamp(min=1)
 
 
 def masked_std(values: torch.Tensor, valid: torch.Tensor, dim: int | None = -1) -> torch.Tensor:
-    """Unbiased std of the valid entries; 0 where fewer than two entries are valid (instead of NaN)."""
+    """Unbiased std of the valid entries; 0 where fewer than two entries are valid (instead of NaN).
+
+    >>> masked_std(torch.tensor([[1.0, 9.0, 3.0], [5.0, 0.0, 0.0]]), torch.tensor([[1, 0, 1], [1, 0, 0]]).bool())
+    tensor([[1.4142],
+            [0.0000]])
+    """
     mean = masked_mean(values, valid, dim)
     sq = torch.where(valid, (values - mean) ** 2, torch.zeros_like(values))  # [N, G]
     total = sq.sum() if dim is None else sq.sum(dim=dim, keepdim=True)

@@ -56,6 +56,9 @@ def kl_estimate(
 
     Example: logp = ln 0.25, ref_logp = ln 0.5 -> log r = ln 2 -> k1 -0.6931, k2 0.2402, k3 0.3069.
     Masking is the caller's job (padding positions hold whatever the inputs hold there).
+
+    >>> kl_estimate(torch.tensor([[0.25, 0.5]]).log(), torch.tensor([[0.5, 0.5]]).log(), "k3")
+    tensor([[0.3069, 0.0000]])
     """
     estimator = KL_ESTIMATORS.get(kind, path=config_path)
     log_r = ref_logp - logp  # [B, T]
@@ -100,9 +103,9 @@ class AdaptiveKLController:
 
     def __init__(self, init_kl_coef: float, target: float, horizon: float):
         if target <= 0:
-            raise ConfigError("algorithm.kl.adaptive.target", f"must be > 0 for the adaptive KL controller, got {target}")
+            raise ConfigError("algorithm.kl.adaptive.target", f"must be > 0 for the adaptive controller, got {target}")
         if horizon <= 0:
-            raise ConfigError("algorithm.kl.adaptive.horizon", f"must be > 0 for the adaptive KL controller, got {horizon}")
+            raise ConfigError("algorithm.kl.adaptive.horizon", f"must be > 0 (steps), got {horizon}")
         self.value = float(init_kl_coef)
         self.target = float(target)
         self.horizon = float(horizon)
@@ -123,7 +126,8 @@ def masked_entropy(logits: torch.Tensor, mask: torch.Tensor, chunk_size: int = 1
     """Mean entropy (nats) of softmax(logits) over counted tokens; a 0-dim tensor, 0 when nothing counts.
 
     logits [B, T, V], mask [B, T] (1.0 counted). Positions are processed ``chunk_size`` at a time in fp32,
-    H = logsumexp(l) - sum softmax(l) * l; -inf logits (banned tokens) are allowed. Differentiable; call under ``torch.no_grad()`` when only logging.
+    H = logsumexp(l) - sum softmax(l) * l; -inf logits (banned tokens) are allowed. Differentiable; call it
+    under ``torch.no_grad()`` when only logging.
     Example: logits [[[0, 0]]] (a fair coin) -> ln 2 = 0.6931.
     """
     flat = logits.reshape(-1, logits.shape[-1])  # [B*T, V]

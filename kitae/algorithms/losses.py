@@ -120,7 +120,11 @@ class Normalizer:
     @classmethod
     def from_masks(cls, masks: Sequence[torch.Tensor]) -> "Normalizer":
         """Counts over micro-batch masks [b, T]; a sequence counts when it has at least one counted token
-        (so a truncated sample zeroed by :func:`truncation_mask` drops out of the mean too)."""
+        (so a truncated sample zeroed by :func:`truncation_mask` drops out of the mean too).
+
+        >>> Normalizer.from_masks([torch.tensor([[1.0, 1.0, 0.0]]), torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])])
+        Normalizer(num_sequences=2, num_tokens=3)
+        """
         seqs = sum(int((m.sum(dim=-1) > 0).sum()) for m in masks)
         tokens = sum(int(m.sum()) for m in masks)
         return cls(num_sequences=seqs, num_tokens=tokens)
@@ -338,6 +342,15 @@ def policy_loss(
 
     ``norm`` holds the counts of the whole optimizer batch; summing the returned losses over micro-batches
     gives the full-batch loss. An unknown name raises ConfigError at ``config_path`` with a did-you-mean hint.
+
+    One sequence of two tokens at ratio 1 with A = 1: per token -1, token mean -1; at ratio 1 the gradient is
+    -A / len = -0.5 per token.
+
+    >>> logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    >>> inp = LossInputs(logp, logp.detach().clone(), torch.tensor([1.0]), torch.ones(1, 2))
+    >>> loss, metrics = policy_loss("grpo", inp, LossConfig(), Normalizer(num_sequences=1, num_tokens=2))
+    >>> loss.backward(); loss.item(), logp.grad.tolist(), metrics["clip_frac"]
+    (-1.0, [[-0.5, -0.5]], 0.0)
     """
     fn = POLICY_LOSSES.get(name, path=config_path)
     cfg.validate()

@@ -87,7 +87,8 @@ def test_invalid_samples_do_not_change_valid_ones(name):
 
 
 def test_unknown_estimator_suggests_the_closest_name():
-    with pytest.raises(ConfigError, match=r"algorithm\.advantage: unknown advantage estimator 'gpro'; did you mean 'grpo'"):
+    message = r"algorithm\.advantage: unknown advantage estimator 'gpro'; did you mean 'grpo'"
+    with pytest.raises(ConfigError, match=message):
         compute_advantages("gpro", torch.zeros(1, 2))
 
 
