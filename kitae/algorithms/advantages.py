@@ -2,7 +2,7 @@
 
 Input is a [num_groups, G] reward matrix (one row per prompt, its G completions) and a boolean ``valid`` mask
 that is False where a sample's reward is None (every reward component abstained). Estimators, each registered
-by name in :data:`ADVANTAGES` (formulas: /work/shared/reference/algorithms.md):
+by name in :data:`ADVANTAGES`:
 
 - ``grpo``          DeepSeekMath (arXiv 2402.03300 §4.1) outcome supervision: (r - mean(r)) / (std(r) + eps).
 - ``dr_grpo``       Dr. GRPO (arXiv 2503.20783): r - mean(r), no std division.

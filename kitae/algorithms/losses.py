@@ -2,7 +2,7 @@
 
 Every loss takes :class:`LossInputs` (per-token log-probs [B, T], one advantage per sequence [B], a mask),
 a :class:`LossConfig` and a :class:`Normalizer`, and returns ``(scalar loss, metrics)``. Notation: ratio
-rho_t = exp(logp_t - old_logp_t); A the sequence's advantage. Formulas: /work/shared/reference/algorithms.md.
+rho_t = exp(logp_t - old_logp_t); A the sequence's advantage. Papers and equations are named per loss below.
 
 - ``grpo``    PPO clipped surrogate per token, -min(rho A, clip(rho, 1 - eps_low, 1 + eps_high) A)
               (DeepSeekMath arXiv 2402.03300 Eq. 3), aggregated per ``cfg.aggregation``.
