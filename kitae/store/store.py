@@ -118,7 +118,7 @@ class RunStore(RunReader):
 
     def log_metrics(self, step: int, metrics: dict[str, Any]) -> None:
         """Per-step scalars. Logging a key again at the same step replaces its value; NaN is stored as NULL."""
-        rows = [(key, int(step), scalar(value)) for key, value in metrics.items()]
+        rows = [(key, int(step), value) for key, value in _numbers(step, metrics).items()]
         with self._write() as db:
             db.executemany(
                 "INSERT INTO metrics (key, step, value) VALUES (?, ?, ?) "
@@ -152,7 +152,7 @@ class RunStore(RunReader):
     def log_eval(self, step: int, metrics: dict[str, Any], samples: list[dict] | None = None) -> None:
         """An evaluation at `step`: its metrics and, optionally, the graded samples. Replaces an earlier one."""
         samples = samples or []
-        values = {key: scalar(value) for key, value in metrics.items()}
+        values = _numbers(step, metrics)
         with self._write() as db:
             db.execute(
                 "INSERT OR REPLACE INTO evals (step, metrics, n_samples, logged_at) VALUES (?, ?, ?, ?)",
@@ -179,6 +179,17 @@ class RunStore(RunReader):
                 "UPDATE run SET status = ?, finished_at = ?, summary = ? WHERE id = 1",
                 (status, time.time(), None if summary is None else to_json(summary)),
             )
+
+
+def _numbers(step: int, metrics: dict[str, Any]) -> dict[str, float | None]:
+    """Metric values as floats, or an error that names the metric and step."""
+    out = {}
+    for key, value in metrics.items():
+        try:
+            out[key] = scalar(value)
+        except (TypeError, ValueError):
+            raise KitaeError(f"metric '{key}' at step {step} is {value!r}, not a number or None") from None
+    return out
 
 
 def _group_row(step: int, group: GroupRecord) -> tuple:

@@ -57,6 +57,7 @@ def test_list_prints_one_line_per_run(app, runs_dir):
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0].split() == ["NAME", "STATUS", "MODEL", "STEPS", "REWARD", "EVAL", "UPDATED"]
+    assert [line.split()[0] for line in lines[1:4]] == ["gsm8k-b", "gsm8k-a", "broken"]  # newest first
     rows = {line.split()[0]: line.split()[1:6] for line in lines[1:4]}
     assert rows["gsm8k-a"] == ["finished", "Qwen/Qwen3-0.6B", "3", "0.75", "0.375"]
     assert rows["gsm8k-b"] == ["crashed", "tiny", "1", "0.5", "-"]

@@ -156,6 +156,13 @@ def test_failed_write_rolls_back_the_whole_call(store):
     assert store.last_step() == 1
 
 
+@pytest.mark.parametrize("log", ["log_metrics", "log_eval"])
+def test_a_metric_that_is_not_a_number_is_named(store, log):
+    with pytest.raises(KitaeError, match=r"metric 'reward/format' at step 7 is 'yes', not a number or None"):
+        getattr(store, log)(7, {"reward": 1.0, "reward/format": "yes"})
+    assert store.metrics() == {} and store.evals() == []
+
+
 def test_create_refuses_an_existing_run(store):
     with pytest.raises(KitaeError, match="run 'demo' already exists"):
         RunStore.create(store.run_dir, name="demo", config={}, model="tiny")
