@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 from kitae.errors import KitaeError
@@ -23,8 +22,9 @@ def _brief(run_dir: Path, stale_after: float) -> RunSummary:
     try:
         with RunStore.open(run_dir, stale_after) as store:
             return store.brief()
-    except (KitaeError, sqlite3.Error) as exc:
-        return RunSummary(name=run_dir.name, path=str(run_dir), status="unreadable", error=str(exc))
+    except Exception as exc:  # noqa: BLE001 - any broken run.db is reported in its row, never raised
+        reason = str(exc) if isinstance(exc, KitaeError) else f"{type(exc).__name__}: {exc}"
+        return RunSummary(name=run_dir.name, path=str(run_dir), status="unreadable", error=reason)
 
 
 def open_run(runs_dir: str | Path, name: str, stale_after: float = STALE_AFTER_S) -> RunStore:

@@ -109,8 +109,12 @@ def connect(db_path: Path) -> sqlite3.Connection:
 
 
 def create_schema(conn: sqlite3.Connection) -> None:
-    version_row = f"INSERT INTO meta (key, value) VALUES ('schema_version', '{SCHEMA_VERSION}');"
-    conn.executescript(f"BEGIN IMMEDIATE;\n{SCHEMA}\n{version_row}\nCOMMIT;")
+    """Create every table; call inside the transaction that also writes the run row, so that a run.db
+    exists either complete or empty (executescript would commit on its own, so statements go one by one)."""
+    for statement in SCHEMA.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+    conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
 
 
 def read_version(conn: sqlite3.Connection, db_path: Path) -> int:

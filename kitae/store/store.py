@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from kitae.errors import KitaeError
-from kitae.store.reader import RunReader
 from kitae.registry import closest
+from kitae.store.reader import RunReader
 from kitae.store.records import GroupRecord, SampleRecord, group_stats, prompt_key, scalar, to_json
 from kitae.store.schema import check_version, connect, create_schema
 from kitae.store.status import FINAL_STATUSES, STALE_AFTER_S, this_host
@@ -55,15 +55,16 @@ class RunStore(RunReader):
         if db_path.exists():
             raise KitaeError(f"run '{run_dir.name}' already exists ({db_path}); resume it or choose another run name")
         run_dir.mkdir(parents=True, exist_ok=True)
-        conn = connect(db_path)
-        create_schema(conn)
+        store = cls(run_dir, connect(db_path))
         now = time.time()
-        conn.execute(
-            "INSERT INTO run (id, name, model, config, status, pid, host, started_at, heartbeat_at) "
-            "VALUES (1, ?, ?, ?, 'running', ?, ?, ?, ?)",
-            (name or run_dir.name, model, to_json(config or {}), os.getpid(), this_host(), now, now),
-        )
-        return cls(run_dir, conn)
+        with store._write() as db:
+            create_schema(db)
+            db.execute(
+                "INSERT INTO run (id, name, model, config, status, pid, host, started_at, heartbeat_at) "
+                "VALUES (1, ?, ?, ?, 'running', ?, ?, ?, ?)",
+                (name or run_dir.name, model, to_json(config or {}), os.getpid(), this_host(), now, now),
+            )
+        return store
 
     @classmethod
     def open(cls, run_dir: str | Path, stale_after: float = STALE_AFTER_S) -> "RunStore":
