@@ -1,0 +1,75 @@
+"""A tiny real model, a prompt set and reward functions for trainer tests (no downloads)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.tiny import tiny_llama, tiny_tokenizer
+
+REWARDS = textwrap.dedent(
+    '''
+    def short(prompts, completions, completion_ids=None, **kw):
+        return [-len(c[0]["content"]) / 10 for c in completions]
+
+    def flaky(prompts, completions, completion_ids=None, **kw):
+        if "1" in prompts[0][-1]["content"]:
+            raise RuntimeError("grader service down")
+        return [None if i % 2 else 1.0 for i in range(len(completions))]
+    '''
+)
+
+
+@pytest.fixture(scope="session")
+def tiny_assets(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("tiny")
+    tok = tiny_tokenizer()
+    model = tiny_llama(len(tok))
+    model.save_pretrained(root / "model")
+    tok.save_pretrained(root / "model")
+    rows = [
+        {"messages": [{"role": "user", "content": f"what is {a}+{b}?"}], "reference_answer": str(a + b), "lang": "en"}
+        for a in range(4)
+        for b in range(4)
+    ]
+    (root / "train.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    (root / "tiny_rewards.py").write_text(REWARDS)
+    return root
+
+
+def write_config(tiny_assets: Path, run_root: Path, **over) -> Path:
+    cfg = {
+        "name": "t",
+        "output_dir": str(run_root),
+        "model": {"path": str(tiny_assets / "model")},
+        "data": {"train": str(tiny_assets / "train.jsonl"), "eval": str(tiny_assets / "train.jsonl")},
+        "rewards": [{"name": "short", "function": "tiny_rewards:short"}],
+        "sampling": {"group_size": 4, "max_new_tokens": 6},
+        "optim": {"steps": 4, "prompts_per_step": 2, "micro_batch_size": 8, "lr": 1e-3},
+        "logging": {"save_every": 2},
+        "eval": {"every": 2, "k": 2, "limit": 4, "grader": {"type": "text_similarity", "evaluation_metric": "fuzzy_match"},
+                 "pass_threshold": 0.5},
+    }
+    for key, value in over.items():
+        node = cfg
+        *parents, last = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = value
+    path = run_root / "cfg.yaml"
+    run_root.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.fixture
+def rewards_on_path(tiny_assets, monkeypatch):
+    monkeypatch.syspath_prepend(str(tiny_assets))
+    monkeypatch.setenv("PYTHONPATH", str(tiny_assets) + ":" + str(Path(__file__).resolve().parents[2]))
+    yield
+    sys.modules.pop("tiny_rewards", None)

@@ -1,0 +1,148 @@
+"""End to end on a tiny real model: the run store, checkpoints, resume after SIGKILL, Ctrl-C, 2 processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from kitae.store import RunStore
+from kitae.trainer.config import load_train_config
+from kitae.trainer.loop import Trainer
+from tests.trainer.conftest import write_config
+
+pytestmark = pytest.mark.slow
+
+
+def _train(cfg_path: Path, *args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "kitae.cli.main", "train", str(cfg_path), "-q", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw,
+    )
+
+
+def _steps(db: Path, table: str = "metrics") -> list[int]:
+    con = sqlite3.connect(db)
+    try:
+        col = "DISTINCT step" if table != "evals" else "step"
+        return [r[0] for r in con.execute(f"SELECT {col} FROM {table} ORDER BY step")]
+    finally:
+        con.close()
+
+
+def test_short_run_stores_every_group_component_and_eval(tiny_assets, tmp_path, rewards_on_path):
+    cfg = load_train_config(write_config(tiny_assets, tmp_path, **{
+        "rewards": [{"name": "short", "function": "tiny_rewards:short"},
+                    {"name": "flaky", "function": "tiny_rewards:flaky", "weight": 0.5}],
+    }))
+    summary = Trainer(cfg).train()
+    assert summary["status"] == "finished" and summary["steps"] == 4
+    store = RunStore.open(tmp_path / "t")
+    s = store.summary()
+    assert s["first_eval"]["step"] == 0 and s["latest_eval"]["step"] == 4
+    metrics = store.metrics()
+    for key in ("reward", "reward/short", "reward/flaky", "loss", "entropy", "clip_frac", "len_mean",
+                "trunc_rate", "secs_per_step", "grader/flaky/abstain_rate", "grader/flaky/error_rate"):
+        assert [step for step, _ in metrics[key]] == [1, 2, 3, 4], key
+    con = sqlite3.connect(tmp_path / "t" / "run.db")
+    assert con.execute("SELECT count(*) FROM groups").fetchone()[0] == 4 * 2
+    assert con.execute("SELECT count(*) FROM samples").fetchone()[0] == 4 * 2 * 4
+    # the flaky component abstains on half the samples and errors on some groups; the run goes on
+    abstain = dict(metrics["grader/flaky/abstain_rate"])
+    assert all(0.5 <= v <= 1.0 for v in abstain.values())
+    assert (tmp_path / "t" / "config.yaml").exists()
+    ckpt = tmp_path / "t" / "checkpoints" / "step-000004"
+    assert (ckpt / "model" / "model.safetensors").exists() and (ckpt / "model" / "tokenizer.json").exists()
+
+
+def test_component_scores_and_advantages_reach_the_store(tiny_assets, tmp_path, rewards_on_path):
+    cfg = load_train_config(write_config(tiny_assets, tmp_path, **{"optim.steps": 1, "data.eval": None}))
+    Trainer(cfg).train()
+    store = RunStore.open(tmp_path / "t")
+    group = store.groups(step=1, limit=10)[0]
+    samples = store.samples(group.id)
+    rewards = [s.reward for s in samples]
+    advs = [s.advantage for s in samples]
+    assert all(s.scores["short"] == pytest.approx(s.reward) for s in samples)
+    mean = sum(rewards) / len(rewards)
+    # GRPO advantages are z-scores within the group: same sign as (r - mean), mean zero
+    assert sum(advs) == pytest.approx(0.0, abs=1e-4)
+    assert all((a > 0) == (r > mean) for a, r in zip(advs, rewards) if abs(r - mean) > 1e-6)
+
+
+def _final_weights(run: Path) -> dict[str, torch.Tensor]:
+    ckpts = sorted((run / "checkpoints").iterdir())
+    return load_file(ckpts[-1] / "model" / "model.safetensors")
+
+
+def test_resume_after_sigkill_loses_and_duplicates_no_step(tiny_assets, tmp_path, rewards_on_path):
+    over = {"optim.steps": 6, "logging.save_every": 2, "logging.keep_checkpoints": 5, "eval.every": 0}
+    ref_cfg = write_config(tiny_assets, tmp_path / "clean", **over)
+    clean = _train(ref_cfg)
+    assert clean.wait(timeout=300) == 0, clean.stdout.read()
+
+    cfg = write_config(tiny_assets, tmp_path / "killed", **over)
+    proc = _train(cfg)
+    db = tmp_path / "killed" / "t" / "run.db"
+    deadline = time.time() + 240
+    while time.time() < deadline:  # wait until step 3 is logged: past the step-2 checkpoint, mid-run
+        if db.exists() and max(_steps(db) or [0]) >= 3:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert RunStore.open(db.parent).summary()["status"] == "crashed"
+
+    resumed = subprocess.run(
+        [sys.executable, "-m", "kitae.cli.main", "train", "--resume", str(db.parent), "-q"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert _steps(db) == [1, 2, 3, 4, 5, 6]
+    assert _steps(db, "groups") == [1, 2, 3, 4, 5, 6]
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT count(*) FROM groups").fetchone()[0] == 6 * 2  # no group twice
+    assert RunStore.open(db.parent).summary()["status"] == "finished"
+    # same seed, same prompts, same sampling: the resumed run ends where the uninterrupted one did
+    a, b = _final_weights(tmp_path / "clean" / "t"), _final_weights(db.parent)
+    assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
+
+
+def test_ctrl_c_saves_a_checkpoint_and_exits_cleanly(tiny_assets, tmp_path, rewards_on_path):
+    cfg = write_config(tiny_assets, tmp_path, **{"optim.steps": 500, "logging.save_every": 1000, "eval.every": 0,
+                                                  "data.eval": None})
+    proc = _train(cfg)
+    db = tmp_path / "t" / "run.db"
+    deadline = time.time() + 240
+    while time.time() < deadline and not (db.exists() and max(_steps(db) or [0]) >= 2):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    store = RunStore.open(tmp_path / "t")
+    s = store.summary()
+    assert s["status"] == "stopped"
+    last = max(_steps(db))
+    assert (tmp_path / "t" / "checkpoints" / f"step-{last:06d}" / "state.pt").exists()
+
+
+def test_two_process_accelerate_run(tiny_assets, tmp_path, rewards_on_path):
+    cfg = write_config(tiny_assets, tmp_path, **{"optim.steps": 2, "eval.every": 0, "optim.prompts_per_step": 4})
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(
+        [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2", "--num_machines", "1",
+         "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "kitae.cli.main", "train", str(cfg), "-q"],
+        capture_output=True, text=True, timeout=600, env=env,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    con = sqlite3.connect(tmp_path / "t" / "run.db")
+    # 4 prompts per step, 2 per process, gathered into one store
+    assert con.execute("SELECT step, count(*) FROM groups GROUP BY step").fetchall() == [(1, 4), (2, 4)]
