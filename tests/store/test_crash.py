@@ -9,7 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 from kitae.store import RunStore
 
 GROUPS, SAMPLES = 4, 4
