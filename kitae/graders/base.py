@@ -79,6 +79,9 @@ class Grader:
             return list(await asyncio.gather(*(self.agrade_sample(item, s) for s in samples)))
         return self.grade_samples(item, samples)
 
+    def close(self) -> None:
+        """Release what the grader holds (worker processes, clients). Safe to call twice."""
+
     # ---- what callers use (never raise) -------------------------------------------------------
     async def agrade_group(self, item: Item, samples: list[Sample]) -> list[Grade]:
         try:

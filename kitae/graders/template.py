@@ -62,7 +62,7 @@ class Template:
         return self.render(item, sample)
 
     def render(self, item: dict, sample: dict) -> str:
-        return "".join(p if isinstance(p, str) else _as_text(lookup(p, item, sample)) for p in self.parts)
+        return "".join(p if isinstance(p, str) else as_text(lookup(p, item, sample)) for p in self.parts)
 
 
 def _parse_path(expr: str, where: str) -> tuple[str, ...]:
@@ -129,7 +129,7 @@ def _step(value: Any, seg: str, shown: str) -> Any:
     raise TemplateError(f"{{{{{shown}.{seg}}}}}: {shown} is a {type(value).__name__}, not a mapping or list")
 
 
-def _as_text(value: Any) -> str:
+def as_text(value: Any) -> str:
     if isinstance(value, str):
         return value
     if value is None:

