@@ -1,9 +1,64 @@
-"""CLI commands (filled in by their feature)."""
+"""`kitae serve ...`: serve models over HTTP on the loopback interface. `kitae serve rm` serves a reward model.
+
+    kitae serve rm --model bundled --port 8000
+    # then, in a grader spec:  {type: reward_model, url: "http://127.0.0.1:8000"}
+
+The endpoints (kitae's /v1/score, SGLang's /classify, vLLM's /classify and /pooling) are listed in
+kitae/rewards/server.py. The first line printed is ``kitae serve rm: serving NAME on http://HOST:PORT``
+(with --port 0 the free port chosen), so scripts can wait for it.
+"""
 
 from __future__ import annotations
 
+import signal
+from pathlib import Path
+
 import typer
+
+serve_app = typer.Typer(help="Serve models over HTTP (reward models: `kitae serve rm`).", no_args_is_help=True)
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.add_typer(serve_app, name="serve")
+
+
+@serve_app.command("rm")
+def serve_rm(
+    model: str = typer.Option("bundled", "--model", help="Reward model folder (a sequence classifier); "
+                              "'bundled' = kitae-tiny-rm."),
+    port: int = typer.Option(8000, "--port", help="Port on HOST; 0 picks a free one (printed)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Interface to listen on (loopback by default)."),
+    batch_size: int = typer.Option(8, "--batch-size", min=1, help="Conversations per forward pass."),
+    max_length: int = typer.Option(2048, "--max-length", min=8, help="Tokens; longer inputs are cut from the left."),
+    device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu or cuda:1."),
+    dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
+    name: str = typer.Option(None, "--name", help="Model name reported to clients (default: the folder name)."),
+    verbose: bool = typer.Option(False, "--verbose", help="Log every request to stderr."),
+) -> None:
+    """Serve a local reward model (AutoModelForSequenceClassification) for `type: reward_model` graders."""
+    from kitae.errors import ConfigError
+    from kitae.rewards.reward_model import LocalRewardModel, resolve_rm_path
+    from kitae.rewards.server import make_server
+
+    path = resolve_rm_path(model)
+    if not Path(path).is_dir():
+        raise ConfigError("--model", f"no model folder at {path!r}; kitae never downloads models")
+    if dtype not in ("float32", "bfloat16", "float16"):
+        raise ConfigError("--dtype", f"expected float32, bfloat16 or float16, got {dtype!r}")
+    scorer = LocalRewardModel(path, batch_size=batch_size, max_length=max_length, device=device, dtype=dtype)
+    server = make_server(scorer, host, port, name, quiet=not verbose)
+    bound_host, bound_port = server.server_address[:2]
+    signal.signal(signal.SIGTERM, _stop)
+    typer.echo(f"kitae serve rm: serving {name or scorer.name} on http://{bound_host}:{bound_port}")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+def _stop(*_: object) -> None:
+    """The first SIGTERM ends the server like Ctrl-C does; a second one ends the process at once."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    raise KeyboardInterrupt

@@ -1,0 +1,37 @@
+"""A tiny real reward model for the tests: the bundled kitae-tiny-rm when it is built, else a random one."""
+
+from __future__ import annotations
+
+import pytest
+
+from kitae.rewards.reward_model import bundled_rm_path
+
+
+def build_random_rm(folder) -> str:
+    """A 2-layer LlamaForSequenceClassification (1 label) with the tests' tiny ChatML tokenizer."""
+    import torch
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    from tests.tiny import tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      num_labels=1, pad_token_id=tok.pad_token_id)
+    LlamaForSequenceClassification(cfg).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="session")
+def tiny_rm(tmp_path_factory) -> str:
+    bundled = bundled_rm_path()
+    if (bundled / "config.json").exists():
+        return str(bundled)
+    return build_random_rm(tmp_path_factory.mktemp("tiny-rm"))
+
+
+@pytest.fixture(scope="session")
+def random_rm(tmp_path_factory) -> str:
+    return build_random_rm(tmp_path_factory.mktemp("random-rm"))
