@@ -88,3 +88,21 @@ def test_spec_errors_name_the_key(spec, message):
     with pytest.raises(ConfigError) as err:
         build_grader(spec)
     assert message in str(err.value)
+
+
+def test_length_spec_defaults_to_the_answer_grader():
+    grader = build_grader("{type: length, weight: 0.5}")
+    samples = [{"output_text": "47<|im_end|>"}, {"output_text": "答えは47です。<|im_end|>"},
+               {"output_text": "48です。<|im_end|>"}]  # content lengths 2, 8, 5: lambdas 0.5, -0.5, 0
+    assert [g.score for g in grader.grade_group(ITEM, samples)] == pytest.approx([0.25, -0.25, 0.0])
+
+
+def test_reward_model_spec_with_a_local_model(tiny_rm):
+    from kitae.rewards.reward_model import LocalRewardModel
+
+    grader = build_grader({"type": "reward_model", "model": tiny_rm, "batch_size": 2, "full_chars": 0})
+    answers = ["47", "12+35=47です。", "The answer is 47."]
+    grades = grader.grade_group(ITEM, [{"output_text": a + "<|im_end|>"} for a in answers])
+    convs = [[ITEM["messages"][0], {"role": "assistant", "content": a}] for a in answers]
+    assert [g.score for g in grades] == pytest.approx(LocalRewardModel(tiny_rm).score(convs), abs=1e-6)
+    assert grader.stats()["scored"] == 3
