@@ -1,9 +1,162 @@
-"""CLI commands (filled in by their feature)."""
+"""``kitae grade`` (grade samples with a grader spec) and ``kitae grader validate|list``.
+
+    kitae grade --grader examples/graders/numeric.yaml --data examples/graders/finance.jsonl --out graded.jsonl
+    kitae grader validate --grader examples/graders/numeric.yaml --data examples/graders/finance_labeled.jsonl
+    kitae grader list
+
+The library does the work (kitae.graders.rows, kitae.graders.agreement) and raises; this module prints.
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Optional
+
 import typer
+
+from kitae.graders.base import Grade
+
+GRADER_HELP = "Grader spec: a .yaml/.json file, inline YAML/JSON, or a type name such as 'numeric'."
+DATA_HELP = ('JSON Lines: {"item": {...}, "sample": {"output_text": ...}} or {"item": ..., "samples": [...]}.')
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.command("grade")(grade)
+    grader_app = typer.Typer(help="Check graders: agreement with your own scores, available types.",
+                             no_args_is_help=True)
+    grader_app.command("validate")(validate)
+    grader_app.command("list")(list_types)
+    app.add_typer(grader_app, name="grader")
+
+
+def grade(
+    grader: str = typer.Option(..., "--grader", "-g", help=GRADER_HELP),
+    data: Path = typer.Option(..., "--data", "-d", help=DATA_HELP),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write graded rows here (default: stdout)."),
+    concurrency: int = typer.Option(8, help="Groups graded at the same time."),
+) -> None:
+    """Grade every sample of a file; print mean, distribution, abstentions and errors."""
+    from kitae.graders import build_grader
+    from kitae.graders.base import run_sync
+    from kitae.graders.rows import agrade_rows, graded_row, load_rows
+
+    g = build_grader(grader, "--grader")
+    rows = load_rows(data)
+    try:
+        grades = run_sync(agrade_rows(g, rows, concurrency))
+    finally:
+        g.close()
+    lines = [json.dumps(graded_row(r, gs), ensure_ascii=False) + "\n" for r, gs in zip(rows, grades)]
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("".join(lines), encoding="utf-8")
+    else:
+        sys.stdout.write("".join(lines))
+    summary = summarize([x for gs in grades for x in gs])
+    typer.echo(summary + (f"\nwrote {len(lines)} rows to {out}" if out else ""), err=out is None)
+
+
+def summarize(grades: list[Grade]) -> str:
+    """Mean, distribution, abstain and error counts, per-sub-score means."""
+    scores = [g.score for g in grades if g.score is not None]
+    errors = [g.error for g in grades if g.error]
+    lines = [f"samples: {len(grades)}  scored: {len(scores)}  abstained: {len(grades) - len(scores)}"
+             f"  errors: {len(errors)}"]
+    if scores:
+        lines.append(f"mean: {sum(scores) / len(scores):.4f}  min: {min(scores):.4g}  max: {max(scores):.4g}")
+        lines += ["distribution:"] + [f"  {label:>11}  {count:5d}  {bar}" for label, count, bar in distribution(scores)]
+    subs = sorted({k for g in grades for k in g.sub_scores})
+    for name in subs:
+        values = [g.sub_scores[name] for g in grades if g.sub_scores.get(name) is not None]
+        if values:
+            lines.append(f"  {name}: mean {sum(values) / len(values):.4f} over {len(values)}")
+    for error, count in Counter(errors).most_common(3):
+        lines.append(f"error x{count}: {error[:200]}")
+    return "\n".join(lines)
+
+
+def distribution(scores: list[float], bins: int = 5, width: int = 30) -> list[tuple[str, int, str]]:
+    distinct = sorted(set(scores))
+    if len(distinct) <= 6:
+        counts = [(f"{v:g}", scores.count(v)) for v in distinct]
+    else:
+        low, high = min(scores), max(scores)
+        step = (high - low) / bins
+        counts = []
+        for b in range(bins):
+            lo, hi = low + b * step, low + (b + 1) * step
+            n = sum(1 for s in scores if lo <= s < hi or (b == bins - 1 and s == high))
+            counts.append((f"[{lo:.2f},{hi:.2f}{']' if b == bins - 1 else ')'}", n))
+    most = max(n for _, n in counts)
+    return [(label, n, "#" * round(width * n / most)) for label, n in counts]
+
+
+def validate(
+    grader: str = typer.Option(..., "--grader", "-g", help=GRADER_HELP),
+    data: Path = typer.Option(..., "--data", "-d", help=DATA_HELP + ' Each sample carries "human_score".'),
+    worst: int = typer.Option(5, help="How many of the worst disagreements to show."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    concurrency: int = typer.Option(8, help="Groups graded at the same time."),
+) -> None:
+    """Compare the grader's ranking with your own scores before a long run (seed 002's advice)."""
+    from kitae.graders import build_grader, load_spec
+    from kitae.graders.agreement import validate as run_validation
+    from kitae.graders.rows import load_rows
+
+    spec = load_spec(grader, "--grader")
+    g = build_grader(spec, "--grader")
+    rows = load_rows(data)
+    try:
+        report = run_validation(g, rows, spec=spec, concurrency=concurrency, worst=worst)
+    finally:
+        g.close()
+    if as_json:
+        typer.echo(json.dumps(report.to_dict(), ensure_ascii=False, indent=2))
+        return
+    typer.echo(render_report(report, rows))
+
+
+def render_report(report, rows) -> str:
+    a = report.agreement
+    fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+    lines = [
+        f"samples with both scores: {a.n_samples}  (grader abstained on {report.abstained}, errors {report.errors})",
+        f"Spearman rho: {fmt(a.spearman)}   Kendall tau-b: {fmt(a.kendall)}",
+        f"within-group pairwise agreement: {fmt(a.pairwise)}  over {a.pairs} pairs"
+        f" ({a.grader_ties} tied by the grader)",
+    ]
+    if a.worst:
+        lines.append("worst disagreements (you preferred the first, the grader the second):")
+        for d in a.worst:
+            row = rows[d.group]
+            lines.append(f"  row {row.number}: sample {d.better} you {d.human[0]:g} / grader {d.grader[0]:.3g}"
+                         f"  vs  sample {d.worse} you {d.human[1]:g} / grader {d.grader[1]:.3g}")
+            for idx in (d.better, d.worse):
+                lines.append(f"      [{idx}] {_excerpt(row.samples[idx]['output_text'])}")
+    for w in report.warnings:
+        lines.append(f"warning: {w}")
+    lines.append(report.verdict)
+    return "\n".join(lines)
+
+
+def _excerpt(text: str, n: int = 90) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= n else flat[: n - 3] + "..."
+
+
+def list_types() -> None:
+    """List the grader types a spec's `type` can name."""
+    from kitae.graders import GRADERS
+    from kitae.graders.spec import ensure_registered
+
+    ensure_registered()
+    for name in GRADERS.names():
+        try:
+            doc = (GRADERS.get(name).__doc__ or "").strip()
+            doc = doc or (sys.modules[GRADERS.get(name).__module__].__doc__ or "").strip()
+        except Exception as exc:  # an optional dependency missing: still list the name
+            doc = f"(unavailable: {exc})"
+        typer.echo(f"{name:18} {doc.splitlines()[0] if doc else ''}")

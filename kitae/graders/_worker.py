@@ -41,7 +41,7 @@ def _cpu_budget(cpu_seconds):
     """Allow `cpu_seconds` more CPU time from now (SIGXCPU ends the process past it)."""
     used = resource.getrusage(resource.RUSAGE_SELF)
     now = used.ru_utime + used.ru_stime
-    soft = int(now + cpu_seconds) + 1
+    soft = max(int(now) + 1, round(now + cpu_seconds))  # the limit has whole-second resolution
     resource.setrlimit(resource.RLIMIT_CPU, (soft, resource.RLIM_INFINITY))
 
 
@@ -69,9 +69,10 @@ def _math_handler(config):
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # "timeout disabled" notices: we time out here
 
     def compare(request):
-        gold = parse(request["gold"], parsing_timeout=None)
-        if not gold:
-            gold = parse(f"${request['gold']}$", parsing_timeout=None)
+        text = request["gold"]
+        bare = "$" not in text and "\\boxed" not in text  # a bare reference such as 1+2x reads as LaTeX math
+        gold = parse(f"${text}$", parsing_timeout=None) if bare else []
+        gold = gold or parse(text, parsing_timeout=None)
         answer = parse(request["answer"], parsing_timeout=None)
         ok = bool(gold) and bool(answer) and verify(gold, answer, timeout_seconds=None)
         return {"match": ok, "gold": str(gold[0]) if gold else None, "answer": str(answer[0]) if answer else None}

@@ -27,6 +27,8 @@ from kitae.graders.template import as_text
 
 @register_grader("answer")
 class AnswerGrader(PairGrader):
+    """Final-answer match of the short-answer task (kitae.data.answers.answers_match) -> 1 or 0."""
+
     @classmethod
     def from_spec(cls, spec: dict, path: str) -> "AnswerGrader":
         r = SpecReader(spec, path)
@@ -41,6 +43,8 @@ class AnswerGrader(PairGrader):
 
 @register_grader("math")
 class MathGrader(PairGrader):
+    """math-verify equivalence, gold first, with a process-based timeout -> 1 or 0."""
+
     def __init__(self, timeout: float = 5.0, **templates: Any):
         super().__init__(**templates)
         self.worker = Worker("math", timeout_s=timeout, memory_mb=None, block_network=False)

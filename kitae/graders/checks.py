@@ -42,6 +42,8 @@ OPERATIONS = {
 
 @register_grader("string_check")
 class StringCheckGrader(PairGrader):
+    """OpenAI string_check: eq, ne, like (contains), ilike (contains, any case) -> 1 or 0."""
+
     def __init__(self, operation: str, **templates: Any):
         super().__init__(**templates)
         self.operation = operation
@@ -64,6 +66,8 @@ CHECKS = ["json", "json_schema", "regex", "labels", "contains", "equals"]
 
 @register_grader("format")
 class FormatGrader(PairGrader):
+    """Format check: json, json_schema, regex, labels, contains, equals -> 1 or 0."""
+
     def __init__(self, check: str, schema: dict | None = None, pattern: str | None = None,
                  labels: list[str] | None = None, ignore_case: bool = False, full_match: bool = False,
                  **templates: Any):

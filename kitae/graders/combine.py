@@ -94,6 +94,8 @@ def part_notes(grades: dict[str, Grade], field: str) -> str | None:
 
 @register_grader("weighted")
 class WeightedGrader(CompositeGrader):
+    """Weighted mean of parts; abstaining parts drop out and the weights renormalize."""
+
     def __init__(self, parts: dict[str, Grader], weights: dict[str, float]):
         super().__init__(parts)
         self.weights = weights
@@ -121,6 +123,8 @@ class WeightedGrader(CompositeGrader):
 
 @register_grader("gate")
 class GateGrader(CompositeGrader):
+    """A grader that counts only when a gate grader passes (else fail_score)."""
+
     def __init__(self, gate: Grader, grader: Grader, threshold: float = 1.0, fail_score: float | None = 0.0):
         super().__init__({"gate": gate, "grader": grader})
         self.threshold, self.fail_score = threshold, fail_score
@@ -146,6 +150,8 @@ class GateGrader(CompositeGrader):
 
 @register_grader("multi")
 class MultiGrader(CompositeGrader):
+    """OpenAI multi: parts combined by a calculate_output formula (parsed safely)."""
+
     def __init__(self, parts: dict[str, Grader], formula: str, path: str = "calculate_output"):
         super().__init__(parts)
         self.formula = parse_formula(formula, set(parts), path)

@@ -35,6 +35,8 @@ def relative_error(got: float, want: float) -> float:
 
 @register_grader("numeric")
 class NumericGrader(PairGrader):
+    """Seed 002 numeric: reference numbers matched within 1% (full) / 5% (half); None without numbers."""
+
     def __init__(self, tolerance: float = 0.01, partial_tolerance: float = 0.05, partial_credit: float = 0.5,
                  **templates: Any):
         super().__init__(**templates)

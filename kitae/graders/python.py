@@ -31,6 +31,8 @@ from kitae.graders.template import TemplateError, output_json, output_text
 
 @register_grader("python")
 class PythonGrader(Grader):
+    """OpenAI python grader: grade(sample, item) in a limited subprocess (no network)."""
+
     def __init__(self, source: str, timeout: float = 10.0, cpu_seconds: float = 5.0, memory_mb: int = 1024):
         self.source = source
         self.worker = Worker("python", timeout_s=timeout, memory_mb=memory_mb, cpu_seconds=cpu_seconds,

@@ -31,6 +31,8 @@ METRICS = ["rouge_l", *ROUGE_N, "bleu", "gleu", "fuzzy_match", "cosine", "meteor
 
 @register_grader("text_similarity")
 class TextSimilarityGrader(PairGrader):
+    """OpenAI text_similarity: ROUGE-L F1 (default), rouge_1..5, bleu, gleu, fuzzy_match, cosine."""
+
     def __init__(self, metric: str = "rouge_l", tokenizer: str = "auto", pass_threshold: float | None = None,
                  embedding_model: str | None = None, **templates: Any):
         super().__init__(**templates)

@@ -1,0 +1,301 @@
+"""Does the grader rank answers the way you do? (seed 002: "score 5–10 answers yourself and compare").
+
+:func:`agreement` is the pure computation (the web page's labeling page reuses it); :func:`validate` grades
+labeled rows and adds warnings and a one-line verdict (``kitae grader validate``).
+
+Measures, over samples that have both a human score and a grader score:
+- Spearman's rho (Pearson correlation of average ranks) and Kendall's tau-b, across all samples;
+- within-group pairwise agreement, what GRPO uses: over pairs of samples of one group that the human
+  scored differently, the fraction the grader orders the same way (a grader tie counts one half);
+- the worst disagreements: within-group pairs the grader orders against the human, by how far apart both
+  put them (scores rescaled to [0, 1] over the data so human scales such as 1–5 compare).
+
+Warnings come from the checks in :data:`CHECKS`, a registry of ``check(ctx) -> list[str]`` functions, so
+more (about judges, say) can be registered without touching this module.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+from kitae.errors import DataError
+from kitae.graders.base import Grade, Grader, run_sync
+from kitae.graders.rows import Row, agrade_rows
+from kitae.registry import Registry
+
+CHECKS = Registry("validation check")
+GOOD, WEAK = 0.8, 0.65  # pairwise agreement (or Spearman) thresholds of the verdict
+MIN_LABELS = 5
+
+
+# ---- statistics ---------------------------------------------------------------------------------
+def ranks(values: list[float]) -> list[float]:
+    """1-based ranks, ties get their average rank."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    out = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            out[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+
+
+def pearson(x: list[float], y: list[float]) -> float | None:
+    n = len(x)
+    if n < 2:
+        return None
+    mx, my = sum(x) / n, sum(y) / n
+    sxy = sum((a - mx) * (b - my) for a, b in zip(x, y))
+    sxx, syy = sum((a - mx) ** 2 for a in x), sum((b - my) ** 2 for b in y)
+    return sxy / math.sqrt(sxx * syy) if sxx > 0 and syy > 0 else None
+
+
+def spearman(x: list[float], y: list[float]) -> float | None:
+    return pearson(ranks(x), ranks(y))
+
+
+def kendall_tau_b(x: list[float], y: list[float]) -> float | None:
+    concordant = discordant = ties_x = ties_y = 0
+    for i in range(len(x)):
+        for j in range(i + 1, len(x)):
+            dx, dy = _sign(x[i] - x[j]), _sign(y[i] - y[j])
+            if dx == 0 and dy == 0:
+                continue
+            if dx == 0:
+                ties_x += 1
+            elif dy == 0:
+                ties_y += 1
+            elif dx == dy:
+                concordant += 1
+            else:
+                discordant += 1
+    denom = math.sqrt((concordant + discordant + ties_x) * (concordant + discordant + ties_y))
+    return (concordant - discordant) / denom if denom > 0 else None
+
+
+def _sign(v: float) -> int:
+    return (v > 0) - (v < 0)
+
+
+# ---- agreement ----------------------------------------------------------------------------------
+@dataclass
+class Disagreement:
+    group: int  # index of the group (row)
+    better: int  # sample the human scored higher
+    worse: int
+    human: tuple[float, float]  # (better, worse)
+    grader: tuple[float, float]
+    severity: float  # rescaled human gap + rescaled grader gap, in [0, 2]
+
+
+@dataclass
+class Agreement:
+    n_samples: int  # samples with both scores
+    spearman: float | None
+    kendall: float | None
+    pairwise: float | None  # within-group; None without groups of 2+
+    pairs: int  # within-group pairs the human ordered
+    grader_ties: int  # ... of which the grader tied
+    worst: list[Disagreement] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def agreement(human: list[list[float | None]], graded: list[list[float | None]], worst: int = 5) -> Agreement:
+    """Agreement of grader scores with human scores; both are given per group, sample by sample.
+
+    A sample missing either score (None) is left out.
+    """
+    pairs = [[(h, g) for h, g in zip(hs, gs)] for hs, gs in zip(human, graded, strict=True)]
+    flat = [(h, g) for group in pairs for h, g in group if h is not None and g is not None]
+    xs, ys = [h for h, _ in flat], [g for _, g in flat]
+    h_scale, g_scale = _span(xs), _span(ys)
+    agree = total = ties = 0.0
+    found: list[Disagreement] = []
+    for gi, group in enumerate(pairs):
+        for i in range(len(group)):
+            for j in range(i + 1, len(group)):
+                (hi, gi_), (hj, gj) = group[i], group[j]
+                if None in (hi, hj, gi_, gj) or hi == hj:
+                    continue
+                a, b = (i, j) if hi > hj else (j, i)
+                (ha, ga), (hb, gb) = group[a], group[b]
+                total += 1
+                if ga == gb:
+                    ties += 1
+                    agree += 0.5
+                elif ga > gb:
+                    agree += 1
+                else:
+                    severity = (ha - hb) / h_scale + (gb - ga) / g_scale
+                    found.append(Disagreement(gi, a, b, (ha, hb), (ga, gb), severity))
+    found.sort(key=lambda d: -d.severity)
+    return Agreement(
+        n_samples=len(flat), spearman=spearman(xs, ys), kendall=kendall_tau_b(xs, ys),
+        pairwise=agree / total if total else None, pairs=int(total), grader_ties=int(ties), worst=found[:worst],
+    )
+
+
+def _span(values: list[float]) -> float:
+    return (max(values) - min(values)) or 1.0 if values else 1.0
+
+
+# ---- validation of a grader on labeled rows -----------------------------------------------------
+@dataclass
+class CheckContext:
+    """What a check sees: the spec (None for a grader built in code), rows, grades, agreement."""
+
+    spec: dict[str, Any] | None
+    grader: Grader
+    rows: list[Row]
+    grades: list[list[Grade]]
+    agreement: Agreement
+
+    def leaves(self) -> list[dict[str, Any]]:
+        return leaf_specs(self.spec) if self.spec else []
+
+
+@dataclass
+class ValidationReport:
+    agreement: Agreement
+    scored: int
+    abstained: int
+    errors: int
+    warnings: list[str]
+    verdict: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def validate(grader: Grader, rows: list[Row], spec: dict[str, Any] | None = None,
+             concurrency: int = 8, worst: int = 5) -> ValidationReport:
+    """Grade labeled rows (each sample carries ``human_score``) and compare with the human scores."""
+    human = [[human_score(row, j, s) for j, s in enumerate(row.samples)] for row in rows]
+    grades = run_sync(agrade_rows(grader, rows, concurrency))
+    graded = [[g.score for g in gs] for gs in grades]
+    result = agreement(human, graded, worst)
+    ctx = CheckContext(spec, grader, rows, grades, result)
+    warnings = [w for name in CHECKS.names() for w in CHECKS.get(name)(ctx)]
+    flat = [g for gs in grades for g in gs]
+    return ValidationReport(
+        agreement=result, scored=sum(g.score is not None for g in flat),
+        abstained=sum(g.score is None for g in flat), errors=sum(g.error is not None for g in flat),
+        warnings=warnings, verdict=verdict(result),
+    )
+
+
+def human_score(row: Row, index: int, sample: dict[str, Any]) -> float | None:
+    value = sample.get("human_score")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        field_name = f"samples[{index}].human_score" if row.is_group else "sample.human_score"
+        raise DataError("data", row.number, field_name, f"expected a number, got {value!r}")
+    return float(value)
+
+
+def verdict(result: Agreement) -> str:
+    if result.n_samples < MIN_LABELS:
+        return f"INCONCLUSIVE: only {result.n_samples} samples have both scores; score at least 5-10 yourself"
+    measure, value = ("pairwise agreement", result.pairwise) if result.pairwise is not None else ("Spearman", result.spearman)
+    if value is None:
+        return "INCONCLUSIVE: the scores do not vary, so no ranking can be compared"
+    stats = f"{measure} {value:.2f}" + (f", Spearman {result.spearman:.2f}" if result.spearman is not None and measure != "Spearman" else "")
+    if value >= GOOD:
+        return f"GOOD: the grader ranks answers like you ({stats}); fine for a long run"
+    if value >= WEAK:
+        return f"WEAK: the grader often ranks answers differently ({stats}); fix the worst disagreements first"
+    return f"BAD: the grader does not rank like you ({stats}); the model would learn the grader's opinion, not yours"
+
+
+def leaf_specs(spec: dict[str, Any], weight: float = 1.0) -> list[dict[str, Any]]:
+    """The non-composite graders of a spec, each with its effective ``weight`` (0 = logged only)."""
+    kind = spec.get("type")
+    if kind in ("weighted", "multi") and isinstance(spec.get("graders"), dict):
+        out = []
+        for sub in spec["graders"].values():
+            if isinstance(sub, dict):
+                w = sub.get("weight", 1.0) if kind == "weighted" else 1.0
+                out += leaf_specs(sub, weight * (w if isinstance(w, (int, float)) else 1.0))
+        return out
+    if kind == "gate":
+        return [s for key in ("gate", "grader") if isinstance(spec.get(key), dict) for s in leaf_specs(spec[key], weight)]
+    return [{**spec, "weight": weight}]
+
+
+# ---- checks: the seed's common mistakes ---------------------------------------------------------
+def register_check(name: str) -> Callable:
+    return CHECKS.register(name)
+
+
+@register_check("few_labels")
+def _few_labels(ctx: CheckContext) -> list[str]:
+    n = ctx.agreement.n_samples
+    if n < 10:
+        return [f"only {n} samples carry both a human score and a grader score; the seed advises 5-10 at least, more is better"]
+    return []
+
+
+@register_check("similarity_alone")
+def _similarity_alone(ctx: CheckContext) -> list[str]:
+    counted = [s for s in ctx.leaves() if s["weight"] > 0]
+    if counted and all(s.get("type") in ("text_similarity", "string_check") for s in counted):
+        return ["similarity alone: correct paraphrases score low and wrong answers in the reference's words score "
+                "high; where meaning matters, add a judge (judge 70% + similarity 30%)"]
+    return []
+
+
+@register_check("numeric_without_numbers")
+def _numeric_without_numbers(ctx: CheckContext) -> list[str]:
+    if not any(s.get("type") == "numeric" for s in ctx.leaves()):
+        return []
+    from kitae.graders.numbers import extract_quantities
+
+    refs = [row.item.get("reference_answer") for row in ctx.rows]
+    without = sum(1 for r in refs if r is None or not extract_quantities(str(r)))
+    if without * 2 > len(refs):
+        return [f"numeric grading where {without} of {len(refs)} references have no number: those rows are skipped, "
+                "so the model learns from part of the data only"]
+    return []
+
+
+@register_check("abstentions")
+def _abstentions(ctx: CheckContext) -> list[str]:
+    flat = [g for gs in ctx.grades for g in gs]
+    errors = [g.error for g in flat if g.error]
+    out = []
+    if errors:
+        out.append(f"{len(errors)} of {len(flat)} samples failed to grade, e.g.: {errors[0][:160]}")
+    abstained = sum(g.score is None and not g.error for g in flat)
+    if abstained * 5 > len(flat):
+        out.append(f"the grader abstained on {abstained} of {len(flat)} samples; those give GRPO no signal")
+    return out
+
+
+@register_check("flat_groups")
+def _flat_groups(ctx: CheckContext) -> list[str]:
+    groups = [[g.score for g in gs] for gs in ctx.grades if len(gs) > 1]
+    flat = sum(1 for s in groups if len(set(s)) == 1 and None not in s)
+    if groups and flat * 4 > len(groups):
+        return [f"{flat} of {len(groups)} groups got one score for every sample: GRPO learns nothing from them "
+                "(advantages are zero); a finer-grained grader helps"]
+    return []
+
+
+@register_check("unchecked_length")
+def _unchecked_length(ctx: CheckContext) -> list[str]:
+    if not ctx.spec:
+        return []
+    kinds = {s.get("type") for s in ctx.leaves()}
+    if not kinds & {"length", "overlong", "soft_overlong", "repetition"}:
+        return ["nothing checks length or repetition: what no grader checks is free for the model to change; "
+                "add overlong/repetition penalties or watch length on the run page"]
+    return []

@@ -1,0 +1,157 @@
+"""string_check (OpenAI semantics), format checks, and the answer / math final-answer graders."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from kitae.errors import ConfigError
+from kitae.graders import build_grader
+
+
+def score(spec: dict, output: str, reference="Paris", **item) -> float | None:
+    grade = build_grader(spec).grade_group({"reference_answer": reference, **item}, [{"output_text": output}])[0]
+    assert grade.error is None, grade.error
+    return grade.score
+
+
+@pytest.mark.parametrize(
+    "operation, output, reference, expected",
+    [
+        ("eq", "Paris", "Paris", 1.0),
+        ("eq", "paris", "Paris", 0.0),  # exact, as OpenAI
+        ("eq", "Paris ", "Paris", 0.0),
+        ("eq", "Paris<|im_end|>", "Paris", 1.0),  # output_text stops at the end-of-turn marker
+        ("ne", "Lyon", "Paris", 1.0),
+        ("ne", "Paris", "Paris", 0.0),
+        ("like", "It is Paris.", "Paris", 1.0),
+        ("like", "It is paris.", "Paris", 0.0),
+        ("ilike", "It is PARIS.", "Paris", 1.0),
+        ("ilike", "It is Lyon.", "Paris", 0.0),
+    ],
+)
+def test_string_check_operations(operation, output, reference, expected):
+    assert score({"type": "string_check", "operation": operation}, output, reference) == expected
+
+
+def test_string_check_openai_spec_loads_unchanged():
+    spec = {"type": "string_check", "name": "label check", "input": "{{sample.output_json.label}}",
+            "reference": "{{item.label}}", "operation": "eq"}
+    assert score(spec, '{"label": "spam"}', label="spam") == 1.0
+
+
+SCHEMA = {"type": "object", "properties": {"answer": {"type": "number"}}, "required": ["answer"]}
+
+
+@pytest.mark.parametrize(
+    "spec, output, expected",
+    [
+        ({"check": "json"}, '{"a": 1}', 1.0),
+        ({"check": "json"}, "```json\n[1, 2]\n```", 1.0),  # a fenced block counts
+        ({"check": "json"}, "{a: 1}", 0.0),
+        ({"check": "json_schema", "schema": SCHEMA}, '{"answer": 4}', 1.0),
+        ({"check": "json_schema", "schema": SCHEMA}, '{"answer": "4"}', 0.0),
+        ({"check": "json_schema", "schema": SCHEMA}, "{}", 0.0),
+        ({"check": "json_schema", "schema": SCHEMA}, "not json", 0.0),
+        ({"check": "regex", "pattern": r"\d+"}, "answer: 47", 1.0),
+        ({"check": "regex", "pattern": r"\d+", "full_match": True}, "answer: 47", 0.0),
+        ({"check": "regex", "pattern": r"\d+", "full_match": True}, " 47\n", 1.0),  # surrounding space is stripped
+        ({"check": "regex", "pattern": "yes", "ignore_case": True}, "YES", 1.0),
+        ({"check": "regex", "pattern": "yes"}, "YES", 0.0),
+        ({"check": "labels", "labels": ["positive", "negative"]}, " negative\n", 1.0),
+        ({"check": "labels", "labels": ["positive", "negative"]}, "neutral", 0.0),
+        ({"check": "labels", "labels": ["positive"]}, "Positive", 0.0),
+        ({"check": "labels", "labels": ["positive"], "ignore_case": True}, "Positive", 1.0),
+        ({"check": "labels", "labels": [1, 2]}, "2", 1.0),
+        ({"check": "contains"}, "The capital is Paris.", 1.0),
+        ({"check": "contains"}, "The capital is Lyon.", 0.0),
+        ({"check": "contains", "ignore_case": True}, "PARIS!", 1.0),
+        ({"check": "equals"}, "  Paris\n", 1.0),  # stripped
+        ({"check": "equals"}, "Ｐａｒｉｓ", 1.0),  # NFKC
+        ({"check": "equals"}, "paris", 0.0),
+        ({"check": "equals", "ignore_case": True}, "paris", 1.0),
+        ({"check": "equals", "reference": "{{item.city}}"}, "Lyon", 1.0),
+    ],
+)
+def test_format_checks(spec, output, expected):
+    assert score({"type": "format", **spec}, output, city="Lyon") == expected
+
+
+def test_format_failures_say_why():
+    grader = build_grader({"type": "format", "check": "json_schema", "schema": SCHEMA})
+    grade = grader.grade_group({}, [{"output_text": "{}"}])[0]
+    assert grade.reason == "schema: 'answer' is a required property"
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ({"check": "jsn"}, "grader.check: unknown check 'jsn'; did you mean 'json'?"),
+        ({}, "grader.check: missing (required)"),
+        ({"check": "regex", "pattern": "("}, "grader.pattern: not a valid regular expression"),
+        ({"check": "regex"}, "grader.pattern: missing (required)"),
+        ({"check": "json_schema", "schema": {"type": "objekt"}}, "grader.schema: not a valid JSON Schema"),
+        ({"check": "json_schema", "schema": "x"}, "grader.schema: expected a mapping"),
+        ({"check": "labels", "labels": []}, "grader.labels: needs at least one label"),
+        ({"check": "labels", "labels": [{"a": 1}]}, "grader.labels[0]: expected a string"),
+        ({"check": "json", "pattern": "x"}, "grader.pattern: unknown key"),  # a field of another check
+        ({"check": "json", "reference": "{{item.x}}"}, "grader.reference: unknown key"),
+    ],
+)
+def test_format_spec_errors(spec, message):
+    with pytest.raises(ConfigError) as err:
+        build_grader({"type": "format", **spec})
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "output, reference, expected",
+    [
+        ("12+35=47です。<|im_end|>", "47", 1.0),
+        ("答えは４７", "47", 1.0),  # full-width digits
+        ("47.0", "47", 1.0),
+        ("46", "47", 0.0),
+        ("The capital is Paris.", "Paris", 1.0),
+        ("Lyon", "Paris", 0.0),
+        ("1,200", "1200", 1.0),
+    ],
+)
+def test_answer_grader(output, reference, expected):
+    assert score({"type": "answer"}, output, reference) == expected
+
+
+@pytest.fixture(scope="module")
+def math_grader():
+    grader = build_grader({"type": "math"})
+    yield grader
+    grader.close()
+
+
+@pytest.mark.parametrize(
+    "output, reference, expected",
+    [
+        (r"so the answer is $\boxed{\frac{1}{2}}$", "0.5", 1.0),
+        (r"$\boxed{0.5}$", r"\frac{1}{2}", 1.0),
+        (r"$\boxed{2x+1}$", "1+2x", 1.0),  # symbolic equivalence
+        (r"$\boxed{3}$", "4", 0.0),
+        (r"$x = \sqrt{2}$", r"\sqrt{2}", 1.0),
+    ],
+)
+def test_math_grader(math_grader, output, reference, expected):
+    grade = math_grader.grade_group({"reference_answer": reference}, [{"output_text": output}])[0]
+    assert grade.score == expected, grade
+
+
+def test_math_grader_works_off_the_main_thread(math_grader):
+    # math-verify's own signal timeouts fail in threads; the trainer grades in threads and event loops
+    async def inside_a_loop():
+        return await math_grader.agrade_group({"reference_answer": "2"}, [{"output_text": r"$\boxed{2}$"}] * 3)
+
+    grades = asyncio.run(inside_a_loop())
+    assert [g.score for g in grades] == [1.0, 1.0, 1.0]
+
+
+def test_math_grader_abstains_on_an_unparsable_reference(math_grader):
+    grade = math_grader.grade_group({"reference_answer": ""}, [{"output_text": "$1$"}])[0]
+    assert grade.score is None and "could not parse the reference" in grade.error

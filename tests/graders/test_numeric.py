@@ -1,0 +1,148 @@
+"""Number extraction (units, scales, what is not a key number) and the numeric grader (seed 002)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kitae.graders import build_grader
+from kitae.graders.numbers import extract_quantities, kanji_to_int
+
+
+def values(text: str) -> list[tuple[float, bool]]:
+    return [(q.value, q.percent) for q in extract_quantities(text)]
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        # plain numbers, decimals, thousands commas, negatives
+        ("42", [(42, False)]),
+        ("3.14 and 1,705.5", [(3.14, False), (1705.5, False)]),
+        ("-0.5 and −2", [(-0.5, False), (-2, False)]),
+        ("▲3億円の赤字", [(-3e8, False)]),  # Japanese accounting minus
+        # percent
+        ("9.91%", [(9.91, True)]),
+        ("9.91 percent, 3 per cent", [(9.91, True), (3, True)]),
+        ("５パーセント", [(5, True)]),
+        ("3割", [(30, True)]),
+        ("１０％", [(10, True)]),  # full-width digits and percent sign
+        # English scales
+        ("$1,705M", [(1.705e9, False)]),
+        ("1.705B", [(1.705e9, False)]),
+        ("1.705 billion", [(1.705e9, False)]),
+        ("5K users, 2k", [(5e3, False), (2e3, False)]),
+        ("3 million, 2 thousand", [(3e6, False), (2e3, False)]),
+        ("$2.5bn and 4mn", [(2.5e9, False), (4e6, False)]),
+        ("1.2T", [(1.2e12, False)]),
+        ("3 trillion", [(3e12, False)]),
+        ("5km and 10 M", [(5, False), (10, False)]),  # a unit word is not a scale; a lone spaced letter neither
+        # Japanese scales and compounds
+        ("1万5000円", [(15000, False)]),
+        ("1億2000万円", [(1.2e8, False)]),
+        ("3千万円", [(3e7, False)]),
+        ("2兆3000億", [(2.3e12, False)]),
+        ("１，７０５万円", [(1.705e7, False)]),
+        # kanji numerals
+        ("三千五百万円", [(3.5e7, False)]),
+        ("二〇二四年", [(2024, False)]),
+        ("五人", [(5, False)]),
+        ("百万円", [(1e6, False)]),
+        ("一般的に統一された唯一の方法", []),  # words, not numbers
+        ("十分な時間", []),
+        # currencies are dropped
+        ("USD 1,000, US$2, ¥300, €4, £5, 600円, 7ドル", [(1000, False), (2, False), (300, False), (4, False), (5, False), (600, False), (7, False)]),
+        # not key numbers: list numbering, ordinals, dates, times, identifiers
+        ("1. Revenue rose 5%\n2) costs fell\n(3) done", [(5, True)]),
+        ("  - 4. item 7", [(7, False)]),
+        ("第3四半期に12%", [(12, True)]),
+        ("①売上 ②利益 8", [(8, False)]),
+        ("on 2024-03-15 at 10:30 it was 9", [(9, False)]),
+        ("2024年3月15日に5", [(5, False)]),
+        ("Q3 GPT-4 H2O COVID-19 cost 5", [(5, False)]),
+        ("2020-2021", [(2020, False), (2021, False)]),  # a range, not a negative number
+        ("no numbers here", []),
+    ],
+)
+def test_extraction_units_and_scales(text, expected):
+    assert values(text) == [(pytest.approx(v), p) for v, p in expected]
+
+
+@pytest.mark.parametrize(
+    "run, value",
+    [("一", 1), ("十", 10), ("二十", 20), ("十一", 11), ("百二十三", 123), ("三千五百", 3500), ("三千五百万", 35_000_000),
+     ("一億二千万", 120_000_000), ("二〇二四", 2024), ("一兆", 10**12)],
+)
+def test_kanji_numerals(run, value):
+    assert kanji_to_int(run) == value
+
+
+SEED_REFERENCE = "WACC ≈ 9.91%、株主資本コスト 10.34%、税引後負債コスト 4.15%、EV ≈ $1,705M。"
+
+
+@pytest.mark.parametrize(
+    "sample, score",
+    [
+        # seed 002's worked example: 9.95 (0.4%), 10.3 (0.4%), 4.2 (1.2% -> half), 1,700M (0.3%)
+        ("WACC ≈ 9.95%, cost of equity 10.3%, after-tax cost of debt 4.2%, EV ≈ 1,700M", 0.875),
+        ("WACCは1.33%", 0.0),  # the seed's other example
+        ("EV is 1.705 billion; WACC 9.91%; equity 10.34%; debt 4.15%", 1.0),  # units normalized, order free
+        # only the content before the end marker counts: 9.91 -> 1; 10.34 -> 9.91 (4.2%) 0.5; the rest 0
+        ("WACC 9.91%<|im_end|> 10.34% 4.15% 1705M", 0.375),
+        ("no numbers at all", 0.0),
+    ],
+)
+def test_seed_numeric_example(sample, score):
+    grade = build_grader({"type": "numeric"}).grade_group({"reference_answer": SEED_REFERENCE}, [{"output_text": sample}])[0]
+    assert grade.score == pytest.approx(score)
+    assert grade.error is None
+
+
+def test_reasons_show_each_match():
+    grade = build_grader("numeric").grade_group({"reference_answer": SEED_REFERENCE},
+                                                [{"output_text": "9.95%, 10.3%, 4.2%, 1,700M"}])[0]
+    assert grade.reason == "9.91%→9.95% (0.4%): 1; 10.34%→10.3% (0.4%): 1; 4.15%→4.2% (1.2%): 0.5; $1,705M→1,700M (0.3%): 1"
+
+
+@pytest.mark.parametrize(
+    "reference, sample, score",
+    [
+        ("100", "101", 1.0),  # exactly 1%: full credit
+        ("100", "101.5", 0.5),
+        ("100", "105", 0.5),  # exactly 5%: half
+        ("100", "105.5", 0.0),
+        ("100", "99", 1.0),
+        ("0", "0", 1.0),
+        ("0", "0.001", 0.0),  # no relative error can be small against 0
+        ("-5%", "5%", 0.0),  # the sign matters
+        ("1,705M", "1.71B", 1.0),  # 0.29%
+        ("1億円", "1万円", 0.0),
+        ("10% and 10%", "10%", 1.0),  # a repeated reference number counts once
+        ("売上は1億2000万円", "1.2億円でした", 1.0),
+        ("価格は三千円", "3,000円", 1.0),
+        ("3 and 5", "5", 0.5),  # each reference number takes the closest sample number: 3->5 (67%) 0, 5->5 1
+    ],
+)
+def test_numeric_credit_table(reference, sample, score):
+    grade = build_grader("numeric").grade_group({"reference_answer": reference}, [{"output_text": sample}])[0]
+    assert grade.score == pytest.approx(score), grade.reason
+
+
+def test_reference_without_numbers_is_skipped():
+    grade = build_grader("numeric").grade_group({"reference_answer": "Paris"}, [{"output_text": "42"}])[0]
+    assert grade.score is None and grade.error is None and "reference has no number" in grade.reason
+
+
+@pytest.mark.parametrize(
+    "spec, sample, score",
+    [
+        ({"tolerance": 0.05}, "104", 1.0),
+        ({"partial_tolerance": 0.1, "partial_credit": 0.25}, "108", 0.25),
+        ({"partial_credit": 0}, "103", 0.0),
+        ({"input": "{{sample.output_json.value}}"}, '{"value": 100, "other": 5}', 1.0),
+        ({"reference": "{{item.expected}}"}, "7", 1.0),
+    ],
+)
+def test_numeric_spec_fields(spec, sample, score):
+    grader = build_grader({"type": "numeric", **spec})
+    grade = grader.grade_group({"reference_answer": "100", "expected": 7}, [{"output_text": sample}])[0]
+    assert grade.score == pytest.approx(score)

@@ -1,0 +1,158 @@
+"""OpenAI's python grader in its sandbox: results, and every failure becomes an error grade, not a crash."""
+
+from __future__ import annotations
+
+import os
+import socket
+import textwrap
+import threading
+
+import pytest
+
+from kitae.errors import ConfigError
+from kitae.graders import build_grader
+
+ITEM = {"reference_answer": "47"}
+
+
+def run(source: str, samples=("47",), **limits) -> list:
+    grader = build_grader({"type": "python", "source": textwrap.dedent(source), **limits})
+    try:
+        return grader.grade_group(ITEM, [{"output_text": s} for s in samples])
+    finally:
+        grader.close()
+
+
+def test_grade_receives_sample_and_item():
+    grades = run(
+        """
+        def grade(sample, item):
+            if isinstance(sample["output_json"], dict):  # "47" parses as JSON too
+                return float(sample["output_json"]["answer"] == int(item["reference_answer"]))
+            return float(sample["output_text"].strip() == item["reference_answer"])
+        """,
+        samples=("47", "46", '{"answer": 47}', "47<|im_end|>"),
+    )
+    assert [g.score for g in grades] == [1.0, 0.0, 1.0, 1.0]
+
+
+def test_openai_spec_with_image_tag_loads():
+    grades = run("def grade(sample, item):\n    return 0.25\n", image_tag="2025-05-08")
+    assert grades[0].score == 0.25
+
+
+@pytest.mark.parametrize(
+    "source, error",
+    [
+        ("def grade(sample, item):\n    return 1 / 0\n", "ZeroDivisionError: division by zero (line 2)"),
+        ("def grade(sample, item):\n    return 'high'\n", "grade() returned 'high', not a number"),
+        ("def grade(sample, item):\n    return None\n", "grade() returned None, not a number"),
+        ("def grade(sample, item):\n    return float('nan')\n", "returned nan, not a number"),
+        ("raise RuntimeError('at import')\ndef grade(sample, item):\n    return 1\n", "RuntimeError: at import (line 1)"),
+        ("import os\ndef grade(sample, item):\n    os.system('true')\n", "blocked in the grader sandbox: os.system"),
+        ("import subprocess\ndef grade(sample, item):\n    subprocess.run(['true'])\n", "blocked in the grader sandbox: subprocess.Popen"),
+        ("import os\ndef grade(sample, item):\n    os._exit(3)\n", "exited with status 3"),
+    ],
+)
+def test_failures_become_errors(source, error):
+    grade = run(source)[0]
+    assert grade.score is None and error in grade.error
+
+
+def test_an_endless_loop_times_out():
+    grade = run("def grade(sample, item):\n    while True:\n        pass\n", timeout=1, cpu_seconds=30)[0]
+    assert grade.score is None and "timed out after 1s" in grade.error
+
+
+def test_cpu_time_is_limited():
+    source = "def grade(sample, item):\n    while True:\n        pass\n"
+    grade = run(source, timeout=30, cpu_seconds=1)[0]
+    assert grade.score is None and "exceeded its CPU-time limit" in grade.error
+
+
+def test_memory_is_limited():
+    grade = run("def grade(sample, item):\n    x = bytearray(1024 ** 3)\n    return 1.0\n", memory_mb=256)[0]
+    assert grade.score is None and "MemoryError" in grade.error
+
+
+def test_network_is_refused_and_no_connection_arrives():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.5)
+    port = server.getsockname()[1]
+    source = f"""
+        import socket
+        def grade(sample, item):
+            socket.create_connection(("127.0.0.1", {port}), timeout=2).sendall(b"leak")
+            return 1.0
+        """
+    try:
+        grade = run(source)[0]
+        with pytest.raises(socket.timeout):
+            server.accept()  # nothing connected
+    finally:
+        server.close()
+    assert grade.score is None and "blocked in the grader sandbox: socket" in grade.error
+
+
+def test_environment_is_scrubbed(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    grade = run("import os\ndef grade(sample, item):\n    return float('OPENAI_API_KEY' in os.environ)\n")[0]
+    assert grade.score == 0.0
+
+
+def test_prints_do_not_break_the_protocol_and_the_worker_recovers():
+    source = """
+        def grade(sample, item):
+            print("debugging", sample)
+            if sample["output_text"] == "crash":
+                import os
+                os._exit(1)
+            return 1.0
+        """
+    grades = run(source, samples=("a", "crash", "b"))
+    assert [g.score for g in grades] == [1.0, None, 1.0]  # restarted after the crash
+
+
+def test_graded_from_threads_at_once():
+    grader = build_grader({"type": "python", "source": "def grade(sample, item):\n    return len(sample['output_text'])\n"})
+    results = {}
+
+    def work(n):
+        results[n] = grader.grade_group({}, [{"output_text": "x" * n}])[0].score
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(1, 6)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        grader.close()
+    assert results == {n: float(n) for n in range(1, 6)}
+
+
+def test_close_ends_the_worker_process():
+    grader = build_grader({"type": "python", "source": "def grade(sample, item):\n    return 1.0\n"})
+    grader.grade_group({}, [{"output_text": "a"}])
+    pid = grader.worker._proc.pid
+    grader.close()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ({"source": "def grade(sample, item)\n    return 1\n"}, "grader.source: syntax error on line 1"),
+        ({"source": "def score(sample, item):\n    return 1\n"}, "grader.source: must define a top-level function grade"),
+        ({}, "grader.source: missing (required)"),
+        ({"source": "def grade(s, i): return 1", "timeout": "5s"}, "grader.timeout: expected a number"),
+        ({"source": "def grade(s, i): return 1", "memory_mb": 1}, "grader.memory_mb: must be >= 64"),
+    ],
+)
+def test_spec_errors(spec, message):
+    with pytest.raises(ConfigError) as err:
+        build_grader({"type": "python", **spec})
+    assert message in str(err.value)

@@ -1,0 +1,197 @@
+"""Spec loading, the registry, typed field reading and templates."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from kitae.errors import ConfigError
+from kitae.graders import GRADERS, Grade, Grader, SpecReader, Template, TemplateError, build_grader, load_spec, register_grader
+from kitae.graders.numeric import NumericGrader
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ({"type": "numerc"}, "grader.type: unknown grader 'numerc'; did you mean 'numeric'?"),
+        ({}, "grader.type: missing; one of:"),
+        ({"type": 3}, "grader.type: expected a grader type name, got 3"),
+        ({"type": "numeric", "tolerance": "one"}, "grader.tolerance: expected a number, got 'one'"),
+        ({"type": "numeric", "tolerence": 0.1}, "grader.tolerence: unknown key; did you mean 'tolerance'?"),
+        ({"type": "numeric", "partial_credit": 2}, "grader.partial_credit: must be <= 1, got 2"),
+        ({"type": "numeric", "tolerance": 0.1, "partial_tolerance": 0.05}, "grader.partial_tolerance: must be >= tolerance"),
+        ({"type": "numeric", "tolerance": True}, "grader.tolerance: expected a number, got True"),
+        ({"type": "numeric", "name": 5}, "grader.name: expected a string"),
+        # nested specs report the full path
+        ({"type": "weighted", "graders": {"num": {"type": "numeric", "tolerance": "x"}}},
+         "grader.graders.num.tolerance: expected a number, got 'x'"),
+        ({"type": "weighted", "graders": {"num": {"type": "numric"}}},
+         "grader.graders.num.type: unknown grader 'numric'; did you mean 'numeric'?"),
+        ({"type": "weighted", "graders": {"num": "numeric"}}, "grader.graders.num: expected a grader spec"),
+        ({"type": "gate", "gate": {"type": "format", "check": "json"}}, "grader.grader: missing (required)"),
+        ({"type": "string_check", "operation": "lik"}, "grader.operation: unknown operation 'lik'; did you mean 'like'?"),
+        ({"type": "text_similarity", "evaluation_metric": "rouge_L"}, "did you mean 'rouge_l'?"),
+        ({"type": "text_similarity", "evaluation_metric": "meteor"}, "meteor is not supported"),
+        ({"type": "text_similarity", "tokenizer": "jp"}, "grader.tokenizer: unknown tokenizer 'jp'; did you mean 'ja'?"),
+        # templates are checked when the spec is read
+        ({"type": "numeric", "input": "{{items.answer}}"}, "grader.input: template {{items.answer}}: unknown template root 'items'; did you mean 'item'?"),
+        ({"type": "numeric", "reference": "{{item}}"}, "grader.reference: template {{item}} names no field"),
+        ({"type": "numeric", "reference": "{{item.a b}}"}, "grader.reference: bad template path"),
+        ({"type": "numeric", "reference": "{{item.answer"}, "grader.reference: unclosed '{{'"),
+    ],
+)
+def test_bad_specs_name_the_path(spec, message):
+    with pytest.raises(ConfigError) as err:
+        build_grader(spec)
+    assert message in str(err.value)
+
+
+def test_path_argument_prefixes_errors():
+    with pytest.raises(ConfigError, match=r"^rewards\[0\]\.grader\.tolerance: "):
+        build_grader({"type": "numeric", "tolerance": "x"}, "rewards[0].grader")
+
+
+def test_spec_sources_give_the_same_grader(tmp_path):
+    spec = {"type": "numeric", "tolerance": 0.02, "name": "num"}
+    (tmp_path / "g.yaml").write_text("type: numeric\ntolerance: 0.02\nname: num\n")
+    (tmp_path / "g.json").write_text(json.dumps(spec))
+    (tmp_path / "wrapped.yaml").write_text("grader:\n  type: numeric\n  tolerance: 0.02\n  name: num\n")
+    sources = [spec, tmp_path / "g.yaml", str(tmp_path / "g.json"), tmp_path / "wrapped.yaml",
+               json.dumps(spec), "{type: numeric, tolerance: 0.02, name: num}"]
+    for source in sources:
+        grader = build_grader(source)
+        assert isinstance(grader, NumericGrader) and grader.tolerance == 0.02 and grader.name == "num", source
+
+
+def test_type_name_alone_and_default_name():
+    grader = build_grader("numeric")
+    assert isinstance(grader, NumericGrader) and grader.name == "numeric"
+
+
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        ("missing.yaml", "grader spec file 'missing.yaml' does not exist"),
+        ("[1, 2]", "expected a mapping with a 'type', got [1, 2]"),
+        ("{type: numeric", "not valid YAML/JSON"),
+    ],
+)
+def test_bad_spec_sources(source, message):
+    with pytest.raises(ConfigError, match="^grader") as err:
+        load_spec(source)
+    assert message in str(err.value)
+
+
+def test_register_a_custom_grader_and_read_typed_fields():
+    @register_grader("test_length")
+    class LengthGrader(Grader):
+        def __init__(self, max_chars: int, labels: list):
+            self.max_chars, self.labels = max_chars, labels
+
+        @classmethod
+        def from_spec(cls, spec, path):
+            r = SpecReader(spec, path)
+            grader = cls(r.integer("max_chars", 10, minimum=1), r.items("labels", []))
+            r.finish()
+            return grader
+
+        def grade_sample(self, item, sample):
+            return Grade(score=float(len(sample["output_text"]) <= self.max_chars))
+
+    try:
+        grader = build_grader({"type": "test_length", "max_chars": 3})
+        assert [g.score for g in grader.grade_group({}, [{"output_text": "abc"}, {"output_text": "abcd"}])] == [1.0, 0.0]
+        with pytest.raises(ConfigError, match=r"grader.max_chars: expected an integer, got 2.5"):
+            build_grader({"type": "test_length", "max_chars": 2.5})
+        with pytest.raises(ConfigError, match=r"grader.max_chars: must be >= 1, got 0"):
+            build_grader({"type": "test_length", "max_chars": 0})
+        with pytest.raises(ConfigError, match=r"grader.labels: expected a list"):
+            build_grader({"type": "test_length", "labels": "a"})
+        with pytest.raises(ConfigError, match=r"grader.max_char: unknown key; did you mean 'max_chars'\?"):
+            build_grader({"type": "test_length", "max_char": 3})
+    finally:
+        GRADERS._entries.pop("test_length")
+
+
+def test_a_grader_without_fields_needs_no_from_spec():
+    @register_grader("test_constant")
+    class Constant(Grader):
+        def grade_sample(self, item, sample):
+            return Grade(score=1.0)
+
+    try:
+        assert build_grader({"type": "test_constant", "name": "c"}).grade_group({}, [{"output_text": ""}])[0].score == 1.0
+        with pytest.raises(ConfigError, match="grader.value: unknown key"):
+            build_grader({"type": "test_constant", "value": 1})
+    finally:
+        GRADERS._entries.pop("test_constant")
+
+
+def test_build_grader_registers_the_reward_graders_of_kitae_rewards():
+    code = (
+        "import sys; from kitae.graders import GRADERS, build_grader\n"
+        "before = 'repetition' in GRADERS\n"
+        "build_grader('numeric')\n"
+        "print(before, 'repetition' in GRADERS, 'overlong' in GRADERS, 'template' in GRADERS)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["False", "True", "True", "True"], out.stderr
+
+
+# ---- templates ----------------------------------------------------------------------------------
+ITEM = {"reference_answer": "47", "meta": {"answers": ["a", "b"], "n": 3}, "tags": ["x"]}
+SAMPLE = {"output_text": '{"answer": {"value": 5}, "list": [1, 2]}<|im_end|>\n', "finish_reason": "stop"}
+
+
+@pytest.mark.parametrize(
+    "template, expected",
+    [
+        ("{{item.reference_answer}}", "47"),
+        ("{{ item.reference_answer }}", "47"),  # spaces inside braces are fine
+        ("{{item.meta.answers.1}}", "b"),  # list index
+        ("{{item.meta.answers.-1}}", "b"),
+        ("{{item.meta.n}}", 3),  # a lone placeholder keeps the value's type
+        ("n={{item.meta.n}}", "n=3"),  # inside text, formatted
+        ("{{item.tags}}", ["x"]),
+        ("tags: {{item.tags}}", 'tags: ["x"]'),
+        ("{{sample.output_text}}", '{"answer": {"value": 5}, "list": [1, 2]}'),  # cut at <|im_end|>
+        ("{{sample.raw_text}}", SAMPLE["output_text"]),
+        ("{{sample.output_json.answer.value}}", 5),
+        ("{{sample.output_json.list.0}}", 1),
+        ("{{sample.finish_reason}}", "stop"),
+        ("plain text", "plain text"),
+    ],
+)
+def test_template_values(template, expected):
+    assert Template(template).value(ITEM, SAMPLE) == expected
+
+
+@pytest.mark.parametrize(
+    "template, sample, message",
+    [
+        ("{{item.missing}}", SAMPLE, "{{item.missing}}: no field 'missing' (fields: reference_answer, meta, tags)"),
+        ("{{item.meta.answers.5}}", SAMPLE, "index 5 out of range (length 2)"),
+        ("{{item.meta.n.x}}", SAMPLE, "item.meta.n is a int, not a mapping or list"),
+        ("{{sample.output_json.nope}}", SAMPLE, "{{sample.output_json.nope}}: no field 'nope'"),
+        ("{{sample.output_json.a}}", {"output_text": "not json"}, "sample output is not JSON"),
+        ("{{sample.logprobs}}", SAMPLE, "{{sample.logprobs}}: no field 'logprobs'"),
+    ],
+)
+def test_template_errors_name_the_missing_path(template, sample, message):
+    with pytest.raises(TemplateError) as err:
+        Template(template).value(ITEM, sample)
+    assert message in str(err.value)
+
+
+def test_output_json_reads_a_fenced_block():
+    sample = {"output_text": 'Here:\n```json\n{"a": 1}\n```'}
+    assert Template("{{sample.output_json.a}}").value({}, sample) == 1
+
+
+def test_a_missing_template_path_abstains_with_the_path():
+    grader = build_grader({"type": "numeric", "reference": "{{item.answer}}"})
+    grade = grader.grade_group({"reference_answer": "5"}, [{"output_text": "5"}])[0]
+    assert grade.score is None and "{{item.answer}}: no field 'answer'" in grade.error
