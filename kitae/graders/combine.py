@@ -133,7 +133,7 @@ class GateGrader(CompositeGrader):
     def from_spec(cls, spec: dict, path: str) -> "GateGrader":
         r = SpecReader(spec, path)
         grader = cls(r.grader("gate"), r.grader("grader"), threshold=r.number("threshold", 1.0),
-                     fail_score=r.number("fail_score", 0.0))
+                     fail_score=r.number("fail_score", 0.0, nullable=True))
         r.finish()
         return grader
 

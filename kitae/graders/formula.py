@@ -27,8 +27,8 @@ from kitae.errors import ConfigError, KitaeError
 from kitae.registry import closest
 
 FUNCTIONS: dict[str, tuple[Callable[..., float], int, int | None]] = {  # name -> (fn, min args, max args)
-    "min": (min, 1, None),
-    "max": (max, 1, None),
+    "min": (lambda *xs: min(xs), 1, None),
+    "max": (lambda *xs: max(xs), 1, None),
     "abs": (abs, 1, 1),
     "floor": (math.floor, 1, 1),
     "ceil": (math.ceil, 1, 1),

@@ -85,9 +85,10 @@ class SpecReader:
         return value
 
     def number(self, key: str, default: Any = _REQUIRED, minimum: float | None = None,
-               maximum: float | None = None) -> Any:
+               maximum: float | None = None, nullable: bool = False) -> Any:
+        """A number; ``nullable`` also accepts an explicit null (YAML ``~``), read as None."""
         value = self.raw(key, default)
-        if value is default:
+        if value is default or (nullable and value is None):
             return value
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(self.at(key), f"expected a number, got {_show(value)}")
