@@ -80,7 +80,7 @@ def summarize(grades: list[Grade]) -> str:
 
 def distribution(scores: list[float], bins: int = 5, width: int = 30) -> list[tuple[str, int, str]]:
     distinct = sorted(set(scores))
-    if len(distinct) <= 6:
+    if len(distinct) <= 6 and all(round(v, 3) == v for v in distinct):  # few round values: count each
         counts = [(f"{v:g}", scores.count(v)) for v in distinct]
     else:
         low, high = min(scores), max(scores)

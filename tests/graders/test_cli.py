@@ -1,0 +1,132 @@
+"""`kitae grade`, `kitae grader validate` and `kitae grader list` on the example specs and data."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kitae.cli.grade import distribution, summarize
+from kitae.cli.main import app
+from kitae.graders import Grade
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "graders"
+runner = CliRunner()
+
+
+def kitae(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kitae.cli.main", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_grade_writes_rows_with_grades_and_prints_a_summary(tmp_path):
+    out = tmp_path / "graded.jsonl"
+    result = runner.invoke(app, ["grade", "--grader", str(EXAMPLES / "numeric.yaml"),
+                                 "--data", str(EXAMPLES / "finance.jsonl"), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [round(g["score"], 4) for g in rows[0]["grades"]] == [0.875, 0.0, 1.0]  # the seed's examples
+    assert rows[0]["samples"][0]["output_text"].startswith("WACC")  # input row kept
+    assert rows[2]["grade"] == {"score": None, "sub_scores": {}, "reason": "reference has no number: skipped", "error": None}
+    assert "samples: 6  scored: 5  abstained: 1  errors: 0" in result.output
+    assert "wrote 3 rows" in result.output
+
+
+def test_grade_to_stdout_with_an_inline_spec_and_summary_on_stderr(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"item": {"reference_answer": "Paris"}, "sample": {"output_text": "Paris"}}) + "\n")
+    result = kitae("grade", "-g", "{type: string_check, operation: eq}", "-d", str(data))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["grade"]["score"] == 1.0
+    assert "mean: 1.0000" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "spec, data_rows, message",
+    [
+        ("{type: numeric, tolerance: one}", [], "error: --grader.tolerance: expected a number, got 'one'"),
+        ("numerik", [], "error: --grader.type: unknown grader 'numerik'; did you mean 'numeric'?"),
+        ("numeric", ['{"item": {}, "sample": {"output_text": 5}}'], "d.jsonl, row 1, field 'sample': expected an object with a string 'output_text'"),
+        ("numeric", ['{"item": {}}'], "row 1: give exactly one of 'sample' (one) or 'samples' (a group)"),
+        ("numeric", ["", "{oops"], "d.jsonl, row 2: not valid JSON"),
+        ("numeric", ['{"sample": {"output_text": "x"}}'], "row 1, field 'item': missing or not an object"),
+    ],
+)
+def test_grade_errors_are_printed_for_people(tmp_path, spec, data_rows, message):
+    data = tmp_path / "d.jsonl"
+    data.write_text("\n".join(data_rows or ['{"item": {}, "sample": {"output_text": "x"}}']) + "\n")
+    result = kitae("grade", "-g", spec, "-d", str(data))
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_python_grader_example(tmp_path):
+    out = tmp_path / "o.jsonl"
+    result = runner.invoke(app, ["grade", "-g", str(EXAMPLES / "python.yaml"), "-d", str(EXAMPLES / "labels.jsonl"), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert [g["score"] for g in json.loads(out.read_text())["grades"]] == [1.0, 0.2, 0.0]
+
+
+def test_openai_multi_example(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"item": {"label": "spam", "explanation": "sells pills"},
+                                "samples": [{"output_text": '{"label": "spam", "explanation": "sells pills"}'},
+                                            {"output_text": '{"label": "ham", "explanation": "sells pills"}'},
+                                            {"output_text": "spam"}]}) + "\n")
+    out = tmp_path / "o.jsonl"
+    result = runner.invoke(app, ["grade", "-g", str(EXAMPLES / "openai_multi.json"), "-d", str(data), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    grades = json.loads(out.read_text())["grades"]
+    assert [g["score"] for g in grades[:2]] == [1.0, pytest.approx(0.2)]
+    assert grades[2]["score"] is None and "sample output is not JSON" in grades[2]["error"]
+
+
+@pytest.mark.parametrize("spec", ["mix.yaml", "json_gate.yaml", "similarity_ja.yaml"])
+def test_every_example_spec_grades_the_example_data(spec):
+    result = runner.invoke(app, ["grade", "-g", str(EXAMPLES / spec), "-d", str(EXAMPLES / "finance.jsonl"), "-o", "/dev/null"])
+    assert result.exit_code == 0, result.output
+    assert "samples: 6" in result.output
+
+
+def test_validate_report_and_verdict():
+    result = runner.invoke(app, ["grader", "validate", "-g", str(EXAMPLES / "numeric.yaml"),
+                                 "-d", str(EXAMPLES / "finance_labeled.jsonl")])
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert lines[0].startswith("samples with both scores: 12")
+    assert "Spearman rho: " in lines[1] and "Kendall tau-b: " in lines[1]
+    assert "within-group pairwise agreement: 0.958  over 12 pairs (1 tied by the grader)" in lines[2]
+    assert lines[-1].startswith("GOOD: ")
+
+
+def test_validate_shows_the_worst_disagreements_with_both_scores():
+    result = runner.invoke(app, ["grader", "validate", "-g", str(EXAMPLES / "similarity_ja.yaml"),
+                                 "-d", str(EXAMPLES / "support_ja.jsonl")])
+    assert result.exit_code == 0, result.output
+    assert "row 1: sample 1 you 4 / grader 0.5  vs  sample 2 you 1 / grader 0.815" in result.output
+    assert "warning: similarity alone" in result.output
+
+
+def test_validate_json_output():
+    result = runner.invoke(app, ["grader", "validate", "-g", "numeric", "-d", str(EXAMPLES / "finance_labeled.jsonl"), "--json"])
+    report = json.loads(result.output)
+    assert report["agreement"]["pairs"] == 12 and report["verdict"].startswith("GOOD")
+
+
+def test_list_names_every_type():
+    result = runner.invoke(app, ["grader", "list"])
+    names = [line.split()[0] for line in result.output.splitlines()]
+    for name in ["string_check", "text_similarity", "python", "multi", "numeric", "format", "math", "answer", "weighted", "gate"]:
+        assert name in names
+
+
+def test_summary_and_distribution_by_hand():
+    grades = [Grade(1.0), Grade(0.0), Grade(1.0), Grade(None, error="boom"), Grade(None)]
+    text = summarize(grades)
+    assert text.splitlines()[0] == "samples: 5  scored: 3  abstained: 2  errors: 1"
+    assert "mean: 0.6667" in text and "error x1: boom" in text
+    assert distribution([0.0, 1.0, 1.0], width=10) == [("0", 1, "#####"), ("1", 2, "##########")]
+    bins = distribution([0.05, 0.15, 0.25, 0.35, 0.45, 0.55, 0.65, 0.95], bins=2, width=4)
+    assert [(label, n) for label, n, _ in bins] == [("[0.05,0.50)", 5), ("[0.50,0.95]", 3)]
