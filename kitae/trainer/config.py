@@ -85,10 +85,13 @@ class DynamicSampling:
 
 @dataclass
 class AlgorithmConfig:
-    advantage: str = "grpo"
-    loss: str = "grpo"
+    advantage: str | None = None  # default: "dr_grpo" for loss kimi (r - group mean, as the paper), else "grpo"
+    loss: str = "grpo"  # grpo | dapo | dr_grpo | gspo | cispo | kimi
     eps_low: float = 0.2
     eps_high: float = 0.2
+    gspo_eps_low: float = 3e-4
+    gspo_eps_high: float = 4e-4
+    cispo_eps_high: float = 0.28
     aggregation: Literal["seq_mean_token_mean", "token_mean", "seq_sum_constant"] = "seq_mean_token_mean"
     kimi_tau: float = 0.1
     mu: int = 1  # optimization passes over each batch
@@ -96,6 +99,12 @@ class AlgorithmConfig:
     dynamic_sampling: DynamicSampling = field(default_factory=DynamicSampling)
     mask_truncated: bool = False  # DAPO overlong filtering
     reset_optimizer: bool = False  # Kimi k1.5: fresh optimizer state each iteration
+
+    def validate(self, path: str) -> None:
+        if self.advantage is None:
+            self.advantage = "dr_grpo" if self.loss == "kimi" else "grpo"
+        if self.mu < 1:
+            raise ConfigError(f"{path}.mu", "must be at least 1")
 
 
 @dataclass
@@ -155,6 +164,7 @@ class TrainConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def validate(self, path: str) -> None:
+        self.algorithm.validate("algorithm")  # also when the section was left out and built by default
         if not self.rewards:
             raise ConfigError("rewards", "give at least one reward component (a grader spec or a function)")
         if self.sampling.group_size < 2:

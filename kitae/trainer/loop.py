@@ -131,7 +131,8 @@ class Trainer:
             eps_low=a.eps_low, eps_high=a.eps_high, aggregation=a.aggregation,
             max_completion_length=self.cfg.sampling.max_new_tokens,
             kl_coef=self.kl_ctl.value if a.kl.where == "loss" else 0.0,
-            kl_estimator=a.kl.estimator, kimi_tau=a.kimi_tau,
+            kl_estimator=a.kl.estimator, kimi_tau=a.kimi_tau, gspo_eps_low=a.gspo_eps_low,
+            gspo_eps_high=a.gspo_eps_high, cispo_eps_high=a.cispo_eps_high,
         )
         lc.validate("algorithm")
         return lc
@@ -326,7 +327,7 @@ class Trainer:
         cfg = self.cfg
         mbs = cfg.optim.micro_batch_size
         chunks = [slice(s, s + mbs) for s in range(0, len(batch), mbs)]
-        norm = Normalizer(num_sequences=len(batch), num_tokens=int(batch.mask.sum().item()))
+        norm = Normalizer.from_masks([batch.mask])  # sequences with no counted token drop out
         self.model.train()
         agg: dict[str, float] = {}
         grad_norms = []
@@ -343,8 +344,10 @@ class Trainer:
                     self.acc.backward(loss)
                 loss_sum += float(loss.detach()) / mu  # micro-batch losses sum to the batch loss
                 m["entropy"] = float(masked_entropy(logits.detach(), mb.mask))
-                for k, v in m.items():  # sequence-weighted mean over micro-batches and passes
-                    agg[k] = agg.get(k, 0.0) + float(v) * len(mb) / len(batch) / mu
+                tokens = float(mb.mask.sum())
+                for k, v in m.items():  # token-weighted mean over micro-batches and passes
+                    if k != "num_tokens":
+                        agg[k] = agg.get(k, 0.0) + float(v) * tokens / max(1, norm.num_tokens) / mu
             grad_norms.append(float(self.acc.clip_grad_norm_(self.model.parameters(), cfg.optim.max_grad_norm)))
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)

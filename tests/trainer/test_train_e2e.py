@@ -34,6 +34,8 @@ def _steps(db: Path, table: str = "metrics") -> list[int]:
     try:
         col = "DISTINCT step" if table != "evals" else "step"
         return [r[0] for r in con.execute(f"SELECT {col} FROM {table} ORDER BY step")]
+    except sqlite3.OperationalError:  # the trainer is still creating the database
+        return []
     finally:
         con.close()
 
