@@ -22,11 +22,24 @@ from tests.trainer.conftest import write_config
 pytestmark = pytest.mark.slow
 
 
-def _train(cfg_path: Path, *args: str, **kw) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "kitae.cli.main", "train", str(cfg_path), "-q", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw,
-    )
+@pytest.fixture
+def spawn():
+    """Start `kitae train` subprocesses; any still running when the test ends is killed."""
+    procs: list[subprocess.Popen] = []
+
+    def start(cfg_path: Path, *args: str) -> subprocess.Popen:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kitae.cli.main", "train", str(cfg_path), "-q", *args],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def _steps(db: Path, table: str = "metrics") -> list[int]:
@@ -85,14 +98,14 @@ def _final_weights(run: Path) -> dict[str, torch.Tensor]:
     return load_file(ckpts[-1] / "model" / "model.safetensors")
 
 
-def test_resume_after_sigkill_loses_and_duplicates_no_step(tiny_assets, tmp_path, rewards_on_path):
+def test_resume_after_sigkill_loses_and_duplicates_no_step(tiny_assets, tmp_path, rewards_on_path, spawn):
     over = {"optim.steps": 6, "logging.save_every": 2, "logging.keep_checkpoints": 5, "eval.every": 0}
     ref_cfg = write_config(tiny_assets, tmp_path / "clean", **over)
-    clean = _train(ref_cfg)
+    clean = spawn(ref_cfg)
     assert clean.wait(timeout=300) == 0, clean.stdout.read()
 
     cfg = write_config(tiny_assets, tmp_path / "killed", **over)
-    proc = _train(cfg)
+    proc = spawn(cfg)
     db = tmp_path / "killed" / "t" / "run.db"
     deadline = time.time() + 240
     while time.time() < deadline:  # wait until step 3 is logged: past the step-2 checkpoint, mid-run
@@ -118,10 +131,10 @@ def test_resume_after_sigkill_loses_and_duplicates_no_step(tiny_assets, tmp_path
     assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
 
 
-def test_ctrl_c_saves_a_checkpoint_and_exits_cleanly(tiny_assets, tmp_path, rewards_on_path):
+def test_ctrl_c_saves_a_checkpoint_and_exits_cleanly(tiny_assets, tmp_path, rewards_on_path, spawn):
     cfg = write_config(tiny_assets, tmp_path, **{"optim.steps": 500, "logging.save_every": 1000, "eval.every": 0,
                                                   "data.eval": None})
-    proc = _train(cfg)
+    proc = spawn(cfg)
     db = tmp_path / "t" / "run.db"
     deadline = time.time() + 240
     while time.time() < deadline and not (db.exists() and max(_steps(db) or [0]) >= 2):
