@@ -24,6 +24,8 @@ COMMAND_MODULES = [
     "kitae.cli.train",  # train
     "kitae.cli.runs",  # runs list/show
     "kitae.cli.serve",  # serve rm, serve model
+    "kitae.cli.ui",  # ui (the run page)
+    "kitae.cli.curate",  # curate
 ]
 
 

@@ -1,0 +1,9 @@
+"""CLI commands (filled in by their feature)."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    pass
