@@ -1,0 +1,321 @@
+"""Build kitae-tiny-rm: a tiny real reward model for the bundled task, trained on synthetic preference pairs.
+
+    python scripts/build_reward_model.py                      # base: kitae/assets/models/kitae-tiny-base
+    python scripts/build_reward_model.py --steps 50 --out /tmp/rm   # a quick try
+
+What it does, seeded end to end:
+1. reads the bundled task (kitae/assets/data/arith/{train,test}.jsonl: messages, reference_answer, difficulty,
+   lang) and makes preference pairs per prompt: *chosen* is a well-formed correct answer ("47", "答えは47です。",
+   "The answer is 47."); *rejected* is the same prompt answered in one of the ways seed 000's rewards fight:
+   ``wrong`` (well-formed, wrong answer), ``ramble`` (correct, then 3-6 filler sentences), ``loop`` (a sentence
+   repeated 5-12 times), ``unterminated`` (no ``<|im_end|>``: cut, or running on into a made-up user turn) and
+   ``empty``. Pairs of the train split train; pairs of the test split (disjoint questions) measure accuracy;
+2. builds a Llama sequence classifier (1 label) with the base model's tokenizer, initialised from the base
+   model's embeddings, its first ``--layers`` decoder layers and final norm (``--init scratch`` for random
+   weights), with a zero-initialised score head;
+3. trains it with the Bradley-Terry loss -log σ(r_chosen - r_rejected) (InstructGPT's reward-model loss) plus
+   ``center_coef`` × (r_chosen + r_rejected)², which keeps scores centred on 0 (the loss alone only fixes
+   differences; the reward_model grader clips at ±10 and applies the length factor to positive scores only);
+4. measures held-out pairwise accuracy (r_chosen > r_rejected), overall and per rejection kind, and saves the
+   model (safetensors), tokenizer and a model card README.md with those numbers.
+
+The RM reads text formatted as kitae's reward_model grader shows it: the tokenizer's chat template (ChatML) over
+the user turn and the assistant answer. System prompts are dropped, as the grader does by default.
+Budget: < 10 MB on disk and < 5 minutes on 2 CPU cores with the defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from kitae.chat import IM_END, IM_START
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_BASE = ROOT / "kitae" / "assets" / "models" / "kitae-tiny-base"
+DEFAULT_DATA = ROOT / "kitae" / "assets" / "data" / "arith"
+DEFAULT_OUT = ROOT / "kitae" / "assets" / "models" / "kitae-tiny-rm"
+KINDS = ("wrong", "ramble", "loop", "unterminated", "empty")
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    seed: int = 0
+    init: str = "base"  # base | scratch
+    layers: int = 2  # decoder layers kept from the base model (or built from scratch)
+    hidden_size: int = 128  # scratch only; --init base keeps the base model's width
+    steps: int = 600
+    batch_pairs: int = 32
+    lr: float = 3e-4
+    weight_decay: float = 0.01
+    center_coef: float = 0.01
+    max_length: int = 160
+    threads: int = 2
+
+
+# ---------------------------------------------------------------------------------------------- pairs
+ANSWER_TEMPLATES = {
+    "ja": ["{x}", "{x}です。", "答えは{x}です。"],
+    "en": ["{x}", "{x}.", "The answer is {x}."],
+}
+FILLERS = {
+    "ja": ["計算は簡単ですね。", "ほかにも質問があればどうぞ。", "よい質問ですね。", "確認してみましょう。",
+           "ちなみに、これはよく出る問題です。", "もう一度考えてみます。", "がんばりましょう。"],
+    "en": ["That is easy.", "Let me know if you have more questions.", "Good question.", "Let me check again.",
+           "By the way, this is a common question.", "Hope it helps.", "Practice makes perfect."],
+}
+FAKE_USER = {"ja": "ありがとう。次の問題は？", "en": "Thanks. Next question?"}
+
+
+def user_turn(row: dict) -> str:
+    return next(m["content"] for m in reversed(row["messages"]) if m["role"] == "user")
+
+
+def prompt_text(row: dict) -> str:
+    """What the RM sees before the answer: ChatML user turn + the assistant header (no system turn)."""
+    return f"{IM_START}user\n{user_turn(row)}{IM_END}\n{IM_START}assistant\n"
+
+
+def wrong_answer(row: dict, rng: random.Random, fact_answers: dict[str, list[str]]) -> str:
+    ref = row["reference_answer"]
+    if row.get("difficulty") == "fact" or not ref.lstrip("-").isdigit():
+        return rng.choice([a for a in fact_answers[row["lang"]] if a != ref])
+    n = int(ref)
+    return str(rng.choice([n + d for d in (-10, -2, -1, 1, 2, 10) if n + d >= 0]))
+
+
+def answer(lang: str, x: str, rng: random.Random) -> str:
+    return rng.choice(ANSWER_TEMPLATES[lang]).format(x=x)
+
+
+def rejected_answer(kind: str, row: dict, rng: random.Random, fact_answers: dict[str, list[str]]) -> str:
+    """The assistant text after the header for one rejection kind (with the end marker where it has one)."""
+    lang, sep = row["lang"], "" if row["lang"] == "ja" else " "
+    good = answer(lang, row["reference_answer"], rng)
+    if kind == "wrong":
+        return answer(lang, wrong_answer(row, rng, fact_answers), rng) + IM_END + "\n"
+    if kind == "ramble":
+        extra = sep.join(rng.sample(FILLERS[lang], rng.randint(3, 6)))
+        return good + sep + extra + IM_END + "\n"
+    if kind == "loop":
+        unit = rng.choice([good, rng.choice(FILLERS[lang])])
+        return good + (sep + unit) * rng.randint(5, 12)
+    if kind == "unterminated":
+        return good if rng.random() < 0.5 else f"{good}\n{IM_START}user\n{FAKE_USER[lang]}"
+    return IM_END + "\n"  # empty
+
+
+def make_pairs(rows: list[dict], seed: int) -> list[tuple[str, str, str]]:
+    """(chosen text, rejected text, kind): one pair per row and rejection kind, kinds in a fixed order."""
+    rng = random.Random(seed)
+    fact_answers = {lang: sorted({r["reference_answer"] for r in rows if r.get("difficulty") == "fact"
+                                  and r["lang"] == lang} or {"?"}) for lang in ("ja", "en")}
+    pairs = []
+    for row in rows:
+        prompt = prompt_text(row)
+        for kind in KINDS:
+            chosen = prompt + answer(row["lang"], row["reference_answer"], rng) + IM_END + "\n"
+            pairs.append((chosen, prompt + rejected_answer(kind, row, rng, fact_answers), kind))
+    return pairs
+
+
+def check_format(tok, row: dict) -> None:
+    """The pairs must look exactly like what the reward_model grader will show the RM."""
+    from kitae.rewards.reward_model import format_conversation
+
+    shown = format_conversation(tok, [{"role": "user", "content": user_turn(row)}, {"role": "assistant", "content": "47"}])
+    if shown != prompt_text(row) + "47" + IM_END + "\n":
+        raise SystemExit(f"the tokenizer's chat template is not ChatML as the pairs assume: {shown!r}")
+
+
+def read_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+# ---------------------------------------------------------------------------------------------- model
+def build_model(base: Path, cfg: BuildConfig):
+    """(LlamaForSequenceClassification, tokenizer): base weights truncated to cfg.layers, or random."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForSequenceClassification
+
+    tok = AutoTokenizer.from_pretrained(base)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    torch.manual_seed(cfg.seed)
+    if cfg.init == "base":
+        lm = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+        conf = LlamaConfig(**{**lm.config.to_dict(), "num_hidden_layers": cfg.layers, "num_labels": 1,
+                              "pad_token_id": tok.pad_token_id, "tie_word_embeddings": False})
+        conf.architectures = ["LlamaForSequenceClassification"]
+        model = LlamaForSequenceClassification(conf)
+        missing, _ = model.model.load_state_dict(lm.model.state_dict(), strict=False)
+        assert not missing, f"base weights do not cover {missing}"
+    else:
+        conf = LlamaConfig(vocab_size=len(tok), hidden_size=cfg.hidden_size, intermediate_size=cfg.hidden_size * 3,
+                           num_hidden_layers=cfg.layers, num_attention_heads=4, num_key_value_heads=2,
+                           max_position_embeddings=512, num_labels=1, pad_token_id=tok.pad_token_id)
+        conf.architectures = ["LlamaForSequenceClassification"]
+        model = LlamaForSequenceClassification(conf)
+    torch.nn.init.zeros_(model.score.weight)  # every answer starts at 0; training moves them apart
+    return model, tok
+
+
+def scores(model, tok, texts: list[str], max_length: int) -> torch.Tensor:
+    enc = tok(texts, return_tensors="pt", padding=True, truncation=True, max_length=max_length,
+              add_special_tokens=False)
+    return model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits[:, 0]  # [batch]
+
+
+def pair_loss(r_chosen: torch.Tensor, r_rejected: torch.Tensor, center_coef: float) -> torch.Tensor:
+    """Bradley-Terry loss plus the centring term; r_*: [pairs]."""
+    bt = -torch.nn.functional.logsigmoid(r_chosen - r_rejected)  # [pairs]
+    return (bt + center_coef * (r_chosen + r_rejected) ** 2).mean()
+
+
+def train(model, tok, pairs: list[tuple[str, str, str]], cfg: BuildConfig, log_every: int = 50) -> list[float]:
+    rng = random.Random(cfg.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * max(0.0, 1 - s / cfg.steps))
+    model.train()
+    losses, order = [], []
+    for step in range(cfg.steps):
+        if len(order) < cfg.batch_pairs:
+            order += rng.sample(range(len(pairs)), len(pairs))
+        batch = [pairs[order.pop()] for _ in range(cfg.batch_pairs)]
+        r = scores(model, tok, [c for c, _, _ in batch] + [x for _, x, _ in batch], cfg.max_length)  # [2 × pairs]
+        loss = pair_loss(r[: len(batch)], r[len(batch) :], cfg.center_coef)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+        if log_every and (step + 1) % log_every == 0:
+            print(f"step {step + 1}/{cfg.steps}  loss {sum(losses[-log_every:]) / log_every:.4f}", flush=True)
+    model.eval()
+    return losses
+
+
+@torch.inference_mode()
+def evaluate(model, tok, pairs: list[tuple[str, str, str]], max_length: int) -> dict:
+    """Pairwise accuracy (r_chosen > r_rejected) overall and per kind, and the mean scores."""
+    hits: dict[str, list[bool]] = {k: [] for k in KINDS}
+    chosen_scores, rejected_scores = [], []
+    for start in range(0, len(pairs), 64):
+        batch = pairs[start : start + 64]
+        rc = scores(model, tok, [c for c, _, _ in batch], max_length).tolist()
+        rr = scores(model, tok, [x for _, x, _ in batch], max_length).tolist()
+        for (_, _, kind), a, b in zip(batch, rc, rr):
+            hits[kind].append(a > b)
+        chosen_scores += rc
+        rejected_scores += rr
+    every = [h for k in KINDS for h in hits[k]]
+    return {
+        "pairs": len(every),
+        "accuracy": sum(every) / len(every),
+        "by_kind": {k: sum(v) / len(v) for k, v in hits.items() if v},
+        "mean_chosen": sum(chosen_scores) / len(chosen_scores),
+        "mean_rejected": sum(rejected_scores) / len(rejected_scores),
+    }
+
+
+# ---------------------------------------------------------------------------------------------- card
+def examples(model, tok, rows: list[dict], max_length: int) -> list[tuple[str, str, float]]:
+    """A few held-out answers and their scores, for the card."""
+    row = next(r for r in rows if r["lang"] == "ja" and r["difficulty"] != "fact")
+    ref, prompt = row["reference_answer"], prompt_text(row)
+    answers = [f"{ref}{IM_END}\n", f"答えは{ref}です。{IM_END}\n", f"{int(ref) + 1}{IM_END}\n",
+               f"{ref}です。" * 6, f"答えは{ref}です。よい質問ですね。確認してみましょう。がんばりましょう。{IM_END}\n"]
+    with torch.inference_mode():
+        got = scores(model, tok, [prompt + a for a in answers], max_length).tolist()
+    return [(user_turn(row), a, s) for a, s in zip(answers, got)]
+
+
+def model_card(cfg: BuildConfig, result: dict, size_mb: float, seconds: float, n_train: int,
+               shown: list[tuple[str, str, float]], base: Path) -> str:
+    kinds = "\n".join(f"| {k} | {v:.3f} |" for k, v in result["by_kind"].items())
+    rows = "\n".join(f"| {json.dumps(a, ensure_ascii=False)} | {s:+.2f} |" for _, a, s in shown)
+    return f"""# kitae-tiny-rm
+
+A tiny reward model for kitae's bundled task (bilingual arithmetic and facts), built by
+`scripts/build_reward_model.py` so that seed 000's reward-model reward (`type: reward_model`) runs on a laptop.
+A `LlamaForSequenceClassification` with one label: the score is the raw logit at the last token.
+
+- Tokenizer: the bundled base model's (ChatML). Input: the chat template over the user turn and the answer.
+- Init: {cfg.init} ({'the first %d decoder layers of %s' % (cfg.layers, base.name) if cfg.init == 'base' else 'random'}),
+  {size_mb:.1f} MB on disk; trained {cfg.steps} steps × {cfg.batch_pairs} pairs in {seconds:.0f} s on {cfg.threads} CPU threads.
+- Data: {n_train} synthetic preference pairs from the train split: a well-formed correct answer is preferred over a
+  wrong, rambling, looping, unterminated or empty one. Loss: Bradley-Terry + {cfg.center_coef} × (r_c + r_r)².
+
+## Held-out pairwise accuracy
+
+{result['pairs']} pairs from the test split (questions disjoint from training): **{result['accuracy']:.3f}**
+(mean score chosen {result['mean_chosen']:+.2f}, rejected {result['mean_rejected']:+.2f}).
+
+| rejected kind | accuracy |
+|---|---|
+{kinds}
+
+## Example scores (question: {json.dumps(shown[0][0], ensure_ascii=False)})
+
+| assistant text | score |
+|---|---|
+{rows}
+
+## Use
+
+```yaml
+grader: {{type: reward_model, model: bundled}}          # in-process
+# or serve it: kitae serve rm --model bundled --port 8000
+grader: {{type: reward_model, url: "http://127.0.0.1:8000"}}
+```
+
+Limits: it knows only this task's answer styles; "wrong" pairs need arithmetic, which a model this small
+gets only partly right. It is a test fixture and a teaching aid, not a general reward model.
+
+Build config: `{json.dumps(asdict(cfg))}`
+"""
+
+
+def folder_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.iterdir() if f.is_file()) / 2**20
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--base", type=Path, default=DEFAULT_BASE, help="base model folder (tokenizer and init)")
+    p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with train.jsonl and test.jsonl")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    for name, field in BuildConfig.__dataclass_fields__.items():
+        p.add_argument("--" + name.replace("_", "-"), type=type(field.default), default=field.default)
+    args = p.parse_args(argv)
+    cfg = BuildConfig(**{k: getattr(args, k) for k in BuildConfig.__dataclass_fields__})
+    torch.set_num_threads(cfg.threads)
+    random.seed(cfg.seed)
+    train_pairs = make_pairs(read_rows(args.data / "train.jsonl"), cfg.seed)
+    test_rows = read_rows(args.data / "test.jsonl")
+    test_pairs = make_pairs(test_rows, cfg.seed + 1)
+    model, tok = build_model(args.base, cfg)
+    check_format(tok, test_rows[0])
+    start = time.time()
+    train(model, tok, train_pairs, cfg)
+    seconds = time.time() - start
+    result = evaluate(model, tok, test_pairs, cfg.max_length)
+    print(json.dumps(result, indent=2))
+    args.out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(args.out)
+    tok.save_pretrained(args.out)
+    shown = examples(model, tok, test_rows, cfg.max_length)
+    card = model_card(cfg, result, folder_mb(args.out), seconds, len(train_pairs), shown, args.base)
+    (args.out / "README.md").write_text(card, encoding="utf-8")
+    print(f"saved {args.out} ({folder_mb(args.out):.1f} MB) in {seconds:.0f} s of training")
+    return result
+
+
+if __name__ == "__main__":
+    main()
