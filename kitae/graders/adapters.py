@@ -8,7 +8,8 @@ where ``columns`` are the dataset's other columns, one value per completion, plu
 ``log_extra`` and ``log_metric``; a function may be ``async``.
 
 - :func:`grader_from_callable` wraps such a function as a :class:`Grader` (kitae's trainer uses it so any
-  TRL reward function is a reward component);
+  TRL reward function is a reward component); completions are the text up to ``<|im_end|>``, as TRL, which
+  decodes without special tokens, would pass them;
 - :func:`as_reward_function` turns any kitae grader or mix into such a function (so TRL users can adopt
   kitae's graders alone). TRL lays a batch out as consecutive copies of each prompt; consecutive rows with
   the same prompt and columns are graded as one group, so group graders see their group.

@@ -205,10 +205,15 @@ def human_score(row: Row, index: int, sample: dict[str, Any]) -> float | None:
 def verdict(result: Agreement) -> str:
     if result.n_samples < MIN_LABELS:
         return f"INCONCLUSIVE: only {result.n_samples} samples have both scores; score at least 5-10 yourself"
-    measure, value = ("pairwise agreement", result.pairwise) if result.pairwise is not None else ("Spearman", result.spearman)
+    if result.pairwise is not None:
+        measure, value = "pairwise agreement", result.pairwise
+    else:
+        measure, value = "Spearman", result.spearman
     if value is None:
         return "INCONCLUSIVE: the scores do not vary, so no ranking can be compared"
-    stats = f"{measure} {value:.2f}" + (f", Spearman {result.spearman:.2f}" if result.spearman is not None and measure != "Spearman" else "")
+    stats = f"{measure} {value:.2f}"
+    if measure != "Spearman" and result.spearman is not None:
+        stats += f", Spearman {result.spearman:.2f}"
     if value >= GOOD:
         return f"GOOD: the grader ranks answers like you ({stats}); fine for a long run"
     if value >= WEAK:
@@ -227,7 +232,8 @@ def leaf_specs(spec: dict[str, Any], weight: float = 1.0) -> list[dict[str, Any]
                 out += leaf_specs(sub, weight * (w if isinstance(w, (int, float)) else 1.0))
         return out
     if kind == "gate":
-        return [s for key in ("gate", "grader") if isinstance(spec.get(key), dict) for s in leaf_specs(spec[key], weight)]
+        parts = [spec[key] for key in ("gate", "grader") if isinstance(spec.get(key), dict)]
+        return [leaf for part in parts for leaf in leaf_specs(part, weight)]
     return [{**spec, "weight": weight}]
 
 
@@ -240,7 +246,8 @@ def register_check(name: str) -> Callable:
 def _few_labels(ctx: CheckContext) -> list[str]:
     n = ctx.agreement.n_samples
     if n < 10:
-        return [f"only {n} samples carry both a human score and a grader score; the seed advises 5-10 at least, more is better"]
+        return [f"only {n} samples carry both a human score and a grader score; "
+                "the seed advises 5-10 at least, more is better"]
     return []
 
 

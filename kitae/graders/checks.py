@@ -119,7 +119,7 @@ class FormatGrader(PairGrader):
         return error is None, f"schema: {error.message}" if error is not None else ""
 
     def _check_regex(self, text: str, _ref: Any) -> tuple[bool, str]:
-        hit = (self.regex.fullmatch if self.full_match else self.regex.search)(text.strip() if self.full_match else text)
+        hit = self.regex.fullmatch(text.strip()) if self.full_match else self.regex.search(text)
         return hit is not None, f"no match for /{self.regex.pattern}/"
 
     def _check_labels(self, text: str, _ref: Any) -> tuple[bool, str]:

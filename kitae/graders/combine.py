@@ -62,7 +62,8 @@ class CompositeGrader(Grader):
             part.close()
 
 
-def read_parts(r: SpecReader, key: str = "graders", extra: tuple[str, ...] = ()) -> tuple[dict[str, Grader], dict[str, dict]]:
+def read_parts(r: SpecReader, key: str = "graders",
+               extra: tuple[str, ...] = ()) -> tuple[dict[str, Grader], dict[str, dict]]:
     """Build the map name -> sub-spec; ``extra`` keys (e.g. weight) are taken out of each sub-spec first."""
     specs = r.mapping(key)
     if not specs:

@@ -36,7 +36,11 @@ FUNCTIONS: dict[str, tuple[Callable[..., float], int, int | None]] = {  # name -
     "sqrt": (math.sqrt, 1, 1),
     "log": (math.log, 1, 2),
 }
-_TOKEN = re.compile(r"\s*(?:(?P<num>\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+)|(?P<name>[A-Za-z_][A-Za-z0-9_.]*)|(?P<op>[-+*/^(),]))")
+_TOKEN = re.compile(
+    r"\s*(?:(?P<num>\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+)"
+    r"|(?P<name>[A-Za-z_][A-Za-z0-9_.]*)"
+    r"|(?P<op>[-+*/^(),]))"
+)
 _BINARY = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
            "/": lambda a, b: a / b, "^": lambda a, b: a ** b}
 

@@ -35,7 +35,9 @@ _JA_BIG = {"万": 1e4, "億": 1e8, "兆": 1e12}
 _JA_SUFFIX = re.compile(r"(?P<small>[十百千])?(?P<big>[万億兆])?")
 _JA_CONTINUE = re.compile(rf"(?P<num>{_NUMBER})(?P<small>[十百千])?(?P<big>[万億兆])?")
 _PERCENT = re.compile(r"\s?(?P<pct>%|percent|per cent|パーセント)|(?P<wari>割)")
-_PREFIX = re.compile(r"(?P<neg>[-−]|[▲△]\s?)?(?P<cur>US\$|[$¥€£]|(?:USD|JPY|EUR|GBP|CNY)\s?)?(?P<neg2>[-−])?$")
+_PREFIX = re.compile(
+    r"(?P<neg>[-−]|[▲△]\s?)?(?P<cur>US\$|[$¥€£]|(?:USD|JPY|EUR|GBP|CNY)\s?)?(?P<neg2>[-−])?$"
+)
 _IDENTIFIER_BEFORE = re.compile(r"[A-Za-z_]-?$")
 
 _LIST_MARKER = re.compile(r"^([ \t>*#•・-]*)(?:\(\d{1,3}\)|\d{1,3}[.)、:])(?=\s|$)", re.M)

@@ -44,7 +44,8 @@ class TextSimilarityGrader(PairGrader):
         r = SpecReader(spec, path)
         metric = r.choice("evaluation_metric", METRICS, "rouge_l")
         if metric == "meteor":
-            raise ConfigError(r.at("evaluation_metric"), "meteor is not supported (it needs WordNet); use rouge_l or bleu")
+            raise ConfigError(r.at("evaluation_metric"),
+                              "meteor is not supported (it needs WordNet); use rouge_l or bleu")
         grader = cls(
             metric=metric,
             tokenizer=r.choice("tokenizer", ["auto", *T.TOKENIZERS.names()], "auto"),

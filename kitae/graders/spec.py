@@ -176,6 +176,8 @@ def load_spec(spec: dict | str | Path, path: str = "grader") -> dict[str, Any]:
         text = spec.strip()
         if text.isidentifier():
             return {"type": text}
+        if "\n" not in text and Path(text).is_file():  # a spec file with another extension
+            return load_spec(Path(text), path)
         return _unwrap(_parse_text(text, path), path)
     raise ConfigError(path, f"expected a grader spec (mapping, file or type name), got {_show(spec)}")
 

@@ -70,7 +70,8 @@ def _parse_path(expr: str, where: str) -> tuple[str, ...]:
     if not expr or not all(_SEGMENT.match(s) for s in segments):
         raise ConfigError(where, f"bad template path {{{{{expr}}}}}: write {{{{item.FIELD}}}} or {{{{sample.FIELD}}}}")
     if segments[0] not in ROOTS:
-        raise ConfigError(where, f"template {{{{{expr}}}}}: " + unknown_name_message("template root", segments[0], list(ROOTS)))
+        unknown = unknown_name_message("template root", segments[0], list(ROOTS))
+        raise ConfigError(where, f"template {{{{{expr}}}}}: {unknown}")
     if len(segments) == 1:
         raise ConfigError(where, f"template {{{{{expr}}}}} names no field (e.g. {{{{{expr}.reference_answer}}}})")
     return segments

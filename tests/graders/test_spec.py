@@ -59,7 +59,8 @@ def test_spec_sources_give_the_same_grader(tmp_path):
     (tmp_path / "g.yaml").write_text("type: numeric\ntolerance: 0.02\nname: num\n")
     (tmp_path / "g.json").write_text(json.dumps(spec))
     (tmp_path / "wrapped.yaml").write_text("grader:\n  type: numeric\n  tolerance: 0.02\n  name: num\n")
-    sources = [spec, tmp_path / "g.yaml", str(tmp_path / "g.json"), tmp_path / "wrapped.yaml",
+    (tmp_path / "g.spec").write_text("type: numeric\ntolerance: 0.02\nname: num\n")
+    sources = [spec, tmp_path / "g.yaml", str(tmp_path / "g.json"), tmp_path / "wrapped.yaml", str(tmp_path / "g.spec"),
                json.dumps(spec), "{type: numeric, tolerance: 0.02, name: num}"]
     for source in sources:
         grader = build_grader(source)
