@@ -30,7 +30,9 @@ BUNDLED_RM_NAME = "kitae-tiny-rm"
 
 def bundled_rm_path() -> Path:
     """Where the bundled tiny reward model ships (built by scripts/build_reward_model.py)."""
-    return Path(__file__).resolve().parent.parent / "assets" / "models" / BUNDLED_RM_NAME
+    from kitae.models import BUNDLED_RM
+
+    return BUNDLED_RM
 
 
 def resolve_rm_path(path: str | Path) -> str:
