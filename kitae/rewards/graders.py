@@ -39,6 +39,7 @@ from kitae.rewards.overlong import (
 )
 from kitae.rewards.quality import QualityConfig, gated_reward, quality_reward
 from kitae.rewards.repetition import RepetitionConfig, repetition_penalty
+from kitae.rewards.reward_model import conversation_for_rm  # light: torch is imported when a model loads
 from kitae.rewards.template import TemplateConfig, template_reward, template_violation
 
 # Bounds on config fields, checked when a spec is read: field name -> (minimum, maximum).
@@ -335,12 +336,6 @@ class RewardModelGrader(Grader):
             return [message] * len(contents)
         self.counters.scored += len(contents)
         return [float(s) for s in scores]
-
-
-def conversation_for_rm(item: Item, answer: str, include_system: bool) -> list[dict[str, str]]:
-    from kitae.rewards.reward_model import conversation_for_rm as build
-
-    return build(item, answer, include_system)
 
 
 def _scorer_factory(r: SpecReader) -> Callable[[], Any]:
