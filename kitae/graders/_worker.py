@@ -80,6 +80,13 @@ def _math_handler(config):
     return compare
 
 
+def _plain(value):
+    """numpy scalars and other number-likes as floats, so the reply is JSON."""
+    if not isinstance(value, (int, float, str, bool, list, dict, type(None))) and hasattr(value, "__float__"):
+        return float(value)
+    return value
+
+
 HANDLERS = {"python": _python_handler, "math": _math_handler}
 
 
@@ -106,7 +113,7 @@ def main():
         if config.get("cpu_seconds"):
             _cpu_budget(config["cpu_seconds"])
         try:
-            reply({"ok": True, "value": handle(request)})
+            reply({"ok": True, "value": _plain(handle(request))})
         except BaseException as exc:
             reply({"ok": False, "error": _error(exc)})
 

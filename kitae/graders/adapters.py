@@ -38,7 +38,6 @@ class CallableGrader(Grader):
     def __init__(self, fn: Callable[..., Any], name: str | None = None):
         self.fn = fn
         self.name = name or getattr(fn, "__name__", "reward")
-        self.is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
 
     def _kwargs(self, item: Item, samples: list[Sample]) -> dict[str, Any]:
         n = len(samples)

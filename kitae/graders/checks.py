@@ -62,6 +62,8 @@ class StringCheckGrader(PairGrader):
 
 # ---- format -------------------------------------------------------------------------------------
 CHECKS = ["json", "json_schema", "regex", "labels", "contains", "equals"]
+FIELD_OWNERS = {"schema": ("json_schema",), "pattern": ("regex",), "full_match": ("regex",), "labels": ("labels",),
+                "reference": ("contains", "equals")}
 
 
 @register_grader("format")
@@ -92,6 +94,9 @@ class FormatGrader(PairGrader):
         if check == "labels":
             kwargs["labels"] = _checked_labels(r.items("labels"), r.at("labels"))
         grader = cls(check=check, **kwargs, **cls.read_templates(r, reference=check in ("contains", "equals")))
+        for key, owner in FIELD_OWNERS.items():
+            if r.has(key) and check not in owner:
+                raise ConfigError(r.at(key), f"belongs to check: {' or '.join(owner)}, not check: {check}")
         r.finish()
         return grader
 

@@ -95,8 +95,9 @@ def test_format_failures_say_why():
         ({"check": "json_schema", "schema": "x"}, "grader.schema: expected a mapping"),
         ({"check": "labels", "labels": []}, "grader.labels: needs at least one label"),
         ({"check": "labels", "labels": [{"a": 1}]}, "grader.labels[0]: expected a string"),
-        ({"check": "json", "pattern": "x"}, "grader.pattern: unknown key"),  # a field of another check
-        ({"check": "json", "reference": "{{item.x}}"}, "grader.reference: unknown key"),
+        ({"check": "json", "pattern": "x"}, "grader.pattern: belongs to check: regex, not check: json"),
+        ({"check": "json", "reference": "{{item.x}}"}, "grader.reference: belongs to check: contains or equals"),
+        ({"check": "json", "patern": "x"}, "grader.patern: unknown key"),
     ],
 )
 def test_format_spec_errors(spec, message):

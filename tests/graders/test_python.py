@@ -36,6 +36,11 @@ def test_grade_receives_sample_and_item():
     assert [g.score for g in grades] == [1.0, 0.0, 1.0, 1.0]
 
 
+def test_numpy_results_are_numbers():
+    grades = run("import numpy as np\ndef grade(sample, item):\n    return np.float32(0.5)\n")
+    assert grades[0].score == 0.5
+
+
 def test_openai_spec_with_image_tag_loads():
     grades = run("def grade(sample, item):\n    return 0.25\n", image_tag="2025-05-08")
     assert grades[0].score == 0.25
