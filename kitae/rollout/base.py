@@ -9,6 +9,9 @@ Log-probs are those of the temperature-scaled model distribution, log_softmax(lo
 quantity the trainer recomputes for the current policy, so the two form a proper importance ratio.
 
 Keep this interface small: a vLLM engine or an OpenAI-compatible HTTP engine implement the same `generate`.
+Partial rollouts (kitae.rollout.partial) also need ``generate_tokens(prompt_ids, n, sampling)``: the same, from
+token ids (a prompt followed by the part of a completion sampled earlier), so a trajectory continues token for
+token.
 """
 
 from __future__ import annotations
@@ -34,6 +37,11 @@ class SamplingParams:
     max_new_tokens: int = 128
     stop: list[str] = field(default_factory=lambda: [IM_END, END_OF_TEXT])
     seed: int | None = None
+    # Repeat detection (Kimi k1.5 §2.6.2): end a sample with finish_reason "repeat" once its last tokens are one
+    # block of 1..repeat_max_period tokens repeated >= repeat_min_count times, covering >= repeat_min_span tokens.
+    repeat_min_count: int = 0  # 0 = off
+    repeat_max_period: int = 16
+    repeat_min_span: int = 16
 
 
 @dataclass

@@ -8,7 +8,9 @@ sampling policy's log-prob of each token and the reason it ended, and because it
   row pay for them.
 
 Stopping follows seed 000: a stop string such as ``<|im_end|>`` may be several tokens, so stops are matched on
-the token sequence *and* on the decoded tail of each sample.
+the token sequence *and* on the decoded tail of each sample. With ``SamplingParams.repeat_min_count`` set, a
+sample that loops (its tail is one short block repeated, :func:`repeat_period`) ends early with finish reason
+"repeat" (Kimi k1.5 §2.6.2).
 """
 
 from __future__ import annotations
@@ -43,7 +45,12 @@ class HFEngine:
     def generate(
         self, prompts: list[list[Message]], n: int, sampling: SamplingParams
     ) -> list[list[Completion]]:
-        prompt_ids = [self.encode_prompt(m) for m in prompts]
+        return self.generate_tokens([self.encode_prompt(m) for m in prompts], n, sampling)
+
+    def generate_tokens(
+        self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams
+    ) -> list[list[Completion]]:
+        """`generate` from token ids; partial rollouts continue a trajectory by passing prompt + its tokens so far."""
         gen = None
         if sampling.seed is not None:
             gen = torch.Generator(device=self.device).manual_seed(sampling.seed)
@@ -56,7 +63,7 @@ class HFEngine:
                 flat += self._generate_batch(prompt_ids[start : start + per_chunk], n, sampling, gen)
         finally:
             self.model.train(was_training)
-        return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
+        return [flat[i * n : (i + 1) * n] for i in range(len(prompt_ids))]
 
     def encode_prompt(self, messages: list[Message]) -> list[int]:
         text = format_prompt(self.tokenizer, messages)
@@ -102,6 +109,10 @@ class HFEngine:
                 logps[row].append(l)
                 if self._hit_stop(tokens[row], stops):
                     finish[row] = "stop"
+                elif sp.repeat_min_count and repeat_period(
+                    tokens[row], sp.repeat_max_period, sp.repeat_min_count, sp.repeat_min_span
+                ):
+                    finish[row] = "repeat"
                 elif step == sp.max_new_tokens - 1:
                     finish[row] = "length"
                 else:
@@ -162,6 +173,25 @@ class HFEngine:
         seen = torch.zeros(ids.shape[0], vocab, dtype=torch.bool, device=ids.device)
         seen.scatter_(1, ids.clamp(max=vocab - 1), attn.bool())
         return seen
+
+
+def repeat_period(tokens: list[int], max_period: int, min_count: int, min_span: int) -> int | None:
+    """The smallest period p <= max_period such that the last max(min_count * p, min_span rounded up to whole
+    blocks) tokens are one block of p tokens repeated; None when there is none.
+
+    >>> repeat_period([5, 1, 2, 1, 2, 1, 2], max_period=4, min_count=3, min_span=4)
+    2
+    >>> repeat_period([1, 2, 1, 2, 3], max_period=4, min_count=2, min_span=4) is None
+    True
+    """
+    n = len(tokens)
+    for p in range(1, max_period + 1):
+        span = p * max(2, min_count, -(-min_span // p))  # whole blocks: >= min_count (and 2), >= min_span tokens
+        if span > n:
+            continue
+        if tokens[-1] == tokens[-1 - p] and tokens[n - span : n - p] == tokens[n - span + p :]:
+            return p
+    return None
 
 
 def left_pad(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:

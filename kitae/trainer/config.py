@@ -38,10 +38,37 @@ class ModelConfig:
 
 
 @dataclass
+class SamplerConfig:
+    """Which prompts each step draws (kitae.trainer.samplers; Kimi k1.5 §2.3.4). Fields a sampler does not use
+    are ignored by it."""
+
+    name: str = "uniform"  # uniform | prioritized | curriculum
+    correct: str | None = None  # reward component whose score makes the pass rates (default: one named 'correct')
+    pass_threshold: float = 1.0  # a sample passes when that component's score >= this
+    ema: float = 0.0  # success-rate memory: 0 = mean of every attempt, else the newest attempt's weight
+    floor: float = 0.05  # prioritized: P(i) ∝ max(1 - s_i, floor)
+    schedule: Literal["hard_focus", "easy_to_hard"] = "hard_focus"  # curriculum
+    warmup_steps: int = 10  # curriculum hard_focus: steps on the whole set before only hard prompts
+    ramp_steps: int = 50  # curriculum easy_to_hard: steps until every level is in the pool
+    difficulty_key: str | None = "difficulty"  # curriculum: the row field with the label; null = measured rates
+    levels: list[str] = field(default_factory=lambda: ["easy", "medium", "hard"])  # every label, easiest first
+    hard_levels: list[str] | None = None  # curriculum hard_focus: labels that count as hard (default: the last)
+    hard_threshold: float = 0.5  # curriculum hard_focus without labels: hard when s_i < this (or never graded)
+
+    def validate(self, path: str) -> None:
+        from kitae.trainer.samplers import SAMPLERS
+
+        SAMPLERS.get(self.name, f"{path}.name")
+        if not 0 <= self.ema < 1:
+            raise ConfigError(f"{path}.ema", f"must be in [0, 1), got {self.ema}")
+
+
+@dataclass
 class DataConfig:
     train: str = "bundled:arith/train"  # a file, a datasets folder, or bundled:NAME
     eval: str | None = "bundled:arith/test"
     shuffle: bool = True
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
 
 
 @dataclass
@@ -108,6 +135,32 @@ class AlgorithmConfig:
 
 
 @dataclass
+class PartialRolloutConfig:
+    """Kimi k1.5 partial rollouts (§2.6.2): each iteration a trajectory gets at most `segment_tokens` new tokens;
+    one that has not finished waits in a replay buffer and continues next iteration with the then-current policy."""
+
+    segment_tokens: int = 32  # output-token budget per trajectory per iteration
+    old_segments: Literal["exclude", "importance"] = "exclude"  # tokens of earlier iterations: masked out of the
+    # loss, or kept with the log-probs of the policy that sampled them (ratio = importance weight)
+
+    def validate(self, path: str) -> None:
+        if self.segment_tokens < 1:
+            raise ConfigError(f"{path}.segment_tokens", "must be at least 1")
+
+
+@dataclass
+class RepeatConfig:
+    """Repeat detection during generation: a sample whose last tokens are one block of 1..max_period tokens
+    repeated at least min_count times in a row, covering at least min_span tokens, ends with finish reason
+    "repeat". `penalty` (e.g. -1.0) becomes a reward component named 'repeat' (0 for other samples)."""
+
+    min_count: int = 4
+    max_period: int = 16
+    min_span: int = 16
+    penalty: float = 0.0
+
+
+@dataclass
 class SamplingConfig:
     engine: str = "hf"
     group_size: int = 8
@@ -115,7 +168,9 @@ class SamplingConfig:
     top_p: float = 1.0
     top_k: int = 0
     repetition_penalty: float = 1.0
-    max_new_tokens: int = 64
+    max_new_tokens: int = 64  # with partial rollouts: the total over every segment
+    partial: PartialRolloutConfig | None = None  # null = whole trajectories each iteration
+    repeat: RepeatConfig | None = None  # null = no repeat detection
 
 
 @dataclass
