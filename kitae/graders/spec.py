@@ -241,6 +241,9 @@ _BUILTIN = {
     "multi": "kitae.graders.combine:MultiGrader",
     "weighted": "kitae.graders.combine:WeightedGrader",
     "gate": "kitae.graders.combine:GateGrader",
+    "judge": "kitae.judge.group:GroupJudgeGrader",
+    "score_model": "kitae.judge.model_graders:ScoreModelGrader",
+    "label_model": "kitae.judge.model_graders:LabelModelGrader",
 }
 for _name, _target in _BUILTIN.items():
     GRADERS.register_lazy(_name, _target)
