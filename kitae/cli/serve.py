@@ -62,3 +62,33 @@ def _stop(*_: object) -> None:
     """The first SIGTERM ends the server like Ctrl-C does; a second one ends the process at once."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     raise KeyboardInterrupt
+
+
+@serve_app.command("model")
+def serve_model(
+    model: str = typer.Option("bundled", "--model", help="A local causal LM folder; 'bundled' = kitae-tiny-base."),
+    port: int = typer.Option(8000, "--port", help="Port on HOST; 0 picks a free one (printed)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Interface to listen on (loopback by default)."),
+    name: str = typer.Option(None, "--name", help="Model name clients send and see (default: the folder name)."),
+    max_context: int = typer.Option(None, "--max-context", min=16,
+                                    help="Prompt + completion tokens (default: the model's max_position_embeddings)."),
+    max_tokens: int = typer.Option(512, "--max-tokens", min=1, help="Completion tokens when a request gives none."),
+    device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu or cuda:1."),
+    dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
+    verbose: bool = typer.Option(False, "--verbose", help="Log every request to stderr."),
+) -> None:
+    """Serve a local model with the OpenAI chat API (a local judge for `type: judge`; kitae/serving/server.py)."""
+    from kitae.serving.server import load_service, make_server
+
+    service = load_service(None if model == "bundled" else model, name, device, dtype, max_context=max_context,
+                           default_max_tokens=max_tokens)
+    server = make_server(service, host, port, quiet=not verbose)
+    bound_host, bound_port = server.server_address[:2]
+    signal.signal(signal.SIGTERM, _stop)
+    typer.echo(f"kitae serve model: serving {service.name} on http://{bound_host}:{bound_port}")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
