@@ -1,0 +1,253 @@
+"""The run page's HTTP server: the standard library's ThreadingHTTPServer, static files and JSON.
+
+Security, because model output and run folders are not for everyone:
+- binds to 127.0.0.1 by default; any other address needs an access token (``--token`` or KITAE_UI_TOKEN),
+  checked on every request (``Authorization: Bearer``, the ``kitae_token`` cookie, or ``?token=`` once, which
+  sets the cookie and redirects to the same page without it);
+- on a loopback address, a request whose Host header is not a loopback name is refused, so a web page you
+  visit cannot reach the server through DNS rebinding;
+- a POST must be JSON from this origin (no cross-site form can send one);
+- every response forbids inline scripts (Content-Security-Policy ``script-src 'self'``) and the page writes
+  model output with ``textContent`` only, so a sample containing ``<script>`` is shown as text.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import math
+import mimetypes
+import socket
+import sys
+import threading
+import traceback
+from http import HTTPStatus
+from http.cookies import SimpleCookie
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit
+
+from kitae.errors import ConfigError, KitaeError
+from kitae.web.api import ApiError, Query, dispatch
+
+STATIC_DIR = Path(__file__).parent / "static"
+TOKEN_ENV = "KITAE_UI_TOKEN"
+MIN_TOKEN_CHARS = 16
+MAX_BODY_BYTES = 1 << 20
+LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
+COOKIE = "kitae_token"
+STATIC_TYPES = {  # not left to the system's mime.types: with nosniff a wrong type would block the script
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+}
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+}
+
+
+def is_loopback(host: str) -> bool:
+    host = host.strip("[]")
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def check_bind(host: str, token: str | None) -> None:
+    """Refuse to expose runs on a network address without a token too long to guess."""
+    token = token or None  # an empty KITAE_UI_TOKEN is no token
+    if token is not None and len(token) < MIN_TOKEN_CHARS:
+        raise ConfigError("--token", f"the access token is {len(token)} characters; use {MIN_TOKEN_CHARS} or more, "
+                          "e.g. python -c 'import secrets; print(secrets.token_urlsafe())'")
+    if not is_loopback(host) and not token:
+        raise ConfigError("--host", f"binding {host} would show your runs to anyone on the network; give an access "
+                          f"token with --token or the {TOKEN_ENV} environment variable, or bind 127.0.0.1 "
+                          "(the default) and use an SSH tunnel")
+
+
+class UIServer(ThreadingHTTPServer):
+    """Serves the page for the runs under `runs_dir`; ``port`` 0 picks a free port (see ``url``)."""
+
+    daemon_threads = True
+
+    def __init__(self, runs_dir: Path, host: str = "127.0.0.1", port: int = 8765, token: str | None = None,
+                 poll_s: float = 2.0, quiet: bool = True):
+        check_bind(host, token)
+        self.runs_dir = Path(runs_dir)
+        self.token = token or None
+        self.poll_s = poll_s
+        self.quiet = quiet
+        self.check_host = is_loopback(host)
+        if ":" in host:
+            self.address_family = socket.AF_INET6
+        super().__init__((host, port), Handler)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{port}/"
+
+
+def make_server(runs_dir: str | Path, host: str = "127.0.0.1", port: int = 8765, token: str | None = None,
+                poll_s: float = 2.0, quiet: bool = True) -> UIServer:
+    """A bound server; call ``serve_forever()`` (or :func:`serve_in_thread`) and ``shutdown()``."""
+    return UIServer(Path(runs_dir), host, port, token, poll_s, quiet)
+
+
+def serve_in_thread(server: UIServer, poll_interval: float = 0.1) -> threading.Thread:
+    """Serve from a daemon thread (tests, notebooks); ``server.shutdown()`` returns within `poll_interval`."""
+    thread = threading.Thread(target=server.serve_forever, args=(poll_interval,), name="kitae-ui", daemon=True)
+    thread.start()
+    return thread
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: UIServer
+    server_version = "kitae-ui"
+    protocol_version = "HTTP/1.1"
+
+    # ---- entry points --------------------------------------------------------------------------
+    def do_GET(self) -> None:  # noqa: N802 - the http.server interface
+        self._handle("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._handle("POST")
+
+    def _handle(self, method: str) -> None:
+        url = urlsplit(self.path)
+        try:
+            self._check_host()
+            if self._token_in_query(url):
+                return
+            self._check_token()
+            if url.path.startswith("/api/"):
+                self._api(method, unquote(url.path[len("/api"):]), url.query)
+            elif method == "GET":
+                self._static(url.path)
+            else:
+                raise ApiError(404, f"no page {method} {url.path}")
+        except ApiError as exc:
+            self._error(exc.status, str(exc))
+        except KitaeError as exc:  # a bad query value or body: the message says which
+            self._error(400, str(exc))
+        except Exception as exc:  # noqa: BLE001 - a bug answers 500 and leaves the server running
+            traceback.print_exc(file=sys.stderr)
+            self._error(500, f"internal error: {type(exc).__name__}: {exc}")
+
+    def _error(self, status: int, message: str) -> None:
+        # closes the connection: an unread request body must not be read as the next request
+        self._send(status, to_json({"error": message}).encode("utf-8"), "application/json; charset=utf-8", close=True)
+
+    # ---- checks --------------------------------------------------------------------------------
+    def _check_host(self) -> None:
+        if not self.server.check_host:
+            return
+        host = urlsplit("//" + (self.headers.get("Host") or "")).hostname or ""
+        if not is_loopback(host) and host not in LOOPBACK_NAMES:
+            raise ApiError(403, f"Host '{host}' is not this machine; open the page at http://127.0.0.1:PORT/")
+
+    def _token_in_query(self, url: Any) -> bool:
+        """``?token=T`` on a page link: set the cookie and redirect to the link without it."""
+        query = parse_qs(url.query)
+        if self.server.token is None or "token" not in query or url.path.startswith("/api/"):
+            return False
+        if not hmac.compare_digest(query["token"][-1].encode(), self.server.token.encode()):
+            raise ApiError(401, "wrong access token")
+        rest = urlencode({k: v[-1] for k, v in query.items() if k != "token"})
+        self.send_response(HTTPStatus.SEE_OTHER)
+        self.send_header("Location", url.path + (f"?{rest}" if rest else ""))
+        self.send_header("Set-Cookie", f"{COOKIE}={self.server.token}; HttpOnly; SameSite=Strict; Path=/")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+        return True
+
+    def _check_token(self) -> None:
+        if self.server.token is None:
+            return
+        given = ""
+        auth = self.headers.get("Authorization") or ""
+        if auth.startswith("Bearer "):
+            given = auth[len("Bearer "):].strip()
+        else:
+            morsel = SimpleCookie(self.headers.get("Cookie") or "").get(COOKIE)
+            given = morsel.value if morsel else ""
+        if not hmac.compare_digest(given.encode(), self.server.token.encode()):
+            raise ApiError(401, "this page needs the access token: open the link with ?token=... that `kitae ui` "
+                           "printed, or send 'Authorization: Bearer TOKEN'")
+
+    def _check_post(self) -> Any:
+        if (self.headers.get("Content-Type") or "").split(";")[0].strip() != "application/json":
+            raise ApiError(415, "POST a JSON body (Content-Type: application/json)")
+        origin = self.headers.get("Origin")
+        if origin and urlsplit(origin).netloc != self.headers.get("Host"):
+            raise ApiError(403, f"cross-site request from {origin} refused")
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY_BYTES:
+            raise ApiError(413, f"request body over {MAX_BODY_BYTES} bytes")
+        try:
+            return json.loads(self.rfile.read(length) or b"null")
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ApiError(400, f"request body is not JSON: {exc}") from exc
+
+    # ---- answers -------------------------------------------------------------------------------
+    def _api(self, method: str, path: str, query: str) -> None:
+        if path == "/config" and method == "GET":
+            self._json(200, {"poll_ms": int(self.server.poll_s * 1000), "runs_dir": str(self.server.runs_dir)})
+            return
+        body = self._check_post() if method == "POST" else None
+        self._json(200, dispatch(self.server.runs_dir, method, path, Query(query), body))
+
+    def _static(self, path: str) -> None:
+        name = "index.html" if path in ("/", "/index.html") else path.lstrip("/")
+        file = (STATIC_DIR / name).resolve()
+        if STATIC_DIR.resolve() not in file.parents or not file.is_file():
+            raise ApiError(404, f"no page {path}")
+        ctype = STATIC_TYPES.get(file.suffix) or mimetypes.guess_type(file.name)[0] or "application/octet-stream"
+        self._send(200, file.read_bytes(), ctype)
+
+    def _json(self, status: int, payload: Any) -> None:
+        self._send(status, to_json(payload).encode("utf-8"), "application/json; charset=utf-8")
+
+    def _send(self, status: int, data: bytes, ctype: str, close: bool = False) -> None:
+        self.send_response(status)
+        if close:
+            self.send_header("Connection", "close")
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-store")
+        for key, value in SECURITY_HEADERS.items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the http.server signature
+        if not self.server.quiet:
+            super().log_message(format, *args)
+
+
+def to_json(payload: Any) -> str:
+    """JSON for the browser: NaN and infinities (not JSON) become null."""
+    try:
+        return json.dumps(payload, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(payload), ensure_ascii=False, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

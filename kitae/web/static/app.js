@@ -1,0 +1,521 @@
+// kitae run page: runs, live plots, groups and samples, prompt history, run comparison, labels.
+//
+// A single page with hash routes; every byte of data comes from the JSON API (/api/..., kitae/web/api.py).
+// Model output is untrusted: the DOM is built with h() below, which adds strings as text nodes, never as
+// markup (no innerHTML anywhere), and the server's Content-Security-Policy refuses inline scripts as well.
+"use strict";
+
+(function () {
+  const app = document.getElementById("app");
+  const crumbs = document.getElementById("crumbs");
+  const state = {config: {poll_ms: 2000}, timers: [], charts: [], generation: 0};
+  const fmt = (v) => KPlot.fmt(v);
+  const ORDERS = {worst: "worst mean reward first", step: "newest step first", variance: "widest reward spread first"};
+  const FILTERS = {all: "all groups", zero_variance: "zero variance (no learning signal)", truncated: "with truncated samples"};
+  const LABEL_SCALE = [1, 2, 3, 4, 5];
+
+  // ---- DOM and HTTP helpers ------------------------------------------------------------------------
+  function h(tag, attrs, ...children) {
+    const el = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === null || v === undefined || v === false) continue;
+      if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+      else if (k === "class") el.className = v;
+      else if (k === "dataset") Object.assign(el.dataset, v);
+      else el.setAttribute(k, v === true ? "" : String(v));
+    }
+    return put(el, ...children);
+  }
+
+  // Replace the children of `el` (same rules as h(): strings become text, null is skipped).
+  function put(el, ...children) {
+    el.replaceChildren();
+    for (const c of children.flat(Infinity)) {
+      if (c === null || c === undefined || c === false) continue;
+      el.appendChild(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+    return el;
+  }
+
+  async function api(path, opts) {
+    const res = await fetch("/api" + path, Object.assign({headers: {"Accept": "application/json"}}, opts || {}));
+    let body = null;
+    try { body = await res.json(); } catch (e) { body = null; }
+    if (!res.ok) throw new Error((body && body.error) || `${res.status} ${res.statusText}`);
+    return body;
+  }
+
+  function post(path, payload) {
+    return api(path, {method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(payload)});
+  }
+
+  function every(ms, fn) {
+    const gen = state.generation;
+    const tick = async () => {
+      if (gen !== state.generation) return;
+      try { await fn(); } catch (e) { showLive("update failed: " + e.message, "error"); }
+      if (gen === state.generation) state.timers.push(setTimeout(tick, ms));
+    };
+    state.timers.push(setTimeout(tick, ms));
+  }
+
+  function showLive(text, cls) {
+    const el = document.getElementById("live");
+    el.textContent = text;
+    el.className = cls || "";
+  }
+
+  const enc = encodeURIComponent;
+  const runLink = (run, rest) => `#/run/${enc(run)}${rest || ""}`;
+  const badge = (status) => h("span", {class: `badge status-${status}`}, status);
+  const time = (ts) => (ts ? new Date(ts * 1000).toLocaleString() : "–");
+  const clip = (text, n) => (text.length > n ? text.slice(0, n) + "…" : text);
+  const signed = (v) => (v === null || v === undefined ? "–" : (v > 0 ? "+" : "") + fmt(v));
+
+  function setCrumbs(...items) {
+    put(crumbs, ...items.flatMap((it, i) => [i ? h("span", {class: "sep"}, "›") : null,
+      it.href ? h("a", {href: it.href}, it.text) : h("span", null, it.text)]));
+  }
+
+  function errorBox(e) {
+    return h("div", {class: "error"}, e.message || String(e));
+  }
+
+  function query(params) {
+    const q = new URLSearchParams();
+    for (const [k, v] of Object.entries(params)) if (v !== null && v !== undefined && v !== "") q.set(k, v);
+    const s = q.toString();
+    return s ? "?" + s : "";
+  }
+
+  // ---- router --------------------------------------------------------------------------------------
+  const ROUTES = [
+    [/^\/?$/, () => runsView()],
+    [/^\/run\/([^/]+)\/groups$/, (m, q) => groupsView(decodeURIComponent(m[1]), q)],
+    [/^\/run\/([^/]+)\/group\/(\d+)$/, (m) => groupView(decodeURIComponent(m[1]), Number(m[2]))],
+    [/^\/run\/([^/]+)\/prompt\/(\d+)$/, (m, q) => promptView(decodeURIComponent(m[1]), Number(m[2]), q)],
+    [/^\/run\/([^/]+)\/label$/, (m, q) => labelView(decodeURIComponent(m[1]), q)],
+    [/^\/run\/([^/]+)$/, (m) => runView(decodeURIComponent(m[1]))],
+    [/^\/compare$/, (m, q) => compareView(q)],
+  ];
+
+  function navigate() {
+    state.generation += 1;
+    state.timers.forEach(clearTimeout);
+    state.timers = [];
+    state.charts.forEach((c) => c.destroy());
+    state.charts = [];
+    showLive("");
+    const [path, qs] = (location.hash.slice(1) || "/").split("?");
+    const q = new URLSearchParams(qs || "");
+    put(app, h("p", {class: "muted"}, "loading…"));
+    for (const [re, view] of ROUTES) {
+      const m = path.match(re);
+      if (m) {
+        view(m, q).catch((e) => put(app, errorBox(e)));
+        return;
+      }
+    }
+    put(app, errorBox(new Error(`no page ${path}`)));
+  }
+
+  function chart(el, opts) {
+    const c = KPlot.lineChart(el, opts);
+    state.charts.push(c);
+    return c;
+  }
+
+  // ---- runs list -----------------------------------------------------------------------------------
+  async function runsView() {
+    setCrumbs({text: "runs"});
+    const selected = new Set();
+    const compare = h("button", {type: "button", disabled: true, onclick: () => {
+      const [a, b] = [...selected];
+      location.hash = `#/compare${query({a, b})}`;
+    }}, "Compare the two selected runs");
+    const table = h("table", {class: "runs"});
+    const note = h("p", {class: "muted"});
+    put(app, h("h1", null, "Runs"), note, table, h("p", null, compare));
+    const draw = async () => {
+      const data = await api("/runs");
+      note.textContent = `runs in ${data.runs_dir}` + (data.runs.length ? "" : " — none yet: start one with `kitae train`");
+      const rows = data.runs.map((r) => h("tr", {dataset: {run: r.name}},
+        h("td", null, h("input", {type: "checkbox", "aria-label": `select ${r.name}`, checked: selected.has(r.name),
+          disabled: r.status === "unreadable", onchange: (ev) => {
+            if (ev.target.checked) selected.add(r.name); else selected.delete(r.name);
+            compare.disabled = selected.size !== 2;
+          }})),
+        h("td", null, r.status === "unreadable" ? r.name : h("a", {href: runLink(r.name)}, r.name),
+          r.error ? h("div", {class: "muted small"}, r.error) : null),
+        h("td", null, badge(r.status)),
+        h("td", null, r.model || "–"),
+        h("td", {class: "num"}, r.steps ?? "–"),
+        h("td", {class: "num"}, fmt(r.reward)),
+        h("td", {class: "num"}, fmt(r.eval_score)),
+        h("td", null, time(r.updated_at))));
+      put(table, h("thead", null, h("tr", null, ["", "name", "status", "model", "steps", "reward",
+        "eval", "updated"].map((t) => h("th", null, t)))), h("tbody", null, rows));
+    };
+    await draw();
+    every(state.config.poll_ms * 2, draw);
+  }
+
+  // ---- one run: overview with live plots ------------------------------------------------------------
+  function runHeader(run, summary, active) {
+    const tabs = [["overview", runLink(run)], ["groups", runLink(run, "/groups")], ["label", runLink(run, "/label")],
+      ["compare", `#/compare${query({a: run})}`]];
+    return h("div", {class: "run-head"},
+      h("h1", null, run, " ", summary ? badge(summary.status) : null),
+      summary ? h("p", {class: "muted"}, `model ${summary.model || "–"} · `, h("span", {class: "steps"},
+        `${summary.steps ?? 0} steps`), " · started " + time(summary.started_at)
+        + (summary.finished_at ? ` · finished ${time(summary.finished_at)}` : "")) : null,
+      h("nav", {class: "tabs"}, tabs.map(([name, href]) => h("a", {href, class: name === active ? "active" : ""}, name))));
+  }
+
+  async function runView(run) {
+    setCrumbs({text: "runs", href: "#/"}, {text: run});
+    let summary = await api(`/runs/${enc(run)}`);
+    const data = {};  // key -> [[step, value], ...]
+    let last = 0, knownKeys = new Set(summary.keys);
+    const head = h("div");
+    const grid = h("div", {class: "panels"});
+    const evalBox = h("div");
+    const configBox = h("details", null, h("summary", null, "config"), h("pre", null, JSON.stringify(summary.config, null, 2)));
+    put(app, head, grid, evalBox, configBox);
+    let charts = [];
+    const layout = () => {
+      put(head, runHeader(run, summary, "overview"));
+      charts.forEach((c) => c.destroy());
+      put(grid);
+      charts = summary.panels.map((p) => {
+        const card = h("section", {class: "panel card", dataset: {panel: p.name}},
+          h("h3", null, p.title), p.help ? h("p", {class: "muted small"}, p.help) : null);
+        grid.appendChild(card);
+        const c = chart(card, {height: 200});
+        c.panel = p;
+        return c;
+      });
+    };
+    const draw = () => {
+      for (const c of charts) {
+        c.update([...c.panel.left.map((k) => ({key: k, side: "left", points: data[k] || []})),
+          ...c.panel.right.map((k) => ({key: k, side: "right", points: data[k] || []}))]);
+      }
+    };
+    const load = async (since) => {
+      const res = await api(`/runs/${enc(run)}/metrics${query({since, points: 1000})}`);
+      for (const [k, pts] of Object.entries(res.series)) {
+        const kept = (data[k] || []).filter((p) => p[0] < since);
+        data[k] = kept.concat(pts);
+      }
+      Object.assign(data, res.evals);
+      if (res.last_step !== null) last = res.last_step;
+      return res;
+    };
+    layout();
+    await load(0);
+    draw();
+    put(evalBox, await evalTable(run));
+    const evalCount = (series) => Math.max(0, ...Object.values(series).map((pts) => pts.length));
+    let evalsShown = evalCount(Object.fromEntries(Object.entries(data).filter(([k]) => k.startsWith("eval/"))));
+    const live = async () => {
+      const res = await load(last);
+      if (evalCount(res.evals) !== evalsShown) {
+        evalsShown = evalCount(res.evals);
+        put(evalBox, await evalTable(run));
+      }
+      const fresh = Object.keys(res.series).concat(Object.keys(res.evals)).some((k) => !knownKeys.has(k));
+      if (fresh || res.status !== summary.status || Object.values(data).some((s) => s.length > 3000)) {
+        summary = await api(`/runs/${enc(run)}`);
+        knownKeys = new Set(summary.keys);
+        if (Object.values(data).some((s) => s.length > 3000)) {  // a long live run: downsample again
+          for (const k of Object.keys(data)) delete data[k];
+          await load(0);
+        }
+        layout();
+        put(evalBox, await evalTable(run));
+      }
+      draw();
+      const steps = head.querySelector(".steps");
+      if (steps) steps.textContent = `${last} steps`;
+      showLive(res.status === "running" ? `live · step ${last}` : `${res.status} · step ${last}`,
+        res.status === "running" ? "live" : "");
+      return res.status;
+    };
+    if (summary.status === "running") {
+      showLive(`live · step ${last}`, "live");
+      const gen = state.generation;
+      const tick = async () => {
+        if (gen !== state.generation) return;
+        let status = "running";
+        try { status = await live(); } catch (e) { showLive("update failed: " + e.message, "error"); }
+        if (status === "running" && gen === state.generation) state.timers.push(setTimeout(tick, state.config.poll_ms));
+      };
+      state.timers.push(setTimeout(tick, state.config.poll_ms));
+    }
+  }
+
+  async function evalTable(run) {
+    const {evals} = await api(`/runs/${enc(run)}/evals`);
+    if (!evals.length) return h("p", {class: "muted"}, "no evaluations yet");
+    const keys = [...new Set(evals.flatMap((e) => Object.keys(e.metrics)))];
+    const rows = evals.slice(-20).reverse().map((e) => h("tr", null, h("td", {class: "num"}, e.step),
+      keys.map((k) => h("td", {class: "num"}, fmt(e.metrics[k]))), h("td", {class: "num"}, e.n_samples)));
+    return h("section", {class: "card"}, h("h3", null, `Evaluations (${evals.length}, latest first)`),
+      h("table", null, h("thead", null, h("tr", null, h("th", null, "step"), keys.map((k) => h("th", null, k)),
+        h("th", null, "samples"))), h("tbody", null, rows)));
+  }
+
+  // ---- group browser -------------------------------------------------------------------------------
+  async function groupsView(run, q) {
+    setCrumbs({text: "runs", href: "#/"}, {text: run, href: runLink(run)}, {text: "groups"});
+    const params = {step: q.get("step") || "", order: q.get("order") || "worst", filter: q.get("filter") || "all",
+      page: Number(q.get("page") || 0)};
+    const limit = 20;
+    const go = (change) => { location.hash = runLink(run, "/groups" + query(Object.assign({}, params, change))); };
+    const [summary, res] = await Promise.all([api(`/runs/${enc(run)}`), api(`/runs/${enc(run)}/groups${query({
+      step: params.step, order: params.order, filter: params.filter, limit, offset: params.page * limit})}`)]);
+    const select = (name, options, value) => h("select", {name, onchange: (ev) => go({[name]: ev.target.value, page: 0})},
+      Object.entries(options).map(([k, text]) => h("option", {value: k, selected: k === value}, text)));
+    const stepInput = h("input", {type: "number", name: "step", min: 0, value: params.step, placeholder: "all steps",
+      onchange: (ev) => go({step: ev.target.value, page: 0})});
+    const presets = [["worst groups", {order: "worst", filter: "all"}], ["zero-variance groups", {filter: "zero_variance"}],
+      ["truncated samples", {filter: "truncated"}], ["widest spread", {order: "variance", filter: "all"}]];
+    const pages = Math.max(1, Math.ceil(res.total / limit));
+    const rows = res.groups.map((g) => h("tr", {class: "link-row", dataset: {group: g.id}, onclick: () => {
+      location.hash = runLink(run, `/group/${g.id}`);
+    }}, h("td", {class: "num"}, g.step), h("td", {class: "num"}, g.group_index),
+    h("td", null, h("a", {href: runLink(run, `/group/${g.id}`)}, clip(g.prompt, 140))),
+    h("td", {class: "num"}, fmt(g.reward_mean)), h("td", {class: "num"}, fmt(g.reward_std)),
+    h("td", {class: "num"}, `${g.n_scored}/${g.n_samples}`), h("td", {class: "num"}, g.n_truncated || "")));
+    put(app, runHeader(run, summary, "groups"),
+      h("div", {class: "controls"},
+        h("label", null, "step ", stepInput),
+        h("button", {type: "button", onclick: () => go({step: summary.steps ?? "", page: 0})}, "latest step"),
+        h("button", {type: "button", onclick: () => go({step: "", page: 0})}, "all steps"),
+        h("label", null, "order ", select("order", ORDERS, params.order)),
+        h("label", null, "show ", select("filter", FILTERS, params.filter))),
+      h("div", {class: "controls presets"}, presets.map(([text, change]) => h("button", {type: "button",
+        onclick: () => go(Object.assign({page: 0}, change))}, text))),
+      h("p", {class: "muted"}, `${res.total} groups` + (params.step !== "" ? ` at step ${params.step}` : " over all steps")),
+      h("table", {class: "groups"}, h("thead", null, h("tr", null, ["step", "#", "prompt", "mean reward", "std",
+        "scored", "truncated"].map((t) => h("th", null, t)))), h("tbody", null, rows)),
+      pager(params.page, pages, (page) => go({page})));
+  }
+
+  function pager(page, pages, go) {
+    return h("div", {class: "pager"},
+      h("button", {type: "button", disabled: page <= 0, onclick: () => go(page - 1)}, "‹ previous"),
+      h("span", null, ` page ${page + 1} of ${pages} `),
+      h("button", {type: "button", disabled: page + 1 >= pages, onclick: () => go(page + 1)}, "next ›"));
+  }
+
+  // ---- one group -----------------------------------------------------------------------------------
+  async function groupView(run, id) {
+    setCrumbs({text: "runs", href: "#/"}, {text: run, href: runLink(run)}, {text: "groups", href: runLink(run, "/groups")},
+      {text: `group ${id}`});
+    const g = await api(`/runs/${enc(run)}/groups/${id}`);
+    let byReward = false;
+    const list = h("div", {class: "samples"});
+    const drawSamples = () => {
+      const order = g.samples.map((s, i) => [s, i]);
+      if (byReward) order.sort((a, b) => (b[0].reward ?? -Infinity) - (a[0].reward ?? -Infinity));
+      put(list, ...order.map(([s, i]) => sampleCard(s, i, true)));
+    };
+    put(app,
+      h("h1", null, `Step ${g.step}, group ${g.group_index}`),
+      h("p", {class: "muted"}, `mean reward ${fmt(g.reward_mean)} · std ${fmt(g.reward_std)} · ${g.n_scored} of `
+        + `${g.n_samples} scored · ${g.n_truncated} truncated`),
+      h("div", {class: "links"}, h("a", {href: runLink(run, `/prompt/${g.id}`)}, "this prompt across steps"),
+        h("a", {href: runLink(run, `/label${query({group: g.id})}`)}, "label this group yourself")),
+      promptBlock(g),
+      h("div", {class: "controls"}, h("label", null, h("input", {type: "checkbox", onchange: (ev) => {
+        byReward = ev.target.checked; drawSamples();
+      }}), " sort by reward")),
+      list);
+    drawSamples();
+  }
+
+  function promptBlock(g) {
+    const extra = Object.keys(g.item || {}).length ? h("details", null, h("summary", null, "dataset fields"),
+      h("pre", null, JSON.stringify(g.item, null, 2))) : null;
+    return h("section", {class: "card prompt-block"},
+      h("h3", null, "prompt"), h("pre", {class: "text prompt"}, g.prompt),
+      h("h3", null, "reference answer"), h("pre", {class: "text reference"}, g.reference ?? "(none)"), extra);
+  }
+
+  // A sample with its text on the left and, beside it, every component's score, reason, error and
+  // per-criterion sub-scores; `withScores` false hides the grader's view (blind labeling).
+  function sampleCard(s, i, withScores, extra) {
+    const meta = h("div", {class: "sample-meta"},
+      h("span", {class: "idx"}, `#${i}`),
+      withScores ? h("span", null, "reward ", h("b", {class: "reward"}, fmt(s.reward))) : null,
+      withScores ? h("span", null, "advantage ", h("b", {class: "advantage"}, signed(s.advantage))) : null,
+      h("span", {class: s.finish_reason === "length" ? "finish warn" : "finish"}, `finish ${s.finish_reason}`),
+      h("span", null, `${s.completion_tokens} tokens`));
+    return h("article", {class: "sample card", dataset: {index: i}}, meta,
+      h("div", {class: "sample-body"}, h("pre", {class: "text sample-text"}, s.text),
+        withScores ? scoresTable(s) : null),
+      extra || null);
+  }
+
+  function scoresTable(s) {
+    const names = [...new Set([...Object.keys(s.scores || {}), ...Object.keys(s.errors || {}),
+      ...Object.keys(s.sub_scores || {})])];
+    if (!names.length) return h("div", {class: "scores muted"}, "no component scores");
+    return h("div", {class: "scores"}, names.map((name) => {
+      const sub = (s.sub_scores || {})[name] || {};
+      const reason = (s.reasons || {})[name], error = (s.errors || {})[name];
+      return h("div", {class: "component", dataset: {component: name}},
+        h("div", {class: "component-head"}, h("span", {class: "name"}, name),
+          h("b", {class: "score"}, name in (s.scores || {}) ? fmt(s.scores[name]) : "–")),
+        Object.keys(sub).length ? h("table", {class: "criteria"}, h("tbody", null, Object.entries(sub).map(([c, v]) =>
+          h("tr", null, h("td", null, c), h("td", {class: "num"}, typeof v === "number" || v === null ? fmt(v) : JSON.stringify(v)))))) : null,
+        reason ? h("p", {class: "reason"}, reason) : null,
+        error ? h("p", {class: "component-error"}, "error: ", error) : null);
+    }));
+  }
+
+  // ---- the same prompt across steps ----------------------------------------------------------------
+  async function promptView(run, id, q) {
+    setCrumbs({text: "runs", href: "#/"}, {text: run, href: runLink(run)}, {text: `group ${id}`,
+      href: runLink(run, `/group/${id}`)}, {text: "prompt across steps"});
+    const page = Number(q.get("page") || 0), limit = 10;
+    const res = await api(`/runs/${enc(run)}/prompt/${id}${query({limit, offset: page * limit})}`);
+    const pages = Math.max(1, Math.ceil(res.total / limit));
+    const series = [{key: "mean reward", points: []}];
+    const blocks = res.groups.map((g) => h("section", {class: "card history", dataset: {step: g.step}},
+      h("h3", null, h("a", {href: runLink(run, `/group/${g.id}`)}, `step ${g.step}`),
+        h("span", {class: "muted"}, ` · mean reward ${fmt(g.reward_mean)} · std ${fmt(g.reward_std)}`)),
+      h("div", {class: "history-samples"}, g.samples.map((s, i) => h("div", {class: "history-sample"},
+        h("div", {class: "sample-meta"}, h("span", {class: "idx"}, `#${i}`), h("b", null, fmt(s.reward)),
+          h("span", {class: s.finish_reason === "length" ? "finish warn" : "finish"}, s.finish_reason)),
+        h("pre", {class: "text sample-text"}, s.text))))));
+    put(app, h("h1", null, "The same prompt across steps"),
+      h("p", {class: "muted"}, `${res.total} times in this run, oldest first`),
+      h("section", {class: "card prompt-block"}, h("h3", null, "prompt"), h("pre", {class: "text prompt"}, res.prompt),
+        h("h3", null, "reference answer"), h("pre", {class: "text reference"}, res.reference ?? "(none)")),
+      h("div", {class: "card", id: "history-chart"}, h("h3", null, "mean reward of this prompt at each step")),
+      blocks, pager(page, pages, (p) => { location.hash = runLink(run, `/prompt/${id}${query({page: p})}`); }));
+    series[0].points = res.rewards;
+    chart(document.getElementById("history-chart"), {height: 160}).update(series);
+  }
+
+  // ---- two runs on one plot -------------------------------------------------------------------------
+  async function compareView(q) {
+    setCrumbs({text: "runs", href: "#/"}, {text: "compare"});
+    const {runs} = await api("/runs");
+    const names = runs.filter((r) => r.status !== "unreadable").map((r) => r.name);
+    const a = q.get("a") || names[0] || "", b = q.get("b") || names.find((n) => n !== a) || "";
+    const go = (change) => {
+      location.hash = `#/compare${query(Object.assign({a, b, key: q.get("key") || ""}, change))}`;
+    };
+    const pick = (name, value) => h("select", {name, onchange: (ev) => go({[name]: ev.target.value})},
+      names.map((n) => h("option", {value: n, selected: n === value}, n)));
+    if (!a || !b) {
+      put(app, h("h1", null, "Compare two runs"), h("p", null, "Comparing needs two runs."));
+      return;
+    }
+    const [sa, sb] = await Promise.all([api(`/runs/${enc(a)}`), api(`/runs/${enc(b)}`)]);
+    const keys = [...new Set([...sa.keys, ...sb.keys])];
+    const key = q.get("key") || (keys.includes("reward") ? "reward" : keys[0] || "");
+    const box = h("section", {class: "card", id: "compare-chart"}, h("h3", null, `${key}: ${a} vs ${b}`));
+    put(app, h("h1", null, "Compare two runs"),
+      h("div", {class: "controls"}, h("label", null, "run A ", pick("a", a)), h("label", null, "run B ", pick("b", b)),
+        h("label", null, "metric ", h("select", {name: "key", onchange: (ev) => go({key: ev.target.value})},
+          keys.map((k) => h("option", {value: k, selected: k === key}, k))))),
+      box);
+    const c = chart(box, {height: 320});
+    const draw = async () => {
+      const [ra, rb] = await Promise.all([a, b].map((r) => api(`/runs/${enc(r)}/metrics${query({keys: key, points: 1500})}`)));
+      const pts = (res) => (res.series[key] || res.evals[key] || []);
+      c.update([{key: `A:${key}`, label: `${a}`, points: pts(ra)}, {key: `B:${key}`, label: `${b}`, points: pts(rb)}]);
+      return [ra.status, rb.status];
+    };
+    const statuses = await draw();
+    if (statuses.includes("running")) every(state.config.poll_ms, draw);
+  }
+
+  // ---- labeling: your scores against the grader's -----------------------------------------------------
+  async function labelView(run, q) {
+    setCrumbs({text: "runs", href: "#/"}, {text: run, href: runLink(run)}, {text: "label"});
+    const summary = await api(`/runs/${enc(run)}`);
+    const components = summary.keys.filter((k) => k.startsWith("reward/")).map((k) => k.slice("reward/".length));
+    let grader = q.get("grader") || "reward";
+    const agreementBox = h("section", {class: "card agreement"});
+    const groupBox = h("div");
+    const graderSelect = h("select", {name: "grader", onchange: (ev) => { grader = ev.target.value; drawAgreement(); }},
+      ["reward", ...components].map((c) => h("option", {value: c, selected: c === grader},
+        c === "reward" ? "total reward" : `component ${c}`)));
+    put(app, runHeader(run, summary, "label"),
+      h("p", {class: "intro"}, "Score 5–10 answers yourself, then see whether the grader ranks them as you do. "
+        + "A grader that disagrees with you teaches the model its opinion, not yours. Grader scores stay hidden "
+        + "until you save, so they cannot sway you. Your labels go to labels.jsonl in the run folder."),
+      agreementBox, groupBox);
+
+    async function drawAgreement() {
+      const r = await api(`/runs/${enc(run)}/agreement${query({grader})}`);
+      const a = r.agreement;
+      const stat = (name, v, cls) => h("div", {class: "stat " + (cls || "")}, h("div", {class: "muted small"}, name), h("b", null, v));
+      put(agreementBox, h("h3", null, "Agreement with the grader"),
+        h("div", {class: "controls"}, h("label", null, "grader score: ", graderSelect)),
+        h("div", {class: "stats"}, stat("your labels", `${r.labels}`, r.labels < r.min_labels ? "warn" : ""),
+          stat("pairwise (within group)", fmt(a.pairwise)), stat("Spearman", fmt(a.spearman)),
+          stat("Kendall τ-b", fmt(a.kendall)), stat("pairs compared", `${a.pairs}`)),
+        h("p", {class: "verdict verdict-" + r.verdict.split(":")[0].toLowerCase()}, r.verdict),
+        r.worst.length ? h("div", null, h("h4", null, "Worst disagreements"), r.worst.map((d) => h("div", {class: "disagreement"},
+          h("div", {class: "muted small"}, h("a", {href: runLink(run, `/group/${d.group_id}`)}, `step ${d.step}, group ${d.group_index}`),
+            ` · you: #${d.better.sample_index} (${fmt(d.better.human)}) over #${d.worse.sample_index} (${fmt(d.worse.human)}); `
+            + `grader: ${fmt(d.better.grader)} vs ${fmt(d.worse.grader)}`),
+          h("div", {class: "pair"}, h("pre", {class: "text"}, clip(d.better.text, 400)), h("pre", {class: "text"}, clip(d.worse.text, 400))))))
+          : null);
+    }
+
+    let position = -1;
+    async function drawGroup(groupId) {
+      let g;
+      if (groupId) g = await api(`/runs/${enc(run)}/groups/${groupId}`);
+      else {
+        const res = await api(`/runs/${enc(run)}/label_queue${query({after: position})}`);
+        position = res.position;
+        g = res.group;
+      }
+      if (!g) {
+        put(groupBox, h("p", {class: "muted"}, "No more groups to label."));
+        return;
+      }
+      const {labels} = await api(`/runs/${enc(run)}/labels`);
+      const mine = {};
+      for (const l of labels) if (l.step === g.step && l.group_index === g.group_index) mine[l.sample_index] = l.score;
+      let revealed = false;
+      const cards = h("div", {class: "samples"});
+      const status = h("span", {class: "muted"});
+      const draw = () => put(cards, ...g.samples.map((s, i) => sampleCard(s, i, revealed, h("div", {class: "label-row"},
+        "your score: ", LABEL_SCALE.map((v) => h("button", {type: "button", class: "score-button" + (mine[i] === v ? " chosen" : ""),
+          dataset: {score: v}, onclick: () => { mine[i] = v; draw(); }}, String(v))),
+        mine[i] != null ? h("button", {type: "button", class: "link", onclick: () => { mine[i] = null; draw(); }}, "clear") : null))));
+      const save = async () => {
+        const items = Object.entries(mine).map(([i, score]) => ({group_id: g.id, sample_index: Number(i), score}));
+        if (!items.length) { status.textContent = "score at least one sample first"; return; }
+        const r = await post(`/runs/${enc(run)}/labels`, {labels: items});
+        status.textContent = `saved ${r.saved} labels to ${r.file}`;
+        revealed = true;
+        draw();
+        await drawAgreement();
+      };
+      put(groupBox, h("h2", null, `Step ${g.step}, group ${g.group_index}`), promptBlock(g),
+        h("p", {class: "muted"}, "1 = bad … 5 = great; only the order within a group matters to GRPO."), cards,
+        h("div", {class: "controls sticky"}, h("button", {type: "button", class: "primary", onclick: save}, "Save my scores"),
+          h("button", {type: "button", onclick: () => { revealed = !revealed; draw(); }}, "show / hide grader scores"),
+          h("button", {type: "button", onclick: () => drawGroup(null)}, "next group ›"), status));
+      draw();
+    }
+
+    await drawAgreement();
+    await drawGroup(q.get("group") ? Number(q.get("group")) : null);
+  }
+
+  // ---- start ---------------------------------------------------------------------------------------
+  window.addEventListener("hashchange", navigate);
+  api("/config").then((c) => { state.config = c; }).catch(() => {}).finally(navigate);
+})();
