@@ -100,6 +100,8 @@ def validate(
     worst: int = typer.Option(5, help="How many of the worst disagreements to show."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     concurrency: int = typer.Option(8, help="Groups graded at the same time."),
+    judge_checks: bool = typer.Option(False, "--judge-checks", help="Also probe LLM judges: scores under permuted "
+                                      "sample orders and injection probes (extra judge calls; kitae/judge/checks.py)."),
 ) -> None:
     """Compare the grader's ranking with your own scores before a long run (seed 002's advice)."""
     from kitae.graders import build_grader, load_spec
@@ -111,12 +113,19 @@ def validate(
     rows = load_rows(data)
     try:
         report = run_validation(g, rows, spec=spec, concurrency=concurrency, worst=worst)
+        if judge_checks:
+            from kitae.judge.checks import render_judge_checks, run_judge_checks
+
+            judges = run_judge_checks(g, rows)
     finally:
         g.close()
     if as_json:
-        typer.echo(json.dumps(report.to_dict(), ensure_ascii=False, indent=2))
+        extra = {"judge_checks": [j.to_dict() for j in judges]} if judge_checks else {}
+        typer.echo(json.dumps({**report.to_dict(), **extra}, ensure_ascii=False, indent=2))
         return
     typer.echo(render_report(report, rows))
+    if judge_checks:
+        typer.echo(render_judge_checks(judges))
 
 
 def render_report(report, rows) -> str:
