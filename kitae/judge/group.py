@@ -1,0 +1,367 @@
+"""Seed 002's group judge (spec type ``judge``): one LLM call reads the conversation, the reference answer and
+all N samples together and scores each sample on every criterion; the scores are scaled to 0-1.
+
+    type: judge
+    model: kitae-tiny-base                 # client fields: kitae/judge/client.py (model, base_url, api_key_env,
+    base_url: http://127.0.0.1:8000/v1     #   timeout, retries, backoff, max_concurrency, cache, cache_dir, ...)
+    criteria:                              # default: the seed's four, weight 1 each
+      correctness: {weight: 2, description: "Agrees with the reference answer; nothing invented."}
+      helpfulness: 1                       # a weight (the default description)
+      tone: "Polite, in the user's language."   # a description (weight 1)
+    scale: [1, 5]                          # integers; scaled to 0-1 as (value - 1) / (5 - 1)
+    rubric: ""                             # extra instructions appended to the judge's system prompt
+    calls: 1                               # k calls with different sample orders, averaged (2 = order + reversed)
+    parse_retries: 2                       # extra calls after an invalid reply, then the group abstains
+    temperature: 0.0
+    seed: null                             # sent to servers that support it
+    max_tokens: null                       # default: 256 + 160 per sample
+    shuffle: true                          # shuffle the sample order per call (mapped back)
+    reference: "{{item.reference_answer}}" # null: no reference answer in the prompt
+    input: "{{sample.output_text}}"        # what of each sample the judge reads
+    max_sample_chars: 6000                 # longer samples are cut (and the cut is said)
+    response_format: auto                  # auto | json_schema | json_object | none (client.py)
+
+What a grade holds: ``score`` = Σ wᶜ·scaledᶜ / Σ wᶜ (weight 0 logs a criterion without counting it),
+``sub_scores`` = each criterion's scaled score (mean over the calls) plus ``order_spread`` (max - min of the
+score across the calls) when calls >= 2, ``reason`` = the judge's sentence.
+
+Departures from a plain "ask the judge": the call order, delimiters and shuffle are drawn from a seeded hash of
+the group's content (not from global randomness), so re-grading the same group repeats the same requests
+and the response cache answers them for free; a retry after an invalid reply changes the delimiters and tells
+the judge why the last reply was rejected. The sample order of call c is a shuffle P for c = 0, P reversed for
+c = 1, and rotations of P (and their reversals) after that, so the k orders differ as much as they can.
+
+Nothing raises out of the grader: a failed or invalid call is retried, then the group abstains
+(``Grade(score=None, error=...)``) and :attr:`counters` says why (``invalid`` by kind, ``failed_calls``,
+``abstained_samples``). Token usage per call is kept in ``counters`` and the last calls in ``call_log``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+import threading
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from kitae.errors import ConfigError
+from kitae.graders.base import Grade, Grader, Item, Sample
+from kitae.graders.spec import SpecReader, register_grader
+from kitae.graders.template import Template, TemplateError
+from kitae.judge.client import ChatClient, ChatError, read_client
+from kitae.judge.parse import KINDS, Entry, JudgeOutputError, parse_judgement
+from kitae.judge.prompt import (DEFAULT_CRITERIA, DEFAULT_NAMES, Criterion, clip_text, make_tag,
+                                render_conversation, reply_schema, sample_ids, system_prompt, user_prompt)
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    criteria: tuple[Criterion, ...] = DEFAULT_CRITERIA
+    scale: tuple[int, int] = (1, 5)
+    rubric: str = ""
+    calls: int = 1
+    parse_retries: int = 2
+    temperature: float | None = 0.0
+    seed: int | None = None
+    max_tokens: int | None = None
+    shuffle: bool = True
+    reference: Template | None = field(default_factory=lambda: Template("{{item.reference_answer}}"))
+    input: Template = field(default_factory=lambda: Template("{{sample.output_text}}"))
+    max_sample_chars: int = 6000
+
+    def tokens_for(self, n: int) -> int:
+        return self.max_tokens or 256 + 160 * n
+
+
+@dataclass
+class JudgeCounters:
+    """Outcomes of a judge grader; ``calls`` counts every request made, retries and cache hits included."""
+
+    groups: int = 0
+    samples: int = 0
+    calls: int = 0
+    cached_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    invalid: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    parse_retries: int = 0  # calls repeated after an invalid reply
+    failed_calls: int = 0  # calls given up (a transport failure, or invalid after every retry)
+    abstained_groups: int = 0
+    abstained_samples: int = 0
+    order_groups: int = 0  # groups judged under 2+ orders
+    order_spread_sum: float = 0.0  # Σ over those groups of the mean |score spread| across orders
+    order_top_changes: int = 0  # ... of which the best sample was not the same under every order
+    last_error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["invalid_outputs"] = sum(self.invalid.values())
+        out["order_sensitivity"] = self.order_spread_sum / self.order_groups if self.order_groups else None
+        return out
+
+
+@dataclass
+class CallRecord:
+    """One request of the judge (kept in ``call_log``)."""
+
+    group: str  # the group's content hash (first 12 hex digits)
+    call: int
+    attempt: int
+    prompt_tokens: int
+    completion_tokens: int
+    cached: bool
+    outcome: str  # "ok", an invalid-output kind, or "failed"
+
+
+@dataclass
+class CallResult:
+    """One call's entries in the samples' original order, or why it failed."""
+
+    order: list[int]
+    entries: list[Entry] | None = None
+    error: str | None = None
+
+
+@dataclass
+class Group:
+    """What one group's calls share: the texts, the prompt parts and the seed of their randomness."""
+
+    key: str
+    conversation: str
+    reference: str | None
+    texts: list[str]
+
+
+@register_grader("judge")
+class GroupJudgeGrader(Grader):
+    """Seed 002's LLM judge: all N samples in one call, scored 1-5 per criterion, scaled to 0-1."""
+
+    needs_group = True
+
+    def __init__(self, client: ChatClient, config: JudgeConfig = JudgeConfig()):
+        self.client, self.config = client, config
+        self.counters = JudgeCounters()
+        self.call_log: deque[CallRecord] = deque(maxlen=1000)
+        self._lock = threading.Lock()
+
+    # ---- building -------------------------------------------------------------------------------
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any], path: str) -> "GroupJudgeGrader":
+        r = SpecReader(spec, path)
+        client = read_client(r)
+        config = JudgeConfig(
+            criteria=read_criteria(r), scale=read_scale(r), rubric=r.text("rubric", ""),
+            calls=r.integer("calls", 1, minimum=1), parse_retries=r.integer("parse_retries", 2, minimum=0),
+            temperature=r.number("temperature", 0.0, minimum=0, nullable=True),
+            seed=optional_int(r, "seed"), max_tokens=optional_int(r, "max_tokens", minimum=1),
+            shuffle=r.flag("shuffle", True), reference=read_reference(r),
+            input=r.template("input", "{{sample.output_text}}"),
+            max_sample_chars=r.integer("max_sample_chars", 6000, minimum=0),
+        )
+        r.finish()
+        return cls(client.build(), config)
+
+    # ---- grading --------------------------------------------------------------------------------
+    async def agrade_samples(self, item: Item, samples: list[Sample]) -> list[Grade]:
+        self._count(groups=1, samples=len(samples))
+        try:
+            group = self.prepare(item, samples)
+        except TemplateError as exc:
+            return self._abstain(len(samples), str(exc))
+        results = await asyncio.gather(*(self.judge_once(group, self.order(group, c), c)
+                                         for c in range(self.config.calls)))
+        done = [r for r in results if r.entries is not None]
+        if not done:
+            return self._abstain(len(samples), "; ".join(dict.fromkeys(r.error or "" for r in results)))
+        return self.combine(done, len(samples))
+
+    def prepare(self, item: Item, samples: list[Sample]) -> Group:
+        """Render the texts; raises TemplateError when a template path is missing from this row."""
+        cfg = self.config
+        texts = [clip_text(cfg.input.render(item, s), cfg.max_sample_chars) for s in samples]
+        reference = None if cfg.reference is None else cfg.reference.render(item, {})
+        conversation = render_conversation(item)
+        blob = json.dumps([conversation, reference, texts, cfg.seed], ensure_ascii=False)
+        return Group(hashlib.sha256(blob.encode("utf-8")).hexdigest(), conversation, reference, texts)
+
+    def order(self, group: Group, call: int) -> list[int]:
+        """The display order of call ``call``: original index of the sample shown at each position."""
+        n = len(group.texts)
+        base = list(range(n))
+        if self.config.shuffle:
+            random.Random(f"{group.key}:order").shuffle(base)
+        shift = (call // 2) * max(1, n // max(1, (self.config.calls + 1) // 2))
+        rotated = base[shift % n :] + base[: shift % n] if n else base
+        return rotated[::-1] if call % 2 else rotated
+
+    async def judge_once(self, group: Group, order: list[int], call: int = 0) -> CallResult:
+        """One call (with its retries on invalid output) showing the samples in ``order``."""
+        cfg = self.config
+        shown = [group.texts[i] for i in order]
+        ids = sample_ids(len(shown))
+        names = [c.name for c in cfg.criteria]
+        schema = reply_schema(len(shown), cfg.criteria, cfg.scale)
+        system = system_prompt(cfg.criteria, cfg.scale, cfg.rubric)
+        feedback: str | None = None
+        for attempt in range(cfg.parse_retries + 1):
+            tag = make_tag(random.Random(f"{group.key}:{call}:{attempt}"), shown + [group.conversation])
+            messages = [{"role": "system", "content": system},
+                        {"role": "user", "content": user_prompt(group.conversation, group.reference, shown, tag,
+                                                                feedback)}]
+            try:
+                reply = await self.client.chat(messages, schema=schema, schema_name="judgement",
+                                               temperature=cfg.temperature, seed=cfg.seed,
+                                               max_tokens=cfg.tokens_for(len(shown)))
+            except ChatError as exc:
+                self._record(group, call, attempt, None, "failed")
+                return self._failed(order, f"judge call failed: {exc}")
+            try:
+                entries = parse_judgement(reply.content, ids, names, cfg.scale)
+            except JudgeOutputError as exc:
+                self._record(group, call, attempt, reply, exc.kind)
+                feedback = str(exc)
+                if attempt < cfg.parse_retries:
+                    self._count(parse_retries=1)
+                continue
+            self._record(group, call, attempt, reply, "ok")
+            back = [entries[ids[order.index(i)]] for i in range(len(order))]
+            return CallResult(order=order, entries=back)
+        return self._failed(order, f"invalid judge reply after {cfg.parse_retries + 1} attempts: {feedback}")
+
+    def combine(self, results: list[CallResult], n: int) -> list[Grade]:
+        """Average the scaled criteria over the calls; score = weighted mean of the criteria."""
+        per_call = [[self.score_entry(r.entries[i]) for i in range(n)] for r in results]  # type: ignore[index]
+        grades = []
+        for i in range(n):
+            subs = {c.name: sum(call[i][1][c.name] for call in per_call) / len(per_call) for c in self.config.criteria}
+            sub_scores: dict[str, float | None] = dict(subs)
+            if len(per_call) > 1:
+                scores = [call[i][0] for call in per_call]
+                sub_scores["order_spread"] = max(scores) - min(scores)
+            reasons = list(dict.fromkeys(r.entries[i].reason for r in results if r.entries[i].reason))  # type: ignore[index]
+            grades.append(Grade(score=self.weighted(subs), sub_scores=sub_scores, reason=" / ".join(reasons) or None))
+        if len(per_call) > 1:
+            self._note_order(per_call)
+        return grades
+
+    def score_entry(self, entry: Entry) -> tuple[float, dict[str, float]]:
+        lo, hi = self.config.scale
+        scaled = {name: (v - lo) / (hi - lo) for name, v in entry.values.items()}
+        return self.weighted(scaled), scaled
+
+    def weighted(self, scaled: dict[str, float]) -> float:
+        total = sum(c.weight for c in self.config.criteria)
+        return sum(c.weight * scaled[c.name] for c in self.config.criteria) / total
+
+    # ---- bookkeeping ----------------------------------------------------------------------------
+    def _count(self, **deltas: Any) -> None:
+        with self._lock:
+            for key, value in deltas.items():
+                setattr(self.counters, key, getattr(self.counters, key) + value)
+
+    def _record(self, group: Group, call: int, attempt: int, reply: Any, outcome: str) -> None:
+        p, c = (reply.usage.prompt_tokens, reply.usage.completion_tokens) if reply is not None else (0, 0)
+        cached = bool(reply is not None and reply.cached)
+        with self._lock:
+            self.counters.calls += 1
+            self.counters.cached_calls += cached
+            if not cached:
+                self.counters.prompt_tokens += p
+                self.counters.completion_tokens += c
+            if outcome in self.counters.invalid:
+                self.counters.invalid[outcome] += 1
+            self.call_log.append(CallRecord(group.key[:12], call, attempt, p, c, cached, outcome))
+
+    def _failed(self, order: list[int], error: str) -> CallResult:
+        with self._lock:
+            self.counters.failed_calls += 1
+            self.counters.last_error = error
+        return CallResult(order=order, error=error)
+
+    def _abstain(self, n: int, error: str) -> list[Grade]:
+        with self._lock:
+            self.counters.abstained_groups += 1
+            self.counters.abstained_samples += n
+            self.counters.last_error = error
+        return [Grade.abstain(error=error) for _ in range(n)]
+
+    def _note_order(self, per_call: list[list[tuple[float, dict[str, float]]]]) -> None:
+        n = len(per_call[0])
+        spread = sum(max(c[i][0] for c in per_call) - min(c[i][0] for c in per_call) for i in range(n)) / n
+        tops = {max(range(n), key=lambda i: call[i][0]) for call in per_call}
+        with self._lock:
+            self.counters.order_groups += 1
+            self.counters.order_spread_sum += spread
+            self.counters.order_top_changes += len(tops) > 1
+
+    def stats(self) -> dict[str, Any]:
+        """counters, plus the HTTP client's counters as ``client_*``."""
+        out = self.counters.as_dict()
+        out.update({f"client_{k}": v for k, v in self.client.counters.as_dict().items()})
+        return out
+
+    def close(self) -> None:
+        self.client.close()
+
+
+# ---- spec fields ----------------------------------------------------------------------------------
+def optional_int(r: SpecReader, key: str, minimum: int | None = None) -> int | None:
+    return None if r.raw(key, None) is None else r.integer(key, minimum=minimum)
+
+
+def read_reference(r: SpecReader) -> Template | None:
+    """``reference``: a template (default ``{{item.reference_answer}}``), or null for no reference answer."""
+    if r.has("reference") and r.raw("reference") is None:
+        return None
+    return r.template("reference", "{{item.reference_answer}}")
+
+
+def read_criteria(r: SpecReader) -> tuple[Criterion, ...]:
+    """``criteria``: omitted (the seed's four), a list of names, or a map name -> weight | description | {...}."""
+    raw = r.raw("criteria", None)
+    if raw is None:
+        return DEFAULT_CRITERIA
+    path = r.at("criteria")
+    if isinstance(raw, list):
+        raw = {name: {} for name in raw}
+    if not isinstance(raw, dict) or not raw:
+        raise ConfigError(path, f"expected a non-empty list of names or a map name -> weight/description, got {raw!r}")
+    out = []
+    for name, value in raw.items():
+        out.append(_criterion(str(name), value, f"{path}.{name}"))
+    if not any(c.weight > 0 for c in out):
+        raise ConfigError(path, "every weight is 0; give at least one criterion a positive weight")
+    return tuple(out)
+
+
+def _criterion(name: str, value: Any, path: str) -> Criterion:
+    if not name.isidentifier():
+        raise ConfigError(path, f"a criterion name must be a plain word (letters, digits, _), got {name!r}")
+    default = DEFAULT_NAMES.get(name, Criterion(name, 1.0, ""))
+    if isinstance(value, bool):
+        raise ConfigError(path, f"expected a weight, a description or a mapping, got {value!r}")
+    if isinstance(value, (int, float)):
+        value = {"weight": value}
+    elif isinstance(value, str):
+        value = {"description": value}
+    elif value is None:
+        value = {}
+    r = SpecReader(value, path)
+    weight = r.number("weight", default.weight, minimum=0)
+    description = r.text("description", default.description)
+    r.finish()
+    if not description:
+        raise ConfigError(f"{path}.description", f"missing; say what '{name}' means to the judge")
+    return Criterion(name, weight, description)
+
+
+def read_scale(r: SpecReader) -> tuple[int, int]:
+    raw = r.raw("scale", [1, 5])
+    ok = (isinstance(raw, list) and len(raw) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in raw))
+    if not ok or not 0 < raw[1] - raw[0] <= 100:
+        raise ConfigError(r.at("scale"), f"expected [low, high], two integers with low < high (at most 100 apart), "
+                          f"got {raw!r}")
+    return raw[0], raw[1]
