@@ -51,6 +51,7 @@ class Completion:
     completion_ids: list[int]
     logprobs: list[float]  # one per completion token
     finish_reason: str  # "stop" | "length" | "repeat"
+    earlier_tokens: int = 0  # partial rollouts: leading completion tokens sampled in earlier iterations
 
     @property
     def num_tokens(self) -> int:

@@ -1,0 +1,23 @@
+"""Tiny real models for the Kimi k1.5 tests: one that answers at length, one that loops (no downloads)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kitae.chat import IM_END, chatml
+from kitae.rollout.hf import HFEngine
+from tests.tiny import overfit, tiny_llama, tiny_tokenizer
+
+LONG_USER = [{"role": "user", "content": "hi"}]
+LONG_ANSWER = "hello world, the answer is 47. what is 12+35? hello world" + IM_END
+LOOP_USER = [{"role": "user", "content": "what is 12+35?"}]
+LOOP_ANSWER = "the answer is" + " 47 47" * 12
+
+
+@pytest.fixture(scope="session")
+def long_engine() -> HFEngine:
+    """LONG_USER gives LONG_ANSWER (18 tokens, then a stop), LOOP_USER loops " 47" until the length limit."""
+    tok = tiny_tokenizer()
+    model = tiny_llama(len(tok))
+    overfit(model, tok, [chatml(LONG_USER) + LONG_ANSWER, chatml(LOOP_USER) + LOOP_ANSWER], steps=60, lr=3e-2)
+    return HFEngine(model, tok)
