@@ -227,6 +227,8 @@ class TrainConfig:
         for key in ("steps", "prompts_per_step", "micro_batch_size"):
             if getattr(self.optim, key) < 1:
                 raise ConfigError(f"optim.{key}", "must be at least 1")
+        if self.sampling.partial is not None and self.algorithm.dynamic_sampling.enabled:
+            raise ConfigError("sampling.partial", "partial rollouts do not combine with algorithm.dynamic_sampling")
         names = [r.name for r in self.rewards]
         dup = {n for n in names if names.count(n) > 1}
         if dup:

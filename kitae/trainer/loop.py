@@ -5,6 +5,12 @@ reward component, turn rewards into advantages, and run `mu` optimization passes
 configured policy loss (old log-probs are the sampling policy's, from the engine). Everything a step produced
 goes to the run store; checkpoints hold everything needed to resume.
 
+Kimi k1.5 pieces: prompts come from a registered sampler (``data.sampler``: uniform, prioritized, curriculum),
+told each prompt's pass rate after grading; ``sampling.partial`` swaps whole-trajectory generation for partial
+rollouts (a replay buffer of unfinished groups, kitae.rollout.partial); ``sampling.repeat`` ends looping samples
+early; ``algorithm.reset_optimizer`` starts each iteration with fresh optimizer state. The reference of the mirror
+descent step is the policy that sampled the batch: its log-probs come from the engine as ``old_logp``.
+
 Departures from the papers, all configurable: no reference model unless the KL weight is non-zero (DAPO, Dr.
 GRPO and Kimi drop it); a reward of None is masked (TRL's rule); in multi-process runs (accelerate) the loss is
 normalized per process and DDP averages the gradients.
@@ -17,6 +23,7 @@ import math
 import signal
 import statistics
 import time
+import warnings
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable
@@ -28,15 +35,19 @@ from kitae.algorithms.advantages import compute_advantages, dynamic_sampling_kee
 from kitae.algorithms.kl import AdaptiveKLController, FixedKLController, kl_estimate, masked_entropy
 from kitae.algorithms.losses import LossConfig, LossInputs, Normalizer, policy_loss
 from kitae.data.loader import load_prompts
+from kitae.errors import ConfigError
 from kitae.graders import build_grader
+from kitae.graders.base import Grade, Grader
 from kitae.models import load_causal_lm, load_tokenizer, resolve_model_path
+from kitae.registry import unknown_name_message
 from kitae.rollout.base import ENGINES, Completion, SamplingParams
+from kitae.rollout.partial import PartialRollouts
 from kitae.store import GroupRecord, RunStore, SampleRecord
 from kitae.trainer.batch import TrainBatch, build_batch, token_logps
 from kitae.trainer.checkpoint import latest_checkpoint, load_state, save_checkpoint, set_rng_state
 from kitae.trainer.config import TrainConfig, resolve_data_path
 from kitae.trainer.evaluate import evaluate, sample_dict
-from kitae.trainer.rewards import GroupScores, build_components, score_groups
+from kitae.trainer.rewards import GroupScores, RewardComponent, build_components, score_groups
 from kitae.trainer.samplers import SAMPLERS
 
 
@@ -63,11 +74,13 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self._lr_factor)
         self.model, self.optimizer = self.acc.prepare(model, optimizer)
         self.engine = ENGINES.get(cfg.sampling.engine, "sampling.engine")(self.policy, self.tokenizer)
-        self.components = build_components(cfg.rewards)
+        self.components = build_components(cfg.rewards) + self._repeat_component()
         self.eval_grader = build_grader(cfg.eval.grader, "eval.grader")
         self.train_rows = load_prompts(resolve_data_path(cfg.data.train))
         self.eval_rows = self._eval_rows()
-        self.sampler = SAMPLERS.get("uniform")(len(self.train_rows), seed=cfg.seed, shuffle=cfg.data.shuffle)
+        self.sampler = self._make_sampler()
+        self.pass_component = self._pass_component()
+        self.partial = self._make_partial()
         kl = cfg.algorithm.kl
         self.kl_ctl = (
             AdaptiveKLController(kl.coef, kl.adaptive.target, kl.adaptive.horizon) if kl.adaptive else FixedKLController(kl.coef)
@@ -116,6 +129,44 @@ class Trainer:
         ref.requires_grad_(False)
         return ref.eval()
 
+    def _make_sampler(self):
+        sc = self.cfg.data.sampler
+        options = {k: v for k, v in sc.__dict__.items() if k not in ("name", "correct", "pass_threshold")}
+        cls = SAMPLERS.get(sc.name, "data.sampler.name")
+        return cls(len(self.train_rows), seed=self.cfg.seed, shuffle=self.cfg.data.shuffle, rows=self.train_rows,
+                   **options)
+
+    def _pass_component(self) -> str | None:
+        """The reward component whose score makes each prompt's pass rate for the sampler (None: not needed)."""
+        sc, names = self.cfg.data.sampler, [c.name for c in self.components]
+        if sc.correct is not None and sc.correct not in names:
+            raise ConfigError("data.sampler.correct", unknown_name_message("reward component", sc.correct, names))
+        if sc.correct is None and sc.name != "uniform":
+            if "correct" not in names:
+                raise ConfigError("data.sampler.correct", f"the {sc.name} sampler needs pass rates: name the reward "
+                                  f"component that says a sample is correct (one of {', '.join(names)})")
+            return "correct"
+        return sc.correct
+
+    def _make_partial(self) -> PartialRollouts | None:
+        pc = self.cfg.sampling.partial
+        if pc is None:
+            return None
+        if not hasattr(self.engine, "generate_tokens"):
+            raise ConfigError("sampling.partial", f"the {self.cfg.sampling.engine} engine cannot continue trajectories")
+        if self.acc.num_processes > 1:
+            raise ConfigError("sampling.partial", "partial rollouts run in one process for now (the replay buffer "
+                              "is not shared between processes)")
+        return PartialRollouts(self.engine, self.tokenizer, pc.segment_tokens, self.cfg.sampling.max_new_tokens)
+
+    def _repeat_component(self) -> list[RewardComponent]:
+        rc = self.cfg.sampling.repeat
+        if rc is None or rc.penalty == 0:
+            return []
+        if any(r.name == "repeat" for r in self.cfg.rewards):
+            raise ConfigError("sampling.repeat.penalty", "adds a reward component named 'repeat'; rename yours")
+        return [RewardComponent("repeat", 1.0, RepeatPenalty(rc.penalty))]
+
     def _lr_factor(self, step: int) -> float:
         o = self.cfg.optim
         if o.warmup_steps and step < o.warmup_steps:
@@ -158,6 +209,8 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.sampler.load_state_dict(state["sampler"])
+        if self.partial is not None and state.get("partial") is not None:
+            self.partial.load_state_dict(state["partial"])
         self.kl_ctl.load_state_dict(state["kl"])
         set_rng_state(state["rng"])
 
@@ -218,6 +271,8 @@ class Trainer:
             self.optimizer.state.clear()  # Kimi k1.5: each iteration is a fresh mirror-descent problem
         rows, groups, scores = self._collect(step)
         t_gen = time.perf_counter()
+        if not groups:  # partial rollouts: no group finished this iteration
+            return self._log_idle_step(step, t0, t_gen)
         completions = [c for g in groups for c in g]
         rewards, valid = self._reward_tensor(scores)
         batch = self._to_batch(completions, rewards, valid, groups)
@@ -235,6 +290,7 @@ class Trainer:
             "secs_generate": t_gen - t0,
             "secs_train": t_end - t_prep,
             "groups": len(groups),
+            **self._kimi_metrics(scores, completions),
         }
         metrics = self._reduce(metrics)
         if "kl" in metrics and metrics["kl"] is not None:
@@ -246,6 +302,8 @@ class Trainer:
 
     def _collect(self, step: int) -> tuple[list[dict], list[list[Completion]], list[GroupScores]]:
         """Prompts, completions and scores for this step (DAPO dynamic sampling when enabled)."""
+        if self.partial is not None:
+            return self._collect_partial(step)
         o, ds = self.cfg.optim, self.cfg.algorithm.dynamic_sampling
         want = self._local_count(o.prompts_per_step)
         rows: list[dict] = []
@@ -253,10 +311,11 @@ class Trainer:
         scores: list[GroupScores] = []
         rounds = ds.max_rounds if ds.enabled else 1
         for r in range(rounds):
-            idx = self._local_share(self.sampler.sample(o.prompts_per_step))
+            idx = self._local_share(self.sampler.sample(o.prompts_per_step, step))
             new_rows = [self.train_rows[i] for i in idx]
             new_groups = self.engine.generate([x["messages"] for x in new_rows], self.cfg.sampling.group_size, self._sampling(step, r))
             new_scores = self._score(new_rows, new_groups, step)
+            self._update_sampler(idx, new_scores)
             last = (new_rows, new_groups, new_scores)
             if ds.enabled:
                 rw, vd = self._reward_tensor(new_scores)
@@ -271,6 +330,35 @@ class Trainer:
             rows, groups, scores = last
         return rows[:want], groups[:want], scores[:want]
 
+    def _collect_partial(self, step: int) -> tuple[list[dict], list[list[Completion]], list[GroupScores]]:
+        """Kimi partial rollouts: new prompts start, buffered trajectories continue; finished groups come back."""
+        idx = self.sampler.sample(self.cfg.optim.prompts_per_step, step)
+        prompts = [(i, self.engine.encode_prompt(self.train_rows[i]["messages"])) for i in idx]
+        done = self.partial.step(prompts, self.cfg.sampling.group_size, self._sampling(step), step)
+        rows = [self.train_rows[i] for i, _ in done]
+        groups = [g for _, g in done]
+        scores = self._score(rows, groups, step)
+        self._update_sampler([i for i, _ in done], scores)
+        return rows, groups, scores
+
+    def _pass_rates(self, scores: list[GroupScores]) -> list[float | None]:
+        """Per group: the fraction of graded samples whose pass component scored >= the threshold."""
+        thr, out = self.cfg.data.sampler.pass_threshold, []
+        for gs in scores:
+            got = [g.score for g in gs.grades[self.pass_component] if g.score is not None]
+            out.append(statistics.fmean(x >= thr for x in got) if got else None)
+        return out
+
+    def _update_sampler(self, indices: list[int], scores: list[GroupScores]) -> None:
+        if self.pass_component is None:
+            return
+        pairs = list(zip(indices, self._pass_rates(scores)))
+        if self.acc.num_processes > 1:  # every process keeps the same sampler state
+            from accelerate.utils import gather_object
+
+            pairs = gather_object(pairs)
+        self.sampler.update([i for i, _ in pairs], [r for _, r in pairs])
+
     def _local_count(self, n: int) -> int:
         return len(range(self.acc.process_index, n, self.acc.num_processes))
 
@@ -280,7 +368,11 @@ class Trainer:
     def _sampling(self, step: int, round_: int = 0) -> SamplingParams:
         s = self.cfg.sampling
         seed = (self.cfg.seed * 1_000_003 + step * 7919 + round_ * 104_729 + self.acc.process_index) % (2**31)
-        return SamplingParams(s.temperature, s.top_p, s.top_k, s.repetition_penalty, s.max_new_tokens, seed=seed)
+        rep = {} if s.repeat is None else {
+            "repeat_min_count": s.repeat.min_count, "repeat_max_period": s.repeat.max_period,
+            "repeat_min_span": s.repeat.min_span,
+        }
+        return SamplingParams(s.temperature, s.top_p, s.top_k, s.repetition_penalty, s.max_new_tokens, seed=seed, **rep)
 
     def _score(self, rows: list[dict], groups: list[list[Completion]], step: int) -> list[GroupScores]:
         max_len = self.cfg.sampling.max_new_tokens
@@ -299,6 +391,9 @@ class Trainer:
         a = self.cfg.algorithm
         counted = [not (a.mask_truncated and c.finish_reason == "length") for c in completions]
         batch = build_batch(completions, [0.0] * len(completions), self.tokenizer.pad_token_id, counted)
+        pc = self.cfg.sampling.partial
+        if pc is not None and pc.old_segments == "exclude":
+            _mask_earlier_segments(batch, completions)
         batch = _to_device(batch, self.acc.device)
         if self.ref_model is not None:
             batch.ref_logp = self._ref_logps(batch)
@@ -362,6 +457,7 @@ class Trainer:
             "reward_std": statistics.pstdev(valid) if len(valid) > 1 else 0.0,
             "len_mean": statistics.fmean(c.num_tokens for c in completions),
             "trunc_rate": statistics.fmean(c.finish_reason == "length" for c in completions),
+            "repeat_rate": statistics.fmean(c.finish_reason == "repeat" for c in completions),
             "invalid_rate": 1 - len(valid) / len(totals),
             "zero_var_frac": statistics.fmean(
                 len({t for t in gs.totals if t is not None}) <= 1 for gs in scores
@@ -374,6 +470,27 @@ class Trainer:
             m[f"grader/{comp.name}/abstain_rate"] = 1 - len(got) / len(grades)
             m[f"grader/{comp.name}/error_rate"] = statistics.fmean(g.error is not None for g in grades)
         return m
+
+    def _kimi_metrics(self, scores: list[GroupScores], completions: list[Completion]) -> dict[str, float]:
+        """Pass rate of the sampler's component, and the replay buffer of partial rollouts."""
+        m: dict[str, float] = {}
+        if self.pass_component is not None:
+            rates = [r for r in self._pass_rates(scores) if r is not None]
+            m["pass_rate"] = statistics.fmean(rates) if rates else math.nan
+        if self.partial is not None:
+            m.update(self.partial.stats())
+            m["partial/continued_frac"] = statistics.fmean(c.earlier_tokens > 0 for c in completions)
+        return m
+
+    def _log_idle_step(self, step: int, t0: float, t_gen: float) -> dict[str, float]:
+        """A partial-rollout iteration in which no group finished: nothing to train on; the schedule moves on."""
+        with warnings.catch_warnings():  # torch warns when the scheduler steps before any optimizer step
+            warnings.simplefilter("ignore", UserWarning)
+            self.scheduler.step()
+        metrics = {"groups": 0, "lr": self.scheduler.get_last_lr()[0], "secs_per_step": time.perf_counter() - t0,
+                   "secs_generate": t_gen - t0, **(self.partial.stats() if self.partial else {})}
+        self._log(step, metrics, [])
+        return metrics
 
     def _reduce(self, metrics: dict[str, float]) -> dict[str, float]:
         if self.acc.num_processes == 1:
@@ -435,6 +552,7 @@ class Trainer:
                 "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(),
                 "sampler": self.sampler.state_dict(),
+                "partial": self.partial.state_dict() if self.partial is not None else None,
                 "kl": self.kl_ctl.state_dict(),
             }
             save_checkpoint(self.run_dir, step, self.policy, self.tokenizer, state, self.cfg.logging.keep_checkpoints)
@@ -447,6 +565,25 @@ class Trainer:
         s = self.store.summary()
         keep = ("name", "path", "steps", "metrics", "first_eval", "latest_eval")
         return {"status": status, **{k: s.get(k) for k in keep}}
+
+
+class RepeatPenalty(Grader):
+    """`penalty` for a sample that ended with finish reason "repeat", 0 otherwise (sampling.repeat.penalty)."""
+
+    def __init__(self, penalty: float):
+        self.penalty = penalty
+
+    def grade_sample(self, item: dict, sample: dict) -> Grade:
+        looped = sample.get("finish_reason") == "repeat"
+        return Grade(score=self.penalty if looped else 0.0, reason="repeated itself" if looped else None)
+
+
+def _mask_earlier_segments(batch: TrainBatch, completions: list[Completion]) -> None:
+    """Partial rollouts, old_segments "exclude": tokens sampled before a trajectory's last segment leave the
+    loss (they stay in the input as context)."""
+    for i, c in enumerate(completions):
+        p = len(c.prompt_ids)
+        batch.mask[i, p - 1 : p - 1 + c.earlier_tokens] = 0.0  # [L-1] columns of those tokens
 
 
 def _to_device(batch: TrainBatch, device) -> TrainBatch:

@@ -21,3 +21,6 @@ def long_engine() -> HFEngine:
     model = tiny_llama(len(tok))
     overfit(model, tok, [chatml(LONG_USER) + LONG_ANSWER, chatml(LOOP_USER) + LOOP_ANSWER], steps=60, lr=3e-2)
     return HFEngine(model, tok)
+
+
+from tests.trainer.conftest import rewards_on_path, tiny_assets  # noqa: E402,F401  (shared trainer fixtures)
