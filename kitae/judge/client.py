@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -142,6 +143,7 @@ class ChatClient:
         self.counters = ClientCounters()
         self._auto_level = 0  # index into _AUTO_LEVELS that the server accepted last
         self._limits: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> Semaphore
+        self._ssl: ssl.SSLContext | None = None
 
     def __repr__(self) -> str:
         return f"ChatClient({self.base_url!r}, model={self.model!r})"
@@ -230,7 +232,7 @@ class ChatClient:
         """The decoded reply, or a _Retryable; raises ChatError on errors not worth retrying."""
         self.counters.requests += 1
         try:
-            async with httpx.AsyncClient(timeout=self.timeout) as http:
+            async with httpx.AsyncClient(timeout=self.timeout, verify=self._tls()) as http:
                 resp = await http.post(self.url, json=body, headers=self._headers())
         except httpx.TimeoutException:
             self.counters.timeouts += 1
@@ -250,6 +252,16 @@ class ChatClient:
         except ValueError:
             self.counters.bad_replies += 1
             raise ChatError(f"{self.url}: reply is not JSON: {resp.text[:200]!r}", resp.status_code) from None
+
+    def _tls(self) -> ssl.SSLContext | bool:
+        """One TLS context per client (httpx builds a new one per AsyncClient otherwise: ~70 ms each)."""
+        if not self.base_url.startswith("https://"):
+            return False  # plain HTTP: no TLS to verify
+        if self._ssl is None:
+            import certifi
+
+            self._ssl = ssl.create_default_context(cafile=certifi.where())
+        return self._ssl
 
     def _headers(self) -> dict[str, str]:
         key = os.environ.get(self.api_key_env) if self.api_key_env else None
