@@ -1,0 +1,160 @@
+"""Sample n completions per prompt with a model, grade them, and keep per-prompt results in a resumable file.
+
+Shared by ``difficulty`` and ``hackable``. Prompts go to the rollout engine in fixed batches of
+``batch_prompts`` (batch b holds input rows [b·B, (b+1)·B) and samples with seed ``seed + b·B``, as
+:func:`kitae.trainer.evaluate.evaluate` does), so a batch gives the same samples whether it runs in the first
+run or in a resumed one: a resumed run ends with exactly the results of an uninterrupted one.
+
+The progress file (``<out>.progress.jsonl``) has a header line with the settings, then one line per prompt,
+appended and flushed as each batch finishes. On a rerun, prompts already there are skipped; a torn last line
+(a run killed mid-write) is ignored. A file written with other settings or for other rows is an error that
+says how to start over (``restart``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from kitae.curate.step import Context
+from kitae.curate.text import prompt_key
+from kitae.errors import ConfigError, DataError
+
+HEADER_KEY = "kitae_curate_progress"
+
+
+@dataclass
+class PromptResult:
+    """One prompt's graded samples. ``rate`` is passes / graded samples (None when every grade abstained)."""
+
+    index: int
+    key: str
+    passes: int
+    graded: int
+    scores: list[float | None]
+    texts: list[str]
+    errors: list[str]
+
+    @property
+    def rate(self) -> float | None:
+        return self.passes / self.graded if self.graded else None
+
+    def to_dict(self) -> dict:
+        return {"i": self.index, "key": self.key, "passes": self.passes, "graded": self.graded,
+                "scores": self.scores, "texts": self.texts, "errors": self.errors}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PromptResult":
+        return cls(d["i"], d["key"], d["passes"], d["graded"], d["scores"], d["texts"], d.get("errors", []))
+
+
+class ProgressFile:
+    """Per-prompt results appended as they come; read back on a rerun with the same settings."""
+
+    def __init__(self, path: Path | None, settings: dict, restart: bool = False):
+        self.path, self.settings = path, settings
+        if path is not None and restart and path.exists():
+            path.unlink()
+
+    def load(self, keys: list[str]) -> dict[int, PromptResult]:
+        if self.path is None or not self.path.exists():
+            return {}
+        lines = self.path.read_text(encoding="utf-8").splitlines()
+        self._check_header(lines[0] if lines else "")
+        done: dict[int, PromptResult] = {}
+        for n, line in enumerate(lines[1:], 2):
+            try:
+                result = PromptResult.from_dict(json.loads(line))
+            except (json.JSONDecodeError, KeyError, TypeError):
+                if n == len(lines):
+                    break  # a torn last line: that prompt is simply redone
+                raise DataError(str(self.path), n, None, "not a progress record; delete the file or pass --restart")
+            if result.index >= len(keys) or keys[result.index] != result.key:
+                raise DataError(str(self.path), n, "key", f"row {result.index + 1} of the input is not the prompt "
+                                "this file recorded; the input changed: delete the file or pass --restart")
+            done[result.index] = result
+        self._rewrite(done)
+        return done
+
+    def _check_header(self, line: str) -> None:
+        try:
+            header = json.loads(line)[HEADER_KEY]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise DataError(str(self.path), 1, None, "not a kitae curate progress file; delete it or pass --restart")
+        changed = {k: (header.get(k), v) for k, v in self.settings.items() if header.get(k) != v}
+        if changed:
+            diff = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
+            raise ConfigError(str(self.path), f"progress file was written with other settings ({diff}); "
+                              "delete it or pass --restart to start over")
+
+    def _rewrite(self, done: dict[int, PromptResult]) -> None:
+        """Drop a torn last line so that appends start on a fresh line."""
+        self._write([self._header()] + [done[i].to_dict() for i in sorted(done)], "w")
+
+    def _header(self) -> dict:
+        return {HEADER_KEY: self.settings}
+
+    def append(self, results: list[PromptResult]) -> None:
+        if self.path is None:
+            return
+        if not self.path.exists():
+            self._write([self._header()], "w")
+        self._write([r.to_dict() for r in results], "a")
+
+    def _write(self, records: list[dict], mode: str) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open(mode, encoding="utf-8") as f:
+            f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+            f.flush()
+
+
+def get_engine(ctx: Context, model: str | None, dtype: str, device: str) -> Any:
+    """The rollout engine for `model`, loaded once per context."""
+    key = f"{model}|{dtype}|{device}"
+    if key not in ctx.engines:
+        from kitae.rollout.hf import HFEngine
+
+        ctx.engines[key] = HFEngine.from_pretrained(model, dtype=dtype, device=device)
+    return ctx.engines[key]
+
+
+def sample_and_grade(
+    rows: list[dict], prompts: list[list[dict]], engine: Any, grader: Any, n: int, sampling: Any,
+    batch_prompts: int, pass_threshold: float, progress: ProgressFile,
+    on_progress: Callable[[int], None] = lambda k: None,
+) -> list[PromptResult]:
+    """Per-row results: `n` samples of `prompts[i]` (the messages sent), graded against `rows[i]`."""
+    from kitae.rollout.base import SamplingParams
+    from kitae.trainer.evaluate import sample_dict
+    from kitae.trainer.rewards import RewardComponent, score_groups
+
+    keys = [prompt_key(r) for r in rows]
+    done = progress.load(keys)
+    on_progress(len(done))
+    comp = [RewardComponent("score", 1.0, grader)]
+    for start in range(0, len(rows), batch_prompts):
+        todo = [i for i in range(start, min(len(rows), start + batch_prompts)) if i not in done]
+        if not todo:
+            continue
+        batch = range(start, min(len(rows), start + batch_prompts))
+        sp = SamplingParams(**{**sampling.__dict__, "seed": None if sampling.seed is None else sampling.seed + start})
+        groups = engine.generate([prompts[i] for i in batch], n, sp)
+        samples = [[sample_dict(c, sp.max_new_tokens) for c in g] for g in groups]
+        scored = score_groups(comp, [rows[i] for i in batch], samples)
+        fresh = [_result(i, keys[i], s, gs.grades["score"], pass_threshold)
+                 for i, s, gs in zip(batch, samples, scored) if i in todo]
+        progress.append(fresh)
+        done.update({r.index: r for r in fresh})
+        on_progress(len(fresh))
+    return [done[i] for i in range(len(rows))]
+
+
+def _result(i: int, key: str, samples: list[dict], grades: list, threshold: float) -> PromptResult:
+    scores = [g.score for g in grades]
+    graded = [s for s in scores if s is not None]
+    return PromptResult(
+        index=i, key=key, passes=sum(s >= threshold for s in graded), graded=len(graded), scores=scores,
+        texts=[s["output_text"] for s in samples], errors=sorted({g.error for g in grades if g.error}),
+    )
