@@ -1,0 +1,223 @@
+"""`kitae eval`, `kitae merge` and `kitae l2s ...`: the evaluation and long2short half of the Kimi k1.5 recipe.
+
+    kitae eval --model runs/verbose --model merged=runs/merged --data bundled:arith/test --grader answer -k 8
+    kitae merge runs/verbose kitae-tiny-base --out runs/merged
+    kitae l2s shortest --model runs/verbose --data bundled:arith/train --out l2s/shortest.jsonl
+    kitae l2s dpo-pairs --model runs/verbose --data bundled:arith/train --out l2s/pairs.jsonl
+    kitae l2s sft --model runs/verbose --data l2s/shortest.jsonl --out runs/l2s-sft
+    kitae l2s dpo --model runs/verbose --data l2s/pairs.jsonl --out runs/l2s-dpo
+
+The library does the work (kitae.l2s) and raises; this module prints.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+DATA_HELP = "Prompt set: a .jsonl/.parquet file, a datasets folder, or bundled:arith/test."
+GRADER_HELP = "Grader spec: a type name ('answer'), inline YAML/JSON, or a spec file."
+
+
+def register(app: typer.Typer) -> None:
+    app.command("eval")(eval_models)
+    app.command("merge")(merge)
+    l2s = typer.Typer(help="long2short (Kimi k1.5 §2.4): shortest-rejection SFT data, DPO pairs, SFT, DPO.",
+                      no_args_is_help=True)
+    l2s.command("shortest")(shortest)
+    l2s.command("dpo-pairs")(dpo_pairs)
+    l2s.command("sft")(sft)
+    l2s.command("dpo")(dpo)
+    app.add_typer(l2s, name="l2s")
+
+
+def _rows(data: str, limit: Optional[int]) -> list[dict]:
+    from kitae.data.loader import load_prompts
+    from kitae.trainer.config import resolve_data_path
+
+    rows = load_prompts(resolve_data_path(data))
+    return rows[:limit] if limit else rows
+
+
+def _sampling(temperature: float, max_new_tokens: int, seed: int):
+    from kitae.rollout.base import SamplingParams
+
+    return SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
+
+
+def eval_models(
+    model: list[str] = typer.Option(..., "--model", "-m", help="Model folder, or NAME=FOLDER (repeatable)."),
+    data: str = typer.Option("bundled:arith/test", "--data", "-d", help=DATA_HELP),
+    grader: str = typer.Option("answer", "--grader", "-g", help=GRADER_HELP),
+    k: int = typer.Option(8, "-k", help="Samples per prompt; pass@1 is averaged over them."),
+    temperature: float = typer.Option(1.0, help="Sampling temperature (0 = greedy)."),
+    max_new_tokens: int = typer.Option(256, help="Maximum completion tokens."),
+    limit: Optional[int] = typer.Option(None, help="Only the first N prompts."),
+    pass_threshold: float = typer.Option(1.0, help="A sample passes when its score is at least this."),
+    seed: int = typer.Option(0, help="Sampling seed (the same for every model)."),
+    out: Path = typer.Option(Path("eval_results"), "--out", "-o", help="Folder for per-sample results."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON instead of a table."),
+) -> None:
+    """pass@1 over k samples, mean/p90 completion tokens and template compliance, per model, in one table,
+    then score against mean tokens (the token-efficiency view of Kimi k1.5's long2short figure)."""
+    from kitae.graders import build_grader
+    from kitae.l2s.compare import (ModelReport, efficiency_plot, evaluate_model, format_table, mark_frontier,
+                                   parse_model_arg, unique_names, write_results)
+
+    g = build_grader(grader, "--grader")
+    rows = _rows(data, limit)
+    parsed = [parse_model_arg(m) for m in model]
+    reports = []
+    try:
+        for name, (_, path) in zip(unique_names([n for n, _ in parsed]), parsed):
+            if not as_json:
+                typer.echo(f"evaluating {name} ({path}) on {len(rows)} prompts x {k} samples ...", err=True)
+            metrics, results = evaluate_model(path, rows, g, k, _sampling(temperature, max_new_tokens, seed),
+                                              pass_threshold)
+            reports.append(ModelReport(name, path, metrics, results))
+    finally:
+        g.close()
+    mark_frontier(reports)
+    files = write_results(reports, out)
+    if as_json:
+        typer.echo(json.dumps([r.summary() for r in reports], indent=2, ensure_ascii=False))
+        return
+    typer.echo(format_table(reports))
+    typer.echo("\n" + efficiency_plot(reports))
+    typer.echo(f"\n* = token-efficiency frontier. Per-sample results: {', '.join(str(f) for f in files)}")
+
+
+def merge(
+    models: list[str] = typer.Argument(..., help="Two or more model folders (or LoRA adapter folders)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for the merged model."),
+    weights: Optional[str] = typer.Option(None, help="Comma-separated weights, e.g. 0.5,0.5 (normalized)."),
+    base: Optional[str] = typer.Option(None, help="Base model of LoRA adapters (default: the adapter's own)."),
+) -> None:
+    """Average the weights of models (Kimi k1.5 long2short model merging); LoRA adapters are merged first."""
+    from kitae.errors import ConfigError
+    from kitae.l2s.merge import merge_models, normalize_weights
+    from kitae.models import resolve_model_path
+
+    try:
+        w = [float(x) for x in weights.split(",")] if weights else None
+    except ValueError:
+        raise ConfigError("--weights", f"expected numbers separated by commas, got {weights!r}") from None
+    paths = [resolve_model_path(m) for m in models]
+    merge_models(paths, out, w, base)
+    shown = ", ".join(f"{m} x {x:.3g}" for m, x in zip(models, normalize_weights(w, len(models))))
+    typer.echo(f"merged {shown} -> {out}")
+
+
+def _sample(model, data, grader, n, temperature, max_new_tokens, limit, seed, pass_threshold):
+    from kitae.graders import build_grader
+    from kitae.l2s.selection import sample_groups
+
+    g = build_grader(grader, "--grader")
+    try:
+        return sample_groups(model, _rows(data, limit), g, n, _sampling(temperature, max_new_tokens, seed),
+                             pass_threshold)
+    finally:
+        g.close()
+
+
+def shortest(
+    model: str = typer.Option(..., "--model", "-m", help="The long model to sample from."),
+    data: str = typer.Option(..., "--data", "-d", help=DATA_HELP),
+    out: Path = typer.Option(..., "--out", "-o", help="SFT rows (JSON Lines, TRL prompt-completion)."),
+    grader: str = typer.Option("answer", "--grader", "-g", help=GRADER_HELP),
+    n: int = typer.Option(8, "-n", help="Samples per prompt (the paper: 8)."),
+    temperature: float = typer.Option(1.0, help="Sampling temperature."),
+    max_new_tokens: int = typer.Option(256, help="Maximum completion tokens."),
+    limit: Optional[int] = typer.Option(None, help="Only the first N prompts."),
+    seed: int = typer.Option(0, help="Sampling seed."),
+    pass_threshold: float = typer.Option(1.0, help="Correct when the grader's score is at least this."),
+) -> None:
+    """Shortest-rejection sampling: n samples per prompt, keep the shortest correct one as an SFT target."""
+    from kitae.data.loader import write_jsonl
+    from kitae.l2s.selection import selection_stats, sft_rows
+
+    groups = _sample(model, data, grader, n, temperature, max_new_tokens, limit, seed, pass_threshold)
+    rows = sft_rows(groups)
+    write_jsonl(out, rows)
+    _report(selection_stats(groups, rows), out, rows, "completion_tokens")
+
+
+def dpo_pairs(
+    model: str = typer.Option(..., "--model", "-m", help="The long model to sample from."),
+    data: str = typer.Option(..., "--data", "-d", help=DATA_HELP),
+    out: Path = typer.Option(..., "--out", "-o", help="Preference rows (JSON Lines, TRL prompt/chosen/rejected)."),
+    grader: str = typer.Option("answer", "--grader", "-g", help=GRADER_HELP),
+    n: int = typer.Option(8, "-n", help="Samples per prompt."),
+    ratio: float = typer.Option(1.5, help="A correct sample is rejected when at least this many times longer."),
+    max_pairs: Optional[int] = typer.Option(4, help="At most this many pairs per prompt (longest rejected first)."),
+    temperature: float = typer.Option(1.0, help="Sampling temperature."),
+    max_new_tokens: int = typer.Option(256, help="Maximum completion tokens."),
+    limit: Optional[int] = typer.Option(None, help="Only the first N prompts."),
+    seed: int = typer.Option(0, help="Sampling seed."),
+    pass_threshold: float = typer.Option(1.0, help="Correct when the grader's score is at least this."),
+) -> None:
+    """DPO pairs: chosen = the shortest correct sample; rejected = wrong longer ones and correct ones >= 1.5x."""
+    from kitae.data.loader import write_jsonl
+    from kitae.l2s.selection import dpo_rows, selection_stats
+
+    groups = _sample(model, data, grader, n, temperature, max_new_tokens, limit, seed, pass_threshold)
+    rows = dpo_rows(groups, ratio, max_pairs)
+    write_jsonl(out, rows)
+    _report(selection_stats(groups, rows), out, rows, "rejected_tokens")
+
+
+def _report(stats: dict, out: Path, rows: list[dict], length_key: str) -> None:
+    mean = sum(r[length_key] for r in rows) / len(rows) if rows else float("nan")
+    typer.echo(f"{stats['prompts']} prompts, {stats['with_a_correct_sample']} with a correct sample -> "
+               f"{stats['rows']} rows (mean {length_key} {mean:.1f}) in {out}")
+
+
+def _settings(epochs, lr, batch_size, max_steps, max_length, seed):
+    from kitae.l2s.train import TrainSettings
+
+    return TrainSettings(epochs=epochs, lr=lr, batch_size=batch_size, max_steps=max_steps, max_length=max_length,
+                         seed=seed)
+
+
+def sft(
+    model: str = typer.Option(..., "--model", "-m", help="Starting model folder."),
+    data: Path = typer.Option(..., "--data", "-d", help="Rows from `kitae l2s shortest`."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for the trained model."),
+    epochs: float = typer.Option(1.0, help="Passes over the data."),
+    lr: float = typer.Option(5e-5, help="Learning rate (constant)."),
+    batch_size: int = typer.Option(8, help="Rows per step."),
+    max_steps: int = typer.Option(-1, help="Stop after this many steps (overrides epochs when > 0)."),
+    max_length: int = typer.Option(512, help="Truncate rows to this many tokens."),
+    seed: int = typer.Option(0, help="Seed."),
+) -> None:
+    """Supervised fine-tuning on the shortest correct samples, with TRL's SFTTrainer."""
+    from kitae.l2s.train import sft as run_sft
+    from kitae.models import resolve_model_path
+
+    metrics = run_sft(resolve_model_path(model), data, out, _settings(epochs, lr, batch_size, max_steps, max_length, seed))
+    typer.echo(f"SFT done: loss {metrics.get('train_loss', float('nan')):.4f} -> {out}")
+
+
+def dpo(
+    model: str = typer.Option(..., "--model", "-m", help="Starting model folder (also the DPO reference)."),
+    data: Path = typer.Option(..., "--data", "-d", help="Rows from `kitae l2s dpo-pairs`."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for the trained model."),
+    beta: float = typer.Option(0.1, help="DPO beta: how far the policy may move from the reference."),
+    epochs: float = typer.Option(1.0, help="Passes over the data."),
+    lr: float = typer.Option(5e-6, help="Learning rate (constant)."),
+    batch_size: int = typer.Option(8, help="Pairs per step."),
+    max_steps: int = typer.Option(-1, help="Stop after this many steps (overrides epochs when > 0)."),
+    max_length: int = typer.Option(512, help="Truncate rows to this many tokens."),
+    seed: int = typer.Option(0, help="Seed."),
+) -> None:
+    """DPO on (shortest correct, longer) pairs, with TRL's DPOTrainer."""
+    from kitae.l2s.train import dpo as run_dpo
+    from kitae.models import resolve_model_path
+
+    settings = _settings(epochs, lr, batch_size, max_steps, max_length, seed)
+    metrics = run_dpo(resolve_model_path(model), data, out, settings, beta)
+    typer.echo(f"DPO done: loss {metrics.get('train_loss', float('nan')):.4f}, "
+               f"reward accuracy {metrics.get('rewards/accuracies', float('nan')):.3f} -> {out}")
