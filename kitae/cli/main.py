@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "kitae.cli.serve",  # serve rm, serve model
     "kitae.cli.ui",  # ui (the run page)
     "kitae.cli.curate",  # curate
+    "kitae.cli.kimi",  # eval, merge, l2s (Kimi k1.5 long2short)
 ]
 
 
