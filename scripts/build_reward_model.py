@@ -7,8 +7,8 @@ What it does, seeded end to end:
 1. reads the bundled task (kitae/assets/data/arith/{train,test}.jsonl: messages, reference_answer, difficulty,
    lang) and makes preference pairs per prompt: *chosen* is a well-formed correct answer ("47", "答えは47です。",
    "The answer is 47."); *rejected* is the same prompt answered in one of the ways seed 000's rewards fight:
-   ``wrong`` (well-formed, wrong answer), ``ramble`` (correct, then 3-6 filler sentences), ``loop`` (a sentence
-   repeated 5-12 times), ``unterminated`` (no ``<|im_end|>``: cut, or running on into a made-up user turn) and
+   ``wrong`` (the same phrasing with a wrong answer), ``ramble`` (correct, then 3-6 filler sentences), ``loop``
+   (a sentence repeated 4-8 times, no end marker), ``unterminated`` (no ``<|im_end|>``: cut, or running on into a made-up user turn) and
    ``empty``. Pairs of the train split train; pairs of the test split (disjoint questions) measure accuracy;
 2. builds a Llama sequence classifier (1 label) with the base model's tokenizer, initialised from the base
    model's embeddings, its first ``--layers`` decoder layers and final norm (``--init scratch`` for random
@@ -42,6 +42,8 @@ DEFAULT_BASE = ROOT / "kitae" / "assets" / "models" / "kitae-tiny-base"
 DEFAULT_DATA = ROOT / "kitae" / "assets" / "data" / "arith"
 DEFAULT_OUT = ROOT / "kitae" / "assets" / "models" / "kitae-tiny-rm"
 KINDS = ("wrong", "ramble", "loop", "unterminated", "empty")
+# How pairs are labelled (and accuracy reported): wrong answers split into numbers and facts.
+LABELS = ("wrong_number", "wrong_fact", "ramble", "loop", "unterminated", "empty")
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,10 @@ class BuildConfig:
     lr: float = 3e-4
     weight_decay: float = 0.01
     center_coef: float = 0.01
-    max_length: int = 160
-    threads: int = 2
+    wrong_per_row: int = 1  # wrong-answer pairs per training prompt (the hard kind; the others saturate fast)
+    max_length: int = 96  # tokens; longer texts (loops) are cut from the left, keeping the end the RM reads
+    threads: int = 1  # torch threads; on a shared machine 2 spin-waiting OpenMP threads can be 5x slower
+    save_dtype: str = "float32"  # float32 | bfloat16 (halves the size; kitae loads it back as float32)
 
 
 # ---------------------------------------------------------------------------------------------- pairs
@@ -84,44 +88,51 @@ def prompt_text(row: dict) -> str:
 
 def wrong_answer(row: dict, rng: random.Random, fact_answers: dict[str, list[str]]) -> str:
     ref = row["reference_answer"]
-    if row.get("difficulty") == "fact" or not ref.lstrip("-").isdigit():
+    if is_fact(row):
         return rng.choice([a for a in fact_answers[row["lang"]] if a != ref])
     n = int(ref)
     return str(rng.choice([n + d for d in (-10, -2, -1, 1, 2, 10) if n + d >= 0]))
 
 
-def answer(lang: str, x: str, rng: random.Random) -> str:
-    return rng.choice(ANSWER_TEMPLATES[lang]).format(x=x)
+def rejected_answer(kind: str, row: dict, template: str, rng: random.Random,
+                    fact_answers: dict[str, list[str]]) -> str:
+    """The assistant text after the header for one rejection kind (with the end marker where it has one).
 
-
-def rejected_answer(kind: str, row: dict, rng: random.Random, fact_answers: dict[str, list[str]]) -> str:
-    """The assistant text after the header for one rejection kind (with the end marker where it has one)."""
+    `template` is the chosen answer's phrasing; a wrong answer keeps it, so only the answer differs.
+    """
     lang, sep = row["lang"], "" if row["lang"] == "ja" else " "
-    good = answer(lang, row["reference_answer"], rng)
+    good = template.format(x=row["reference_answer"])
     if kind == "wrong":
-        return answer(lang, wrong_answer(row, rng, fact_answers), rng) + IM_END + "\n"
+        return template.format(x=wrong_answer(row, rng, fact_answers)) + IM_END + "\n"
     if kind == "ramble":
         extra = sep.join(rng.sample(FILLERS[lang], rng.randint(3, 6)))
         return good + sep + extra + IM_END + "\n"
     if kind == "loop":
         unit = rng.choice([good, rng.choice(FILLERS[lang])])
-        return good + (sep + unit) * rng.randint(5, 12)
+        return good + (sep + unit) * rng.randint(4, 8)
     if kind == "unterminated":
         return good if rng.random() < 0.5 else f"{good}\n{IM_START}user\n{FAKE_USER[lang]}"
     return IM_END + "\n"  # empty
 
 
-def make_pairs(rows: list[dict], seed: int) -> list[tuple[str, str, str]]:
-    """(chosen text, rejected text, kind): one pair per row and rejection kind, kinds in a fixed order."""
+def is_fact(row: dict) -> bool:
+    return row.get("difficulty") == "fact" or not row["reference_answer"].lstrip("-").isdigit()
+
+
+def make_pairs(rows: list[dict], seed: int, wrong_per_row: int = 1) -> list[tuple[str, str, str]]:
+    """(chosen text, rejected text, label): per row, `wrong_per_row` wrong-answer pairs, then one pair of each
+    other kind. Labels are LABELS (wrong answers are wrong_number or wrong_fact)."""
     rng = random.Random(seed)
     fact_answers = {lang: sorted({r["reference_answer"] for r in rows if r.get("difficulty") == "fact"
                                   and r["lang"] == lang} or {"?"}) for lang in ("ja", "en")}
     pairs = []
     for row in rows:
         prompt = prompt_text(row)
-        for kind in KINDS:
-            chosen = prompt + answer(row["lang"], row["reference_answer"], rng) + IM_END + "\n"
-            pairs.append((chosen, prompt + rejected_answer(kind, row, rng, fact_answers), kind))
+        for kind in ["wrong"] * wrong_per_row + list(KINDS[1:]):
+            template = rng.choice(ANSWER_TEMPLATES[row["lang"]])
+            chosen = prompt + template.format(x=row["reference_answer"]) + IM_END + "\n"
+            label = ("wrong_fact" if is_fact(row) else "wrong_number") if kind == "wrong" else kind
+            pairs.append((chosen, prompt + rejected_answer(kind, row, template, rng, fact_answers), label))
     return pairs
 
 
@@ -144,6 +155,7 @@ def build_model(base: Path, cfg: BuildConfig):
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForSequenceClassification
 
     tok = AutoTokenizer.from_pretrained(base)
+    tok.truncation_side = "left"
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     torch.manual_seed(cfg.seed)
@@ -187,8 +199,9 @@ def train(model, tok, pairs: list[tuple[str, str, str]], cfg: BuildConfig, log_e
         if len(order) < cfg.batch_pairs:
             order += rng.sample(range(len(pairs)), len(pairs))
         batch = [pairs[order.pop()] for _ in range(cfg.batch_pairs)]
-        r = scores(model, tok, [c for c, _, _ in batch] + [x for _, x, _ in batch], cfg.max_length)  # [2 × pairs]
-        loss = pair_loss(r[: len(batch)], r[len(batch) :], cfg.center_coef)
+        r_chosen = scores(model, tok, [c for c, _, _ in batch], cfg.max_length)  # [pairs]; short texts ...
+        r_rejected = scores(model, tok, [x for _, x, _ in batch], cfg.max_length)  # ... padded apart from long ones
+        loss = pair_loss(r_chosen, r_rejected, cfg.center_coef)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -204,7 +217,7 @@ def train(model, tok, pairs: list[tuple[str, str, str]], cfg: BuildConfig, log_e
 @torch.inference_mode()
 def evaluate(model, tok, pairs: list[tuple[str, str, str]], max_length: int) -> dict:
     """Pairwise accuracy (r_chosen > r_rejected) overall and per kind, and the mean scores."""
-    hits: dict[str, list[bool]] = {k: [] for k in KINDS}
+    hits: dict[str, list[bool]] = {k: [] for k in LABELS}
     chosen_scores, rejected_scores = [], []
     for start in range(0, len(pairs), 64):
         batch = pairs[start : start + 64]
@@ -214,7 +227,7 @@ def evaluate(model, tok, pairs: list[tuple[str, str, str]], max_length: int) -> 
             hits[kind].append(a > b)
         chosen_scores += rc
         rejected_scores += rr
-    every = [h for k in KINDS for h in hits[k]]
+    every = [h for k in LABELS for h in hits[k]]
     return {
         "pairs": len(every),
         "accuracy": sum(every) / len(every),
@@ -297,7 +310,7 @@ def main(argv: list[str] | None = None) -> dict:
     cfg = BuildConfig(**{k: getattr(args, k) for k in BuildConfig.__dataclass_fields__})
     torch.set_num_threads(cfg.threads)
     random.seed(cfg.seed)
-    train_pairs = make_pairs(read_rows(args.data / "train.jsonl"), cfg.seed)
+    train_pairs = make_pairs(read_rows(args.data / "train.jsonl"), cfg.seed, cfg.wrong_per_row)
     test_rows = read_rows(args.data / "test.jsonl")
     test_pairs = make_pairs(test_rows, cfg.seed + 1)
     model, tok = build_model(args.base, cfg)
@@ -307,10 +320,11 @@ def main(argv: list[str] | None = None) -> dict:
     seconds = time.time() - start
     result = evaluate(model, tok, test_pairs, cfg.max_length)
     print(json.dumps(result, indent=2))
+    shown = examples(model, tok, test_rows, cfg.max_length)
     args.out.mkdir(parents=True, exist_ok=True)
+    model.to({"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.save_dtype])
     model.save_pretrained(args.out)
     tok.save_pretrained(args.out)
-    shown = examples(model, tok, test_rows, cfg.max_length)
     card = model_card(cfg, result, folder_mb(args.out), seconds, len(train_pairs), shown, args.base)
     (args.out / "README.md").write_text(card, encoding="utf-8")
     print(f"saved {args.out} ({folder_mb(args.out):.1f} MB) in {seconds:.0f} s of training")

@@ -43,8 +43,27 @@ def pairs():
 
 def test_one_pair_per_row_and_kind(pairs):
     assert len(pairs) == len(ROWS) * 5
-    assert [k for _, _, k in pairs[:5]] == ["wrong", "ramble", "loop", "unterminated", "empty"]
+    assert [k for _, _, k in pairs[:5]] == ["wrong_number", "ramble", "loop", "unterminated", "empty"]
+    assert [k for _, _, k in pairs[10:15]] == ["wrong_fact", "ramble", "loop", "unterminated", "empty"]
     assert all("簡潔に" not in c for c, _, _ in pairs)  # system turns are dropped, as the grader does
+
+
+def test_wrong_answers_keep_the_chosen_phrasing(pairs):
+    rows = [r for r in ROWS for _ in range(5)]
+    for (chosen, rejected, label), row in zip(pairs, rows):
+        if not label.startswith("wrong"):
+            continue
+        ref, end = row["reference_answer"], IM_END + "\n"
+        good, bad = answer_of(chosen).removesuffix(end), answer_of(rejected).removesuffix(end)
+        phrasings = [t.split("{x}") for t in build.ANSWER_TEMPLATES[row["lang"]]]
+        (pre, post), = [(p, q) for p, q in phrasings if good == p + ref + q and bad.startswith(p) and bad.endswith(q)
+                        and bad != good][:1]
+        assert bad[len(pre) : len(bad) - len(post)] not in ("", ref)
+
+
+def test_more_wrong_pairs_per_row():
+    labels = [k for _, _, k in build.make_pairs(ROWS[:1], seed=0, wrong_per_row=3)]
+    assert labels == ["wrong_number"] * 3 + ["ramble", "loop", "unterminated", "empty"]
 
 
 def test_chosen_answers_are_compliant_and_correct(pairs):
@@ -56,7 +75,7 @@ def test_chosen_answers_are_compliant_and_correct(pairs):
 @pytest.mark.parametrize("index", range(len(ROWS)))
 def test_rejected_answers_are_what_their_kind_says(pairs, index):
     ref = ROWS[index]["reference_answer"]
-    got = {kind: answer_of(rejected) for _, rejected, kind in pairs[5 * index : 5 * index + 5]}
+    got = {kind.split("_")[0]: answer_of(rejected) for _, rejected, kind in pairs[5 * index : 5 * index + 5]}
     assert template_violation(got["wrong"]) is None and not answers_match(got["wrong"], ref)
     assert template_violation(got["ramble"]) is None and ref in got["ramble"]  # correct, then filler
     assert len(got["ramble"]) > 40
@@ -76,7 +95,7 @@ def test_a_short_build_saves_a_loadable_model_with_a_card(tmp_path):
     result = build.main(["--base", str(tmp_path / "base"), "--data", str(tmp_path / "data"), "--out",
                          str(tmp_path / "rm"), "--init", "scratch", "--hidden-size", "32", "--steps", "3",
                          "--batch-pairs", "4", "--threads", "1"])
-    assert result["pairs"] == 20 and set(result["by_kind"]) == set(build.KINDS)
+    assert result["pairs"] == 20 and set(result["by_kind"]) == set(build.LABELS)
     card = (tmp_path / "rm" / "README.md").read_text()
     assert f"**{result['accuracy']:.3f}**" in card
     rm = LocalRewardModel(tmp_path / "rm")
