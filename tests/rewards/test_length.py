@@ -93,3 +93,10 @@ def test_grader_abstains_where_correctness_is_unknown():
     grades = LengthGrader(AnswerCheck()).grade_group({"messages": []}, SAMPLES)
     assert [g.score for g in grades] == [None, None, None]
     assert grades[0].error == "correctness unknown: no reference_answer"
+
+
+def test_empty_completions_count_as_zero_characters():
+    samples = [{"output_text": ""}, {"output_text": "<|im_end|>"}, {"output_text": "47<|im_end|>"}]
+    # lengths 0, 0, 2 -> lambdas 0.5, 0.5, -0.5; wrong, wrong, correct -> 0, 0, -0.5
+    grades = LengthGrader(AnswerCheck()).grade_group(ITEM, samples)
+    assert [g.score for g in grades] == pytest.approx([0.0, 0.0, -0.5])
