@@ -175,6 +175,7 @@
   async function runView(run) {
     setCrumbs({text: "runs", href: "#/"}, {text: run});
     let summary = await api(`/runs/${enc(run)}`);
+    if (summary.status === "running") showLive(`live · step ${summary.steps ?? 0}`, "live");
     const data = {};  // key -> [[step, value], ...]
     let last = 0, knownKeys = new Set(summary.keys);
     const head = h("div");
@@ -196,30 +197,36 @@
         return c;
       });
     };
-    const draw = () => {
-      for (const c of charts) {
-        c.update([...c.panel.left.map((k) => ({key: k, side: "left", points: data[k] || []})),
-          ...c.panel.right.map((k) => ({key: k, side: "right", points: data[k] || []}))]);
-      }
-    };
-    const load = async (since) => {
-      const res = await api(`/runs/${enc(run)}/metrics${query({since, points: 1000})}`);
+    const drawChart = (c) => c.update([...c.panel.left.map((k) => ({key: k, side: "left", points: data[k] || []})),
+      ...c.panel.right.map((k) => ({key: k, side: "right", points: data[k] || []}))]);
+    const draw = () => charts.forEach(drawChart);
+    const load = async (since, keys) => {
+      const res = await api(`/runs/${enc(run)}/metrics${query({since, points: 1000, keys: keys && keys.join(",")})}`);
       for (const [k, pts] of Object.entries(res.series)) {
         const kept = (data[k] || []).filter((p) => p[0] < since);
         data[k] = kept.concat(pts);
       }
       Object.assign(data, res.evals);
-      if (res.last_step !== null) last = res.last_step;
       return res;
     };
+    // Panel by panel, in parallel: on a long run the first plots show while the others still load. A live
+    // run may move on between these requests, so polling starts at the oldest last step among them.
+    const loadAll = async () => {
+      const done = await Promise.all(charts.map((c) => load(0, [...c.panel.left, ...c.panel.right]).then((res) => {
+        drawChart(c);
+        return res.last_step;
+      })));
+      const steps = done.filter((s) => s !== null);
+      last = steps.length ? Math.min(...steps) : 0;
+    };
     layout();
-    await load(0);
-    draw();
+    await loadAll();
     put(evalBox, await evalTable(run));
     const evalCount = (series) => Math.max(0, ...Object.values(series).map((pts) => pts.length));
     let evalsShown = evalCount(Object.fromEntries(Object.entries(data).filter(([k]) => k.startsWith("eval/"))));
     const live = async () => {
-      const res = await load(last);
+      const res = await load(last, null);
+      if (res.last_step !== null) last = res.last_step;
       if (evalCount(res.evals) !== evalsShown) {
         evalsShown = evalCount(res.evals);
         put(evalBox, await evalTable(run));
@@ -228,11 +235,11 @@
       if (fresh || res.status !== summary.status || Object.values(data).some((s) => s.length > 3000)) {
         summary = await api(`/runs/${enc(run)}`);
         knownKeys = new Set(summary.keys);
+        layout();
         if (Object.values(data).some((s) => s.length > 3000)) {  // a long live run: downsample again
           for (const k of Object.keys(data)) delete data[k];
-          await load(0);
+          await loadAll();
         }
-        layout();
         put(evalBox, await evalTable(run));
       }
       draw();
@@ -243,7 +250,6 @@
       return res.status;
     };
     if (summary.status === "running") {
-      showLive(`live · step ${last}`, "live");
       const gen = state.generation;
       const tick = async () => {
         if (gen !== state.generation) return;

@@ -1,0 +1,206 @@
+"""The run page in a real browser: headless Chromium (Debian's package) driven by Playwright.
+
+Screenshots land in test-artifacts/web/. Skipped, with the reason, where playwright or chromium is missing.
+Numbers follow tests/web/runs.py (30 steps, evals at 0, 10, 20, 30; step 30's group 0 holds UNTRUSTED).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.web.conftest import screenshot
+from tests.web.runs import CRITERIA, JUDGE_REASON, UNTRUSTED, LiveRun
+
+
+def points(page, panel: str, key: str) -> int:
+    path = page.locator(f'.panel[data-panel="{panel}"] path.series[data-key="{key}"]')
+    return int(path.get_attribute("data-points"))
+
+
+def open_group(page, url: str, step: int, index: int) -> None:
+    page.goto(url + f"#/run/finished-run/groups?step={step}&order=step")
+    page.locator(f"tr[data-group]:nth-child({index + 1}) a").click()
+    page.wait_for_selector(".sample")
+
+
+def test_runs_list(serve, runs_dir, page):
+    s = serve(runs_dir)
+    page.goto(s.url)
+    page.wait_for_selector("tr[data-run]")
+    rows = {r.get_attribute("data-run"): r.inner_text() for r in page.locator("tr[data-run]").all()}
+    assert set(rows) == {"finished-run", "crashed-run"}
+    assert "finished" in rows["finished-run"] and "0.3" in rows["finished-run"] and "0.6" in rows["finished-run"]
+    assert "crashed" in rows["crashed-run"] and "12" in rows["crashed-run"]
+    screenshot(page, "runs-list")
+
+
+def test_a_finished_run_plots_every_panel(serve, runs_dir, page):
+    s = serve(runs_dir)
+    page.goto(s.url + "#/run/finished-run")
+    page.wait_for_selector('.panel[data-panel="reward"] path.series')
+    assert points(page, "reward", "reward") == 30
+    assert points(page, "reward", "reward/judge") == 30
+    assert points(page, "eval", "eval/pass@1") == 4
+    assert points(page, "kl", "kl_coef") == 30  # the coefficient on the right axis of the KL plot
+    panels = page.locator(".panel").evaluate_all("els => els.map(e => e.dataset.panel)")
+    assert panels[:9] == ["reward", "eval", "kl", "entropy", "length", "graders", "judge_tokens", "clip", "speed"]
+    # every panel drew a non-empty line
+    empty = page.locator("path.series").evaluate_all("els => els.filter(e => !e.getAttribute('d')).length")
+    assert empty == 0
+    assert "pass@1" in page.locator("text=Evaluations (4").locator("..").inner_text()
+    page.hover('.panel[data-panel="reward"] svg', position={"x": 300, "y": 80})
+    assert "step" in page.locator('.panel[data-panel="reward"] .kchart-tip').inner_text()
+    screenshot(page, "run-finished")
+
+
+def test_a_live_run_grows_while_the_page_is_open(serve, tmp_path, page):
+    runs = tmp_path / "runs"
+    live = LiveRun(runs, every=0.1)
+    live.log_until(5)
+    try:
+        s = serve(runs, poll_s=0.3)
+        page.goto(s.url + "#/run/live-run")
+        page.wait_for_selector('.panel[data-panel="reward"] path.series')
+        first = points(page, "reward", "reward")
+        assert first >= 5
+        page.wait_for_function("() => document.querySelector('#live').textContent.startsWith('live')")
+        live.start()
+        page.wait_for_function(
+            "n => Number(document.querySelector('.panel[data-panel=reward] path.series')?.dataset.points) >= n",
+            arg=first + 15)
+        # the first eval (step 10) adds the eval panel while the page is open
+        page.wait_for_selector('.panel[data-panel="eval"] path.series[data-key="eval/pass@1"]')
+        screenshot(page, "run-live")
+    finally:
+        live.stop()
+    page.wait_for_function("() => document.querySelector('#live').textContent.startsWith('finished')")
+    final = points(page, "reward", "reward")
+    assert final == live.step  # after the run ends the plot holds every step, none twice
+
+
+def test_a_group_shows_each_sample_with_criteria_reasons_and_advantage(serve, runs_dir, page):
+    s = serve(runs_dir)
+    open_group(page, s.url, 30, 0)  # newest step first: step 30 group 0
+    assert page.locator("h1").inner_text() == "Step 30, group 0"
+    assert page.locator("pre.reference").inner_text() == "4"
+    cards = page.locator("article.sample")
+    assert cards.count() == 4
+    judge = cards.nth(2).locator('.component[data-component="judge"]')
+    rows = judge.locator(".criteria tr").all_inner_texts()
+    assert [r.split("\t")[0] for r in rows] == list(CRITERIA)
+    assert judge.locator(".reason").inner_text() == JUDGE_REASON
+    assert cards.nth(0).locator(".advantage").inner_text() == "-0.5"
+    assert cards.nth(2).locator(".advantage").inner_text() == "+0.5"
+    assert "finish stop" in cards.nth(0).inner_text()
+    screenshot(page, "group")
+
+
+def test_model_output_with_markup_is_shown_as_text_and_never_runs(serve, runs_dir, page):
+    s = serve(runs_dir)
+    open_group(page, s.url, 30, 0)
+    text = page.locator("article.sample").nth(1).locator(".sample-text")
+    assert text.inner_text() == UNTRUSTED  # every character shown, tags included
+    assert text.locator("script, img, b").count() == 0  # and no element made from it
+    page.wait_for_timeout(300)  # the img's onerror would have fired by now
+    assert page.evaluate("() => window.__kitae_pwned") is None
+    # the same on the pages that show samples in other ways
+    page.locator("text=this prompt across steps").click()
+    page.wait_for_selector(".history")
+    page.locator("text=next ›").click()
+    page.locator("text=next ›").click()
+    page.wait_for_selector('.history[data-step="30"]')
+    assert UNTRUSTED in page.locator('.history[data-step="30"]').inner_text()
+    assert page.locator(".history img, .history script").count() == 0
+    assert page.evaluate("() => window.__kitae_pwned") is None
+
+
+def test_sort_and_filter_the_groups(serve, runs_dir, page):
+    s = serve(runs_dir)
+    page.goto(s.url + "#/run/finished-run/groups")
+    page.wait_for_selector("tr[data-group]")
+    page.locator("button", has_text="zero-variance groups").click()
+    page.wait_for_selector("text=30 groups over all steps")
+    stds = page.locator("tr[data-group] td:nth-child(5)").all_inner_texts()
+    assert stds and set(stds) == {"0"}
+    page.locator("button", has_text="truncated samples").click()
+    page.wait_for_function("() => location.hash.includes('filter=truncated')")
+    page.wait_for_selector("tr[data-group]")
+    assert set(page.locator("tr[data-group] td:nth-child(7)").all_inner_texts()) == {"1"}
+    page.locator("button", has_text="latest step").click()
+    page.wait_for_selector("text=1 groups at step 30")
+    page.select_option("select[name=filter]", "all")
+    page.wait_for_selector("text=3 groups at step 30")
+    # worst first: group 2 (0.4167), group 0 (0.625), group 1 (1)
+    assert page.locator("tr[data-group] td:nth-child(4)").all_inner_texts() == ["0.4167", "0.625", "1"]
+    screenshot(page, "groups")
+
+
+def test_the_same_prompt_across_steps(serve, runs_dir, page):
+    s = serve(runs_dir)
+    open_group(page, s.url, 30, 0)
+    page.locator("text=this prompt across steps").click()
+    page.wait_for_selector("#history-chart path.series")
+    assert page.locator("text=30 times in this run").count() == 1
+    assert int(page.locator("#history-chart path.series").get_attribute("data-points")) == 30
+    steps = page.locator(".history").evaluate_all("els => els.map(e => Number(e.dataset.step))")
+    assert steps == list(range(1, 11))  # oldest first, 10 a page
+    screenshot(page, "prompt-history")
+
+
+def test_two_runs_on_one_plot(serve, runs_dir, page):
+    s = serve(runs_dir)
+    page.goto(s.url)
+    page.wait_for_selector("tr[data-run]")
+    page.locator("input[aria-label='select finished-run']").check()
+    page.locator("input[aria-label='select crashed-run']").check()
+    page.locator("button", has_text="Compare the two selected runs").click()
+    page.wait_for_selector("#compare-chart path.series")
+    got = page.locator("#compare-chart path.series").evaluate_all("els => els.map(e => Number(e.dataset.points))")
+    assert sorted(got) == [12, 30]
+    page.select_option("select[name=key]", "eval/pass@1")
+    page.wait_for_selector("text=eval/pass@1: ")
+    page.wait_for_function("() => document.querySelectorAll('#compare-chart path.series').length === 2")
+    got = page.locator("#compare-chart path.series").evaluate_all("els => els.map(e => Number(e.dataset.points))")
+    assert sorted(got) == [2, 4]  # evals at 0 and 10 for the 12-step run; 0, 10, 20, 30 for the other
+    screenshot(page, "compare")
+
+
+def test_label_samples_and_see_the_agreement(serve, fresh_runs, page):
+    s = serve(fresh_runs)
+    page.goto(s.url + "#/run/finished-run/label")
+    page.wait_for_selector("article.sample")
+    assert page.locator("h2").inner_text() == "Step 30, group 0"  # widest reward spread first
+    assert page.locator("article.sample .reward").count() == 0  # grader scores hidden while you label
+    # the grader gives [0, 1, 1, 0.5]; score [1, 4, 5, 3]: one pair (1, 2) the grader ties
+    for i, score in enumerate([1, 4, 5, 3]):
+        page.locator(f'article.sample[data-index="{i}"] button[data-score="{score}"]').click()
+    page.locator("button", has_text="Save my scores").click()
+    page.wait_for_selector("text=saved 4 labels")
+    assert page.locator("article.sample .reward").count() == 4  # revealed after saving
+    page.wait_for_selector(".agreement .stat >> text=0.9167")  # pairwise (5 + 0.5) / 6
+    stats = page.locator(".agreement .stat b").all_inner_texts()
+    assert stats[0] == "4" and stats[1] == "0.9167" and stats[4] == "6"  # labels, pairwise, pairs
+    assert page.locator(".verdict").inner_text().startswith("INCONCLUSIVE: only 4 samples")
+    saved = [json.loads(line) for line in (fresh_runs / "finished-run" / "labels.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["group_index"], r["sample_index"], r["score"]) for r in saved] == [
+        (30, 0, i, v) for i, v in enumerate([1, 4, 5, 3])]
+    screenshot(page, "label")
+    page.locator("button", has_text="next group").click()
+    page.wait_for_function("() => document.querySelector('h2').textContent !== 'Step 30, group 0'")
+
+
+@pytest.mark.parametrize("path, message", [
+    ("#/run/no-such-run", "no run 'no-such-run'"),
+    ("#/nowhere", "no page /nowhere"),
+])
+def test_errors_are_shown_on_the_page(serve, runs_dir, browser, path, message):
+    s = serve(runs_dir)
+    pg = browser.new_page()  # this page expects a failed request, so it is not the error-checking fixture
+    try:
+        pg.goto(s.url + path)
+        pg.wait_for_selector(".error")
+        assert message in pg.locator(".error").inner_text()
+    finally:
+        pg.close()
