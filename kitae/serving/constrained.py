@@ -279,6 +279,7 @@ class _Run:
         tokens: list[int] = []
         text = tail = ""
         for _ in range(self.dec.max_string_tokens):
+            self.flush()  # so that `fed` counts the structure written so far
             if hi is not None and len(text) >= hi or (self.fed >= self.max_tokens and len(text) >= lo):
                 break
             allowed = self.vocab.in_string | (self.vocab.quote if len(text) >= lo else False)

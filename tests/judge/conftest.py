@@ -17,6 +17,17 @@ def build_tiny_lm(folder) -> str:
     return str(folder)
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Tiny models run fastest on one thread, above all on a busy machine; restored after each test."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def tiny_lm(tmp_path_factory) -> str:
     if (BUNDLED_MODEL / "config.json").exists():

@@ -1,0 +1,175 @@
+"""`kitae serve model`: the OpenAI chat protocol end to end with a real tiny model, in-process and as a process."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+
+import httpx
+import jsonschema
+import pytest
+
+from kitae.graders import build_grader
+from kitae.judge.prompt import DEFAULT_CRITERIA, reply_schema
+from kitae.rollout.base import SamplingParams
+from kitae.serving.server import ChatService, load_service, make_server, parse_request
+
+MSG = [{"role": "user", "content": "12+35は?"}]
+ITEM = {"messages": MSG, "reference_answer": "47"}
+SAMPLES = [{"output_text": "47"}, {"output_text": "48"}, {"output_text": "12+35=47です。"}]
+
+
+@pytest.fixture(scope="module")
+def served(random_lm):
+    service = load_service(random_lm, name="tiny", max_context=4096, default_max_tokens=16)
+    server = make_server(service, port=0)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield service, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def post(url: str, body: dict | str) -> httpx.Response:
+    content = body if isinstance(body, str) else json.dumps(body)
+    return httpx.post(url + "/v1/chat/completions", content=content, timeout=60)
+
+
+def test_models_and_health(served):
+    _, url = served
+    models = httpx.get(url + "/v1/models").json()
+    assert models["data"][0]["id"] == "tiny" and models["data"][0]["max_model_len"] == 4096
+    assert httpx.get(url + "/health").json() == {"status": "ok", "model": "tiny"}
+
+
+def test_plain_completion_matches_the_engine(served):
+    service, url = served
+    reply = post(url, {"model": "tiny", "messages": MSG, "temperature": 0, "max_tokens": 6}).json()
+    expected = service.engine.generate([MSG], 1, SamplingParams(temperature=0, max_new_tokens=6))[0][0]
+    choice = reply["choices"][0]
+    assert reply["object"] == "chat.completion" and choice["message"]["role"] == "assistant"
+    assert choice["message"]["content"] == expected.text.removesuffix("<|im_end|>").removesuffix("<|endoftext|>")
+    prompt = len(service.engine.encode_prompt(MSG))
+    assert reply["usage"] == {"prompt_tokens": prompt, "completion_tokens": expected.num_tokens,
+                              "total_tokens": prompt + expected.num_tokens}
+    assert choice["finish_reason"] == ("length" if expected.finish_reason == "length" else "stop")
+
+
+def test_n_choices_and_seeds(served):
+    _, url = served
+    body = {"messages": MSG, "temperature": 1.0, "max_tokens": 5, "n": 2, "seed": 7}
+    first, again = post(url, body).json(), post(url, body).json()
+    assert len(first["choices"]) == 2 and [c["index"] for c in first["choices"]] == [0, 1]
+    assert [c["message"] for c in first["choices"]] == [c["message"] for c in again["choices"]]
+
+
+def test_json_schema_is_honoured(served):
+    _, url = served
+    schema = reply_schema(3, DEFAULT_CRITERIA, (1, 5))
+    for temperature in (0, 1.0):
+        body = {"messages": MSG, "temperature": temperature, "seed": 1, "max_tokens": 64,
+                "response_format": {"type": "json_schema", "json_schema": {"name": "j", "schema": schema}}}
+        reply = post(url, body).json()
+        jsonschema.validate(json.loads(reply["choices"][0]["message"]["content"]), schema)
+        assert reply["usage"]["completion_tokens"] > 0
+
+
+@pytest.mark.parametrize("fmt", [{"type": "json_object"}, {"type": "json_schema", "json_schema": {
+    "name": "p", "schema": {"type": "string", "pattern": "^a$"}}}])
+def test_formats_outside_the_subset_still_answer(served, fmt):
+    _, url = served
+    reply = post(url, {"messages": MSG, "temperature": 0.7, "max_tokens": 4, "response_format": fmt})
+    assert reply.status_code == 200  # sampled and checked; with no valid attempt the last one comes back
+    assert len(reply.json()["choices"]) == 1
+
+
+PATTERN = {"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "^a+$"}}}
+
+
+@pytest.mark.parametrize(
+    "text, fmt, valid",
+    [
+        ('{"a": 1}', {"type": "json_object"}, True),
+        ("[1, 2]", {"type": "json_object"}, False),  # JSON, but not an object
+        ("{'a': 1}", {"type": "json_object"}, False),
+        ('"aaa"', PATTERN, True),
+        ('"ab"', PATTERN, False),
+    ],
+)
+def test_sampled_replies_are_checked(text, fmt, valid):
+    req = parse_request({"messages": MSG, "response_format": fmt})
+    assert ChatService._valid(text, req) is valid
+
+
+@pytest.mark.parametrize(
+    "body, status, param",
+    [
+        ({"model": "gpt-4o", "messages": MSG}, 404, "model"),
+        ({"messages": MSG, "stream": True}, 400, "stream"),
+        ({"messages": MSG, "temperature": 3}, 400, "temperature"),
+        ({"messages": MSG, "n": 0}, 400, "n"),
+        ({"messages": MSG, "max_tokens": 0}, 400, "max_tokens"),
+        ({"messages": MSG, "max_tokens": 5000}, 400, "messages"),  # past the 4096-token context
+        ({"messages": []}, 400, "messages"),
+        ({"messages": [{"role": "user", "content": 5}]}, 400, "messages[0].content"),
+        ({"messages": MSG, "response_format": {"type": "xml"}}, 400, "response_format"),
+        ({"messages": MSG, "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": 5}}}},
+         400, "response_format.json_schema.schema"),
+        ("{not json", 400, None),
+    ],
+)
+def test_errors_are_openai_shaped(served, body, status, param):
+    _, url = served
+    reply = post(url, body)
+    assert reply.status_code == status
+    assert reply.json()["error"]["param"] == param and reply.json()["error"]["message"]
+
+
+def test_unknown_path(served):
+    _, url = served
+    assert httpx.post(url + "/v1/completions", json={}).status_code == 404
+
+
+def test_judge_and_model_graders_through_the_server(served):
+    _, url = served
+    judge = build_grader({"type": "judge", "model": "tiny", "base_url": url + "/v1", "max_tokens": 200})
+    grades = judge.grade_group(ITEM, SAMPLES)
+    assert all(g.score is not None and 0 <= g.score <= 1 for g in grades)  # constrained: always a valid judgement
+    stats = judge.stats()
+    assert stats["invalid_outputs"] == 0 and stats["client_format_downgrades"] == 0 and stats["prompt_tokens"] > 0
+    label = build_grader({"type": "label_model", "model": "tiny", "base_url": url + "/v1",
+                          "input": [{"role": "user", "content": "{{sample.output_text}}"}],
+                          "labels": ["right", "wrong"], "passing_labels": ["right"]})
+    assert all(g.score in (0.0, 1.0) and g.reason.startswith("label: ") for g in label.grade_group(ITEM, SAMPLES))
+    score = build_grader({"type": "score_model", "model": "tiny", "base_url": url + "/v1", "range": [0, 10],
+                          "input": [{"role": "user", "content": "{{sample.output_text}}"}]})
+    assert all(0 <= g.score <= 10 and g.reason.startswith("model said") for g in score.grade_group(ITEM, SAMPLES))
+
+
+PREFIX = "kitae serve model: serving "
+
+
+def test_cli_process_end_to_end(tiny_lm, tmp_path):
+    """The bundled model when it is built (else a tiny one), as users run it: a process on a free port."""
+    cmd = [sys.executable, "-m", "kitae.cli.main", "serve", "model", "--model", tiny_lm, "--port", "0",
+           "--max-context", "8192", "--name", "judge-under-test"]
+    log = open(tmp_path / "server.log", "w")
+    env = os.environ | {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
+    try:
+        lines: queue.Queue = queue.Queue()
+        threading.Thread(target=lambda: lines.put(proc.stdout.readline()), daemon=True).start()
+        first = lines.get(timeout=120)
+        assert first.startswith(PREFIX + "judge-under-test on http://127.0.0.1:"), first
+        url = first.strip().rsplit(" on ", 1)[1]
+        judge = build_grader({"type": "judge", "model": "judge-under-test", "base_url": url, "max_tokens": 160})
+        grades = judge.grade_group(ITEM, SAMPLES[:2])
+        assert all(g.score is not None for g in grades), judge.stats()
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+        log.close()
