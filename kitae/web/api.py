@@ -18,10 +18,12 @@ with 10,000 steps and 100,000 samples answers as fast as a small one.
     GET  /api/runs/NAME/labels                 your labels; POST to add or change some
     GET  /api/runs/NAME/label_queue?after=K    the next group worth labeling
     GET  /api/runs/NAME/agreement?grader=G     your labels against the grader
+    GET  /api/runs/NAME/labeled.jsonl          your labeled groups, as `kitae grader validate` data
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -41,6 +43,15 @@ ROUTES = Registry("run page API route")
 MAX_LIMIT = 200  # rows in one page
 DEFAULT_POINTS, MAX_POINTS = 1000, 5000  # points per plotted series
 EVAL_PREFIX = "eval/"
+
+
+@dataclass(frozen=True)
+class Download:
+    """An endpoint's answer that is a file to save, not JSON."""
+
+    filename: str
+    data: bytes
+    content_type: str
 
 
 class ApiError(KitaeError):
@@ -289,6 +300,15 @@ def label_queue(store: RunStore, query: Query) -> dict[str, Any]:
             if g.n_samples >= 2 and any((g.step, g.group_index, i) not in done for i in range(g.n_samples)):
                 return {"group": group_json(store.group(g.id)), "position": position}
             position += 1
+
+
+@route("labeled_rows", "GET", "/runs/{run}/labeled.jsonl")
+def labeled_rows(store: RunStore, query: Query) -> Download:
+    """Your labeled groups as a file for ``kitae grader validate --grader SPEC --data labeled.jsonl``."""
+    rows = label_store.labeled_rows(store)
+    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", store.run_dir.name)  # a header is latin-1, a run name need not be
+    return Download(f"{name}-labeled.jsonl", text.encode("utf-8"), "application/x-ndjson")
 
 
 @route("agreement", "GET", "/runs/{run}/agreement")

@@ -14,7 +14,8 @@ prompt at that place: such a label is ignored.
 
 Agreement is computed by :func:`kitae.graders.agreement.agreement` and judged by
 :func:`kitae.graders.agreement.verdict`, the same code as ``kitae grader validate``; the grader score of a
-sample is its total reward, or one component's score.
+sample is its total reward, or one component's score. :func:`labeled_rows` turns the labeled groups into
+``kitae grader validate`` rows, to try another grader spec on the same labels.
 """
 
 from __future__ import annotations
@@ -155,3 +156,19 @@ def _disagreement(group: GroupRow, d: Any) -> dict[str, Any]:
                   "grader": d.grader[1]},
         "severity": d.severity,
     }
+
+
+def labeled_rows(store: RunStore) -> list[dict[str, Any]]:
+    """Labeled groups as ``kitae grader validate --data`` rows: the dataset row as ``item``, every sample with
+    ``output_text`` and, where you scored it, ``human_score``."""
+    rows = []
+    for group, row in labeled_groups(store, read_labels(store.run_dir)):
+        item = {**group.item, "messages": group.messages, "reference_answer": group.reference}
+        samples = []
+        for s, label in zip(group.samples, row):
+            sample = {"output_text": s.text, "finish_reason": s.finish_reason, "completion_tokens": s.completion_tokens}
+            if label is not None:
+                sample["human_score"] = label.score
+            samples.append(sample)
+        rows.append({"item": item, "samples": samples, "step": group.step, "group_index": group.group_index})
+    return rows

@@ -30,7 +30,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 from kitae.errors import ConfigError, KitaeError
-from kitae.web.api import ApiError, Query, dispatch
+from kitae.web.api import ApiError, Download, Query, dispatch
 
 STATIC_DIR = Path(__file__).parent / "static"
 TOKEN_ENV = "KITAE_UI_TOKEN"
@@ -218,7 +218,12 @@ class Handler(BaseHTTPRequestHandler):
             self._json(200, {"poll_ms": int(self.server.poll_s * 1000), "runs_dir": str(self.server.runs_dir)})
             return
         body = self._check_post() if method == "POST" else None
-        self._json(200, dispatch(self.server.runs_dir, method, path, Query(query), body))
+        answer = dispatch(self.server.runs_dir, method, path, Query(query), body)
+        if isinstance(answer, Download):
+            self._send(200, answer.data, answer.content_type,
+                       headers={"Content-Disposition": f'attachment; filename="{answer.filename}"'})
+        else:
+            self._json(200, answer)
 
     def _static(self, path: str) -> None:
         name = "index.html" if path in ("/", "/index.html") else path.lstrip("/")
@@ -231,10 +236,12 @@ class Handler(BaseHTTPRequestHandler):
     def _json(self, status: int, payload: Any) -> None:
         self._send(status, to_json(payload).encode("utf-8"), "application/json; charset=utf-8")
 
-    def _send(self, status: int, data: bytes, ctype: str, close: bool = False) -> None:
+    def _send(self, status: int, data: bytes, ctype: str, close: bool = False, headers: dict | None = None) -> None:
         self.send_response(status)
         if close:
             self.send_header("Connection", "close")
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Cache-Control", "no-store")

@@ -111,3 +111,24 @@ def test_a_broken_line_names_file_and_row(fresh_runs):
     with pytest.raises(DataError) as err:
         read_labels(path.parent)
     assert str(err.value) == f"{path}, row 2, field 'step': expected a whole number >= 0, got -1"
+
+
+def test_labeled_groups_download_as_grader_validate_data(serve, fresh_runs, tmp_path):
+    from kitae.graders import build_grader
+    from kitae.graders.agreement import validate
+    from kitae.graders.rows import load_rows
+
+    http = serve(fresh_runs).http
+    label_group(http, 1, [2, 1, 5, 3])
+    r = http.get("/api/runs/finished-run/labeled.jsonl")
+    assert r.headers["content-disposition"] == 'attachment; filename="finished-run-labeled.jsonl"'
+    path = tmp_path / "labeled.jsonl"
+    path.write_bytes(r.content)
+    [row] = load_rows(path)  # the parser of `kitae grader validate`
+    assert row.item["reference_answer"] == "4" and row.item["messages"][0]["content"] == "what is 2+2?"
+    assert [s["human_score"] for s in row.samples] == [2, 1, 5, 3]
+    # a numeric grader on the same labels: "step 1: 2+2 is 3/4/5/6" against reference 4 scores [0, 1, 0, 0];
+    # you scored [2, 1, 5, 3]: it reverses the 3 pairs with sample 1 and ties the other 3 -> 1.5 / 6
+    report = validate(build_grader({"type": "numeric"}), [row])
+    assert report.agreement.n_samples == 4
+    assert report.agreement.pairwise == pytest.approx(0.25)

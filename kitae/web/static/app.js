@@ -469,6 +469,9 @@
           stat("pairwise (within group)", fmt(a.pairwise)), stat("Spearman", fmt(a.spearman)),
           stat("Kendall τ-b", fmt(a.kendall)), stat("pairs compared", `${a.pairs}`)),
         h("p", {class: "verdict verdict-" + r.verdict.split(":")[0].toLowerCase()}, r.verdict),
+        r.labels ? h("p", {class: "small"}, h("a", {href: `/api/runs/${enc(run)}/labeled.jsonl`, download: ""},
+          "download your labeled groups"), " to try another grader on them: ",
+        h("code", null, "kitae grader validate --grader SPEC --data labeled.jsonl")) : null,
         r.worst.length ? h("div", null, h("h4", null, "Worst disagreements"), r.worst.map((d) => h("div", {class: "disagreement"},
           h("div", {class: "muted small"}, h("a", {href: runLink(run, `/group/${d.group_id}`)}, `step ${d.step}, group ${d.group_index}`),
             ` · you: #${d.better.sample_index} (${fmt(d.better.human)}) over #${d.worse.sample_index} (${fmt(d.worse.human)}); `
