@@ -90,12 +90,13 @@ def format_table(reports: list[ModelReport]) -> str:
 
 
 def efficiency_plot(reports: list[ModelReport], width: int = 56, height: int = 12) -> str:
-    """ASCII scatter of pass@1 (up) against mean completion tokens (right); each model is its table row's
-    number, so the plot reads like the paper's token-efficiency figure."""
+    """ASCII scatter of pass@1 (up, 0 to 1) against mean completion tokens (right, the models' range padded by
+    5%); each model is drawn as its table row's number ('+' where two share a cell), like the paper's
+    token-efficiency figure."""
     xs = [r.metrics["len_mean"] for r in reports]
     ys = [r.metrics["pass@1"] for r in reports]
     x0, x1 = _span(xs)
-    y0, y1 = _span(ys)
+    y0, y1 = 0.0, 1.0
     grid = [[" "] * width for _ in range(height)]
     for i, (x, y) in enumerate(zip(xs, ys)):
         col = round((x - x0) / (x1 - x0) * (width - 1))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from kitae.chat import IM_END, chatml
@@ -21,6 +23,18 @@ def long_engine() -> HFEngine:
     model = tiny_llama(len(tok))
     overfit(model, tok, [chatml(LONG_USER) + LONG_ANSWER, chatml(LOOP_USER) + LOOP_ANSWER], steps=60, lr=3e-2)
     return HFEngine(model, tok)
+
+
+@pytest.fixture(scope="session")
+def long_model_dir(long_engine, tmp_path_factory):
+    """long_engine's model and tokenizer saved as a model folder, with a two-prompt set for it:
+    LONG_USER's answer ends in "35" (its last number: correct), LOOP_USER never ends its turn (never correct)."""
+    root = tmp_path_factory.mktemp("long")
+    long_engine.model.save_pretrained(root / "model")
+    long_engine.tokenizer.save_pretrained(root / "model")
+    rows = [{"messages": LONG_USER, "reference_answer": "35"}, {"messages": LOOP_USER, "reference_answer": "47"}]
+    (root / "prompts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return root
 
 
 from tests.trainer.conftest import rewards_on_path, tiny_assets  # noqa: E402,F401  (shared trainer fixtures)
