@@ -10,7 +10,7 @@ Kimi k1.5 asks for "diverse coverage" (prompts labelled by domain and discipline
   of ``band_max`` whose maximum it does not exceed (default hard <= 0.3 < medium <= 0.7 < easy); a string
   (such as the bundled data's ``difficulty: easy``) is its own band. Rows with no value are ``unknown``.
 - **mix**: the target share of cell (domain d, band b) is ``domains[d] × bands[b]``, each normalized to sum
-  to 1. Leave ``domains`` empty to keep the domains' current shares, ``bands`` empty to keep each domain's
+  to 1; counts are rounded per domain first, then per band within it, so the domain mix holds exactly. Leave ``domains`` empty to keep the domains' current shares, ``bands`` empty to keep each domain's
   current band shares. A domain or band not named in a given mix gets no rows.
 - **size**: the number of rows out. Default: the largest size that meets the mix without repeating a row.
   A larger size takes every row of the short cells and says so in the report, unless ``allow_repeat``
@@ -114,17 +114,36 @@ def shares(mix: dict[str, float], counts: Counter) -> dict[str, float]:
     return {k: v / total for k, v in base.items()} if total else {}
 
 
-def target_shares(cells: Counter, cfg: BalanceConfig) -> dict[tuple[str, str], float]:
+@dataclass
+class Mix:
+    """The target: domain shares, and per domain its band shares."""
+
+    domains: dict[str, float]
+    bands: dict[str, dict[str, float]]
+
+    def share(self, cell: tuple[str, str]) -> float:
+        d, b = cell
+        return self.domains.get(d, 0.0) * self.bands.get(d, {}).get(b, 0.0)
+
+    def counts(self, size: int) -> dict[tuple[str, str], int]:
+        """Rows per cell: domain totals first, then bands within each domain (largest remainder both times),
+        so the domain mix holds exactly."""
+        out = {}
+        per_domain = largest_remainder(size, self.domains, sorted(self.domains))
+        for d, total in per_domain.items():
+            bands = self.bands[d]
+            for b, k in largest_remainder(total, bands, sorted(bands)).items():
+                out[(d, b)] = k
+        return out
+
+
+def target_mix(cells: Counter, cfg: BalanceConfig) -> Mix:
     domains = Counter()
     for (d, _), c in cells.items():
         domains[d] += c
     p_domain = shares(cfg.domains, domains)
-    out = {}
-    for d, pd in p_domain.items():
-        p_band = shares(cfg.bands, Counter({b: c for (dd, b), c in cells.items() if dd == d}))
-        for b, pb in p_band.items():
-            out[(d, b)] = pd * pb
-    return out
+    p_band = {d: shares(cfg.bands, Counter({b: c for (dd, b), c in cells.items() if dd == d})) for d in p_domain}
+    return Mix(p_domain, p_band)
 
 
 def largest_remainder(total: int, fractions: dict, keys: list) -> dict:
@@ -137,14 +156,17 @@ def largest_remainder(total: int, fractions: dict, keys: list) -> dict:
     return counts
 
 
-def default_size(available: Counter, target: dict) -> int:
+def default_size(available: Counter, mix: Mix) -> int:
     """The largest size whose target counts fit in what is available (no row used twice)."""
-    fits = [available[c] / f for c, f in target.items() if f > 0]
+    fits = [available[c] / mix.share(c) for c in _cells(mix) if mix.share(c) > 0]
     size = math.floor(min(fits)) if fits else 0
-    keys = [c for c in target if target[c] > 0]
-    while size > 0 and any(n > available[c] for c, n in largest_remainder(size, target, keys).items()):
+    while size > 0 and any(n > available[c] for c, n in mix.counts(size).items()):
         size -= 1
     return size
+
+
+def _cells(mix: Mix) -> list[tuple[str, str]]:
+    return [(d, b) for d in mix.domains for b in mix.bands[d]]
 
 
 def run_balance(rows: list[dict], cfg: BalanceConfig, ctx: Context) -> StepResult:
@@ -153,13 +175,13 @@ def run_balance(rows: list[dict], cfg: BalanceConfig, ctx: Context) -> StepResul
               for i, r in enumerate(rows)]
     cells = [(r["domain"], r["band"]) for r in tagged]
     available = Counter(cells)
-    target = target_shares(available, cfg)
-    keys = sorted(target)
-    size = cfg.size if cfg.size is not None else (len(rows) if cfg.allow_repeat else default_size(available, target))
-    wanted = largest_remainder(size, target, keys) if keys else {}
+    mix = target_mix(available, cfg)
+    size = cfg.size if cfg.size is not None else (len(rows) if cfg.allow_repeat else default_size(available, mix))
+    wanted = mix.counts(size) if mix.domains else {}
+    target = {c: mix.share(c) for c in _cells(mix)}
     rng = random.Random(cfg.seed)
     chosen: list[int] = []
-    for cell in keys:
+    for cell in sorted(wanted):
         members = [i for i, c in enumerate(cells) if c == cell]
         chosen += pick(members, wanted[cell], cfg.allow_repeat, rng)
     chosen.sort()

@@ -1,0 +1,107 @@
+"""`kitae curate ...` as a user runs it: real subprocesses, files on disk, the input never touched."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.curate import tiny_task
+
+DEDUPE_SET = Path(__file__).parent / "data" / "dedupe_set.jsonl"
+
+
+def kitae(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kitae.cli.main", *map(str, args)], capture_output=True,
+                          text=True, timeout=300, cwd=cwd)
+
+
+def write_rows(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def read(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_format_step(tmp_path):
+    data = write_rows(tmp_path / "in.jsonl", [
+        {"prompt": "True or false: 2+2=4.", "reference_answer": "true"},
+        {"prompt": "What is 2+2?", "reference_answer": "4"},
+        {"prompt": "次のうち素数はどれ？ (ア) 4 (イ) 7", "reference_answer": "イ"},
+    ])
+    before = digest(data)
+    out = tmp_path / "curated" / "format.jsonl"
+    proc = kitae("curate", "format", "--data", data, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    assert "[format] 3 rows in, 1 out (2 dropped)" in proc.stdout
+    assert [r["prompt"] for r in read(out)] == ["What is 2+2?"]
+    dropped = read(tmp_path / "curated" / "format.dropped.jsonl")
+    assert [(d["reason"], d["row"]) for d in dropped] == [("format: true_false", 1), ("format: multiple_choice", 3)]
+    report = json.loads((tmp_path / "curated" / "format.report.json").read_text())
+    assert report["dropped"] == {"format: true_false": 1, "format: multiple_choice": 1}
+    assert digest(data) == before
+
+
+def test_chain_with_steps_and_overrides(tmp_path):
+    out = tmp_path / "run"
+    proc = kitae("curate", "run", "--steps", "format,dedupe,balance", "--data", DEDUPE_SET, "--out", out,
+                 "--set", "dedupe.embedding=false", "--set", "balance.band_field=lang",
+                 "--set", "balance.bands={en: 1, ja: 1}", "-q")
+    assert proc.returncode == 0, proc.stderr
+    names = {p.name for p in out.iterdir()}
+    assert names == {"01-format.jsonl", "01-format.dropped.jsonl", "01-format.report.json",
+                     "02-dedupe.jsonl", "02-dedupe.dropped.jsonl", "02-dedupe.report.json",
+                     "03-balance.jsonl", "03-balance.dropped.jsonl", "03-balance.report.json",
+                     "curated.jsonl", "recipe.yaml", "report.json"}
+    final = read(out / "curated.jsonl")
+    assert final == read(out / "03-balance.jsonl")
+    assert sum(r["band"] == "en" for r in final) == sum(r["band"] == "ja" for r in final)
+    report = json.loads((out / "report.json").read_text())
+    assert [s["step"] for s in report["steps"]] == ["format", "dedupe", "balance"]
+    assert report["steps"][1]["rows_in"] == report["steps"][0]["rows_out"]
+    recipe = yaml.safe_load((out / "recipe.yaml").read_text())
+    assert recipe["steps"][1]["dedupe"]["embedding"] is False
+    assert "chain: 82 rows in" in proc.stdout
+
+
+def test_recipe_with_difficulty_resumes(tmp_path):
+    model, tok = tiny_task.trained()
+    model.save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    data = write_rows(tmp_path / "train.jsonl", tiny_task.rows() * 2)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "data": str(data), "out": str(tmp_path / "curated"),
+        "steps": ["format", {"difficulty": {"model": str(tmp_path / "model"), "n": 3, "temperature": 0.0,
+                                            "max_new_tokens": 6, "drop_unsolved": True}}],
+    }))
+    first = kitae("curate", "run", "--recipe", recipe, "-q")
+    assert first.returncode == 0, first.stderr
+    rows = read(tmp_path / "curated" / "curated.jsonl")
+    assert [(r["reference_answer"], r["pass_rate"]) for r in rows] == [("47", 1.0), ("47", 1.0)]
+    progress = tmp_path / "curated" / "02-difficulty.progress.jsonl"
+    assert len(progress.read_text().splitlines()) == 1 + 4
+    again = kitae("curate", "run", "--recipe", recipe, "-q")  # everything is in the progress file
+    assert again.returncode == 0 and read(tmp_path / "curated" / "curated.jsonl") == rows
+    changed = kitae("curate", "run", "--recipe", recipe, "--set", "difficulty.n=4", "-q")
+    assert changed.returncode == 2 and "--restart" in changed.stderr
+
+
+def test_errors_for_people(tmp_path):
+    data = write_rows(tmp_path / "in.jsonl", [{"prompt": "What is 2+2?", "reference_answer": "4"}])
+    same = kitae("curate", "format", "--data", data, "--out", data)
+    assert same.returncode == 2 and "is the input" in same.stderr
+    typo = kitae("curate", "run", "--steps", "format,dedup", "--data", data, "--out", tmp_path / "o")
+    assert typo.returncode == 2 and "did you mean 'dedupe'" in typo.stderr
+    bad_mix = kitae("curate", "balance", "--data", data, "--out", tmp_path / "b.jsonl", "--bands", "hard:1")
+    assert bad_mix.returncode == 2 and "name=share" in bad_mix.stderr
