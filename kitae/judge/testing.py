@@ -28,10 +28,11 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable
 
 from kitae.judge.prompt import DEFAULT_CRITERIA, read_samples
+from kitae.serving.http import LoopbackServer
 
 Request = dict[str, Any]
 
@@ -92,8 +93,7 @@ class ScriptedServer:
         self.requests: list[dict[str, Any]] = []
         self.in_flight = self.max_in_flight = 0
         self._lock, self._stop = threading.Lock(), threading.Event()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
+        self.server = LoopbackServer(("127.0.0.1", 0), self._handler())
         self.port = self.server.server_address[1]
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)

@@ -1,11 +1,10 @@
 """Serving local models over HTTP: ``kitae serve model`` (an OpenAI-compatible chat server).
 
-    server.py       the endpoints (/v1/models, /v1/chat/completions) on the standard library's http.server
+    server.py       the endpoints (/v1/models, /v1/chat/completions) on the standard library's http.server:
+                    ``load_service(path)`` -> ChatService, ``make_server(service, host, port)``
     constrained.py  JSON-schema constrained decoding, so ``response_format`` is honoured by any local model
+    http.py         the threading server class the loopback servers share
 
-``kitae serve rm`` (reward models) lives with the reward code in kitae/rewards/server.py.
+Nothing is imported here, so ``kitae.serving.http`` stays free of torch. ``kitae serve rm`` (reward models)
+lives with the reward code in kitae/rewards/server.py.
 """
-
-from kitae.serving.server import ChatService, load_service, make_server
-
-__all__ = ["ChatService", "load_service", "make_server"]

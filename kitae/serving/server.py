@@ -46,6 +46,7 @@ from kitae.chat import END_OF_TEXT, IM_END
 from kitae.rollout.base import SamplingParams
 from kitae.rollout.hf import HFEngine
 from kitae.serving.constrained import ConstrainedDecoder, supported
+from kitae.serving.http import LoopbackServer
 
 
 class ApiError(Exception):
@@ -293,9 +294,7 @@ def _handler(service: ChatService, quiet: bool) -> type[BaseHTTPRequestHandler]:
 
 def make_server(service: ChatService, host: str = "127.0.0.1", port: int = 0, quiet: bool = True) -> ThreadingHTTPServer:
     """A bound server (port 0 = a free port; read it from ``server.server_address``); call serve_forever()."""
-    server = ThreadingHTTPServer((host, port), _handler(service, quiet))
-    server.daemon_threads = True
-    return server
+    return LoopbackServer((host, port), _handler(service, quiet))
 
 
 def load_service(model: str | None, name: str | None = None, device: str = "cpu", dtype: str = "float32",
