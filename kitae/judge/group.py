@@ -10,7 +10,8 @@ all N samples together and scores each sample on every criterion; the scores are
       tone: "Polite, in the user's language."   # a description (weight 1)
     scale: [1, 5]                          # integers; scaled to 0-1 as (value - 1) / (5 - 1)
     rubric: ""                             # extra instructions appended to the judge's system prompt
-    calls: 1                               # k calls with different sample orders, averaged (2 = order + reversed)
+    calls: 1                               # k calls with different sample orders, averaged (2 = order + reversed;
+                                           #   never more calls than the group has distinct orders)
     parse_retries: 2                       # extra calls after an invalid reply, then the group abstains
     temperature: 0.0
     seed: null                             # sent to servers that support it
@@ -166,13 +167,18 @@ class GroupJudgeGrader(Grader):
 
     # ---- grading --------------------------------------------------------------------------------
     async def agrade_samples(self, item: Item, samples: list[Sample]) -> list[Grade]:
+        if not samples:
+            return []
         self._count(groups=1, samples=len(samples))
         try:
             group = self.prepare(item, samples)
         except TemplateError as exc:
             return self._abstain(len(samples), str(exc))
-        results = await asyncio.gather(*(self.judge_once(group, self.order(group, c), c)
-                                         for c in range(self.config.calls)))
+        orders = []  # one call per distinct order (a group of one has a single order)
+        for c in range(self.config.calls):
+            if (order := self.order(group, c)) not in orders:
+                orders.append(order)
+        results = await asyncio.gather(*(self.judge_once(group, order, c) for c, order in enumerate(orders)))
         done = [r for r in results if r.entries is not None]
         if not done:
             return self._abstain(len(samples), "; ".join(dict.fromkeys(r.error or "" for r in results)))

@@ -238,3 +238,10 @@ def test_model_and_base_url_from_the_environment(monkeypatch):
     monkeypatch.setenv("KITAE_JUDGE_BASE_URL", "http://127.0.0.1:9/v1")
     grader = build_grader({"type": "judge"})
     assert (grader.client.model, grader.client.url) == ("local-judge", "http://127.0.0.1:9/v1/chat/completions")
+
+
+@pytest.mark.parametrize("n, calls, requests", [(1, 2, 1), (2, 3, 2), (3, 3, 3), (0, 2, 0)])
+def test_one_call_per_distinct_order(n, calls, requests):
+    with ScriptedServer() as server:
+        grades = build_grader(spec(server, calls=calls)).grade_group(ITEM, [{"output_text": str(i)} for i in range(n)])
+        assert len(server.chat_requests) == requests and len(grades) == n
