@@ -47,6 +47,7 @@ from kitae.trainer.batch import TrainBatch, build_batch, token_logps
 from kitae.trainer.checkpoint import latest_checkpoint, load_state, save_checkpoint, set_rng_state
 from kitae.trainer.config import TrainConfig, resolve_data_path
 from kitae.trainer.evaluate import evaluate, sample_dict
+from kitae.trainer.loggers import make_loggers
 from kitae.trainer.rewards import GroupScores, RewardComponent, build_components, score_groups
 from kitae.trainer.samplers import SAMPLERS
 
@@ -89,6 +90,7 @@ class Trainer:
         if ckpt:
             self._restore(load_state(ckpt[1]))
         self.store = self._open_store(resume, ckpt) if self.acc.is_main_process else None
+        self.loggers = make_loggers(cfg.logging.report_to if self.store else [], self.run_dir, cfg.to_dict())
         self._stop_requested = False
 
     # ---- setup --------------------------------------------------------------------------------
@@ -240,6 +242,7 @@ class Trainer:
             return self.summary(status)
         finally:
             self._restore_signal_handlers(old_handlers)
+            self.loggers.close()
             if self.store is not None:
                 self.store.finish(status, self.summary(status) if status != "crashed" else None)
                 self.store.close()
@@ -531,6 +534,7 @@ class Trainer:
         if self.store is not None:
             self.store.log_groups(step, records)
             self.store.log_metrics(step, metrics)
+            self.loggers.log(step, metrics)
 
     # ---- evaluation, checkpoints, summary -------------------------------------------------------
     def evaluate(self, step: int) -> dict[str, float] | None:
@@ -543,6 +547,7 @@ class Trainer:
             )
             metrics, _ = evaluate(self.engine, self.eval_rows, self.eval_grader, e.k, sp, e.pass_threshold)
             self.store.log_eval(step, metrics)
+            self.loggers.log_eval(step, metrics)
         self.acc.wait_for_everyone()
         return metrics
 

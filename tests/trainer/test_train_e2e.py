@@ -57,6 +57,7 @@ def test_short_run_stores_every_group_component_and_eval(tiny_assets, tmp_path, 
     cfg = load_train_config(write_config(tiny_assets, tmp_path, **{
         "rewards": [{"name": "short", "function": "tiny_rewards:short"},
                     {"name": "flaky", "function": "tiny_rewards:flaky", "weight": 0.5}],
+        "logging.report_to": ["tensorboard"],
     }))
     summary = Trainer(cfg).train()
     assert summary["status"] == "finished" and summary["steps"] == 4
@@ -74,6 +75,7 @@ def test_short_run_stores_every_group_component_and_eval(tiny_assets, tmp_path, 
     abstain = dict(metrics["grader/flaky/abstain_rate"])
     assert all(0.5 <= v <= 1.0 for v in abstain.values())
     assert (tmp_path / "t" / "config.yaml").exists()
+    assert list((tmp_path / "t" / "tensorboard").rglob("events.out.tfevents.*"))  # report_to: tensorboard
     ckpt = tmp_path / "t" / "checkpoints" / "step-000004"
     assert (ckpt / "model" / "model.safetensors").exists() and (ckpt / "model" / "tokenizer.json").exists()
 
