@@ -239,19 +239,23 @@ class GroupJudgeGrader(Grader):
 
     def combine(self, results: list[CallResult], n: int) -> list[Grade]:
         """Average the scaled criteria over the calls; score = weighted mean of the criteria."""
-        per_call = [[self.score_entry(r.entries[i]) for i in range(n)] for r in results]  # type: ignore[index]
-        grades = []
-        for i in range(n):
-            subs = {c.name: sum(call[i][1][c.name] for call in per_call) / len(per_call) for c in self.config.criteria}
-            sub_scores: dict[str, float | None] = dict(subs)
-            if len(per_call) > 1:
-                scores = [call[i][0] for call in per_call]
-                sub_scores["order_spread"] = max(scores) - min(scores)
-            reasons = list(dict.fromkeys(r.entries[i].reason for r in results if r.entries[i].reason))  # type: ignore[index]
-            grades.append(Grade(score=self.weighted(subs), sub_scores=sub_scores, reason=" / ".join(reasons) or None))
+        entries = [r.entries for r in results if r.entries is not None]  # [call][sample]
+        per_call = [[self.score_entry(e) for e in call] for call in entries]  # [call][sample] -> (score, scaled)
+        grades = [self._grade([call[i] for call in per_call], [call[i].reason for call in entries])
+                  for i in range(n)]
         if len(per_call) > 1:
             self._note_order(per_call)
         return grades
+
+    def _grade(self, scored: list[tuple[float, dict[str, float]]], reasons: list[str]) -> Grade:
+        """One sample's grade from its (score, scaled criteria) under each call."""
+        subs = {c.name: sum(s[c.name] for _, s in scored) / len(scored) for c in self.config.criteria}
+        sub_scores: dict[str, float | None] = dict(subs)
+        if len(scored) > 1:
+            totals = [total for total, _ in scored]
+            sub_scores["order_spread"] = max(totals) - min(totals)
+        reason = " / ".join(dict.fromkeys(r for r in reasons if r)) or None
+        return Grade(score=self.weighted(subs), sub_scores=sub_scores, reason=reason)
 
     def score_entry(self, entry: Entry) -> tuple[float, dict[str, float]]:
         lo, hi = self.config.scale
@@ -302,6 +306,17 @@ class GroupJudgeGrader(Grader):
             self.counters.order_groups += 1
             self.counters.order_spread_sum += spread
             self.counters.order_top_changes += len(tops) > 1
+
+    def metrics(self) -> dict[str, float]:
+        """Cumulative numbers for a run's metrics (``grader/NAME/judge_tokens``, ...); log differences per step."""
+        c = self.counters
+        out = {"judge_calls": c.calls, "judge_cached_calls": c.cached_calls, "judge_prompt_tokens": c.prompt_tokens,
+               "judge_completion_tokens": c.completion_tokens, "judge_tokens": c.prompt_tokens + c.completion_tokens,
+               "judge_invalid_outputs": sum(c.invalid.values()), "judge_failed_calls": c.failed_calls,
+               "judge_abstained_samples": c.abstained_samples}
+        if c.order_groups:
+            out["judge_order_sensitivity"] = c.order_spread_sum / c.order_groups
+        return {k: float(v) for k, v in out.items()}
 
     def stats(self) -> dict[str, Any]:
         """counters, plus the HTTP client's counters as ``client_*``."""

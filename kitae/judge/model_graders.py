@@ -104,6 +104,13 @@ class ModelGrader(Grader):
             for key, value in deltas.items():
                 setattr(self.counters, key, getattr(self.counters, key) + value)
 
+    def metrics(self) -> dict[str, float]:
+        """Cumulative numbers for a run's metrics (``grader/NAME/judge_tokens``, ...); log differences per step."""
+        c = self.counters
+        return {"judge_calls": float(c.samples), "judge_cached_calls": float(c.cached_calls),
+                "judge_tokens": float(c.prompt_tokens + c.completion_tokens), "judge_unreadable": float(c.unreadable),
+                "judge_abstained_samples": float(c.abstained)}
+
     def stats(self) -> dict[str, Any]:
         out = self.counters.as_dict()
         out.update({f"client_{k}": v for k, v in self.client.counters.as_dict().items()})

@@ -231,7 +231,8 @@ class _Run:
             return self.options(list(range(int(schema["minimum"]), int(schema["maximum"]) + 1)))
         handlers = {"enum": self.enum, "boolean": lambda s: self.options([True, False]),
                     "null": lambda s: self.force("null"), "string": self.string,
-                    "integer": lambda s: self.number(s, integer=True), "number": lambda s: self.number(s, integer=False),
+                    "integer": lambda s: self.number(s, integer=True),
+                    "number": lambda s: self.number(s, integer=False),
                     "object": lambda s: self.object(s, root, depth), "array": lambda s: self.array(s, root, depth)}
         handlers[kind](schema)
 

@@ -179,7 +179,8 @@ class ChatService:
 
     def handle_post(self, path: str, body: Any) -> Any:
         if path != "/v1/chat/completions":
-            raise ApiError(404, f"no endpoint POST {path} (this server has /v1/chat/completions)", kind="not_found_error")
+            raise ApiError(404, f"no endpoint POST {path} (this server has /v1/chat/completions)",
+                           kind="not_found_error")
         model = body.get("model") if isinstance(body, dict) else None
         if model not in (None, self.name):
             raise ApiError(404, f"the model '{model}' does not exist; this server serves '{self.name}'", "model",
@@ -292,7 +293,8 @@ def _handler(service: ChatService, quiet: bool) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def make_server(service: ChatService, host: str = "127.0.0.1", port: int = 0, quiet: bool = True) -> ThreadingHTTPServer:
+def make_server(service: ChatService, host: str = "127.0.0.1", port: int = 0,
+                quiet: bool = True) -> ThreadingHTTPServer:
     """A bound server (port 0 = a free port; read it from ``server.server_address``); call serve_forever()."""
     return LoopbackServer((host, port), _handler(service, quiet))
 

@@ -170,6 +170,9 @@ def test_usage_is_recorded_per_call():
     assert [r.prompt_tokens for r in log] == sent
     assert grader.stats()["prompt_tokens"] == sum(sent)
     assert log[0].completion_tokens == count_tokens(NOT_JSON.content)
+    metrics = grader.metrics()
+    assert metrics["judge_tokens"] == sum(sent) + sum(r.completion_tokens for r in log)
+    assert (metrics["judge_calls"], metrics["judge_invalid_outputs"]) == (2.0, 1.0)
 
 
 def test_samples_are_fenced_data_with_a_fresh_tag():

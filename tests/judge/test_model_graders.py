@@ -107,6 +107,7 @@ def test_label_model_scores_passing_labels_per_sample():
     assert grades[2].reason.startswith("not one of the labels")
     assert schema["properties"]["label"]["enum"] == ["correct", "partly_correct", "wrong"]
     assert grader.stats()["unreadable"] == 1 and grader.stats()["scored"] == 3
+    assert grader.metrics()["judge_calls"] == 3 and grader.metrics()["judge_tokens"] > 0
 
 
 def test_failed_calls_abstain():
