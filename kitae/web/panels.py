@@ -6,7 +6,8 @@ axis. Every key goes to the first panel (by ``order``) with a matching pattern; 
 a panel of its own, so a metric the trainer starts logging tomorrow is plotted without touching this file.
 
 Eval metrics come from the run store's ``evals`` table and are named ``eval/<metric>`` here
-(``eval/pass@1``, ``eval/compliance``, ``eval/len_mean``).
+(``eval/pass@1``, ``eval/pass@1/en``, ``eval/compliance``, ``eval/trunc_rate``, ``eval/len_mean``); those
+of a known kind share the eval panel (scores and rates left, lengths right), any other gets its own.
 
     layout(["reward", "reward/accuracy", "kl", "kl_coef", "loss"])
     -> reward: left [reward, reward/accuracy]; kl: left [kl], right [kl_coef]; loss: left [loss]
@@ -46,8 +47,9 @@ def register_panel(name: str, panel: Panel) -> None:
 
 register_panel("reward", Panel(10, "Reward: total and each component", ("reward", "reward/*"),
                                help="mean over scored samples; each component as its grader scored it"))
-register_panel("eval", Panel(20, "Evaluation", ("eval/*",), ("eval/len_mean",),
-                             help="pass@1 and template compliance on the eval set; right axis: mean length"))
+register_panel("eval", Panel(20, "Evaluation", ("eval/pass@*", "eval/score", "eval/accuracy", "eval/reward",
+                                                 "eval/compliance", "eval/*_rate"), ("eval/len_*",),
+                             help="pass@1, template compliance and rates on the eval set; right axis: lengths"))
 register_panel("kl", Panel(30, "KL to the reference and its coefficient", ("kl",), ("kl_coef",)))
 register_panel("entropy", Panel(40, "Entropy", ("entropy",), help="mean token entropy of the policy"))
 register_panel("length", Panel(50, "Mean length (tokens) and truncation rate", ("len_mean",), ("trunc_rate",)))

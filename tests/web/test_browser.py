@@ -204,3 +204,17 @@ def test_errors_are_shown_on_the_page(serve, runs_dir, browser, path, message):
         assert message in pg.locator(".error").inner_text()
     finally:
         pg.close()
+
+
+@pytest.mark.parametrize("ticks, labels", [
+    ([0, 0.5, 1], ["0.0", "0.5", "1.0"]),
+    ([5.8445, 5.845, 5.8455], ["5.8445", "5.8450", "5.8455"]),  # close ticks never read the same
+    ([0, 1000, 2000], ["0", "1000", "2000"]),
+    ([1.2e6, 1.4e6], ["1.2e+6", "1.4e+6"]),
+    ([1 - 2e-7, 1, 1 + 2e-7], ["0.9999998", "1.0000000", "1.0000002"]),  # a ratio that barely moves
+    ([2e-7, 4e-7, 6e-7], ["2.0e-7", "4.0e-7", "6.0e-7"]),  # tiny values: exponents
+])
+def test_tick_labels(serve, runs_dir, page, ticks, labels):
+    page.goto(serve(runs_dir).url)
+    page.wait_for_function("() => window.KPlot !== undefined")
+    assert page.evaluate("ticks => ticks.map(KPlot.tickFormat(ticks))", ticks) == labels

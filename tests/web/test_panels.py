@@ -18,6 +18,10 @@ def panels_of(keys):
     (["kl_coef", "kl"], {"kl": (["kl"], ["kl_coef"])}),
     # eval pass@1 and compliance left, eval mean length right
     (["eval/pass@1", "eval/compliance", "eval/len_mean"], {"eval": (["eval/pass@1", "eval/compliance"], ["eval/len_mean"])}),
+    # the trainer's eval keys: scores and rates left, lengths right; an unknown kind gets its own plot
+    (["eval/pass@1", "eval/pass@1/en", "eval/trunc_rate", "eval/len_p90", "eval/bleu"],
+     {"eval": (["eval/pass@1", "eval/pass@1/en", "eval/trunc_rate"], ["eval/len_p90"]),
+      "key:eval/bleu": (["eval/bleu"], [])}),
     # length and truncation share a plot; abstain/error rates of every grader share another
     (["len_mean", "trunc_rate", "grader/a/abstain_rate", "grader/b/error_rate"],
      {"length": (["len_mean"], ["trunc_rate"]), "graders": (["grader/a/abstain_rate", "grader/b/error_rate"], [])}),

@@ -48,6 +48,18 @@
     return String(parseFloat(v.toPrecision(4)));
   }
 
+  // Tick labels with as many decimals as the tick spacing needs, so close ticks never read the same
+  // (5.8445, 5.8450, 5.8455 rather than 5.845 three times).
+  function tickFormat(ticks) {
+    if (ticks.length < 2) return fmt;
+    const step = Math.abs(ticks[1] - ticks[0]);
+    const big = Math.max(...ticks.map(Math.abs));
+    const decimals = Math.max(0, Math.ceil(-Math.log10(step) - 1e-9));
+    if (big < 1e5 && (decimals <= 6 || (big >= 0.1 && decimals <= 9))) return (v) => v.toFixed(decimals);
+    const digits = Math.max(1, Math.floor(Math.log10(big)) - Math.floor(Math.log10(step)));
+    return (v) => (v === 0 ? "0" : v.toExponential(Math.min(digits, 12)));
+  }
+
   function extent(values) {
     let lo = Infinity, hi = -Infinity;
     for (const v of values) {
@@ -74,12 +86,15 @@
     return Math.abs(points[lo][0] - x) <= Math.abs(points[hi][0] - x) ? lo : hi;
   }
 
+  // A null value lifts the pen; a point alone between two gaps becomes a zero-length segment, which the
+  // round line cap draws as a dot.
   function pathData(points, sx, sy) {
-    let d = "", pen = false;
-    for (const [x, y] of points) {
-      if (y === null || y === undefined) { pen = false; continue; }
-      d += (pen ? "L" : "M") + sx(x).toFixed(1) + "," + sy(y).toFixed(1);
-      pen = true;
+    let d = "";
+    const has = (i) => i >= 0 && i < points.length && points[i][1] !== null && points[i][1] !== undefined;
+    for (let i = 0; i < points.length; i++) {
+      if (!has(i)) continue;
+      const xy = sx(points[i][0]).toFixed(1) + "," + sy(points[i][1]).toFixed(1);
+      d += (has(i - 1) ? "L" : "M") + xy + (has(i - 1) || has(i + 1) ? "" : "h0");
     }
     return d;
   }
@@ -119,10 +134,14 @@
       const W = this.width, H = this.opts.height;
       const shown = this.series.filter((s) => !this.hidden.has(s.key));
       const left = shown.filter((s) => s.side !== "right"), right = shown.filter((s) => s.side === "right");
-      const m = {l: 58, r: right.length ? 58 : 14, t: 10, b: 30};
       const xs = extent(shown.flatMap((s) => s.points.filter((p) => p[1] !== null).map((p) => p[0])));
       const yl = extent(left.flatMap((s) => s.points.map((p) => p[1])));
       const yr = extent(right.flatMap((s) => s.points.map((p) => p[1])));
+      const ticks = (d) => (d ? niceTicks(d[0], d[1], 5) : []);
+      const lt = ticks(yl), rt = ticks(yr);
+      const lf = tickFormat(lt), rf = tickFormat(rt);
+      const room = (ts, f) => Math.max(40, 12 + 6.5 * Math.max(0, ...ts.map((t) => f(t).length)));  // ~6.5 px a digit
+      const m = {l: room(lt, lf), r: right.length ? room(rt, rf) : 14, t: 10, b: 30};
       const el = svg("svg", {width: W, height: H, viewBox: `0 0 ${W} ${H}`, class: "kchart-svg", role: "img"});
       this.plot.querySelector("svg")?.remove();
       this.plot.insertBefore(el, this.tip);
@@ -138,7 +157,7 @@
       const sx = (x) => m.l + ((x - x0) / (x1 - x0)) * (W - m.l - m.r);
       const scaleY = (d) => (y) => H - m.b - ((y - d[0]) / (d[1] - d[0])) * (H - m.t - m.b);
       const syl = yl ? scaleY(yl) : null, syr = yr ? scaleY(yr) : null;
-      this.drawAxes(el, {W, H, m, x0, x1, sx, yl, yr, syl, syr});
+      this.drawAxes(el, {W, H, m, x0, x1, sx, syl, syr, left: [lt, lf], right: [rt, rf]});
       for (const s of shown) {
         const sy = s.side === "right" ? syr : syl;
         if (!sy) continue;
@@ -157,25 +176,25 @@
     }
 
     drawAxes(el, g) {
-      const {W, H, m, x0, x1, sx, yl, yr, syl, syr} = g;
+      const {W, H, m, x0, x1, sx, syl, syr} = g;
       const axis = svg("g", {class: "kchart-axis"});
       for (const t of niceTicks(x0, x1, Math.max(2, Math.floor((W - m.l - m.r) / 90)))) {
         if (Math.abs(t - Math.round(t)) > 1e-9) continue;  // steps are whole numbers
         axis.appendChild(svg("line", {x1: sx(t), x2: sx(t), y1: m.t, y2: H - m.b, class: "grid"}));
         const label = svg("text", {x: sx(t), y: H - m.b + 16, "text-anchor": "middle"});
-        label.textContent = fmt(t);
+        label.textContent = String(Math.round(t));
         axis.appendChild(label);
       }
-      const yAxis = (domain, sy, x, anchor, grid) => {
-        for (const t of niceTicks(domain[0], domain[1], 5)) {
+      const yAxis = ([ticks, format], sy, x, anchor, grid) => {
+        for (const t of ticks) {
           if (grid) axis.appendChild(svg("line", {x1: m.l, x2: W - m.r, y1: sy(t), y2: sy(t), class: "grid"}));
           const label = svg("text", {x, y: sy(t) + 4, "text-anchor": anchor});
-          label.textContent = fmt(t);
+          label.textContent = format(t);
           axis.appendChild(label);
         }
       };
-      if (yl) yAxis(yl, syl, m.l - 6, "end", true);
-      if (yr) yAxis(yr, syr, W - m.r + 6, "start", !yl);
+      if (syl) yAxis(g.left, syl, m.l - 6, "end", true);
+      if (syr) yAxis(g.right, syr, W - m.r + 6, "start", !syl);
       axis.appendChild(svg("rect", {x: m.l, y: m.t, width: W - m.l - m.r, height: H - m.t - m.b, class: "frame"}));
       el.appendChild(axis);
     }
@@ -245,5 +264,6 @@
     lineChart: (el, opts) => new LineChart(el, opts),
     fmt,
     niceTicks,
+    tickFormat,
   };
 })();
