@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-import threading
+import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -35,7 +35,6 @@ from kitae.store.records import prompt_key
 
 LABELS_FILE = "labels.jsonl"
 TOTAL = "reward"  # the grader score is the total reward unless a component is named
-_append_lock = threading.Lock()  # one writer at a time within the server process
 
 
 @dataclass
@@ -94,12 +93,16 @@ def parse_label(obj: Any, source: str, row: int | None) -> Label:
 
 
 def append_labels(run_dir: str | Path, labels: list[Label]) -> None:
-    """Append labels to the sidecar file (one write, so concurrent readers never see half a line)."""
+    """Append labels to the sidecar file in one O_APPEND write, so that two writers (two browser tabs, two
+    servers) never interleave their lines and a reader never sees half a line."""
     now = time.time()
     lines = "".join(json.dumps({**asdict(l), "labeled_at": l.labeled_at or now}, ensure_ascii=False) + "\n"
                     for l in labels)
-    with _append_lock, open(Path(run_dir) / LABELS_FILE, "a", encoding="utf-8") as f:
-        f.write(lines)
+    fd = os.open(Path(run_dir) / LABELS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, lines.encode("utf-8"))
+    finally:
+        os.close(fd)
 
 
 # ---- agreement with the grader ------------------------------------------------------------------

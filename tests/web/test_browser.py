@@ -58,14 +58,15 @@ def test_a_finished_run_plots_every_panel(serve, runs_dir, page):
 def test_a_live_run_grows_while_the_page_is_open(serve, tmp_path, page):
     runs = tmp_path / "runs"
     live = LiveRun(runs, every=0.1)
-    live.log_until(5)
     try:
         s = serve(runs, poll_s=0.3)
-        page.goto(s.url + "#/run/live-run")
-        page.wait_for_selector('.panel[data-panel="reward"] path.series')
+        page.goto(s.url + "#/run/live-run")  # opened before the first step
+        page.wait_for_selector("text=No metrics yet")
+        page.wait_for_function("() => document.querySelector('#live').textContent.startsWith('live')")
+        live.log_until(5)
+        page.wait_for_selector('.panel[data-panel="reward"] path.series', state="attached")
         first = points(page, "reward", "reward")
         assert first >= 5
-        page.wait_for_function("() => document.querySelector('#live').textContent.startsWith('live')")
         live.start()
         page.wait_for_function(
             "n => Number(document.querySelector('.panel[data-panel=reward] path.series')?.dataset.points) >= n",
@@ -108,8 +109,7 @@ def test_model_output_with_markup_is_shown_as_text_and_never_runs(serve, runs_di
     # the same on the pages that show samples in other ways
     page.locator("text=this prompt across steps").click()
     page.wait_for_selector(".history")
-    page.locator("text=next ›").click()
-    page.locator("text=next ›").click()
+    page.locator("text=last »").click()
     page.wait_for_selector('.history[data-step="30"]')
     assert UNTRUSTED in page.locator('.history[data-step="30"]').inner_text()
     assert page.locator(".history img, .history script").count() == 0

@@ -187,7 +187,8 @@
     const layout = () => {
       put(head, runHeader(run, summary, "overview"));
       charts.forEach((c) => c.destroy());
-      put(grid);
+      put(grid, summary.panels.length ? null : h("p", {class: "muted empty"},
+        "No metrics yet: the plots appear with the first logged step."));
       charts = summary.panels.map((p) => {
         const card = h("section", {class: "panel card", dataset: {panel: p.name}},
           h("h3", null, p.title), p.help ? h("p", {class: "muted small"}, p.help) : null);
@@ -311,9 +312,11 @@
 
   function pager(page, pages, go) {
     return h("div", {class: "pager"},
+      h("button", {type: "button", disabled: page <= 0, onclick: () => go(0)}, "« first"),
       h("button", {type: "button", disabled: page <= 0, onclick: () => go(page - 1)}, "‹ previous"),
       h("span", null, ` page ${page + 1} of ${pages} `),
-      h("button", {type: "button", disabled: page + 1 >= pages, onclick: () => go(page + 1)}, "next ›"));
+      h("button", {type: "button", disabled: page + 1 >= pages, onclick: () => go(page + 1)}, "next ›"),
+      h("button", {type: "button", disabled: page + 1 >= pages, onclick: () => go(pages - 1)}, "last »"));
   }
 
   // ---- one group -----------------------------------------------------------------------------------
@@ -374,7 +377,8 @@
       const reason = (s.reasons || {})[name], error = (s.errors || {})[name];
       return h("div", {class: "component", dataset: {component: name}},
         h("div", {class: "component-head"}, h("span", {class: "name"}, name),
-          h("b", {class: "score"}, name in (s.scores || {}) ? fmt(s.scores[name]) : "–")),
+          s.scores && s.scores[name] === null && !error ? h("span", {class: "score muted"}, "abstained")
+            : h("b", {class: "score"}, name in (s.scores || {}) ? fmt(s.scores[name]) : "–")),
         Object.keys(sub).length ? h("table", {class: "criteria"}, h("tbody", null, Object.entries(sub).map(([c, v]) =>
           h("tr", null, h("td", null, c), h("td", {class: "num"}, typeof v === "number" || v === null ? fmt(v) : JSON.stringify(v)))))) : null,
         reason ? h("p", {class: "reason"}, reason) : null,
