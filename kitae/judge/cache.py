@@ -8,7 +8,8 @@ group's content, see kitae/judge/group.py), so it is answered from here and cost
   WAL mode), shared by processes and kept across runs. Delete the file to start over.
 
 The key covers the endpoint URL and the whole JSON body (model, messages, response_format, sampling
-parameters), canonicalized, so any change in the request is a miss. Only successful replies are stored.
+parameters), canonicalized, so any change in the request is a miss. Only successful replies are stored, and
+a caller can drop one it found unusable (the judge drops replies that fail its checks).
 """
 
 from __future__ import annotations
@@ -66,6 +67,12 @@ class ResponseCache:
             text = json.dumps(reply, ensure_ascii=False)
             with self._lock:
                 self._db.execute("INSERT OR REPLACE INTO replies VALUES (?, ?, ?)", (key, text, time.time()))
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            self._memory.pop(key, None)
+            if self._db is not None:
+                self._db.execute("DELETE FROM replies WHERE key = ?", (key,))
 
     def _remember(self, key: str, reply: dict[str, Any]) -> None:
         with self._lock:

@@ -84,6 +84,7 @@ class ChatReply:
     cached: bool = False
     finish_reason: str | None = None
     response_format: str = "none"  # the level sent: json_schema | json_object | none
+    key: str = ""  # the cache key of the request ("" without a cache)
 
 
 @dataclass
@@ -194,7 +195,7 @@ class ChatClient:
         if raw is not None:
             self.counters.cache_hits += 1
             reply = parse_reply(raw)
-            reply.cached = True
+            reply.cached, reply.key = True, key
             return reply
         raw = await self._post_with_retries(body)
         try:
@@ -206,7 +207,13 @@ class ChatClient:
         self.counters.completion_tokens += reply.usage.completion_tokens
         if self.cache is not None:
             self.cache.put(key, raw)
+            reply.key = key
         return reply
+
+    def forget(self, reply: ChatReply) -> None:
+        """Drop a reply from the cache (the caller found it unusable), so the same request is sent again."""
+        if self.cache is not None and reply.key:
+            self.cache.delete(reply.key)
 
     def _limit(self) -> asyncio.Semaphore:
         loop = asyncio.get_running_loop()

@@ -28,8 +28,8 @@ score across the calls) when calls >= 2, ``reason`` = the judge's sentence.
 
 Departures from a plain "ask the judge": the call order, delimiters and shuffle are drawn from a seeded hash of
 the group's content (not from global randomness), so re-grading the same group repeats the same requests
-and the response cache answers them for free; a retry after an invalid reply changes the delimiters and tells
-the judge why the last reply was rejected. The sample order of call c is a shuffle P for c = 0, P reversed for
+and the response cache answers them for free (replies that failed the checks are dropped from the cache);
+a retry after an invalid reply changes the delimiters and tells the judge why the last reply was rejected. The sample order of call c is a shuffle P for c = 0, P reversed for
 c = 1, and rotations of P (and their reversals) after that, so the k orders differ as much as they can.
 
 Nothing raises out of the grader: a failed or invalid call is retried, then the group abstains
@@ -228,6 +228,7 @@ class GroupJudgeGrader(Grader):
                 entries = parse_judgement(reply.content, ids, names, cfg.scale)
             except JudgeOutputError as exc:
                 self._record(group, call, attempt, reply, exc.kind)
+                self.client.forget(reply)  # only valid judgements are reused; a re-grade asks again
                 feedback = str(exc)
                 if attempt < cfg.parse_retries:
                     self._count(parse_retries=1)

@@ -248,3 +248,14 @@ def test_one_call_per_distinct_order(n, calls, requests):
     with ScriptedServer() as server:
         grades = build_grader(spec(server, calls=calls)).grade_group(ITEM, [{"output_text": str(i)} for i in range(n)])
         assert len(server.chat_requests) == requests and len(grades) == n
+
+
+def test_invalid_replies_are_not_reused_from_the_cache():
+    with ScriptedServer([NOT_JSON, NOT_JSON, NOT_JSON]) as server:  # the first grading abstains
+        grader = build_grader(spec(server))
+        first = grader.grade_group(ITEM, TWO)
+        again = grader.grade_group(ITEM, TWO)  # asked again (valid now), not replayed from the cache
+        third = grader.grade_group(ITEM, TWO)  # the valid judgement is reused
+        assert len(server.chat_requests) == 4
+    assert [g.score for g in first] == [None, None] and None not in [g.score for g in again]
+    assert again == third and grader.stats()["cached_calls"] == 1
