@@ -29,8 +29,9 @@ score across the calls) when calls >= 2, ``reason`` = the judge's sentence.
 Departures from a plain "ask the judge": the call order, delimiters and shuffle are drawn from a seeded hash of
 the group's content (not from global randomness), so re-grading the same group repeats the same requests
 and the response cache answers them for free (replies that failed the checks are dropped from the cache);
-a retry after an invalid reply changes the delimiters and tells the judge why the last reply was rejected. The sample order of call c is a shuffle P for c = 0, P reversed for
-c = 1, and rotations of P (and their reversals) after that, so the k orders differ as much as they can.
+a retry after an invalid reply changes the delimiters and tells the judge why the last reply was rejected.
+The sample order of call c is a shuffle P for c = 0, P reversed for c = 1, and rotations of P (and their
+reversals) after that, so the k orders differ as much as they can.
 
 Nothing raises out of the grader: a failed or invalid call is retried, then the group abstains
 (``Grade(score=None, error=...)``) and :attr:`counters` says why (``invalid`` by kind, ``failed_calls``,
