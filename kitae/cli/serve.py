@@ -1,4 +1,7 @@
-"""`kitae serve ...`: serve models over HTTP on the loopback interface. `kitae serve rm` serves a reward model.
+"""`kitae serve ...`: serve models over HTTP on the loopback interface.
+
+`kitae serve rm` serves a reward model (for `type: reward_model` graders); `kitae serve model` serves a causal
+LM with the OpenAI chat API (for `type: judge`).
 
     kitae serve rm --model bundled --port 8000
     # then, in a grader spec:  {type: reward_model, url: "http://127.0.0.1:8000"}
@@ -15,7 +18,8 @@ from pathlib import Path
 
 import typer
 
-serve_app = typer.Typer(help="Serve models over HTTP (reward models: `kitae serve rm`).", no_args_is_help=True)
+serve_app = typer.Typer(help="Serve models over HTTP: `serve rm` (a reward model), `serve model` (a chat model).",
+                        no_args_is_help=True)
 
 
 def register(app: typer.Typer) -> None:
