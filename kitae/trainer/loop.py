@@ -48,7 +48,7 @@ from kitae.trainer.checkpoint import latest_checkpoint, load_state, save_checkpo
 from kitae.trainer.config import TrainConfig, resolve_data_path
 from kitae.trainer.evaluate import evaluate, sample_dict
 from kitae.trainer.loggers import make_loggers
-from kitae.trainer.rewards import GroupScores, RewardComponent, build_components, score_groups
+from kitae.trainer.rewards import GroupScores, RewardComponent, build_components, counter_deltas, score_groups
 from kitae.trainer.samplers import SAMPLERS
 
 
@@ -295,7 +295,7 @@ class Trainer:
             "groups": len(groups),
             **self._kimi_metrics(scores, completions),
         }
-        metrics = self._reduce(metrics)
+        metrics = {**self._reduce(metrics), **self._reduce(self._grader_counter_metrics(), "sum")}
         if "kl" in metrics and metrics["kl"] is not None:
             self.kl_ctl.update(metrics["kl"], 1)
             self.loss_cfg.kl_coef = self.kl_ctl.value if self.cfg.algorithm.kl.where == "loss" else 0.0
@@ -495,12 +495,18 @@ class Trainer:
         self._log(step, metrics, [])
         return metrics
 
-    def _reduce(self, metrics: dict[str, float]) -> dict[str, float]:
-        if self.acc.num_processes == 1:
+    def _grader_counter_metrics(self) -> dict[str, float]:
+        """This step's change in graders' own counters (judge tokens, reward-model failures, ...)."""
+        deltas, self._counters = counter_deltas(self.components, getattr(self, "_counters", {}))
+        return deltas
+
+    def _reduce(self, metrics: dict[str, float], op: str = "mean") -> dict[str, float]:
+        """Metrics over all processes: means of per-process values, or sums for counters."""
+        if self.acc.num_processes == 1 or not metrics:
             return metrics
         keys = sorted(metrics)
         t = torch.tensor([metrics[k] for k in keys], dtype=torch.float64, device=self.acc.device)
-        t = self.acc.reduce(t, "mean")
+        t = self.acc.reduce(t, op)
         return dict(zip(keys, t.tolist()))
 
     def _group_records(self, rows, groups, scores, rewards, valid, adv) -> list[GroupRecord]:

@@ -163,3 +163,25 @@ def test_two_process_accelerate_run(tiny_assets, tmp_path, rewards_on_path):
     con = sqlite3.connect(tmp_path / "t" / "run.db")
     # 4 prompts per step, 2 per process, gathered into one store
     assert con.execute("SELECT step, count(*) FROM groups GROUP BY step").fetchall() == [(1, 4), (2, 4)]
+
+
+def test_judge_component_scores_reasons_and_tokens_reach_the_store(tiny_assets, tmp_path, rewards_on_path):
+    """A group judge on a real loopback server as a reward component: per-criterion sub-scores and reasons are
+    stored per sample and its token use is logged per step; the server failing once makes it abstain, not crash."""
+    from kitae.judge.testing import Reply, ScriptedServer, judge_brain
+
+    with ScriptedServer([Reply(status=500)] * 3, default=judge_brain(lambda text: 1 + len(text) % 5)) as server:
+        judge = {"type": "judge", "model": server.model, "base_url": server.base_url, "retries": 0}
+        cfg = load_train_config(write_config(tiny_assets, tmp_path, **{
+            "optim.steps": 2, "data.eval": None,
+            "rewards": [{"name": "short", "function": "tiny_rewards:short"}, {"name": "judge", "grader": judge}],
+        }))
+        Trainer(cfg).train()
+    store = RunStore.open(tmp_path / "t")
+    metrics = store.metrics()
+    assert sum(v for _, v in metrics["grader/judge/judge_tokens"]) > 0
+    assert max(v for _, v in metrics["grader/judge/abstain_rate"]) > 0  # the 500s: abstained, counted
+    samples = [s for g in store.groups(step=2, limit=10) for s in store.samples(g.id)]
+    sample = next(s for s in samples if s.scores["judge"] is not None)
+    assert set(sample.sub_scores["judge"]) >= {"correctness", "helpfulness", "tone", "format"}
+    assert sample.reasons["judge"]
