@@ -116,8 +116,8 @@ def endpoints(http: httpx.Client, run: str) -> dict[str, str]:
 
 def raw_sqlite_ms(db: Path, repeats: int) -> float:
     conn = sqlite3.connect(db)
-    ms = median_ms(lambda: conn.execute("SELECT step, value FROM metrics WHERE key = 'reward' ORDER BY step").fetchall(),
-                   repeats)
+    sql = "SELECT step, value FROM metrics WHERE key = 'reward' ORDER BY step"
+    ms = median_ms(lambda: conn.execute(sql).fetchall(), repeats)
     conn.close()
     return ms
 

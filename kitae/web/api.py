@@ -273,11 +273,12 @@ def save_labels(store: RunStore, query: Query, body: Any) -> dict[str, Any]:
 
 def _label_for(store: RunStore, item: Any, i: int) -> label_store.Label:
     field = f"labels[{i}]"
-    if not isinstance(item, dict) or isinstance(item.get("group_id"), bool) or not isinstance(item.get("group_id"), int):
+    gid = item.get("group_id") if isinstance(item, dict) else None
+    if isinstance(gid, bool) or not isinstance(gid, int):
         raise DataError("request body", None, f"{field}.group_id", "expected the id of a group of this run")
-    g = store.group(item["group_id"], with_samples=False)
+    g = store.group(gid, with_samples=False)
     if g is None:
-        raise DataError("request body", None, f"{field}.group_id", f"run has no group {item['group_id']}")
+        raise DataError("request body", None, f"{field}.group_id", f"run has no group {gid}")
     index = item.get("sample_index")
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < g.n_samples:
         raise DataError("request body", None, f"{field}.sample_index", f"expected 0..{g.n_samples - 1}, got {index!r}")

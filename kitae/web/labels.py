@@ -35,6 +35,7 @@ from kitae.store.records import prompt_key
 
 LABELS_FILE = "labels.jsonl"
 TOTAL = "reward"  # the grader score is the total reward unless a component is named
+Place = tuple[int, int, int]  # step, group_index, sample_index
 
 
 @dataclass
@@ -47,17 +48,17 @@ class Label:
     labeled_at: float | None = None
 
     @property
-    def where(self) -> tuple[int, int, int]:
+    def where(self) -> Place:
         return self.step, self.group_index, self.sample_index
 
 
 # ---- the sidecar file ---------------------------------------------------------------------------
-def read_labels(run_dir: str | Path) -> dict[tuple[int, int, int], Label]:
+def read_labels(run_dir: str | Path) -> dict[Place, Label]:
     """(step, group_index, sample_index) -> the latest label; a missing file has none."""
     path = Path(run_dir) / LABELS_FILE
     if not path.is_file():
         return {}
-    out: dict[tuple[int, int, int], Label] = {}
+    out: dict[Place, Label] = {}
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
@@ -84,12 +85,14 @@ def parse_label(obj: Any, source: str, row: int | None) -> Label:
             raise DataError(source, row, key, f"expected a whole number >= 0, got {value!r}")
         ints[key] = value
     score = obj.get("score")
-    if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score)):
+    is_number = isinstance(score, (int, float)) and not isinstance(score, bool) and math.isfinite(score)
+    if score is not None and not is_number:
         raise DataError(source, row, "score", f"expected a number (or null to remove the label), got {score!r}")
     key = obj.get("prompt_key")
     if key is not None and not isinstance(key, str):
         raise DataError(source, row, "prompt_key", f"expected a string, got {key!r}")
-    return Label(**ints, score=None if score is None else float(score), prompt_key=key, labeled_at=obj.get("labeled_at"))
+    score = None if score is None else float(score)
+    return Label(**ints, score=score, prompt_key=key, labeled_at=obj.get("labeled_at"))
 
 
 def append_labels(run_dir: str | Path, labels: list[Label]) -> None:
@@ -106,7 +109,7 @@ def append_labels(run_dir: str | Path, labels: list[Label]) -> None:
 
 
 # ---- agreement with the grader ------------------------------------------------------------------
-def labeled_groups(store: RunStore, labels: dict[tuple[int, int, int], Label]) -> list[tuple[GroupRow, list[Label | None]]]:
+def labeled_groups(store: RunStore, labels: dict[Place, Label]) -> list[tuple[GroupRow, list[Label | None]]]:
     """Each group that has a label, with its samples' labels in sample order (None = not labeled).
 
     A label whose group is gone, whose sample index is out of range or whose prompt changed is ignored."""

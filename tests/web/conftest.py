@@ -66,7 +66,8 @@ def serve():
 @pytest.fixture(scope="module")
 def browser():
     """Headless Chromium from the system package, driven by Playwright (never `playwright install`)."""
-    sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need playwright: pip install playwright")
+    sync_api = pytest.importorskip("playwright.sync_api",
+                                   reason="browser tests need playwright: pip install playwright")
     if not Path(CHROMIUM).exists():
         pytest.skip(f"browser tests need Chromium at {CHROMIUM}: apt-get install -y chromium (or set KITAE_CHROMIUM)")
     with sync_api.sync_playwright() as p:

@@ -19,6 +19,13 @@ def points(page, panel: str, key: str) -> int:
     return int(path.get_attribute("data-points"))
 
 
+def then_rendered(page, action) -> None:
+    """Do `action` (a click that changes the page) and wait until the new page is drawn."""
+    before = int(page.evaluate("() => document.body.dataset.rendered || 0"))
+    action()
+    page.wait_for_function("n => Number(document.body.dataset.rendered || 0) > n", arg=before)
+
+
 def open_group(page, url: str, step: int, index: int) -> None:
     page.goto(url + f"#/run/finished-run/groups?step={step}&order=step")
     page.locator(f"tr[data-group]:nth-child({index + 1}) a").click()
@@ -120,18 +127,16 @@ def test_sort_and_filter_the_groups(serve, runs_dir, page):
     s = serve(runs_dir)
     page.goto(s.url + "#/run/finished-run/groups")
     page.wait_for_selector("tr[data-group]")
-    page.locator("button", has_text="zero-variance groups").click()
-    page.wait_for_selector("text=30 groups over all steps")
+    then_rendered(page, lambda: page.locator("button", has_text="zero-variance groups").click())
+    assert page.locator("text=30 groups over all steps").count() == 1
     stds = page.locator("tr[data-group] td:nth-child(5)").all_inner_texts()
-    assert stds and set(stds) == {"0"}
-    page.locator("button", has_text="truncated samples").click()
-    page.wait_for_function("() => location.hash.includes('filter=truncated')")
-    page.wait_for_selector("tr[data-group]")
+    assert len(stds) == 20 and set(stds) == {"0"}
+    then_rendered(page, lambda: page.locator("button", has_text="truncated samples").click())
     assert set(page.locator("tr[data-group] td:nth-child(7)").all_inner_texts()) == {"1"}
-    page.locator("button", has_text="latest step").click()
-    page.wait_for_selector("text=1 groups at step 30")
-    page.select_option("select[name=filter]", "all")
-    page.wait_for_selector("text=3 groups at step 30")
+    then_rendered(page, lambda: page.locator("button", has_text="latest step").click())
+    assert page.locator("text=1 groups at step 30").count() == 1
+    then_rendered(page, lambda: page.select_option("select[name=filter]", "all"))
+    assert page.locator("text=3 groups at step 30").count() == 1
     # worst first: group 2 (0.4167), group 0 (0.625), group 1 (1)
     assert page.locator("tr[data-group] td:nth-child(4)").all_inner_texts() == ["0.4167", "0.625", "1"]
     screenshot(page, "groups")
@@ -159,9 +164,8 @@ def test_two_runs_on_one_plot(serve, runs_dir, page):
     page.wait_for_selector("#compare-chart path.series")
     got = page.locator("#compare-chart path.series").evaluate_all("els => els.map(e => Number(e.dataset.points))")
     assert sorted(got) == [12, 30]
-    page.select_option("select[name=key]", "eval/pass@1")
-    page.wait_for_selector("text=eval/pass@1: ")
-    page.wait_for_function("() => document.querySelectorAll('#compare-chart path.series').length === 2")
+    then_rendered(page, lambda: page.select_option("select[name=key]", "eval/pass@1"))
+    assert page.locator("text=eval/pass@1: finished-run vs crashed-run").count() == 1
     got = page.locator("#compare-chart path.series").evaluate_all("els => els.map(e => Number(e.dataset.points))")
     assert sorted(got) == [2, 4]  # evals at 0 and 10 for the 12-step run; 0, 10, 20, 30 for the other
     screenshot(page, "compare")

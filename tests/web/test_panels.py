@@ -17,7 +17,8 @@ def panels_of(keys):
     # KL left, its coefficient on the right axis
     (["kl_coef", "kl"], {"kl": (["kl"], ["kl_coef"])}),
     # eval pass@1 and compliance left, eval mean length right
-    (["eval/pass@1", "eval/compliance", "eval/len_mean"], {"eval": (["eval/pass@1", "eval/compliance"], ["eval/len_mean"])}),
+    (["eval/pass@1", "eval/compliance", "eval/len_mean"],
+     {"eval": (["eval/pass@1", "eval/compliance"], ["eval/len_mean"])}),
     # the trainer's eval keys: scores and rates left, lengths right; an unknown kind gets its own plot
     (["eval/pass@1", "eval/pass@1/en", "eval/trunc_rate", "eval/len_p90", "eval/bleu"],
      {"eval": (["eval/pass@1", "eval/pass@1/en", "eval/trunc_rate"], ["eval/len_p90"]),

@@ -112,7 +112,10 @@
     for (const [re, view] of ROUTES) {
       const m = path.match(re);
       if (m) {
-        view(m, q).catch((e) => put(app, errorBox(e)));
+        const gen = state.generation;
+        view(m, q).catch((e) => put(app, errorBox(e))).finally(() => {
+          if (gen === state.generation) document.body.dataset.rendered = String(gen);  // for tests and scripts
+        });
         return;
       }
     }
