@@ -11,7 +11,8 @@
   const state = {config: {poll_ms: 2000}, timers: [], charts: [], generation: 0};
   const fmt = (v) => KPlot.fmt(v);
   const ORDERS = {worst: "worst mean reward first", step: "newest step first", variance: "widest reward spread first"};
-  const FILTERS = {all: "all groups", zero_variance: "zero variance (no learning signal)", truncated: "with truncated samples"};
+  const FILTERS = {all: "all groups", zero_variance: "zero variance (no learning signal)",
+    truncated: "with truncated samples"};
   const LABEL_SCALE = [1, 2, 3, 4, 5];
 
   // ---- DOM and HTTP helpers ------------------------------------------------------------------------
@@ -141,7 +142,8 @@
     put(app, h("h1", null, "Runs"), note, table, h("p", null, compare));
     const draw = async () => {
       const data = await api("/runs");
-      note.textContent = `runs in ${data.runs_dir}` + (data.runs.length ? "" : " — none yet: start one with `kitae train`");
+      const none = data.runs.length ? "" : " — none yet: start one with `kitae train`";
+      note.textContent = `runs in ${data.runs_dir}${none}`;
       const rows = data.runs.map((r) => h("tr", {dataset: {run: r.name}},
         h("td", null, h("input", {type: "checkbox", "aria-label": `select ${r.name}`, checked: selected.has(r.name),
           disabled: r.status === "unreadable", onchange: (ev) => {
@@ -172,7 +174,8 @@
       summary ? h("p", {class: "muted"}, `model ${summary.model || "–"} · `, h("span", {class: "steps"},
         `${summary.steps ?? 0} steps`), " · started " + time(summary.started_at)
         + (summary.finished_at ? ` · finished ${time(summary.finished_at)}` : "")) : null,
-      h("nav", {class: "tabs"}, tabs.map(([name, href]) => h("a", {href, class: name === active ? "active" : ""}, name))));
+      h("nav", {class: "tabs"}, tabs.map(([name, href]) =>
+        h("a", {href, class: name === active ? "active" : ""}, name))));
   }
 
   async function runView(run) {
@@ -184,7 +187,8 @@
     const head = h("div");
     const grid = h("div", {class: "panels"});
     const evalBox = h("div");
-    const configBox = h("details", null, h("summary", null, "config"), h("pre", null, JSON.stringify(summary.config, null, 2)));
+    const configBox = h("details", null, h("summary", null, "config"),
+      h("pre", null, JSON.stringify(summary.config, null, 2)));
     put(app, head, grid, evalBox, configBox);
     let charts = [];
     const layout = () => {
@@ -285,12 +289,14 @@
     const go = (change) => { location.hash = runLink(run, "/groups" + query(Object.assign({}, params, change))); };
     const [summary, res] = await Promise.all([api(`/runs/${enc(run)}`), api(`/runs/${enc(run)}/groups${query({
       step: params.step, order: params.order, filter: params.filter, limit, offset: params.page * limit})}`)]);
-    const select = (name, options, value) => h("select", {name, onchange: (ev) => go({[name]: ev.target.value, page: 0})},
+    const select = (name, options, value) => h("select",
+      {name, onchange: (ev) => go({[name]: ev.target.value, page: 0})},
       Object.entries(options).map(([k, text]) => h("option", {value: k, selected: k === value}, text)));
     const stepInput = h("input", {type: "number", name: "step", min: 0, value: params.step, placeholder: "all steps",
       onchange: (ev) => go({step: ev.target.value, page: 0})});
-    const presets = [["worst groups", {order: "worst", filter: "all"}], ["zero-variance groups", {filter: "zero_variance"}],
-      ["truncated samples", {filter: "truncated"}], ["widest spread", {order: "variance", filter: "all"}]];
+    const presets = [["worst groups", {order: "worst", filter: "all"}],
+      ["zero-variance groups", {filter: "zero_variance"}], ["truncated samples", {filter: "truncated"}],
+      ["widest spread", {order: "variance", filter: "all"}]];
     const pages = Math.max(1, Math.ceil(res.total / limit));
     const rows = res.groups.map((g) => h("tr", {class: "link-row", dataset: {group: g.id}, onclick: () => {
       location.hash = runLink(run, `/group/${g.id}`);
@@ -307,7 +313,8 @@
         h("label", null, "show ", select("filter", FILTERS, params.filter))),
       h("div", {class: "controls presets"}, presets.map(([text, change]) => h("button", {type: "button",
         onclick: () => go(Object.assign({page: 0}, change))}, text))),
-      h("p", {class: "muted"}, `${res.total} groups` + (params.step !== "" ? ` at step ${params.step}` : " over all steps")),
+      h("p", {class: "muted"}, `${res.total} groups `
+        + (params.step !== "" ? `at step ${params.step}` : "over all steps")),
       h("table", {class: "groups"}, h("thead", null, h("tr", null, ["step", "#", "prompt", "mean reward", "std",
         "scored", "truncated"].map((t) => h("th", null, t)))), h("tbody", null, rows)),
       pager(params.page, pages, (page) => go({page})));
@@ -324,8 +331,8 @@
 
   // ---- one group -----------------------------------------------------------------------------------
   async function groupView(run, id) {
-    setCrumbs({text: "runs", href: "#/"}, {text: run, href: runLink(run)}, {text: "groups", href: runLink(run, "/groups")},
-      {text: `group ${id}`});
+    setCrumbs({text: "runs", href: "#/"}, {text: run, href: runLink(run)},
+      {text: "groups", href: runLink(run, "/groups")}, {text: `group ${id}`});
     const g = await api(`/runs/${enc(run)}/groups/${id}`);
     let byReward = false;
     const list = h("div", {class: "samples"});
@@ -382,11 +389,17 @@
         h("div", {class: "component-head"}, h("span", {class: "name"}, name),
           s.scores && s.scores[name] === null && !error ? h("span", {class: "score muted"}, "abstained")
             : h("b", {class: "score"}, name in (s.scores || {}) ? fmt(s.scores[name]) : "–")),
-        Object.keys(sub).length ? h("table", {class: "criteria"}, h("tbody", null, Object.entries(sub).map(([c, v]) =>
-          h("tr", null, h("td", null, c), h("td", {class: "num"}, typeof v === "number" || v === null ? fmt(v) : JSON.stringify(v)))))) : null,
+        Object.keys(sub).length ? criteriaTable(sub) : null,
         reason ? h("p", {class: "reason"}, reason) : null,
         error ? h("p", {class: "component-error"}, "error: ", error) : null);
     }));
+  }
+
+  // A judge's per-criterion scores (any JSON a grader put in sub_scores).
+  function criteriaTable(sub) {
+    const cell = (v) => (typeof v === "number" || v === null ? fmt(v) : JSON.stringify(v));
+    return h("table", {class: "criteria"}, h("tbody", null, Object.entries(sub).map(([c, v]) =>
+      h("tr", null, h("td", null, c), h("td", {class: "num"}, cell(v))))));
   }
 
   // ---- the same prompt across steps ----------------------------------------------------------------
@@ -440,7 +453,8 @@
       box);
     const c = chart(box, {height: 320});
     const draw = async () => {
-      const [ra, rb] = await Promise.all([a, b].map((r) => api(`/runs/${enc(r)}/metrics${query({keys: key, points: 1500})}`)));
+      const series = (r) => api(`/runs/${enc(r)}/metrics${query({keys: key, points: 1500})}`);
+      const [ra, rb] = await Promise.all([series(a), series(b)]);
       const pts = (res) => (res.series[key] || res.evals[key] || []);
       c.update([{key: `A:${key}`, label: `${a}`, points: pts(ra)}, {key: `B:${key}`, label: `${b}`, points: pts(rb)}]);
       return [ra.status, rb.status];
@@ -465,37 +479,17 @@
         + "A grader that disagrees with you teaches the model its opinion, not yours. Grader scores stay hidden "
         + "until you save, so they cannot sway you. Your labels go to labels.jsonl in the run folder."),
       agreementBox, groupBox);
-
-    async function drawAgreement() {
+    const drawAgreement = async () => {
       const r = await api(`/runs/${enc(run)}/agreement${query({grader})}`);
-      const a = r.agreement;
-      const stat = (name, v, cls) => h("div", {class: "stat " + (cls || "")}, h("div", {class: "muted small"}, name), h("b", null, v));
-      put(agreementBox, h("h3", null, "Agreement with the grader"),
-        h("div", {class: "controls"}, h("label", null, "grader score: ", graderSelect)),
-        h("div", {class: "stats"}, stat("your labels", `${r.labels}`, r.labels < r.min_labels ? "warn" : ""),
-          stat("pairwise (within group)", fmt(a.pairwise)), stat("Spearman", fmt(a.spearman)),
-          stat("Kendall τ-b", fmt(a.kendall)), stat("pairs compared", `${a.pairs}`)),
-        h("p", {class: "verdict verdict-" + r.verdict.split(":")[0].toLowerCase()}, r.verdict),
-        r.labels ? h("p", {class: "small"}, h("a", {href: `/api/runs/${enc(run)}/labeled.jsonl`, download: ""},
-          "download your labeled groups"), " to try another grader on them: ",
-        h("code", null, "kitae grader validate --grader SPEC --data labeled.jsonl")) : null,
-        r.worst.length ? h("div", null, h("h4", null, "Worst disagreements"), r.worst.map((d) => h("div", {class: "disagreement"},
-          h("div", {class: "muted small"}, h("a", {href: runLink(run, `/group/${d.group_id}`)}, `step ${d.step}, group ${d.group_index}`),
-            ` · you: #${d.better.sample_index} (${fmt(d.better.human)}) over #${d.worse.sample_index} (${fmt(d.worse.human)}); `
-            + `grader: ${fmt(d.better.grader)} vs ${fmt(d.worse.grader)}`),
-          h("div", {class: "pair"}, h("pre", {class: "text"}, clip(d.better.text, 400)), h("pre", {class: "text"}, clip(d.worse.text, 400))))))
-          : null);
-    }
-
+      put(agreementBox, agreementCard(run, r, graderSelect));
+    };
     let position = -1;
-    async function drawGroup(groupId) {
-      let g;
-      if (groupId) g = await api(`/runs/${enc(run)}/groups/${groupId}`);
-      else {
-        const res = await api(`/runs/${enc(run)}/label_queue${query({after: position})}`);
-        position = res.position;
-        g = res.group;
-      }
+    const next = async () => {
+      const res = await api(`/runs/${enc(run)}/label_queue${query({after: position})}`);
+      position = res.position;
+      return res.group;
+    };
+    const drawGroup = async (g) => {
       if (!g) {
         put(groupBox, h("p", {class: "muted"}, "No more groups to label."));
         return;
@@ -503,32 +497,66 @@
       const {labels} = await api(`/runs/${enc(run)}/labels`);
       const mine = {};
       for (const l of labels) if (l.step === g.step && l.group_index === g.group_index) mine[l.sample_index] = l.score;
-      let revealed = false;
-      const cards = h("div", {class: "samples"});
-      const status = h("span", {class: "muted"});
-      const draw = () => put(cards, ...g.samples.map((s, i) => sampleCard(s, i, revealed, h("div", {class: "label-row"},
-        "your score: ", LABEL_SCALE.map((v) => h("button", {type: "button", class: "score-button" + (mine[i] === v ? " chosen" : ""),
-          dataset: {score: v}, onclick: () => { mine[i] = v; draw(); }}, String(v))),
-        mine[i] != null ? h("button", {type: "button", class: "link", onclick: () => { mine[i] = null; draw(); }}, "clear") : null))));
-      const save = async () => {
-        const items = Object.entries(mine).map(([i, score]) => ({group_id: g.id, sample_index: Number(i), score}));
-        if (!items.length) { status.textContent = "score at least one sample first"; return; }
-        const r = await post(`/runs/${enc(run)}/labels`, {labels: items});
-        status.textContent = `saved ${r.saved} labels to ${r.file}`;
-        revealed = true;
-        draw();
-        await drawAgreement();
-      };
-      put(groupBox, h("h2", null, `Step ${g.step}, group ${g.group_index}`), promptBlock(g),
-        h("p", {class: "muted"}, "1 = bad … 5 = great; only the order within a group matters to GRPO."), cards,
-        h("div", {class: "controls sticky"}, h("button", {type: "button", class: "primary", onclick: save}, "Save my scores"),
-          h("button", {type: "button", onclick: () => { revealed = !revealed; draw(); }}, "show / hide grader scores"),
-          h("button", {type: "button", onclick: () => drawGroup(null)}, "next group ›"), status));
-      draw();
-    }
-
+      labelGroup(run, g, mine, groupBox, {saved: drawAgreement, next: async () => drawGroup(await next())});
+    };
     await drawAgreement();
-    await drawGroup(q.get("group") ? Number(q.get("group")) : null);
+    await drawGroup(q.get("group") ? await api(`/runs/${enc(run)}/groups/${Number(q.get("group"))}`) : await next());
+  }
+
+  function agreementCard(run, r, graderSelect) {
+    const a = r.agreement;
+    const stat = (name, v, cls) => h("div", {class: "stat " + (cls || "")}, h("div", {class: "muted small"}, name),
+      h("b", null, v));
+    return [h("h3", null, "Agreement with the grader"),
+      h("div", {class: "controls"}, h("label", null, "grader score: ", graderSelect)),
+      h("div", {class: "stats"}, stat("your labels", `${r.labels}`, r.labels < r.min_labels ? "warn" : ""),
+        stat("pairwise (within group)", fmt(a.pairwise)), stat("Spearman", fmt(a.spearman)),
+        stat("Kendall τ-b", fmt(a.kendall)), stat("pairs compared", `${a.pairs}`)),
+      h("p", {class: "verdict verdict-" + r.verdict.split(":")[0].toLowerCase()}, r.verdict),
+      r.labels ? h("p", {class: "small"}, h("a", {href: `/api/runs/${enc(run)}/labeled.jsonl`, download: ""},
+        "download your labeled groups"), " to try another grader on them: ",
+      h("code", null, "kitae grader validate --grader SPEC --data labeled.jsonl")) : null,
+      r.worst.length ? h("div", null, h("h4", null, "Worst disagreements"),
+        r.worst.map((d) => disagreement(run, d))) : null];
+  }
+
+  function disagreement(run, d) {
+    const you = `you: #${d.better.sample_index} (${fmt(d.better.human)}) over #${d.worse.sample_index} `
+      + `(${fmt(d.worse.human)}); grader: ${fmt(d.better.grader)} vs ${fmt(d.worse.grader)}`;
+    return h("div", {class: "disagreement"},
+      h("div", {class: "muted small"}, h("a", {href: runLink(run, `/group/${d.group_id}`)},
+        `step ${d.step}, group ${d.group_index}`), " · ", you),
+      h("div", {class: "pair"}, h("pre", {class: "text"}, clip(d.better.text, 400)),
+        h("pre", {class: "text"}, clip(d.worse.text, 400))));
+  }
+
+  // One group to label: your score buttons under each sample; the grader's scores once you saved.
+  function labelGroup(run, g, mine, box, on) {
+    let revealed = false;
+    const cards = h("div", {class: "samples"});
+    const status = h("span", {class: "muted"});
+    const choose = (i, v) => { mine[i] = v; draw(); };
+    const buttons = (i) => h("div", {class: "label-row"}, "your score: ",
+      LABEL_SCALE.map((v) => h("button", {type: "button", class: "score-button" + (mine[i] === v ? " chosen" : ""),
+        dataset: {score: v}, onclick: () => choose(i, v)}, String(v))),
+      mine[i] != null ? h("button", {type: "button", class: "link", onclick: () => choose(i, null)}, "clear") : null);
+    const draw = () => put(cards, g.samples.map((s, i) => sampleCard(s, i, revealed, buttons(i))));
+    const save = async () => {
+      const items = Object.entries(mine).map(([i, score]) => ({group_id: g.id, sample_index: Number(i), score}));
+      if (!items.length) { status.textContent = "score at least one sample first"; return; }
+      const r = await post(`/runs/${enc(run)}/labels`, {labels: items});
+      status.textContent = `saved ${r.saved} labels to ${r.file}`;
+      revealed = true;
+      draw();
+      await on.saved();
+    };
+    put(box, h("h2", null, `Step ${g.step}, group ${g.group_index}`), promptBlock(g),
+      h("p", {class: "muted"}, "1 = bad … 5 = great; only the order within a group matters to GRPO."), cards,
+      h("div", {class: "controls sticky"},
+        h("button", {type: "button", class: "primary", onclick: save}, "Save my scores"),
+        h("button", {type: "button", onclick: () => { revealed = !revealed; draw(); }}, "show / hide grader scores"),
+        h("button", {type: "button", onclick: on.next}, "next group ›"), status));
+    draw();
   }
 
   // ---- start ---------------------------------------------------------------------------------------

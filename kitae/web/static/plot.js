@@ -37,7 +37,9 @@
     else if (err <= 0.35) step *= 5;
     else if (err <= 0.75) step *= 2;
     const ticks = [];
-    for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) ticks.push(Math.abs(v) < step * 1e-9 ? 0 : v);
+    for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) {
+      ticks.push(Math.abs(v) < step * 1e-9 ? 0 : v);
+    }
     return ticks;
   }
 
@@ -224,7 +226,8 @@
           const row = div("kchart-tip-row");
           const sw = div("swatch");
           sw.style.background = s.color;
-          row.append(sw, document.createTextNode(`${s.label || s.key}: ${fmt(p[1])}` + (p[0] !== step ? ` (step ${p[0]})` : "")));
+          const at = p[0] !== step ? ` (step ${p[0]})` : "";
+          row.append(sw, document.createTextNode(`${s.label || s.key}: ${fmt(p[1])}${at}`));
           this.tip.appendChild(row);
         }
         this.tip.hidden = false;
@@ -249,7 +252,8 @@
         sw.style.background = s.side === "right" ? "transparent" : s.color;
         const last = [...s.points].reverse().find((p) => p[1] !== null);
         item.append(sw, document.createTextNode(`${s.label || s.key}${s.side === "right" ? " (right)" : ""}`),
-          Object.assign(document.createElement("span"), {className: "kchart-last", textContent: last ? fmt(last[1]) : "–"}));
+          Object.assign(document.createElement("span"), {className: "kchart-last",
+            textContent: last ? fmt(last[1]) : "–"}));
         item.title = "show or hide this series";
         item.addEventListener("click", () => {
           if (this.hidden.has(s.key)) this.hidden.delete(s.key); else this.hidden.add(s.key);
