@@ -551,8 +551,8 @@ class Trainer:
                 temperature=e.temperature, max_new_tokens=e.max_new_tokens or self.cfg.sampling.max_new_tokens,
                 seed=self.cfg.seed + 12345,
             )
-            metrics, _ = evaluate(self.engine, self.eval_rows, self.eval_grader, e.k, sp, e.pass_threshold)
-            self.store.log_eval(step, metrics)
+            metrics, samples = evaluate(self.engine, self.eval_rows, self.eval_grader, e.k, sp, e.pass_threshold)
+            self.store.log_eval(step, metrics, samples)
             self.loggers.log_eval(step, metrics)
         self.acc.wait_for_everyone()
         return metrics
