@@ -105,7 +105,7 @@ def dedupe(
     data: Path = Data, out: Path = Out,
     eval_: list[Path] = typer.Option([], "--eval", help="Eval set to decontaminate against (repeatable)."),
     threshold: float = typer.Option(0.9, help="Embedding cosine at or above which two prompts are one."),
-    ngram_threshold: float = typer.Option(0.85, help="Character n-gram cosine for near-verbatim copies."),
+    ngram_threshold: float = typer.Option(0.92, help="Character n-gram cosine for near-verbatim copies."),
     model: str = typer.Option("all-MiniLM-L6-v2", help="Sentence-transformers model: the packaged name or a folder."),
     no_embed: bool = typer.Option(False, "--no-embed", help="Skip the embedding layer (text layers only)."),
     set_: list[str] = Set, quiet: bool = Quiet,

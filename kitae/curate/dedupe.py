@@ -4,7 +4,8 @@ Layers, cheapest first; each runs on what the previous ones kept, and the first 
 
     exact        the same prompt text (user turns; system prompts are ignored)
     normalized   the same text after NFKC, casefold, no whitespace or punctuation ("What is 2+2?" = "what is 2 + 2")
-    ngram        cosine of character n-gram sets >= ngram_threshold (near-verbatim copies, any language)
+    ngram        cosine of character n-gram sets >= ngram_threshold, 0.92 (near-verbatim copies, any language;
+                 one changed word in a short prompt scores less: "colour of the sky/sea" is 0.90)
     embedding    cosine of sentence embeddings >= threshold (paraphrases; all-MiniLM-L6-v2 by default)
 
 Decontamination (``eval: [test.jsonl]``) runs the same layers between each row and every eval item, before
@@ -15,8 +16,9 @@ prompts that state different numbers, whose reference answers differ, or that ar
 (``lang`` field, else detected) are never near-duplicates. Without them "What is 12+35?" and "What is
 12+36?" (cosine 0.86) would be one prompt, and so would "太陽系で一番大きい惑星は？" and "...一番小さい惑星は？"
 (0.97). Drop ``lang`` from the guards to catch translations (e.g. to decontaminate against a test set in
-another language). Pairs that state the same numbers *and* have the same reference answer match at the
-lower ``same_numbers_threshold`` (0.6): "12+35は？" and "12たす35はいくつですか？" are one problem at cosine 0.62.
+another language). Pairs that state the same numbers with the same operators (``+``, ``plus``, ``たす`` are
+one) *and* have the same reference answer match at the lower ``same_numbers_threshold`` (0.6): "12+35は？" and
+"12たす35はいくつですか？" are one problem at cosine 0.62. The operators keep "2+0" and "2-0" (both 2) apart.
 Exact and normalized copies are dropped whatever their answers; copies whose answers disagree are counted
 as ``conflicting_answers``.
 
@@ -41,7 +43,7 @@ import numpy as np
 from kitae.curate import embed
 from kitae.curate.report import StepReport, Table
 from kitae.curate.step import Context, Dropped, Step, StepResult
-from kitae.curate.text import answer_form, normalize, numbers, prompt_text, row_lang
+from kitae.curate.text import answer_form, normalize, numbers, operators, prompt_text, row_lang
 from kitae.errors import ConfigError
 
 GUARDS = ("numbers", "answer", "lang")
@@ -54,7 +56,7 @@ class DedupeConfig:
     normalized: bool = True
     ngram: bool = True
     ngram_n: int = 3
-    ngram_threshold: float = 0.85
+    ngram_threshold: float = 0.92
     embedding: bool = True
     model: str = embed.DEFAULT_MODEL
     threshold: float = 0.9
@@ -93,8 +95,8 @@ class Layer:
 def guard_keys(row_sets: list[list[dict]], guards: list[str]) -> list[tuple[np.ndarray | None, np.ndarray | None]]:
     """Per row set: guard values [N, G] (-1 = no value, matches anything) and strong ids [N].
 
-    A row's strong id names its (numbers, answer) pair when it states numbers and has a reference answer and
-    both guards are on; -1 otherwise.
+    A row's strong id names its (numbers, operators, answer) when it states numbers and has a reference answer
+    and the numbers and answer guards are on; -1 otherwise.
     """
     if not guards:
         return [(None, None) for _ in row_sets]
@@ -110,7 +112,7 @@ def guard_keys(row_sets: list[list[dict]], guards: list[str]) -> list[tuple[np.n
                 value = {"numbers": nums, "answer": answer, "lang": row_lang(row)}[guard]
                 keys[i, g] = -1 if value is None else ids.setdefault((guard, value), len(ids))
             if use_strong and nums and answer is not None:
-                strong[i] = ids.setdefault(("strong", nums, answer), len(ids))
+                strong[i] = ids.setdefault(("strong", nums, operators(prompt_text(row)), answer), len(ids))
         out.append((keys, strong))
     return out
 

@@ -25,7 +25,7 @@ Guards: an optional int matrix ``keys`` [N, G] says which rows may match at all.
 in every column, their values are equal or either is -1 (a wildcard). kitae uses it for the numbers a prompt
 states and its reference answer: "12+35" and "12+36" embed almost alike (cosine 0.91) but are different
 problems. An optional ``strong`` [N] int id (-1 = none) with a ``bonus``: pairs with the same strong id
-match at ``threshold - bonus`` (kitae: the same numbers *and* the same answer, where "12+35は？" and
+match at ``threshold - bonus`` (kitae: the same numbers, operators *and* answer, where "12+35は？" and
 "12たす35はいくつですか？" are one problem at cosine 0.62). Scores returned are the plain cosines.
 """
 

@@ -64,6 +64,26 @@ def numbers(text: str) -> tuple[str, ...]:
     return tuple(sorted(_canonical(n) for n in _NUMBER.findall(text)))
 
 
+_OPERATOR_WORDS = [  # longest first; spaces around English words so "plus" inside a word is left alone
+    (" divided by ", "/"), (" times ", "*"), (" plus ", "+"), (" minus ", "-"),
+    ("たす", "+"), ("足す", "+"), ("ひく", "-"), ("引く", "-"), ("かける", "*"), ("掛ける", "*"), ("わる", "/"),
+    ("割る", "/"), ("×", "*"), ("÷", "/"), ("−", "-"),
+]
+_OPERATOR = re.compile(r"(?<=[\d\s])[-+*/](?=[\s\d])")
+
+
+def operators(text: str) -> tuple[str, ...]:
+    """The arithmetic operators between numbers, symbols and words alike, sorted: "2たす0" -> ('+',).
+
+    >>> operators("What is 12 plus 35?"), operators("12+35は？"), operators("2-0"), operators("Add 2 and 3")
+    (('+',), ('+',), ('-',), ())
+    """
+    text = " " + unicodedata.normalize("NFKC", text).casefold() + " "
+    for word, symbol in _OPERATOR_WORDS:
+        text = text.replace(word, f" {symbol} " if word.startswith(" ") else symbol)
+    return tuple(sorted(_OPERATOR.findall(text)))
+
+
 def _canonical(number: str) -> str:
     return number.rstrip("0").rstrip(".") if "." in number else number.lstrip("0") or "0"
 

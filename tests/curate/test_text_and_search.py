@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kitae.curate.embed import Guard, best_matches, first_duplicates, ngram_vectors, resolve_model
-from kitae.curate.text import answer_form, detect_lang, normalize, numbers, prompt_text
+from kitae.curate.text import answer_form, detect_lang, normalize, numbers, operators, prompt_text
 from kitae.errors import ConfigError
 
 
@@ -33,6 +33,20 @@ def test_normalize(text, expected):
 ])
 def test_numbers(text, expected):
     assert numbers(text) == expected
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("12+35は？", ("+",)),
+    ("12たす35はいくつですか？", ("+",)),            # the word is the operator
+    ("What is 12 plus 35?", ("+",)),
+    ("What is 9 minus 0?", ("-",)),               # so 9-0 and 9+0 (both 9) stay apart
+    ("9ひく0", ("-",)),
+    ("3×4÷2", ("*", "/")),
+    ("Add 12 and 35.", ()),                       # no operator stated
+    ("a well-known fact", ()),                    # a hyphen between letters is not a minus
+])
+def test_operators(text, expected):
+    assert operators(text) == expected
 
 
 @pytest.mark.parametrize("row, expected", [
