@@ -12,8 +12,8 @@ Decontamination (``eval: [test.jsonl]``) runs the same layers between each row a
 the dedupe, and drops the rows that match (``eval_threshold`` defaults to ``threshold``).
 
 Guards (``guards: [numbers, answer, lang]``, the default) apply to the ngram and embedding layers: two
-prompts that state different numbers, whose reference answers differ, or that are in different languages
-(``lang`` field, else detected) are never near-duplicates. Without them "What is 12+35?" and "What is
+prompts that state different numbers or different operators (when both state one), whose reference answers
+differ, or that are in different languages (``lang`` field, else detected) are never near-duplicates. Without them "What is 12+35?" and "What is
 12+36?" (cosine 0.86) would be one prompt, and so would "太陽系で一番大きい惑星は？" and "...一番小さい惑星は？"
 (0.97). Drop ``lang`` from the guards to catch translations (e.g. to decontaminate against a test set in
 another language). Pairs that state the same numbers with the same operators (``+``, ``plus``, ``たす`` are
@@ -95,24 +95,28 @@ class Layer:
 def guard_keys(row_sets: list[list[dict]], guards: list[str]) -> list[tuple[np.ndarray | None, np.ndarray | None]]:
     """Per row set: guard values [N, G] (-1 = no value, matches anything) and strong ids [N].
 
-    A row's strong id names its (numbers, operators, answer) when it states numbers and has a reference answer
-    and the numbers and answer guards are on; -1 otherwise.
+    The numbers guard is two columns: the numbers (always a value) and the operators (a wildcard when none is
+    stated, so "Add 12 and 35" may still match "12+35"). A row's strong id names its (numbers, operators,
+    answer) when it states numbers and has a reference answer and the numbers and answer guards are on.
     """
     if not guards:
         return [(None, None) for _ in row_sets]
     ids: dict[Any, int] = {}
+    columns = [c for g in guards for c in ((g, "operators") if g == "numbers" else (g,))]
     use_strong = {"numbers", "answer"} <= set(guards)
     out = []
     for rows in row_sets:
-        keys = np.empty((len(rows), len(guards)), dtype=np.int64)  # [N, G]
+        keys = np.empty((len(rows), len(columns)), dtype=np.int64)  # [N, G]
         strong = np.full(len(rows), -1, dtype=np.int64)  # [N]
         for i, row in enumerate(rows):
-            nums, answer = numbers(prompt_text(row)), answer_form(row)
-            for g, guard in enumerate(guards):
-                value = {"numbers": nums, "answer": answer, "lang": row_lang(row)}[guard]
-                keys[i, g] = -1 if value is None else ids.setdefault((guard, value), len(ids))
-            if use_strong and nums and answer is not None:
-                strong[i] = ids.setdefault(("strong", nums, operators(prompt_text(row)), answer), len(ids))
+            text = prompt_text(row)
+            values = {"numbers": numbers(text), "operators": operators(text) or None, "answer": answer_form(row),
+                      "lang": row_lang(row)}
+            for g, column in enumerate(columns):
+                value = values[column]
+                keys[i, g] = -1 if value is None else ids.setdefault((column, value), len(ids))
+            if use_strong and values["numbers"] and values["answer"] is not None:
+                strong[i] = ids.setdefault(("strong", values["numbers"], values["operators"], values["answer"]), len(ids))
         out.append((keys, strong))
     return out
 
