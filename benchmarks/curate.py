@@ -191,7 +191,8 @@ def sweep() -> None:
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     vectors = encode(load_encoder(), [prompt_text(r) for r in rows])
     print(f"{path.relative_to(ROOT)}: pairs of rows in the same language; a pair 'matches' at threshold t when")
-    print("its (guarded) similarity >= t. recall: planted paraphrase pairs that match; false: distinct pairs that do.\n")
+    print("its (guarded) similarity >= t. recall: planted paraphrase pairs that match; "
+          "false: distinct pairs that do.\n")
     print(f"{'guards':<22} {'lang':<4} {'t':>5} {'recall':>7} {'false':>6}")
     for guards in ([], ["lang", "numbers"], ["lang", "numbers", "answer"]):
         for t in (0.8, 0.85, 0.9, 0.95):

@@ -10,7 +10,8 @@ Kimi k1.5 asks for "diverse coverage" (prompts labelled by domain and discipline
   of ``band_max`` whose maximum it does not exceed (default hard <= 0.3 < medium <= 0.7 < easy); a string
   (such as the bundled data's ``difficulty: easy``) is its own band. Rows with no value are ``unknown``.
 - **mix**: the target share of cell (domain d, band b) is ``domains[d] × bands[b]``, each normalized to sum
-  to 1; counts are rounded per domain first, then per band within it, so the domain mix holds exactly. Leave ``domains`` empty to keep the domains' current shares, ``bands`` empty to keep each domain's
+  to 1; counts are rounded per domain first, then per band within it, so the domain mix holds exactly.
+  Leave ``domains`` empty to keep the domains' current shares, ``bands`` empty to keep each domain's
   current band shares. A domain or band not named in a given mix gets no rows.
 - **size**: the number of rows out. Default: the largest size that meets the mix without repeating a row.
   A larger size takes every row of the short cells and says so in the report, unless ``allow_repeat``
@@ -34,7 +35,8 @@ from kitae.curate.text import prompt_text
 from kitae.errors import ConfigError, DataError
 
 BUILTIN_DOMAINS: dict[str, list[str]] = {
-    "arithmetic": [r"\d+\s*[-+*/×÷]\s*\d+", r"\d+\s*(plus|minus|times|divided by)\s*\d+", r"\d+\s*(たす|ひく|かける|わる)\s*\d+"],
+    "arithmetic": [r"\d+\s*[-+*/×÷]\s*\d+", r"\d+\s*(plus|minus|times|divided by)\s*\d+",
+                   r"\d+\s*(たす|ひく|かける|わる)\s*\d+"],
     "math": [r"\b(equation|integral|derivative|probability|triangle|polynomial|prime|solve for)\b",
              r"(方程式|積分|微分|確率|三角形|多項式|素数|関数)"],
     "code": [r"```", r"\bdef \w+\(", r"\b(python|javascript|c\+\+|sql|function|program)\b", r"(プログラム|コード|関数を書)"],
@@ -76,7 +78,8 @@ def compile_rules(rules: dict[str, list[str]], path: str) -> list[tuple[str, lis
             try:
                 compiled.append(re.compile(p, re.IGNORECASE))
             except re.error as exc:
-                raise ConfigError(f"{path}.domain_rules.{name}[{i}]", f"not a valid regular expression: {exc}") from None
+                where = f"{path}.domain_rules.{name}[{i}]"
+                raise ConfigError(where, f"not a valid regular expression: {exc}") from None
         out.append((name, compiled))
     return out
 

@@ -13,20 +13,22 @@ the dedupe, and drops the rows that match (``eval_threshold`` defaults to ``thre
 
 Guards (``guards: [numbers, answer, lang]``, the default) apply to the ngram and embedding layers: two
 prompts that state different numbers or different operators (when both state one), whose reference answers
-differ, or that are in different languages (``lang`` field, else detected) are never near-duplicates. Without them "What is 12+35?" and "What is
-12+36?" (cosine 0.86) would be one prompt, and so would "太陽系で一番大きい惑星は？" and "...一番小さい惑星は？"
-(0.97). Drop ``lang`` from the guards to catch translations (e.g. to decontaminate against a test set in
-another language). Pairs that state the same numbers with the same operators (``+``, ``plus``, ``たす`` are
-one) *and* have the same reference answer match at the lower ``same_numbers_threshold`` (0.6): "12+35は？" and
-"12たす35はいくつですか？" are one problem at cosine 0.62. The operators keep "2+0" and "2-0" (both 2) apart.
+differ, or that are in different languages (``lang`` field, else detected) are never near-duplicates.
+Without them "What is 12+35?" and "What is 12+36?" (cosine 0.86) would be one prompt, and so would
+"太陽系で一番大きい惑星は？" and "...一番小さい惑星は？" (0.97). Drop ``lang`` from the guards to catch
+translations (e.g. to decontaminate against a test set in another language). Pairs that state the same
+numbers with the same operators (``+``, ``plus``, ``たす`` are one) *and* have the same reference answer match
+at the lower ``same_numbers_threshold`` (0.6): "12+35は？" and "12たす35はいくつですか？" are one problem at
+cosine 0.62. The operators keep "2+0" and "2-0" (both 2) apart.
 Exact and normalized copies are dropped whatever their answers; copies whose answers disagree are counted
 as ``conflicting_answers``.
 
-Thresholds, measured on tests/curate/data/dedupe_set.jsonl (see docs/curate.md): all-MiniLM-L6-v2 gives
-English paraphrases 0.90-0.99 and distinct English prompts up to 0.78; Japanese paraphrases get 0.85-0.94
-but distinct Japanese prompts on the same topic reach 0.86 (it is an English model), so the default 0.9
-misses some Japanese paraphrases rather than merge distinct prompts. For Japanese-heavy sets pass a
-multilingual sentence-transformers folder as ``model``.
+Thresholds, measured on tests/curate/data/dedupe_set.jsonl (14 planted paraphrase pairs per language; see
+``python benchmarks/curate.py --sweep``): with the default guards at 0.9, all-MiniLM-L6-v2 finds 14/14 English
+pairs and merges no distinct pair; in Japanese it finds 11/14 and merges 1 distinct pair (two questions whose
+answer is 木星, 0.91). Unguarded, distinct Japanese prompts reach 0.97 ("太陽系で一番大きい惑星" vs "...一番小さい
+惑星"): it is an English model. For Japanese-heavy sets pass a multilingual sentence-transformers folder as
+``model``; the n-gram layer catches near-verbatim Japanese copies without any model.
 
 Scaling: the search is blockwise (:func:`kitae.curate.embed.first_duplicates`); no N×N matrix is held.
 """
@@ -116,7 +118,8 @@ def guard_keys(row_sets: list[list[dict]], guards: list[str]) -> list[tuple[np.n
                 value = values[column]
                 keys[i, g] = -1 if value is None else ids.setdefault((column, value), len(ids))
             if use_strong and values["numbers"] and values["answer"] is not None:
-                strong[i] = ids.setdefault(("strong", values["numbers"], values["operators"], values["answer"]), len(ids))
+                signature = ("strong", values["numbers"], values["operators"], values["answer"])
+                strong[i] = ids.setdefault(signature, len(ids))
         out.append((keys, strong))
     return out
 

@@ -54,7 +54,8 @@ BUILTIN_RULES: dict[str, list[str]] = {
         r"[(]\s*[アイウエ]\s*[)][\s\S]*[(]\s*[イウエオ]\s*[)]", r"[①-⑳][\s\S]*[②-⑳]",
     ],
     "true_false": [
-        r"\btrue or false\b", r"\btrue\s*/\s*false\b", r"\bT\s*/\s*F\b", r"\b(answer|respond|reply) (with )?[\"']?yes[\"']? or [\"']?no\b",
+        r"\btrue or false\b", r"\btrue\s*/\s*false\b", r"\bT\s*/\s*F\b",
+        r"\b(answer|respond|reply) (with )?[\"']?yes[\"']? or [\"']?no\b",
         r"\byes or no\b[?:]", r"\bis (the following|this) statement (true|correct)\b",
         r"正しいか(誤り|間違い|誤っている|間違っている)か", r"正誤", r"[○〇◯]か[×✕]", r"[○〇◯]\s*[×✕]で答え",
         r"「はい」か「いいえ」", r"はいかいいえ",
@@ -115,7 +116,8 @@ def build_rules(cfg: FormatConfig, path: str = "format") -> list[Rule]:
             try:
                 compiled.append(re.compile(pattern, re.IGNORECASE | re.MULTILINE))
             except re.error as exc:
-                raise ConfigError(f"{path}.rules.{name}.patterns[{i}]", f"not a valid regular expression: {exc}") from None
+                where = f"{path}.rules.{name}.patterns[{i}]"
+                raise ConfigError(where, f"not a valid regular expression: {exc}") from None
         rules.append(Rule(name, compiled, spec.action or cfg.action))
     return rules
 

@@ -75,7 +75,8 @@ def test_guards_prevent_false_merges(ctx):
 
 def test_text_layers_only(ctx):
     rows = load()[:10]
-    copies = [dict(rows[0]), {**rows[1], "messages": [{"role": "user", "content": "  HOW many legs does a spider have ?"}]},
+    spider = "  HOW many legs does a spider have ?"
+    copies = [dict(rows[0]), {**rows[1], "messages": [{"role": "user", "content": spider}]},
               {**rows[2], "messages": [{"role": "system", "content": "Be brief."}] + rows[2]["messages"]}]
     result = run(rows + copies, ctx, embedding=False)
     assert [(d.detail["row"], d.reason, d.detail["duplicate_of_row"]) for d in result.dropped] == [

@@ -42,7 +42,9 @@ def test_same_seed_same_result_other_seed_other_samples(tmp_path):
     b, ctx_b = difficulty(rows, tmp_path / "b", n=10, temperature=1.0, seed=3)
     c, ctx_c = difficulty(rows, tmp_path / "c", n=10, temperature=1.0, seed=4)
     assert [r["pass_rate"] for r in a.rows] == [r["pass_rate"] for r in b.rows]
-    samples = lambda ctx: [json.loads(x)["texts"] for x in ctx.sidecar("progress.jsonl").read_text().splitlines()[1:]]  # noqa: E731
+    def samples(ctx):
+        return [json.loads(x)["texts"] for x in ctx.sidecar("progress.jsonl").read_text().splitlines()[1:]]
+
     assert samples(ctx_a) == samples(ctx_b)
     assert samples(ctx_a) != samples(ctx_c)
     assert 0.0 < a.rows[0]["pass_rate"] <= 1.0  # sampling strays from the taught answer only sometimes
