@@ -10,7 +10,8 @@ Kimi k1.5 asks for "diverse coverage" (prompts labelled by domain and discipline
   of ``band_max`` whose maximum it does not exceed (default hard <= 0.3 < medium <= 0.7 < easy); a string
   (such as the bundled data's ``difficulty: easy``) is its own band. Rows with no value are ``unknown``.
 - **mix**: the target share of cell (domain d, band b) is ``domains[d] × bands[b]``, each normalized to sum
-  to 1; counts are rounded per domain first, then per band within it, so the domain mix holds exactly.
+  to 1 over what exists (a band a domain has no rows in is left out of that domain's mix; the report lists
+  such gaps); counts are rounded per domain first, then per band within it, so the domain mix holds exactly.
   Leave ``domains`` empty to keep the domains' current shares, ``bands`` empty to keep each domain's
   current band shares. A domain or band not named in a given mix gets no rows.
 - **size**: the number of rows out. Default: the largest size that meets the mix without repeating a row.
@@ -141,12 +142,32 @@ class Mix:
 
 
 def target_mix(cells: Counter, cfg: BalanceConfig) -> Mix:
-    domains = Counter()
-    for (d, _), c in cells.items():
-        domains[d] += c
-    p_domain = shares(cfg.domains, domains)
-    p_band = {d: shares(cfg.bands, Counter({b: c for (dd, b), c in cells.items() if dd == d})) for d in p_domain}
-    return Mix(p_domain, p_band)
+    """Domain shares, and per domain the shares of the target bands it has rows in.
+
+    A target band a domain has no rows in is left out of that domain's mix (the others share its weight), and
+    a domain left with no band gets no rows: the fact questions of the bundled task have only the ``fact``
+    band, the arithmetic ones never do.
+    """
+    present: dict[str, Counter] = {}
+    for (d, b), c in cells.items():
+        present.setdefault(d, Counter())[b] += c
+    p_band = {}
+    for d, bands in present.items():
+        wanted = {b: w for b, w in cfg.bands.items() if bands[b] > 0} if cfg.bands else dict(bands)
+        if sum(wanted.values()) > 0:
+            p_band[d] = shares(wanted, Counter())
+    weights = cfg.domains or {d: sum(c.values()) for d, c in present.items()}
+    p_domain = shares({d: w for d, w in weights.items() if d in p_band}, Counter())
+    return Mix(p_domain, {d: p_band[d] for d in p_domain})
+
+
+def absent(cells: Counter, cfg: BalanceConfig) -> list[str]:
+    """Target domains and (domain, band) pairs that have no rows, for the report."""
+    domains = {d for d, _ in cells}
+    out = [d for d in cfg.domains if d not in domains]
+    for d in sorted(domains if not cfg.domains else set(cfg.domains) & domains):
+        out += [f"{d}/{b}" for b in cfg.bands if cells.get((d, b), 0) == 0]
+    return out
 
 
 def largest_remainder(total: int, fractions: dict, keys: list) -> dict:
@@ -217,7 +238,7 @@ def _result(tagged, cells, chosen, available, target, wanted, size, cfg) -> Step
     short = {f"{d}/{b}": wanted[(d, b)] - available[(d, b)] for d, b in wanted if wanted[(d, b)] > available[(d, b)]}
     report.stats = {"size": size, "seed": cfg.seed, "allow_repeat": cfg.allow_repeat,
                     "short cells": short if not cfg.allow_repeat else {},
-                    "repeated rows": len(chosen) - len(picked)}
+                    "repeated rows": len(chosen) - len(picked), "no rows for": absent(available, cfg)}
     return StepResult([tagged[i] for i in chosen], dropped, report)
 
 

@@ -98,3 +98,14 @@ def test_largest_remainder(total, fractions, expected):
 def test_config_errors(cfg, where):
     with pytest.raises(ConfigError, match=where):
         balance(**cfg)
+
+
+def test_bands_a_domain_does_not_have():
+    """The bundled task's facts have only the 'fact' band, its arithmetic never does: each domain balances the
+    target bands it has, instead of waiting for rows that cannot exist."""
+    rows = [row("1+1は？", difficulty=d) for d in ["easy"] * 4 + ["hard"] * 2] + \
+        [row("What colour is the sky?", difficulty="fact")] * 3
+    result = balance(rows, band_field="difficulty", bands={"easy": 1, "hard": 1, "fact": 1})
+    # arithmetic 6/9 and general 3/9 of the rows: size 6 fits (arithmetic 4 = 2 easy + 2 hard, general 2 facts)
+    assert cells(result) == {("arithmetic", "easy"): 2, ("arithmetic", "hard"): 2, ("general", "fact"): 2}
+    assert result.report.stats["no rows for"] == ["arithmetic/fact", "general/easy", "general/hard"]
