@@ -70,6 +70,9 @@ class StepReport:
         parts = [head]
         parts += [f"  dropped  {n:6d}  {reason}" for reason, n in self.dropped.most_common()]
         parts += [f"  tagged   {n:6d}  {label}" for label, n in self.tagged.most_common()]
+        shown = {k: v for k, v in self.stats.items() if v not in (None, [], {}, "")}
+        if shown:
+            parts.append("  " + "  ".join(f"{k}: {_short(v, 80)}" for k, v in shown.items()))
         parts += [t.render() for t in self.tables]
         if self.examples:
             parts.append("examples")
