@@ -42,6 +42,21 @@ def _rows(data: str, limit: Optional[int]) -> list[dict]:
     return rows[:limit] if limit else rows
 
 
+class _Progress:
+    """A tqdm bar over prompts on stderr, fed with the number of prompts done so far."""
+
+    def __init__(self, total: int, desc: str):
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, desc=desc, unit="prompt", leave=False)
+
+    def __call__(self, done: int) -> None:
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
 def _sampling(temperature: float, max_new_tokens: int, seed: int):
     from kitae.rollout.base import SamplingParams
 
@@ -73,10 +88,12 @@ def eval_models(
     reports = []
     try:
         for name, (_, path) in zip(unique_names([n for n, _ in parsed]), parsed):
-            if not as_json:
-                typer.echo(f"evaluating {name} ({path}) on {len(rows)} prompts x {k} samples ...", err=True)
-            metrics, results = evaluate_model(path, rows, g, k, _sampling(temperature, max_new_tokens, seed),
-                                              pass_threshold)
+            bar = _Progress(len(rows), f"{name} (k={k})")
+            try:
+                metrics, results = evaluate_model(path, rows, g, k, _sampling(temperature, max_new_tokens, seed),
+                                                  pass_threshold, progress=bar)
+            finally:
+                bar.close()
             reports.append(ModelReport(name, path, metrics, results))
     finally:
         g.close()
@@ -116,10 +133,12 @@ def _sample(model, data, grader, n, temperature, max_new_tokens, limit, seed, pa
     from kitae.l2s.selection import sample_groups
 
     g = build_grader(grader, "--grader")
+    rows = _rows(data, limit)
+    bar = _Progress(len(rows), f"sampling n={n}")
     try:
-        return sample_groups(model, _rows(data, limit), g, n, _sampling(temperature, max_new_tokens, seed),
-                             pass_threshold)
+        return sample_groups(model, rows, g, n, _sampling(temperature, max_new_tokens, seed), pass_threshold, bar)
     finally:
+        bar.close()
         g.close()
 
 

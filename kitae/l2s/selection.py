@@ -16,7 +16,7 @@ response up to its end marker (or up to the first template token, for a run-on).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from kitae.chat import TEMPLATE_TOKENS
 from kitae.graders.base import Grader
@@ -106,11 +106,12 @@ def dpo_rows(groups: list[list[dict]], ratio: float = 1.5, max_pairs: int | None
 
 def sample_groups(
     model: str, rows: list[dict], grader: Grader, n: int, sampling: SamplingParams, pass_threshold: float = 1.0,
+    progress: Callable[[int], None] | None = None,
 ) -> list[list[dict]]:
     """n graded samples per prompt from `model` (kitae.trainer.evaluate's per-sample results), grouped."""
     from kitae.l2s.compare import evaluate_model
 
-    _, results = evaluate_model(model, rows, grader, n, sampling, pass_threshold)
+    _, results = evaluate_model(model, rows, grader, n, sampling, pass_threshold, progress=progress)
     return group_results(results)
 
 

@@ -201,3 +201,20 @@ def test_merge_cli_and_its_errors(two_models, tmp_path):
     r = runner.invoke(app, ["merge", str(two_models / "a"), str(two_models / "b"), "--out", str(tmp_path / "m"),
                             "--weights", "1,x"])
     assert isinstance(r.exception, ConfigError) and "--weights" in str(r.exception)
+
+
+def test_chunked_evaluation_equals_one_evaluate_call(long_model_dir, long_engine):
+    from kitae.graders import build_grader
+    from kitae.l2s.compare import evaluate_model
+    from kitae.rollout.base import SamplingParams
+    from kitae.trainer.evaluate import evaluate
+
+    rows = [json.loads(x) for x in (long_model_dir / "prompts.jsonl").read_text().splitlines()] * 2
+    sp = SamplingParams(temperature=1.5, max_new_tokens=20, seed=4)
+    done = []
+    m1, r1 = evaluate_model(str(long_model_dir / "model"), rows, build_grader("answer", ""), 3, sp,
+                            batch_prompts=1, progress=done.append)
+    m2, r2 = evaluate(long_engine, rows, build_grader("answer", ""), 3, sp, batch_prompts=1)
+    assert done == [1, 2, 3, 4]
+    assert [(r["prompt_index"], r["output_text"]) for r in r1] == [(r["prompt_index"], r["output_text"]) for r in r2]
+    assert m1 == m2
