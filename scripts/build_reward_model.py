@@ -10,9 +10,10 @@ What it does, seeded end to end:
    ``wrong`` (the same phrasing with a wrong answer), ``ramble`` (correct, then 3-6 filler sentences), ``loop``
    (a sentence repeated 4-8 times, no end marker), ``unterminated`` (no ``<|im_end|>``: cut, or running on into a made-up user turn) and
    ``empty``. Pairs of the train split train; pairs of the test split (disjoint questions) measure accuracy;
-2. builds a Llama sequence classifier (1 label) with the base model's tokenizer, initialised from the base
-   model's embeddings, its first ``--layers`` decoder layers and final norm (``--init scratch`` for random
-   weights), with a zero-initialised score head;
+2. builds a Llama sequence classifier (1 label, zero-initialised score head) with the base model's tokenizer:
+   random weights (2 layers, width 128) by default, or ``--init base``: the base model's embeddings, first
+   ``--layers`` decoder layers and final norm. On this task the two reach the same held-out accuracy; scratch
+   is 3x faster and 2 MB instead of 7 (arithmetic is not something either learns here, see the model card);
 3. trains it with the Bradley-Terry loss -log σ(r_chosen - r_rejected) (InstructGPT's reward-model loss) plus
    ``center_coef`` × (r_chosen + r_rejected)², which keeps scores centred on 0 (the loss alone only fixes
    differences; the reward_model grader clips at ±10 and applies the length factor to positive scores only);
@@ -49,15 +50,15 @@ LABELS = ("wrong_number", "wrong_fact", "ramble", "loop", "unterminated", "empty
 @dataclass(frozen=True)
 class BuildConfig:
     seed: int = 0
-    init: str = "base"  # base | scratch
+    init: str = "scratch"  # scratch | base
     layers: int = 2  # decoder layers kept from the base model (or built from scratch)
     hidden_size: int = 128  # scratch only; --init base keeps the base model's width
     steps: int = 600
     batch_pairs: int = 32
-    lr: float = 3e-4
+    lr: float = 1e-3
     weight_decay: float = 0.01
     center_coef: float = 0.01
-    wrong_per_row: int = 1  # wrong-answer pairs per training prompt (the hard kind; the others saturate fast)
+    wrong_per_row: int = 4  # wrong-answer pairs per training prompt (the hard kind; the others saturate fast)
     max_length: int = 96  # tokens; longer texts (loops) are cut from the left, keeping the end the RM reads
     threads: int = 1  # torch threads; on a shared machine 2 spin-waiting OpenMP threads can be 5x slower
     save_dtype: str = "float32"  # float32 | bfloat16 (halves the size; kitae loads it back as float32)
@@ -259,9 +260,10 @@ A tiny reward model for kitae's bundled task (bilingual arithmetic and facts), b
 `scripts/build_reward_model.py` so that seed 000's reward-model reward (`type: reward_model`) runs on a laptop.
 A `LlamaForSequenceClassification` with one label: the score is the raw logit at the last token.
 
-- Tokenizer: the bundled base model's (ChatML). Input: the chat template over the user turn and the answer.
-- Init: {cfg.init} ({'the first %d decoder layers of %s' % (cfg.layers, base.name) if cfg.init == 'base' else 'random'}),
-  {size_mb:.1f} MB on disk; trained {cfg.steps} steps × {cfg.batch_pairs} pairs in {seconds:.0f} s on {cfg.threads} CPU threads.
+- Tokenizer: the bundled base model's (ChatML; tokenizer.json sha256 {sha256_of(base / "tokenizer.json")[:16]}...).
+  Input: the chat template over the user turn and the answer (system turns dropped, as the grader does).
+- Init: {init_text(cfg, base)},
+  {size_mb:.1f} MB on disk; trained {cfg.steps} steps × {cfg.batch_pairs} pairs in {seconds:.0f} s on {cfg.threads} CPU thread(s).
 - Data: {n_train} synthetic preference pairs from the train split: a well-formed correct answer is preferred over a
   wrong, rambling, looping, unterminated or empty one. Loss: Bradley-Terry + {cfg.center_coef} × (r_c + r_r)².
 
@@ -288,11 +290,27 @@ grader: {{type: reward_model, model: bundled}}          # in-process
 grader: {{type: reward_model, url: "http://127.0.0.1:8000"}}
 ```
 
-Limits: it knows only this task's answer styles; "wrong" pairs need arithmetic, which a model this small
-gets only partly right. It is a test fixture and a teaching aid, not a general reward model.
+Limits: it knows only this task's answer styles. It separates well-formed answers from rambling, looping,
+unterminated and empty ones; telling a right number from a wrong one needs arithmetic, which it does not learn
+from these pairs (wrong_number above; chance is 0.5), and it catches wrong facts only partly. Pair it with
+`{{type: answer}}` for correctness. It is a test fixture and a teaching aid, not a general reward model.
+
+Rebuild: `python scripts/build_reward_model.py` (reads kitae-tiny-base's tokenizer and the bundled task).
 
 Build config: `{json.dumps(asdict(cfg))}`
 """
+
+
+def init_text(cfg: BuildConfig, base: Path) -> str:
+    if cfg.init == "base":
+        return f"the embeddings and first {cfg.layers} decoder layers of {base.name}"
+    return f"random ({cfg.layers} layers, width {cfg.hidden_size})"
+
+
+def sha256_of(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def folder_mb(path: Path) -> float:
@@ -308,6 +326,8 @@ def main(argv: list[str] | None = None) -> dict:
         p.add_argument("--" + name.replace("_", "-"), type=type(field.default), default=field.default)
     args = p.parse_args(argv)
     cfg = BuildConfig(**{k: getattr(args, k) for k in BuildConfig.__dataclass_fields__})
+    if cfg.init not in ("scratch", "base") or cfg.save_dtype not in ("float32", "bfloat16"):
+        p.error("--init is scratch or base; --save-dtype is float32 or bfloat16")
     torch.set_num_threads(cfg.threads)
     random.seed(cfg.seed)
     train_pairs = make_pairs(read_rows(args.data / "train.jsonl"), cfg.seed, cfg.wrong_per_row)
