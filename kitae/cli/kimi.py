@@ -4,6 +4,7 @@
     kitae merge runs/verbose kitae-tiny-base --out runs/merged
     kitae l2s shortest --model runs/verbose --data bundled:arith/train --out l2s/shortest.jsonl
     kitae l2s dpo-pairs --model runs/verbose --data bundled:arith/train --out l2s/pairs.jsonl
+    kitae l2s dpo-pairs --samples eval_results/verbose.jsonl --out l2s/pairs.jsonl   # reuse kitae eval's samples
     kitae l2s sft --model runs/verbose --data l2s/shortest.jsonl --out runs/l2s-sft
     kitae l2s dpo --model runs/verbose --data l2s/pairs.jsonl --out runs/l2s-dpo
 
@@ -128,10 +129,17 @@ def merge(
     typer.echo(f"merged {shown} -> {out}")
 
 
-def _sample(model, data, grader, n, temperature, max_new_tokens, limit, seed, pass_threshold):
+def _sample(model, samples, data, grader, n, temperature, max_new_tokens, limit, seed, pass_threshold):
+    from kitae.errors import ConfigError
     from kitae.graders import build_grader
-    from kitae.l2s.selection import sample_groups
+    from kitae.l2s.selection import read_samples, sample_groups
 
+    if (model is None) == (samples is None):
+        raise ConfigError("--model", "give --model (sample now) or --samples (per-sample results of `kitae eval`)")
+    if samples is not None:
+        return read_samples(samples)
+    if data is None:
+        raise ConfigError("--data", "give the prompt set to sample from")
     g = build_grader(grader, "--grader")
     rows = _rows(data, limit)
     bar = _Progress(len(rows), f"sampling n={n}")
@@ -143,8 +151,10 @@ def _sample(model, data, grader, n, temperature, max_new_tokens, limit, seed, pa
 
 
 def shortest(
-    model: str = typer.Option(..., "--model", "-m", help="The long model to sample from."),
-    data: str = typer.Option(..., "--data", "-d", help=DATA_HELP),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="The long model to sample from."),
+    samples: Optional[Path] = typer.Option(None, help="Instead of --model: per-sample results of `kitae eval` "
+                                           "(eval_results/NAME.jsonl), so one sampling pass feeds both commands."),
+    data: Optional[str] = typer.Option(None, "--data", "-d", help=DATA_HELP),
     out: Path = typer.Option(..., "--out", "-o", help="SFT rows (JSON Lines, TRL prompt-completion)."),
     grader: str = typer.Option("answer", "--grader", "-g", help=GRADER_HELP),
     n: int = typer.Option(8, "-n", help="Samples per prompt (the paper: 8)."),
@@ -158,15 +168,17 @@ def shortest(
     from kitae.data.loader import write_jsonl
     from kitae.l2s.selection import selection_stats, sft_rows
 
-    groups = _sample(model, data, grader, n, temperature, max_new_tokens, limit, seed, pass_threshold)
+    groups = _sample(model, samples, data, grader, n, temperature, max_new_tokens, limit, seed, pass_threshold)
     rows = sft_rows(groups)
     write_jsonl(out, rows)
     _report(selection_stats(groups, rows), out, rows, "completion_tokens")
 
 
 def dpo_pairs(
-    model: str = typer.Option(..., "--model", "-m", help="The long model to sample from."),
-    data: str = typer.Option(..., "--data", "-d", help=DATA_HELP),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="The long model to sample from."),
+    samples: Optional[Path] = typer.Option(None, help="Instead of --model: per-sample results of `kitae eval` "
+                                           "(eval_results/NAME.jsonl), so one sampling pass feeds both commands."),
+    data: Optional[str] = typer.Option(None, "--data", "-d", help=DATA_HELP),
     out: Path = typer.Option(..., "--out", "-o", help="Preference rows (JSON Lines, TRL prompt/chosen/rejected)."),
     grader: str = typer.Option("answer", "--grader", "-g", help=GRADER_HELP),
     n: int = typer.Option(8, "-n", help="Samples per prompt."),
@@ -182,7 +194,7 @@ def dpo_pairs(
     from kitae.data.loader import write_jsonl
     from kitae.l2s.selection import dpo_rows, selection_stats
 
-    groups = _sample(model, data, grader, n, temperature, max_new_tokens, limit, seed, pass_threshold)
+    groups = _sample(model, samples, data, grader, n, temperature, max_new_tokens, limit, seed, pass_threshold)
     rows = dpo_rows(groups, ratio, max_pairs)
     write_jsonl(out, rows)
     _report(selection_stats(groups, rows), out, rows, "rejected_tokens")

@@ -1,6 +1,7 @@
 """Shortest-rejection sampling and DPO pairs (Kimi k1.5 §2.4), from n samples per prompt of a long model.
 
-For each prompt, sample n responses (the paper: n = 8) and grade them. A response is *correct* when it passes the
+For each prompt, sample n responses (the paper: n = 8) and grade them (or read the per-sample results of a
+``kitae eval`` run, so one sampling pass feeds both SFT and DPO data). A response is *correct* when it passes the
 grader (score >= threshold) and follows the chat template (ended its turn with ``<|im_end|>``, not cut off), so
 the SFT and DPO data never teach a run-on. Then:
 
@@ -16,6 +17,7 @@ response up to its end marker (or up to the first template token, for a run-on).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
 from kitae.chat import TEMPLATE_TOKENS
@@ -113,6 +115,25 @@ def sample_groups(
 
     _, results = evaluate_model(model, rows, grader, n, sampling, pass_threshold, progress=progress)
     return group_results(results)
+
+
+def read_samples(path: str | Path) -> list[list[dict]]:
+    """Per-sample results written by `kitae eval` (one JSON row per sample), grouped by prompt."""
+    import json
+
+    from kitae.errors import DataError
+
+    path = Path(path)
+    if not path.exists():
+        raise DataError(str(path), None, None, "file not found; write it with `kitae eval ... --out DIR`")
+    rows = []
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        row = json.loads(line)
+        for key in ("prompt_index", "messages", "output_text", "completion_tokens", "passed", "compliant"):
+            if key not in row:
+                raise DataError(str(path), i, key, "missing: is this a per-sample file of `kitae eval`?")
+        rows.append(row)
+    return group_results(rows)
 
 
 def selection_stats(groups: list[list[dict]], made: list[dict]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from kitae.cli.main import app
 from kitae.errors import ConfigError, KitaeError
 from kitae.l2s.compare import ModelReport, efficiency_plot, mark_frontier, parse_model_arg, unique_names
 from kitae.l2s.merge import average_state_dicts, merge_models, normalize_weights
-from kitae.l2s.selection import dpo_rows, rejected_for, sft_rows, shortest_correct
+from kitae.l2s.selection import dpo_rows, group_results, rejected_for, sft_rows, shortest_correct
 from kitae.models import load_causal_lm
 from tests.tiny import tiny_llama, tiny_tokenizer
 
@@ -182,6 +182,16 @@ def test_eval_shortest_pairs_sft_dpo_end_to_end(long_model_dir, tmp_path):
     assert r.exit_code == 0, r.output
     pairs = [json.loads(x) for x in (tmp_path / "p.jsonl").read_text().splitlines()]
     assert pairs and all(p["rejected_tokens"] > p["chosen_tokens"] for p in pairs)
+
+    # kitae eval's per-sample file feeds the same selection without sampling again
+    r = runner.invoke(app, ["l2s", "shortest", "--samples", str(tmp_path / "ev" / "model.jsonl"), "-o",
+                            str(tmp_path / "from_eval.jsonl")])
+    assert r.exit_code == 0, r.output
+    from_eval = [json.loads(x) for x in (tmp_path / "from_eval.jsonl").read_text().splitlines()]
+    assert from_eval == sft_rows(group_results(samples))
+    r = runner.invoke(app, ["l2s", "dpo-pairs", "-m", model, "--samples", str(tmp_path / "ev" / "model.jsonl"),
+                            "-o", str(tmp_path / "x.jsonl")])
+    assert isinstance(r.exception, ConfigError) and "give --model (sample now) or --samples" in str(r.exception)
 
     for cmd, data_file in (("sft", "s.jsonl"), ("dpo", "p.jsonl")):
         out = tmp_path / cmd
