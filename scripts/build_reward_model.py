@@ -1,15 +1,18 @@
 """Build kitae-tiny-rm: a tiny real reward model for the bundled task, trained on synthetic preference pairs.
 
-    python scripts/build_reward_model.py                      # base: kitae/assets/models/kitae-tiny-base
+    python scripts/build_reward_model.py        # tokenizer and data: kitae-tiny-base and kitae/assets/data/arith
     python scripts/build_reward_model.py --steps 50 --out /tmp/rm   # a quick try
+    python scripts/build_reward_model.py --init base --layers 2   # start from the base model's first layers
 
 What it does, seeded end to end:
 1. reads the bundled task (kitae/assets/data/arith/{train,test}.jsonl: messages, reference_answer, difficulty,
    lang) and makes preference pairs per prompt: *chosen* is a well-formed correct answer ("47", "答えは47です。",
    "The answer is 47."); *rejected* is the same prompt answered in one of the ways seed 000's rewards fight:
    ``wrong`` (the same phrasing with a wrong answer), ``ramble`` (correct, then 3-6 filler sentences), ``loop``
-   (a sentence repeated 4-8 times, no end marker), ``unterminated`` (no ``<|im_end|>``: cut, or running on into a made-up user turn) and
-   ``empty``. Pairs of the train split train; pairs of the test split (disjoint questions) measure accuracy;
+   (a sentence repeated 4-8 times, no end marker), ``unterminated`` (no ``<|im_end|>``: cut, or running on
+   into a made-up user turn) and ``empty``. ``wrong_per_row`` wrong-answer pairs per prompt (the hard kind),
+   one of each other kind. Pairs of the train split train; pairs of the test split (disjoint questions, one
+   of each kind) measure accuracy, reported per kind with wrong answers split into numbers and facts;
 2. builds a Llama sequence classifier (1 label, zero-initialised score head) with the base model's tokenizer:
    random weights (2 layers, width 128) by default, or ``--init base``: the base model's embeddings, first
    ``--layers`` decoder layers and final norm. On this task the two reach the same held-out accuracy; scratch
@@ -22,7 +25,8 @@ What it does, seeded end to end:
 
 The RM reads text formatted as kitae's reward_model grader shows it: the tokenizer's chat template (ChatML) over
 the user turn and the assistant answer. System prompts are dropped, as the grader does by default.
-Budget: < 10 MB on disk and < 5 minutes on 2 CPU cores with the defaults.
+Budget: < 10 MB on disk and < 5 minutes on 2 CPU cores with the defaults (2.1 MB and about 2 minutes on one
+thread of a busy machine). Every BuildConfig field is a flag (``--wrong-per-row``, ``--save-dtype`` ...).
 """
 
 from __future__ import annotations
@@ -141,7 +145,8 @@ def check_format(tok, row: dict) -> None:
     """The pairs must look exactly like what the reward_model grader will show the RM."""
     from kitae.rewards.reward_model import format_conversation
 
-    shown = format_conversation(tok, [{"role": "user", "content": user_turn(row)}, {"role": "assistant", "content": "47"}])
+    turns = [{"role": "user", "content": user_turn(row)}, {"role": "assistant", "content": "47"}]
+    shown = format_conversation(tok, turns)
     if shown != prompt_text(row) + "47" + IM_END + "\n":
         raise SystemExit(f"the tokenizer's chat template is not ChatML as the pairs assume: {shown!r}")
 
@@ -263,7 +268,8 @@ A `LlamaForSequenceClassification` with one label: the score is the raw logit at
 - Tokenizer: the bundled base model's (ChatML; tokenizer.json sha256 {sha256_of(base / "tokenizer.json")[:16]}...).
   Input: the chat template over the user turn and the answer (system turns dropped, as the grader does).
 - Init: {init_text(cfg, base)},
-  {size_mb:.1f} MB on disk; trained {cfg.steps} steps × {cfg.batch_pairs} pairs in {seconds:.0f} s on {cfg.threads} CPU thread(s).
+  {size_mb:.1f} MB on disk; trained {cfg.steps} steps × {cfg.batch_pairs} pairs in {seconds:.0f} s
+  on {cfg.threads} CPU thread(s).
 - Data: {n_train} synthetic preference pairs from the train split: a well-formed correct answer is preferred over a
   wrong, rambling, looping, unterminated or empty one. Loss: Bradley-Terry + {cfg.center_coef} × (r_c + r_r)².
 

@@ -239,7 +239,7 @@ class RewardModelGrader(Grader):
         url: null               # ... or a server: http://127.0.0.1:8000 (see kitae/rewards/remote.py)
         protocol: kitae         # kitae | sglang | vllm-classify | vllm-pooling (remote only)
         served_model: null      # the "model" field sent to the server
-        tokenizer: null         # RM tokenizer folder, for protocols where kitae formats the text (sglang, vllm-classify)
+        tokenizer: null         # RM tokenizer folder, where kitae formats the text (sglang, vllm-classify)
         timeout: 30.0           # seconds per request (remote)
         retries: 2              # extra attempts on connection errors, timeouts, 429 and 5xx (remote)
         backoff: 0.5            # seconds before the first retry, doubled each time (remote)

@@ -25,7 +25,8 @@ SAMPLES = [
 
 def start_server(model: str, port: int, log) -> tuple[subprocess.Popen, str]:
     cmd = [sys.executable, "-m", "kitae.cli.main", "serve", "rm", "--model", model, "--port", str(port)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=os.environ | {"PYTHONUNBUFFERED": "1"})
+    env = os.environ | {"PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: lines.put(proc.stdout.readline()), daemon=True).start()
     try:
