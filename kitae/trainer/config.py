@@ -209,6 +209,7 @@ class TrainConfig:
     name: str = "run"
     output_dir: str = "runs"
     seed: int = 0
+    threads: int | None = None  # torch CPU threads per process; None = torch's default (1 is best for tiny models)
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     rewards: list[RewardConfig] = field(default_factory=list)

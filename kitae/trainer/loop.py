@@ -63,6 +63,8 @@ class Trainer:
         self.on_step = on_step
         self.acc = Accelerator(cpu=not torch.cuda.is_available())
         set_seed(cfg.seed)
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
         self.run_dir = cfg.run_dir
         ckpt = latest_checkpoint(self.run_dir) if resume else None
         self.start_step = ckpt[0] if ckpt else 0
