@@ -205,3 +205,26 @@ def test_task_splits_are_reproducible_from_the_seed(build_script):
     train, test = build_script._corpus.build_task(seed=0)
     assert test == read_jsonl("test.jsonl")
     assert train == read_jsonl("train.jsonl")
+
+
+def test_model_card_is_rendered_from_build_info(build_script):
+    info = json.loads((MODEL_DIR / "build_info.json").read_text(encoding="utf-8"))
+    card = (MODEL_DIR / "README.md").read_text(encoding="utf-8")
+    assert card == build_script.render_card(info)
+    all_ = info["metrics"]["sampled_t1"]["all"]
+    assert f"| all | {all_['n']} | {all_['compliance']:.2f} | {all_['accuracy']:.2f} |" in card
+
+
+@pytest.mark.slow
+def test_baseline_numbers_in_the_card_are_reproducible(build_script, model, tokenizer):
+    """Re-measure the committed checkpoint (about 10 s): the seeded eval gives the card's numbers exactly."""
+    info = json.loads((MODEL_DIR / "build_info.json").read_text(encoding="utf-8"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(info["config"]["threads"])
+    try:
+        metrics = build_script.evaluate(model, tokenizer, read_jsonl("test.jsonl"), info["config"]["seed"])
+    finally:
+        torch.set_num_threads(threads)
+    assert metrics == info["metrics"]
+    assert 0.1 < metrics["sampled_t1"]["all"]["compliance"] < 0.7
+    assert 0.1 < metrics["sampled_t1"]["all"]["accuracy"] < 0.7
