@@ -34,10 +34,12 @@ class TrainSettings:
 def _common_args(s: TrainSettings, out: Path) -> dict[str, Any]:
     import torch
 
+    log_every = min(s.logging_steps, s.max_steps) if s.max_steps > 0 else s.logging_steps
     return {
         "output_dir": str(out), "num_train_epochs": s.epochs, "learning_rate": s.lr,
         "per_device_train_batch_size": s.batch_size, "gradient_accumulation_steps": s.grad_accum,
-        "max_steps": s.max_steps, "seed": s.seed, "logging_steps": s.logging_steps, "max_length": s.max_length,
+        "max_steps": s.max_steps, "seed": s.seed, "logging_steps": log_every, "logging_first_step": True,
+        "max_length": s.max_length,
         "save_strategy": "no", "report_to": [], "bf16": False, "use_cpu": not torch.cuda.is_available(),
         "lr_scheduler_type": "constant", "disable_tqdm": True,
     }
@@ -84,7 +86,8 @@ def sft(model: str, data: str | Path, out: str | Path, settings: TrainSettings =
 
 def dpo(model: str, data: str | Path, out: str | Path, settings: TrainSettings = TrainSettings(),
         beta: float = 0.1) -> dict:
-    """DPO on prompt/chosen/rejected rows, the starting model as the reference; returns TRL's metrics."""
+    """DPO on prompt/chosen/rejected rows, the starting model as the reference; returns TRL's final metrics and
+    the last logged ones (rewards/accuracies, rewards/margins, ...)."""
     from trl import DPOConfig, DPOTrainer
 
     from kitae.models import load_causal_lm, load_tokenizer
@@ -96,7 +99,13 @@ def dpo(model: str, data: str | Path, out: str | Path, settings: TrainSettings =
     trainer = DPOTrainer(model=load_causal_lm(model), args=args, train_dataset=rows, processing_class=tok)
     result = trainer.train()
     _save(trainer, tok, out)
-    return dict(result.metrics)
+    return {**_last_logged(trainer), **result.metrics}
+
+
+def _last_logged(trainer: Any) -> dict:
+    """The last training log entry (DPO's rewards/accuracies and margins live there, not in the final metrics)."""
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    return dict(logs[-1]) if logs else {}
 
 
 def _save(trainer: Any, tokenizer: Any, out: Path) -> None:

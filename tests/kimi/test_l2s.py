@@ -198,6 +198,7 @@ def test_eval_shortest_pairs_sft_dpo_end_to_end(long_model_dir, tmp_path):
         r = runner.invoke(app, ["l2s", cmd, "-m", model, "-d", str(tmp_path / data_file), "-o", str(out),
                                 "--max-steps", "2", "--batch-size", "2", "--lr", "1e-3"])
         assert r.exit_code == 0, r.output
+        assert "nan" not in r.output  # loss (and DPO's reward accuracy) were reported
         before, after = load_causal_lm(model).state_dict(), load_causal_lm(out).state_dict()
         assert any(not torch.equal(before[k], after[k]) for k in before)  # it trained
         assert (out / "tokenizer_config.json").exists()
