@@ -132,7 +132,7 @@ def run_trl(args) -> dict:
 
 
 def child(args) -> None:
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     result = (run_kitae if args.side == "kitae" else run_trl)(args)
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -144,7 +144,8 @@ def parent(args) -> None:
     for side in ("kitae", "trl"):
         with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
             out = f.name
-        cmd = [sys.executable, __file__, "--side", side, "--out", out, "--steps", str(args.steps), "--wall", str(args.wall)]
+        cmd = [sys.executable, __file__, "--side", side, "--out", out, "--steps", str(args.steps), "--wall", str(args.wall),
+               "--threads", str(args.threads)]
         if args.model:
             cmd += ["--model", args.model]
         env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
@@ -167,6 +168,7 @@ def main() -> None:
     ap.add_argument("--model", default=None, help="model folder (default: the bundled base model)")
     ap.add_argument("--side", choices=["kitae", "trl"], help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads for each side")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args()
     child(args) if args.side else parent(args)
