@@ -27,7 +27,9 @@ from kitae.trainer.evaluate import evaluate
 
 
 def engine_run(engine: HFEngine, prompts, n: int, max_new: int, seed: int) -> int:
-    groups = engine.generate(prompts, n, SamplingParams(temperature=1.0, max_new_tokens=max_new, seed=seed))
+    # stop at <|im_end|> only, as generate() does below, so both sides do the same work
+    sp = SamplingParams(temperature=1.0, max_new_tokens=max_new, seed=seed, stop=[IM_END])
+    groups = engine.generate(prompts, n, sp)
     return sum(c.num_tokens for g in groups for c in g)
 
 
@@ -71,8 +73,9 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--eval-k", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
 
     rows = load_prompts(args.data)
     prompts = [r["messages"] for r in rows[: args.prompts]]
