@@ -185,3 +185,46 @@ def test_judge_component_scores_reasons_and_tokens_reach_the_store(tiny_assets, 
     sample = next(s for s in samples if s.scores["judge"] is not None)
     assert set(sample.sub_scores["judge"]) >= {"correctness", "helpfulness", "tone", "format"}
     assert sample.reasons["judge"]
+
+
+def test_lora_run_with_kl_to_the_adapter_free_base(tiny_assets, tmp_path, rewards_on_path):
+    """LoRA (peft): only adapter weights train; the reference for KL is the base under the adapter."""
+    cfg = load_train_config(write_config(tiny_assets, tmp_path, **{
+        "optim.steps": 2, "data.eval": None, "model.lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]},
+        "algorithm.kl": {"coef": 0.1}, "logging.save_every": 2,
+    }))
+    trainer = Trainer(cfg)
+    trainable = [n for n, p in trainer.policy.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    trainer.train()
+    metrics = RunStore.open(tmp_path / "t").metrics()
+    assert [s for s, _ in metrics["kl"]] == [1, 2]
+    assert (tmp_path / "t" / "checkpoints" / "step-000002" / "model" / "adapter_config.json").exists()
+
+
+def test_reward_model_server_killed_mid_run_abstains_and_training_goes_on(tiny_assets, tmp_path, rewards_on_path):
+    """`kitae serve rm` as a real process; killed after step 1: its component abstains, the run finishes."""
+    from kitae.models import BUNDLED_RM
+
+    if not (BUNDLED_RM / "config.json").exists():
+        pytest.skip("the bundled reward model is not built")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "kitae.cli.main", "serve", "rm", "--model", "bundled", "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        url = server.stdout.readline().strip().rsplit(" ", 1)[-1]
+        assert url.startswith("http://127.0.0.1:"), url
+        rm = {"type": "reward_model", "url": url, "retries": 0, "timeout": 5, "gate": False}  # score every sample
+        cfg = load_train_config(write_config(tiny_assets, tmp_path, **{
+            "optim.steps": 3, "data.eval": None,
+            "rewards": [{"name": "short", "function": "tiny_rewards:short"}, {"name": "quality", "grader": rm}],
+        }))
+        trainer = Trainer(cfg)
+        trainer.on_step = lambda step, m: server.kill() if step == 1 else None
+        assert trainer.train()["status"] == "finished"
+    finally:
+        server.kill()
+        server.wait()
+    abstain = dict(RunStore.open(tmp_path / "t").metrics()["grader/quality/abstain_rate"])
+    assert abstain[1] < 1.0 and abstain[3] == 1.0  # scored while the server lived, abstained after
