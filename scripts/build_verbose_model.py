@@ -59,21 +59,24 @@ class Worked:
 
 
 def arith_worked(a: int, op: str, b: int, c: int, lang: str) -> Worked:
+    """Sums are written as the base model's pretraining drills write them ("12+35=47", no spaces): with spaces
+    the base model's arithmetic is far worse (measured: 4% vs 23% right at temperature 1), and SFT would then
+    teach a long answer *and* a worse skill."""
     inv = "-" if op == "+" else "+"
     back = c - b if op == "+" else c + b
     if lang == "ja":
         return Worked(["順番に考えます。", f"{a}{op}{b}を計算します。"],
                       [f"一の位は{a % 10}{op}{b % 10}を考えます。", "間違いがないか考えます。"],
                       f"よって{a}{op}{b}={c}です。",
-                      [f"確認します: {c}{inv}{b}={back}。正しいです。", f"もう一度確かめます: {a}{op}{b}は{c}です。",
+                      [f"確認します: {c}{inv}{b}={back}。正しいです。", f"もう一度確かめます: {a}{op}{b}={c}です。",
                        "念のため見直しました。"],
                       f"答え: {c}")
     word = "plus" if op == "+" else "minus"
     return Worked(["Let me solve this step by step.", f"We need {a} {word} {b}."],
-                  [f"First look at the ones: {a % 10} {op} {b % 10}.", "Hmm, let me think carefully."],
-                  f"So {a} {op} {b} = {c}.",
-                  [f"Let me check: {c} {inv} {b} = {back}. That is right.",
-                   f"Let me double-check once more: {a} {op} {b} is {c}.", "I want to be sure before answering."],
+                  [f"First look at the ones: {a % 10}{op}{b % 10}.", "Hmm, let me think carefully."],
+                  f"So {a}{op}{b}={c}.",
+                  [f"Let me check: {c}{inv}{b}={back}. That is right.",
+                   f"Let me double-check once more: {a}{op}{b}={c}.", "I want to be sure before answering."],
                   f"Answer: {c}")
 
 
