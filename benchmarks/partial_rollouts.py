@@ -99,7 +99,8 @@ def main() -> None:
         trainers = [make_trainer(root, "whole", args, None),
                     make_trainer(root, "partial", args, {"segment_tokens": args.segment})]
         base, part = (summarize(log, args.skip) for log in run_interleaved(trainers, args.skip + args.measure))
-    print(f"{args.measure} iterations measured after {args.skip} to fill the buffer; 8 prompts x {args.group_size} samples, "
+    print(f"{args.measure} iterations measured after {args.skip} to fill the buffer; "
+          f"8 prompts x {args.group_size} samples, "
           f"1 prompt in 8 runs on to {args.max_new_tokens} tokens; partial segment {args.segment} tokens")
     print(f"{'':28}{'whole trajectories':>20}{'partial rollouts':>20}{'ratio':>10}")
     for key, label, better_low in (("secs_median", "s / iteration (median)", True),

@@ -127,13 +127,14 @@ def model_card(base: dict, verbose: dict, args) -> str:
     lines = ["# kitae-tiny-verbose", "",
              "The bundled base model after SFT on long worked answers (scripts/build_verbose_model.py): the long",
              "model that Kimi k1.5's long2short methods shorten. Not for anything but that demonstration.", "",
-             f"Built with: epochs {args.epochs}, lr {args.lr}, batch {args.batch_size}, {args.limit or 'all'} train rows, "
-             f"seed {args.seed}.", "",
+             f"Built with: epochs {args.epochs}, lr {args.lr}, batch {args.batch_size}, "
+             f"{args.limit or 'all'} train rows, seed {args.seed}.", "",
              f"Measured on the first {args.eval_prompts} test prompts, k = {args.k}, temperature 1.0, "
              f"max {args.max_new_tokens} new tokens:", "",
              "| model | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
     for name, m in (("base", base), ("verbose", verbose)):
-        lines.append(f"| {name} | " + " | ".join(f"{m[k]:.3f}" if k != "len_mean" else f"{m[k]:.1f}" for k in keys) + " |")
+        cells = [f"{m[k]:.1f}" if k in ("len_mean", "len_p90") else f"{m[k]:.3f}" for k in keys]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -228,7 +228,8 @@ def sft(
     from kitae.l2s.train import sft as run_sft
     from kitae.models import resolve_model_path
 
-    metrics = run_sft(resolve_model_path(model), data, out, _settings(epochs, lr, batch_size, max_steps, max_length, seed))
+    settings = _settings(epochs, lr, batch_size, max_steps, max_length, seed)
+    metrics = run_sft(resolve_model_path(model), data, out, settings)
     typer.echo(f"SFT done: loss {metrics.get('train_loss', float('nan')):.4f} -> {out}")
 
 

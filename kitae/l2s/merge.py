@@ -78,7 +78,9 @@ def _check_same_shapes(a: dict, b: dict, name_a: str, name_b: str) -> None:
             )
 
 
-def merge_models(paths: list[str], out: str | Path, weights: list[float] | None = None, base: str | None = None) -> Path:
+def merge_models(
+    paths: list[str], out: str | Path, weights: list[float] | None = None, base: str | None = None
+) -> Path:
     """Merge the models at `paths` into `out` (a model folder kitae and transformers load); returns `out`."""
     from kitae.models import load_tokenizer
 

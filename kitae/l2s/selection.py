@@ -88,7 +88,8 @@ def sft_rows(groups: list[list[dict]]) -> list[dict]:
         best = shortest_correct(g)
         if best is not None:
             rows.append({"prompt": best["messages"], "completion": _assistant(best),
-                         "reference_answer": best.get("reference_answer"), "completion_tokens": best["completion_tokens"],
+                         "reference_answer": best.get("reference_answer"),
+                         "completion_tokens": best["completion_tokens"],
                          "correct_of_n": f"{sum(is_correct(s) for s in g)}/{len(g)}"})
     return rows
 

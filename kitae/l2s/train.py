@@ -77,8 +77,8 @@ def sft(model: str, data: str | Path, out: str | Path, settings: TrainSettings =
     out = Path(out)
     args = SFTConfig(**_common_args(settings, out), completion_only_loss=True)
     tok = load_tokenizer(model)
-    trainer = SFTTrainer(model=load_causal_lm(model), args=args, train_dataset=load_rows(data, ("prompt", "completion")),
-                         processing_class=tok)
+    rows = load_rows(data, ("prompt", "completion"))
+    trainer = SFTTrainer(model=load_causal_lm(model), args=args, train_dataset=rows, processing_class=tok)
     result = trainer.train()
     _save(trainer, tok, out)
     return dict(result.metrics)

@@ -157,8 +157,8 @@ class CurriculumSampler:
     ``hard_focus``: steps 1..warmup_steps draw from every prompt; later steps only from hard ones (label in
     ``hard_levels``, default the last of ``levels``; or, with ``difficulty_key`` None, a measured success rate
     below ``hard_threshold`` or never measured). ``easy_to_hard``: with m levels, step t draws from the levels of
-    rank <= floor(m * min(1, (t - 1) / ramp_steps)) (capped at m - 1), so level j joins at step
-    1 + ceil(j * ramp_steps / m). An empty pool falls back to every prompt; a pool smaller than k is used whole
+    rank <= min(m - 1, floor(m * (t - 1) / ramp_steps)), so level j joins at step 1 + ceil(j * ramp_steps / m).
+    An empty pool falls back to every prompt; a pool smaller than k is used whole
     and the rest is drawn from outside it.
     """
 
@@ -207,7 +207,7 @@ class CurriculumSampler:
         step = 1 if step is None else step
         if self.schedule == "easy_to_hard":
             m = len(self.levels)
-            top = min(m - 1, int(m * min(1.0, (step - 1) / self.ramp_steps)))
+            top = min(m - 1, m * max(0, step - 1) // self.ramp_steps)  # integers: exact at the boundaries
             pool = [i for i, r in enumerate(self.rank) if r <= top]
         elif step <= self.warmup_steps:
             pool = list(range(self.n))
