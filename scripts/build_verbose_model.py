@@ -5,10 +5,10 @@
 
 Kimi k1.5 shortens a long-CoT model; the bundled task's base model answers in a few tokens, so this script makes a
 long-answer variant: SFT (TRL's SFTTrainer, through kitae.l2s.train.sft) of the bundled base model on worked
-answers to the bundled task's *train* prompts. Each worked answer restates the question, may look at the digits
-or hesitate, states the result, may check it once or twice, and always ends with ``Answer: X`` / ``答え: X``
-(X the reference answer, so kitae's ``answer`` grader accepts it). Each optional sentence is a seeded coin flip
-per row, so the verbose model's answers vary in length: some correct answers are much shorter than
+answers to the bundled task's *train* prompts. Each answer gives the result first, the way the base model does,
+then keeps re-checking itself (restating the sum, computing it backwards, hesitating) and always ends with
+``Answer: X`` / ``答え: X`` (X the reference answer, so kitae's ``answer`` grader accepts it). Each extra sentence
+is a seeded coin flip per row, so the verbose model's answers vary in length: some correct answers are much shorter than
 others, which is what shortest-rejection sampling, DPO pairs and the length reward exploit.
 
 Writes the model folder (weights + tokenizer), the SFT data next to it (``verbose_sft.jsonl``) and a README.md with
@@ -48,61 +48,57 @@ def parse_arith(text: str) -> tuple[int, str, int] | None:
 
 @dataclass(frozen=True)
 class Worked:
-    """The sentences of a worked answer: always `opening` and `result`; some of `before` (between them) and
-    `after` (checks and hesitations after the result); then the `final` line with the answer."""
+    """The sentences of a long answer: `first` (the result, as the base model would give it), then a coin flip
+    for each of `extra` (checks, restatements and hesitations, in order), then the `final` answer line."""
 
-    opening: list[str]
-    before: list[str]
-    result: str
-    after: list[str]
+    first: str
+    extra: list[str]
     final: str
 
 
 def arith_worked(a: int, op: str, b: int, c: int, lang: str) -> Worked:
-    """Sums are written as the base model's pretraining drills write them ("12+35=47", no spaces): with spaces
-    the base model's arithmetic is far worse (measured: 4% vs 23% right at temperature 1), and SFT would then
-    teach a long answer *and* a worse skill."""
+    """The sum comes first and is written as the base model's pretraining drills write it ("12+35=47", no
+    spaces); the length is in what follows, as in an answer that keeps re-checking itself. Measured on the base
+    model before settling on this: with spaces its arithmetic is far worse (4% vs 23% right at temperature 1),
+    and restating the question first ("We need 12 plus 35") makes it miscopy the numbers."""
     inv = "-" if op == "+" else "+"
     back = c - b if op == "+" else c + b
     if lang == "ja":
-        return Worked(["順番に考えます。", f"{a}{op}{b}を計算します。"],
-                      [f"一の位は{a % 10}{op}{b % 10}を考えます。", "間違いがないか考えます。"],
-                      f"よって{a}{op}{b}={c}です。",
-                      [f"確認します: {c}{inv}{b}={back}。正しいです。", f"もう一度確かめます: {a}{op}{b}={c}です。",
-                       "念のため見直しました。"],
+        return Worked(f"{a}{op}{b}={c}です。",
+                      ["念のため確認します。", f"{a}{op}{b}={c}です。", f"逆に計算すると{c}{inv}{b}={back}です。",
+                       "間違いはなさそうです。", f"もう一度: {a}{op}{b}={c}。", "よく見直しました。"],
                       f"答え: {c}")
-    word = "plus" if op == "+" else "minus"
-    return Worked(["Let me solve this step by step.", f"We need {a} {word} {b}."],
-                  [f"First look at the ones: {a % 10}{op}{b % 10}.", "Hmm, let me think carefully."],
-                  f"So {a}{op}{b}={c}.",
-                  [f"Let me check: {c}{inv}{b}={back}. That is right.",
-                   f"Let me double-check once more: {a}{op}{b}={c}.", "I want to be sure before answering."],
+    return Worked(f"{a}{op}{b}={c}.",
+                  ["Let me double-check.", f"{a}{op}{b}={c}.", f"Going back: {c}{inv}{b}={back}.",
+                   "Yes, that looks right.", f"Once more: {a}{op}{b}={c}.", "I want to be sure before answering."],
                   f"Answer: {c}")
 
 
 def fact_worked(question: str, x: str, lang: str) -> Worked:
     if lang == "ja":
-        return Worked(["考えてみます。", f"質問は「{question}」です。"], ["よく知られた事実です。"],
-                      f"答えは{x}だと覚えています。", [f"確認します: やはり{x}です。", "念のため見直しました。"], f"答え: {x}")
-    return Worked(["Let me think about this.", f"The question is: {question}"], ["This is a well-known fact."],
-                  f"I remember that it is {x}.", [f"Let me make sure: yes, it is {x}.", "Let me check again."],
+        return Worked(f"答えは{x}です。", ["念のため考え直します。", f"質問は「{question}」です。",
+                                          f"やはり{x}だと思います。", "よく知られた事実です。", "よく見直しました。"],
+                      f"答え: {x}")
+    return Worked(f"The answer is {x}.", ["Let me think about this again.", f"The question is: {question}",
+                                          f"I remember that it is {x}.", "This is a well-known fact.",
+                                          "I want to be sure before answering."],
                   f"Answer: {x}")
 
 
 def worked_answer(row: dict, rng: random.Random) -> str:
-    """A long answer to one task row with a random subset of its optional sentences (drawn with `rng`).
+    """A long answer to one task row with a random subset of its extra sentences (drawn with `rng`).
 
     >>> row = {"messages": [{"role": "user", "content": "What is 12+35?"}], "reference_answer": "47", "lang": "en"}
-    >>> worked_answer(row, random.Random(0)).splitlines()[-1]
-    'Answer: 47'
+    >>> text = worked_answer(row, random.Random(0))
+    >>> text.startswith("12+35=47."), text.splitlines()[-1]
+    (True, 'Answer: 47')
     """
     question = row["messages"][-1]["content"]
     lang = "ja" if row.get("lang") == "ja" else "en"
     parsed = parse_arith(question)
     w = (arith_worked(*parsed, int(row["reference_answer"]), lang) if parsed
          else fact_worked(question, str(row["reference_answer"]), lang))
-    pick = lambda xs: [x for x in xs if rng.random() < 0.5]  # noqa: E731  (each optional sentence: a coin flip)
-    body = w.opening + pick(w.before) + [w.result] + pick(w.after)
+    body = [w.first] + [x for x in w.extra if rng.random() < 0.6]  # each extra sentence: a coin flip
     return ("" if lang == "ja" else " ").join(body) + "\n" + w.final
 
 
@@ -144,14 +140,14 @@ def main() -> None:
     ap.add_argument("--data", default="bundled:arith/train")
     ap.add_argument("--eval-data", default="bundled:arith/test")
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "l2s" / "verbose")
-    ap.add_argument("--epochs", type=float, default=2.0)
+    ap.add_argument("--epochs", type=float, default=6.0)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--limit", type=int, default=None, help="only the first N train rows")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval-prompts", type=int, default=100)
     ap.add_argument("-k", type=int, default=4)
-    ap.add_argument("--max-new-tokens", type=int, default=160)
+    ap.add_argument("--max-new-tokens", type=int, default=128)
     args = ap.parse_args()
 
     from kitae.l2s.train import TrainSettings, sft
