@@ -50,10 +50,14 @@ def serve_rm(
     if dtype not in ("float32", "bfloat16", "float16"):
         raise ConfigError("--dtype", f"expected float32, bfloat16 or float16, got {dtype!r}")
     scorer = LocalRewardModel(path, batch_size=batch_size, max_length=max_length, device=device, dtype=dtype)
-    server = make_server(scorer, host, port, name, quiet=not verbose)
+    _serve(make_server(scorer, host, port, name, quiet=not verbose), "rm", name or scorer.name)
+
+
+def _serve(server, command: str, name: str) -> None:
+    """Print the first line scripts wait for, then serve until Ctrl-C or SIGTERM."""
     bound_host, bound_port = server.server_address[:2]
     signal.signal(signal.SIGTERM, _stop)
-    typer.echo(f"kitae serve rm: serving {name or scorer.name} on http://{bound_host}:{bound_port}")
+    typer.echo(f"kitae serve {command}: serving {name} on http://{bound_host}:{bound_port}")
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -86,13 +90,4 @@ def serve_model(
 
     service = load_service(None if model == "bundled" else model, name, device, dtype, max_context=max_context,
                            default_max_tokens=max_tokens)
-    server = make_server(service, host, port, quiet=not verbose)
-    bound_host, bound_port = server.server_address[:2]
-    signal.signal(signal.SIGTERM, _stop)
-    typer.echo(f"kitae serve model: serving {service.name} on http://{bound_host}:{bound_port}")
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
+    _serve(make_server(service, host, port, quiet=not verbose), "model", service.name)
