@@ -17,6 +17,11 @@ REWARDS = textwrap.dedent(
     def short(prompts, completions, completion_ids=None, **kw):
         return [-len(c[0]["content"]) / 10 for c in completions]
 
+    def paced(prompts, completions, completion_ids=None, **kw):  # a slow grader: the run lasts long enough to watch
+        import time
+        time.sleep(1.0)
+        return [0.0 for _ in completions]
+
     def flaky(prompts, completions, completion_ids=None, **kw):
         if "1" in prompts[0][-1]["content"]:
             raise RuntimeError("grader service down")

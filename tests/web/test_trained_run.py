@@ -34,7 +34,8 @@ def wait_for_step(run_dir, step: int, timeout: float = 120) -> None:
 def test_the_page_follows_a_training_run(tiny_assets, tmp_path, rewards_on_path, serve, page):  # noqa: F811
     cfg = load_train_config(write_config(tiny_assets, tmp_path, **{
         "rewards": [{"name": "short", "function": "tiny_rewards:short"},
-                    {"name": "flaky", "function": "tiny_rewards:flaky", "weight": 0.5}],
+                    {"name": "flaky", "function": "tiny_rewards:flaky", "weight": 0.5},
+                    {"name": "paced", "function": "tiny_rewards:paced", "weight": 0.0}],
         "optim.steps": STEPS, "eval.every": 4, "logging.save_every": 100,
     }))
     result: dict = {}
@@ -44,6 +45,7 @@ def test_the_page_follows_a_training_run(tiny_assets, tmp_path, rewards_on_path,
         wait_for_step(tmp_path / "t", 1)
         s = serve(tmp_path, poll_s=0.2)
         page.goto(s.url + "#/run/t")
+        page.wait_for_function("() => document.querySelector('#live').textContent.startsWith('live')")
         page.wait_for_selector('.panel[data-panel="reward"] path.series[data-key="reward/flaky"]', state="attached")
         page.wait_for_function("() => document.querySelector('#live').textContent.startsWith('finished')",
                                timeout=180_000)

@@ -181,7 +181,9 @@
   async function runView(run) {
     setCrumbs({text: "runs", href: "#/"}, {text: run});
     let summary = await api(`/runs/${enc(run)}`);
-    if (summary.status === "running") showLive(`live · step ${summary.steps ?? 0}`, "live");
+    // A run that ended before the page opened says so too: the live line is the run's status, always.
+    showLive(summary.status === "running" ? `live · step ${summary.steps ?? 0}` : `${summary.status} · step ${summary.steps ?? 0}`,
+      summary.status === "running" ? "live" : "");
     const data = {};  // key -> [[step, value], ...]
     let last = 0, knownKeys = new Set(summary.keys);
     const head = h("div");
