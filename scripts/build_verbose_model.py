@@ -19,7 +19,6 @@ measure). The checkpoint is the base model's size (about 14 MB); it is not commi
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import re
 import sys

@@ -206,6 +206,12 @@ def _report(stats: dict, out: Path, rows: list[dict], length_key: str) -> None:
                f"{stats['rows']} rows (mean {length_key} {mean:.1f}) in {out}")
 
 
+# options sft and dpo share
+EPOCHS = typer.Option(1.0, help="Passes over the data.")
+MAX_STEPS = typer.Option(-1, help="Stop after this many steps (overrides epochs when > 0).")
+MAX_LENGTH = typer.Option(512, help="Truncate rows to this many tokens.")
+
+
 def _settings(epochs, lr, batch_size, max_steps, max_length, seed):
     from kitae.l2s.train import TrainSettings
 
@@ -217,11 +223,11 @@ def sft(
     model: str = typer.Option(..., "--model", "-m", help="Starting model folder."),
     data: Path = typer.Option(..., "--data", "-d", help="Rows from `kitae l2s shortest`."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for the trained model."),
-    epochs: float = typer.Option(1.0, help="Passes over the data."),
+    epochs: float = EPOCHS,
     lr: float = typer.Option(5e-5, help="Learning rate (constant)."),
     batch_size: int = typer.Option(8, help="Rows per step."),
-    max_steps: int = typer.Option(-1, help="Stop after this many steps (overrides epochs when > 0)."),
-    max_length: int = typer.Option(512, help="Truncate rows to this many tokens."),
+    max_steps: int = MAX_STEPS,
+    max_length: int = MAX_LENGTH,
     seed: int = typer.Option(0, help="Seed."),
 ) -> None:
     """Supervised fine-tuning on the shortest correct samples, with TRL's SFTTrainer."""
@@ -238,11 +244,11 @@ def dpo(
     data: Path = typer.Option(..., "--data", "-d", help="Rows from `kitae l2s dpo-pairs`."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for the trained model."),
     beta: float = typer.Option(0.1, help="DPO beta: how far the policy may move from the reference."),
-    epochs: float = typer.Option(1.0, help="Passes over the data."),
+    epochs: float = EPOCHS,
     lr: float = typer.Option(5e-6, help="Learning rate (constant)."),
     batch_size: int = typer.Option(8, help="Pairs per step."),
-    max_steps: int = typer.Option(-1, help="Stop after this many steps (overrides epochs when > 0)."),
-    max_length: int = typer.Option(512, help="Truncate rows to this many tokens."),
+    max_steps: int = MAX_STEPS,
+    max_length: int = MAX_LENGTH,
     seed: int = typer.Option(0, help="Seed."),
 ) -> None:
     """DPO on (shortest correct, longer) pairs, with TRL's DPOTrainer."""

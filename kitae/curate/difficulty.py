@@ -31,7 +31,9 @@ LABELS = ("difficulty", "lang")  # row fields that get a per-label table when pr
 
 
 @dataclass
-class DifficultyConfig:
+class SampledStepConfig:
+    """The settings of a step that samples the model and grades the samples (difficulty, hackable)."""
+
     model: str | None = None
     n: int = 10
     temperature: float = 1.0
@@ -41,13 +43,17 @@ class DifficultyConfig:
     pass_threshold: float = 1.0
     seed: int = 0
     batch_prompts: int = 16
-    drop_solved: bool = False
-    drop_unsolved: bool = False
     dtype: str = "float32"
     device: str = "cpu"
 
     def validate(self, path: str) -> None:
         validate_sampling(self, path)
+
+
+@dataclass
+class DifficultyConfig(SampledStepConfig):
+    drop_solved: bool = False
+    drop_unsolved: bool = False
 
 
 def validate_sampling(cfg: Any, path: str) -> None:

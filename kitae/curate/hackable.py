@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
 
-from kitae.curate.difficulty import describe, example_rows, run_graded, validate_sampling
+from kitae.curate.difficulty import SampledStepConfig, describe, example_rows, run_graded
 from kitae.curate.report import StepReport
 from kitae.curate.step import Context, Dropped, Step, StepResult
 from kitae.curate.text import row_lang
@@ -30,25 +29,13 @@ INSTRUCTION_JA = "途中の考え方は書かずに、最終的な答えだけ�
 
 
 @dataclass
-class HackableConfig:
-    model: str | None = None
+class HackableConfig(SampledStepConfig):
     n: int = 8
-    temperature: float = 1.0
-    top_p: float = 1.0
     max_new_tokens: int = 16
-    grader: Any = "answer"
-    pass_threshold: float = 1.0
-    seed: int = 0
-    batch_prompts: int = 16
     min_hits: int = 1
     drop: bool = False
     instruction_en: str = INSTRUCTION_EN
     instruction_ja: str = INSTRUCTION_JA
-    dtype: str = "float32"
-    device: str = "cpu"
-
-    def validate(self, path: str) -> None:
-        validate_sampling(self, path)
 
 
 def guess_messages(row: dict, cfg: HackableConfig) -> list[dict]:

@@ -43,18 +43,18 @@ Spec fields shared by the judge, ``score_model`` and ``label_model`` graders (:f
 
 from __future__ import annotations
 
-import asyncio
 import os
 import ssl
-import weakref
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
 from kitae.errors import ConfigError
+from kitae.graders.base import Grader
 from kitae.judge.cache import ResponseCache, request_key
+from kitae.serving.retry import Retrier, WireCounters, WireError
 
 Message = dict[str, Any]
 FORMATS = ("auto", "json_schema", "json_object", "none")
@@ -63,12 +63,8 @@ _FORMAT_WORDS = ("response_format", "json_schema", "json_object", "schema", "gra
 MODEL_ENV, BASE_URL_ENVS = "KITAE_JUDGE_MODEL", ("KITAE_JUDGE_BASE_URL", "OPENAI_BASE_URL")
 
 
-class ChatError(RuntimeError):
+class ChatError(WireError):
     """A chat call failed after its retries (or at once, for errors not worth retrying)."""
-
-    def __init__(self, message: str, status: int | None = None, body: str = ""):
-        super().__init__(message)
-        self.status, self.body = status, body
 
 
 @dataclass
@@ -88,29 +84,14 @@ class ChatReply:
 
 
 @dataclass
-class ClientCounters:
-    """What happened on the wire. Tokens count live calls only; ``failed_calls`` = chat() calls that raised."""
+class ClientCounters(WireCounters):
+    """The wire counters, plus: tokens of live calls, cache hits and format downgrades.
+    ``failed_calls`` = chat() calls that raised."""
 
-    requests: int = 0
-    retries: int = 0
-    timeouts: int = 0
-    connection_errors: int = 0
-    http_errors: int = 0
-    bad_replies: int = 0
-    failed_calls: int = 0
     cache_hits: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     format_downgrades: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class _Retryable:
-    message: str
-    wait: float | None = None  # seconds the server asked for (Retry-After)
 
 
 def normalize_base_url(base_url: str) -> str:
@@ -143,7 +124,8 @@ class ChatClient:
         self.cache, self.format, self.extra_body = cache, format, dict(extra_body or {})
         self.counters = ClientCounters()
         self._auto_level = 0  # index into _AUTO_LEVELS that the server accepted last
-        self._limits: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> Semaphore
+        self._retrier = Retrier(self.url, self.counters, ChatError, timeout=timeout, retries=retries, backoff=backoff,
+                                max_backoff=max_backoff, max_concurrency=max_concurrency, hint=self._key_hint)
         self._ssl: ssl.SSLContext | None = None
 
     def __repr__(self) -> str:
@@ -215,50 +197,12 @@ class ChatClient:
         if self.cache is not None and reply.key:
             self.cache.delete(reply.key)
 
-    def _limit(self) -> asyncio.Semaphore:
-        loop = asyncio.get_running_loop()
-        if loop not in self._limits:
-            self._limits[loop] = asyncio.Semaphore(self.max_concurrency)
-        return self._limits[loop]
-
     async def _post_with_retries(self, body: dict[str, Any]) -> Any:
-        problem = _Retryable("no attempt made")
-        for attempt in range(self.retries + 1):
-            if attempt:
-                self.counters.retries += 1
-                wait = self.backoff * 2 ** (attempt - 1) if problem.wait is None else problem.wait
-                await asyncio.sleep(min(self.max_backoff, wait))
-            async with self._limit():
-                result = await self._post_once(body)
-            if not isinstance(result, _Retryable):
-                return result
-            problem = result
-        raise ChatError(f"{self.url}: {problem.message} (after {self.retries + 1} attempts)")
-
-    async def _post_once(self, body: dict[str, Any]) -> Any:
-        """The decoded reply, or a _Retryable; raises ChatError on errors not worth retrying."""
-        self.counters.requests += 1
-        try:
+        async def send() -> httpx.Response:
             async with httpx.AsyncClient(timeout=self.timeout, verify=self._tls()) as http:
-                resp = await http.post(self.url, json=body, headers=self._headers())
-        except httpx.TimeoutException:
-            self.counters.timeouts += 1
-            return _Retryable(f"timed out after {self.timeout:g}s")
-        except httpx.TransportError as exc:
-            self.counters.connection_errors += 1
-            return _Retryable(f"{type(exc).__name__}: {exc}")
-        if resp.status_code == 429 or resp.status_code >= 500:
-            self.counters.http_errors += 1
-            return _Retryable(f"HTTP {resp.status_code}: {resp.text[:200]}", _retry_after(resp))
-        if resp.status_code >= 400:
-            self.counters.http_errors += 1
-            raise ChatError(f"{self.url}: HTTP {resp.status_code}: {resp.text[:300]}{self._key_hint(resp)}",
-                            resp.status_code, resp.text)
-        try:
-            return resp.json()
-        except ValueError:
-            self.counters.bad_replies += 1
-            raise ChatError(f"{self.url}: reply is not JSON: {resp.text[:200]!r}", resp.status_code) from None
+                return await http.post(self.url, json=body, headers=self._headers())
+
+        return await self._retrier.post(send)
 
     def _tls(self) -> ssl.SSLContext | bool:
         """One TLS context per client (httpx builds a new one per AsyncClient otherwise: ~70 ms each)."""
@@ -285,6 +229,22 @@ class ChatClient:
             self.cache.close()
 
 
+class ClientGrader(Grader):
+    """A grader that talks through a :class:`ChatClient` (``self.client``) and keeps its own ``self.counters``."""
+
+    client: ChatClient
+    counters: Any
+
+    def stats(self) -> dict[str, Any]:
+        """counters, plus the HTTP client's counters as ``client_*``."""
+        out = self.counters.as_dict()
+        out.update({f"client_{k}": v for k, v in self.client.counters.as_dict().items()})
+        return out
+
+    def close(self) -> None:
+        self.client.close()
+
+
 def parse_reply(raw: Any) -> ChatReply:
     """The first choice's message content and the usage of an OpenAI chat.completion object."""
     try:
@@ -297,13 +257,6 @@ def parse_reply(raw: Any) -> ChatReply:
     usage = raw.get("usage") or {}
     return ChatReply(content=content, finish_reason=choice.get("finish_reason"),
                      usage=Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)))
-
-
-def _retry_after(resp: httpx.Response) -> float | None:
-    try:
-        return max(0.0, float(resp.headers.get("retry-after", "")))
-    except ValueError:
-        return None
 
 
 def _rejects_format(exc: ChatError) -> bool:

@@ -50,10 +50,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kitae.errors import ConfigError
-from kitae.graders.base import Grade, Grader, Item, Sample
+from kitae.graders.base import Grade, Item, Sample
 from kitae.graders.spec import SpecReader, register_grader
 from kitae.graders.template import Template, TemplateError
-from kitae.judge.client import ChatClient, ChatError, read_client
+from kitae.judge.client import ChatClient, ChatError, ClientGrader, read_client
 from kitae.judge.parse import KINDS, Entry, JudgeOutputError, parse_judgement
 from kitae.judge.prompt import (DEFAULT_CRITERIA, DEFAULT_NAMES, Criterion, clip_text, make_tag,
                                 render_conversation, reply_schema, sample_ids, system_prompt, user_prompt)
@@ -138,7 +138,7 @@ class Group:
 
 
 @register_grader("judge")
-class GroupJudgeGrader(Grader):
+class GroupJudgeGrader(ClientGrader):
     """Seed 002's LLM judge: all N samples in one call, scored 1-5 per criterion, scaled to 0-1."""
 
     needs_group = True
@@ -319,15 +319,6 @@ class GroupJudgeGrader(Grader):
         if c.order_groups:
             out["judge_order_sensitivity"] = c.order_spread_sum / c.order_groups
         return {k: float(v) for k, v in out.items()}
-
-    def stats(self) -> dict[str, Any]:
-        """counters, plus the HTTP client's counters as ``client_*``."""
-        out = self.counters.as_dict()
-        out.update({f"client_{k}": v for k, v in self.client.counters.as_dict().items()})
-        return out
-
-    def close(self) -> None:
-        self.client.close()
 
 
 # ---- spec fields ----------------------------------------------------------------------------------

@@ -30,17 +30,16 @@ count in ``counters``. A call that fails after its retries abstains (``score=Non
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from kitae.errors import ConfigError
-from kitae.graders.base import Grade, Grader, Item, Sample
+from kitae.graders.base import Grade, Item, Sample
 from kitae.graders.spec import SpecReader, register_grader
 from kitae.graders.template import Template, TemplateError
-from kitae.judge.client import ChatClient, ChatError, read_client
+from kitae.judge.client import ChatClient, ChatError, ClientGrader, read_client
 from kitae.judge.parse import JudgeOutputError, extract_json
 
 ROLES = ("system", "developer", "user", "assistant")
@@ -62,7 +61,7 @@ class ModelGraderCounters:
         return asdict(self)
 
 
-class ModelGrader(Grader):
+class ModelGrader(ClientGrader):
     """A per-sample grader that renders ``input`` messages, calls the model and reads its reply."""
 
     schema_name = "reply"
@@ -110,14 +109,6 @@ class ModelGrader(Grader):
         return {"judge_calls": float(c.samples), "judge_cached_calls": float(c.cached_calls),
                 "judge_tokens": float(c.prompt_tokens + c.completion_tokens), "judge_unreadable": float(c.unreadable),
                 "judge_abstained_samples": float(c.abstained)}
-
-    def stats(self) -> dict[str, Any]:
-        out = self.counters.as_dict()
-        out.update({f"client_{k}": v for k, v in self.client.counters.as_dict().items()})
-        return out
-
-    def close(self) -> None:
-        self.client.close()
 
 
 @register_grader("score_model")

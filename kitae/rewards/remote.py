@@ -24,29 +24,30 @@ Not supported: SGLang's OpenAI-style ``/v1/classify`` (it returns softmaxed prob
 for one-label reward models) and vLLM ``/score`` (cross-encoder pair scoring, not reward models).
 Every protocol sends ``"model"`` when the spec gives ``served_model``.
 
-Failure handling: a request is retried on connection errors, timeouts, HTTP 429 and 5xx, after
-``backoff × 2^attempt`` seconds (capped at ``max_backoff``); other HTTP errors and malformed replies fail at once.
-A call that still fails raises :class:`RewardModelError`; the grader turns it into abstentions (None).
-``RemoteRewardModel.counters`` counts requests, retries, timeouts, HTTP and connection errors, and failed calls.
+Failure handling (:class:`kitae.serving.retry.Retrier`, shared with the judge's chat client): a request is
+retried on connection errors, timeouts, HTTP 429 and 5xx, after ``backoff × 2^attempt`` seconds (capped at
+``max_backoff``); other HTTP errors and malformed replies fail at once. A call that still fails raises
+:class:`RewardModelError`; the grader turns it into abstentions (None). ``RemoteRewardModel.counters`` counts
+requests, retries, timeouts, HTTP and connection errors, bad replies and failed calls.
 """
 
 from __future__ import annotations
 
 import asyncio
-import weakref
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import httpx
 
 from kitae.registry import Registry
 from kitae.rewards.reward_model import format_conversation
+from kitae.serving.retry import Retrier, WireCounters, WireError
 
 Message = dict[str, str]
 RM_PROTOCOLS = Registry("reward model protocol")
 
 
-class RewardModelError(RuntimeError):
+class RewardModelError(WireError):
     """The reward model could not score a batch (after retries)."""
 
 
@@ -119,22 +120,6 @@ RM_PROTOCOLS.register("vllm-pooling", Protocol(
     lambda convs, m: _with_model({"messages": convs[0], "use_activation": False}, m), _parse_vllm_pooling))
 
 
-@dataclass
-class ClientCounters:
-    """What happened on the wire. ``failed_calls`` = score() calls that raised after every retry."""
-
-    requests: int = 0
-    retries: int = 0
-    timeouts: int = 0
-    connection_errors: int = 0
-    http_errors: int = 0
-    bad_replies: int = 0
-    failed_calls: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
-
-
 class RemoteRewardModel:
     """Client of a reward-model server; ``await score(conversations)`` -> one float each, or RewardModelError."""
 
@@ -147,8 +132,9 @@ class RemoteRewardModel:
         self.timeout, self.retries, self.backoff, self.max_backoff = timeout, retries, backoff, max_backoff
         self.max_concurrency = max_concurrency
         self.batch_size = batch_size if self.protocol.batched else 1
-        self.counters = ClientCounters()
-        self._limits: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> Semaphore
+        self.counters = WireCounters()
+        self._retrier = Retrier(self.name, self.counters, RewardModelError, timeout=timeout, retries=retries,
+                                backoff=backoff, max_backoff=max_backoff, max_concurrency=max_concurrency)
 
     @property
     def name(self) -> str:
@@ -161,22 +147,16 @@ class RemoteRewardModel:
             items = [format_conversation(self.tokenizer, c) for c in conversations]
         chunks = [items[i : i + self.batch_size] for i in range(0, len(items), self.batch_size)]
         async with httpx.AsyncClient(timeout=self.timeout) as client:
-            parts = await asyncio.gather(*(self._limited(client, c) for c in chunks), return_exceptions=True)
+            parts = await asyncio.gather(*(self._score_chunk(client, c) for c in chunks), return_exceptions=True)
         for part in parts:
             if isinstance(part, BaseException):
                 self.counters.failed_calls += 1
                 raise part
         return [s for part in parts for s in part]
 
-    def _limit(self) -> asyncio.Semaphore:
-        loop = asyncio.get_running_loop()
-        if loop not in self._limits:
-            self._limits[loop] = asyncio.Semaphore(self.max_concurrency)
-        return self._limits[loop]
-
-    async def _limited(self, client: httpx.AsyncClient, chunk: list[Any]) -> list[float]:
-        async with self._limit():
-            reply = await self._post_with_retries(client, self.protocol.build(chunk, self.served_model))
+    async def _score_chunk(self, client: httpx.AsyncClient, chunk: list[Any]) -> list[float]:
+        body = self.protocol.build(chunk, self.served_model)
+        reply = await self._retrier.post(lambda: client.post(self.url + self.protocol.path, json=body))
         try:
             scores = self.protocol.parse(reply, len(chunk))
         except (RewardModelError, TypeError, ValueError, KeyError, IndexError) as exc:
@@ -186,41 +166,3 @@ class RemoteRewardModel:
             self.counters.bad_replies += 1
             raise RewardModelError(f"{self.name}: {len(scores)} scores for {len(chunk)} inputs")
         return scores
-
-    async def _post_with_retries(self, client: httpx.AsyncClient, body: dict[str, Any]) -> Any:
-        for attempt in range(self.retries + 1):
-            if attempt:
-                self.counters.retries += 1
-                await asyncio.sleep(min(self.max_backoff, self.backoff * 2 ** (attempt - 1)))
-            problem = await self._post_once(client, body)
-            if not isinstance(problem, _Retryable):
-                return problem
-        raise RewardModelError(f"{self.name}: {problem.message} (after {self.retries + 1} attempts)")
-
-    async def _post_once(self, client: httpx.AsyncClient, body: dict[str, Any]) -> Any:
-        """The decoded reply, or a _Retryable saying what went wrong; raises on errors not worth retrying."""
-        self.counters.requests += 1
-        try:
-            resp = await client.post(self.url + self.protocol.path, json=body)
-        except httpx.TimeoutException:
-            self.counters.timeouts += 1
-            return _Retryable(f"timed out after {self.timeout}s")
-        except httpx.TransportError as exc:
-            self.counters.connection_errors += 1
-            return _Retryable(f"{type(exc).__name__}: {exc}")
-        if resp.status_code == 429 or resp.status_code >= 500:
-            self.counters.http_errors += 1
-            return _Retryable(f"HTTP {resp.status_code}")
-        if resp.status_code >= 400:
-            self.counters.http_errors += 1
-            raise RewardModelError(f"{self.name}: HTTP {resp.status_code}: {resp.text[:200]}")
-        try:
-            return resp.json()
-        except ValueError:
-            self.counters.bad_replies += 1
-            raise RewardModelError(f"{self.name}: reply is not JSON") from None
-
-
-@dataclass(frozen=True)
-class _Retryable:
-    message: str

@@ -18,7 +18,6 @@ normalized per process and DDP averages the gradients.
 
 from __future__ import annotations
 
-import copy
 import math
 import signal
 import statistics
@@ -38,7 +37,7 @@ from kitae.data.loader import load_prompts
 from kitae.errors import ConfigError
 from kitae.graders import build_grader
 from kitae.graders.base import Grade, Grader
-from kitae.models import load_causal_lm, load_tokenizer, resolve_model_path
+from kitae.models import load_causal_lm, load_tokenizer
 from kitae.registry import unknown_name_message
 from kitae.rollout.base import ENGINES, Completion, SamplingParams
 from kitae.rollout.partial import PartialRollouts
@@ -295,6 +294,7 @@ class Trainer:
             "secs_generate": t_gen - t0,
             "secs_train": t_end - t_prep,
             "groups": len(groups),
+            **({"sampling_rounds": self._rounds} if self.cfg.algorithm.dynamic_sampling.enabled else {}),
             **self._kimi_metrics(scores, completions),
         }
         metrics = {**self._reduce(metrics), **self._reduce(self._grader_counter_metrics(), "sum")}
@@ -316,6 +316,7 @@ class Trainer:
         scores: list[GroupScores] = []
         rounds = ds.max_rounds if ds.enabled else 1
         for r in range(rounds):
+            self._rounds = r + 1
             idx = self._local_share(self.sampler.sample(o.prompts_per_step, step))
             new_rows = [self.train_rows[i] for i in idx]
             new_groups = self.engine.generate([x["messages"] for x in new_rows], self.cfg.sampling.group_size, self._sampling(step, r))
@@ -329,11 +330,20 @@ class Trainer:
                 new_groups = [x for x, k in zip(new_groups, keep) if k]
                 new_scores = [x for x, k in zip(new_scores, keep) if k]
             rows, groups, scores = rows + new_rows, groups + new_groups, scores + new_scores
-            if len(groups) >= want:
+            if self._fewest(len(groups)) >= want:  # every process decides alike: same rounds, same sampler draws
                 break
         if not groups:  # every round had zero variance: keep the last round (its advantages are all 0)
             rows, groups, scores = last
-        return rows[:want], groups[:want], scores[:want]
+        keep = self._fewest(min(len(groups), want))  # processes train on equally many groups (same micro-steps)
+        return rows[:keep], groups[:keep], scores[:keep]
+
+    def _fewest(self, n: int) -> int:
+        """The smallest ``n`` over all processes (``n`` itself in one process)."""
+        if self.acc.num_processes == 1:
+            return n
+        from accelerate.utils import gather_object
+
+        return min(gather_object([n]))
 
     def _collect_partial(self, step: int) -> tuple[list[dict], list[list[Completion]], list[GroupScores]]:
         """Kimi partial rollouts: new prompts start, buffered trajectories continue; finished groups come back."""

@@ -117,8 +117,25 @@ def weighted_draw(rng: random.Random, weights: list[float], k: int) -> list[int]
     return out
 
 
+class _TracksRates:
+    """A sampler that keeps each prompt's success rate (``self.rates``) and draws with ``self.rng``."""
+
+    rates: SuccessRates
+    rng: random.Random
+
+    def update(self, indices: list[int], pass_rates: list[float | None]) -> None:
+        self.rates.update(indices, pass_rates)
+
+    def state_dict(self) -> dict:
+        return {"rng": self.rng.getstate(), "rates": self.rates.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rng.setstate(state["rng"])
+        self.rates.load_state_dict(state["rates"])
+
+
 @SAMPLERS.register("prioritized")
-class PrioritizedSampler:
+class PrioritizedSampler(_TracksRates):
     """P(i) = w_i / Σ_j w_j with w_i = max(1 - s_i, floor); s_i = 0 for a prompt never graded."""
 
     def __init__(self, num_prompts: int, seed: int = 0, floor: float = 0.05, ema: float = 0.0, **_: Any):
@@ -139,19 +156,8 @@ class PrioritizedSampler:
     def sample(self, k: int, step: int | None = None) -> list[int]:
         return weighted_draw(self.rng, self.weights(), k)
 
-    def update(self, indices: list[int], pass_rates: list[float | None]) -> None:
-        self.rates.update(indices, pass_rates)
-
-    def state_dict(self) -> dict:
-        return {"rng": self.rng.getstate(), "rates": self.rates.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.rng.setstate(state["rng"])
-        self.rates.load_state_dict(state["rates"])
-
-
 @SAMPLERS.register("curriculum")
-class CurriculumSampler:
+class CurriculumSampler(_TracksRates):
     """Uniform over a pool that depends on the step.
 
     ``hard_focus``: steps 1..warmup_steps draw from every prompt; later steps only from hard ones (label in
@@ -229,13 +235,3 @@ class CurriculumSampler:
         rest = [i for i in range(self.n) if i not in inside]
         picked = self.rng.sample(pool, len(pool)) + self.rng.sample(rest, min(len(rest), k - len(pool)))
         return picked + weighted_draw(self.rng, [1.0] * self.n, k - len(picked))
-
-    def update(self, indices: list[int], pass_rates: list[float | None]) -> None:
-        self.rates.update(indices, pass_rates)
-
-    def state_dict(self) -> dict:
-        return {"rng": self.rng.getstate(), "rates": self.rates.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.rng.setstate(state["rng"])
-        self.rates.load_state_dict(state["rates"])

@@ -10,6 +10,7 @@ import torch
 from typer.testing import CliRunner
 
 from kitae.cli.main import app
+from kitae.data.answers import answers_match
 from kitae.errors import ConfigError, KitaeError
 from kitae.l2s.compare import ModelReport, efficiency_plot, mark_frontier, parse_model_arg, unique_names
 from kitae.l2s.merge import average_state_dicts, merge_models, normalize_weights
@@ -177,7 +178,12 @@ def test_eval_shortest_pairs_sft_dpo_end_to_end(long_model_dir, tmp_path):
     r = runner.invoke(app, ["l2s", "shortest", "-m", model, *common, "-n", "8", "-o", str(tmp_path / "s.jsonl")])
     assert r.exit_code == 0, r.output
     sft = [json.loads(x) for x in (tmp_path / "s.jsonl").read_text().splitlines()]
-    assert sft[0]["completion"][0]["content"] == "hello world, the answer is 47. what is 12+35? hello world"
+    # which sample is shortest depends on the sampled tokens (and so on torch's thread count); the selection
+    # itself is checked below on fixed samples
+    assert all(answers_match(r["completion"][0]["content"], r["reference_answer"]) for r in sft)
+    long_row = next(r for r in sft if r["reference_answer"] == "35")
+    assert long_row["completion"][0]["content"].startswith("hello world, the answer is 47. what is 12+35?")
+    assert int(long_row["correct_of_n"].split("/")[0]) >= 1 and long_row["correct_of_n"].endswith("/8")
     r = runner.invoke(app, ["l2s", "dpo-pairs", "-m", model, *common, "-n", "8", "-o", str(tmp_path / "p.jsonl")])
     assert r.exit_code == 0, r.output
     pairs = [json.loads(x) for x in (tmp_path / "p.jsonl").read_text().splitlines()]

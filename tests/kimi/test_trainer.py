@@ -3,7 +3,6 @@ reset, the sampling policy as the mirror-descent reference, the length reward's 
 
 from __future__ import annotations
 
-import math
 
 import pytest
 import torch
@@ -40,7 +39,7 @@ def _run(tiny_assets, root, resume=False, **over):
 
 
 def test_kimi_run_resumes_to_the_same_weights_sampler_and_replay_buffer(tiny_assets, tmp_path):
-    straight = _run(tiny_assets, tmp_path / "a", **{"optim.steps": 5, "logging.save_every": 5})
+    _run(tiny_assets, tmp_path / "a", **{"optim.steps": 5, "logging.save_every": 5})
     _run(tiny_assets, tmp_path / "b", **{"optim.steps": 2, "logging.save_every": 2})
     _run(tiny_assets, tmp_path / "b", resume=True, **{"optim.steps": 5, "logging.save_every": 5})
     (sa, pa), (sb, pb) = [latest_checkpoint(tmp_path / r / "t") for r in ("a", "b")]

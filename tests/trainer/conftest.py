@@ -22,6 +22,12 @@ REWARDS = textwrap.dedent(
         time.sleep(1.0)
         return [0.0 for _ in completions]
 
+    def picky(prompts, completions, completion_ids=None, **kw):  # zero variance in every group of process 1
+        import os
+        if os.environ.get("RANK", "0") == "1":
+            return [1.0 for _ in completions]
+        return [-len(c[0]["content"]) / 10 for c in completions]
+
     def flaky(prompts, completions, completion_ids=None, **kw):
         if "1" in prompts[0][-1]["content"]:
             raise RuntimeError("grader service down")

@@ -155,7 +155,7 @@ def test_two_process_accelerate_run(tiny_assets, tmp_path, rewards_on_path):
     cfg = write_config(tiny_assets, tmp_path, **{"optim.steps": 2, "eval.every": 0, "optim.prompts_per_step": 4})
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     out = subprocess.run(
-        [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2", "--num_machines", "1",
+        [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
          "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "kitae.cli.main", "train", str(cfg), "-q"],
         capture_output=True, text=True, timeout=600, env=env,
     )
@@ -163,6 +163,30 @@ def test_two_process_accelerate_run(tiny_assets, tmp_path, rewards_on_path):
     con = sqlite3.connect(tmp_path / "t" / "run.db")
     # 4 prompts per step, 2 per process, gathered into one store
     assert con.execute("SELECT step, count(*) FROM groups GROUP BY step").fetchall() == [(1, 4), (2, 4)]
+
+
+def test_two_process_run_with_dynamic_sampling(tiny_assets, tmp_path, rewards_on_path):
+    """Zero-variance groups are dropped per process, so processes keep different numbers of groups per round
+    (here: process 1 never has variance). They must still sample the same rounds (the sampler update is a
+    collective call: else one process waits forever) and train on equally many groups."""
+    cfg = write_config(tiny_assets, tmp_path, **{
+        "optim.steps": 3, "eval.every": 0, "optim.prompts_per_step": 4, "optim.micro_batch_size": 4,
+        "logging.save_every": 3, "data.sampler": {"name": "uniform", "correct": "picky", "pass_threshold": -0.5},
+        "rewards": [{"name": "picky", "function": "tiny_rewards:picky"}],
+        "algorithm.dynamic_sampling": {"enabled": True, "max_rounds": 3},
+    })
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(
+        [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+         "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "kitae.cli.main", "train", str(cfg), "-q"],
+        capture_output=True, text=True, timeout=180, env=env,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    con = sqlite3.connect(tmp_path / "t" / "run.db")
+    # process 0 found its 2 groups in round 1, process 1 none in 3 rounds (it keeps its last round's 2)
+    assert con.execute("SELECT step, count(*) FROM groups GROUP BY step").fetchall() == [(1, 4), (2, 4), (3, 4)]
+    rounds = [v for (v,) in con.execute("SELECT value FROM metrics WHERE key = 'sampling_rounds' ORDER BY step")]
+    assert rounds == [3.0, 3.0, 3.0]
 
 
 def test_judge_component_scores_reasons_and_tokens_reach_the_store(tiny_assets, tmp_path, rewards_on_path):
