@@ -151,18 +151,26 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_cleanly(tiny_assets, tmp_path, rewa
     assert (tmp_path / "t" / "checkpoints" / f"step-{last:06d}" / "state.pt").exists()
 
 
-def test_two_process_accelerate_run(tiny_assets, tmp_path, rewards_on_path):
-    cfg = write_config(tiny_assets, tmp_path, **{"optim.steps": 2, "eval.every": 0, "optim.prompts_per_step": 4})
+def launch_two_processes(cfg) -> None:
+    """``kitae train`` in two real processes (torch.distributed, gloo). ``--multi_gpu`` is accelerate's switch for
+    several processes; without it, on a machine without GPUs, accelerate starts one process."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     out = subprocess.run(
         [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
          "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "kitae.cli.main", "train", str(cfg), "-q"],
-        capture_output=True, text=True, timeout=600, env=env,
+        capture_output=True, text=True, timeout=300, env=env,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+
+
+def test_two_process_accelerate_run(tiny_assets, tmp_path, rewards_on_path):
+    cfg = write_config(tiny_assets, tmp_path, **{"optim.steps": 2, "eval.every": 0, "optim.prompts_per_step": 4})
+    launch_two_processes(cfg)
     con = sqlite3.connect(tmp_path / "t" / "run.db")
     # 4 prompts per step, 2 per process, gathered into one store
     assert con.execute("SELECT step, count(*) FROM groups GROUP BY step").fetchall() == [(1, 4), (2, 4)]
+    # the "groups" metric is a mean over processes: 2 per process (one process alone would log 4)
+    assert con.execute("SELECT value FROM metrics WHERE key = 'groups' ORDER BY step").fetchall() == [(2.0,), (2.0,)]
 
 
 def test_two_process_run_with_dynamic_sampling(tiny_assets, tmp_path, rewards_on_path):
@@ -175,13 +183,7 @@ def test_two_process_run_with_dynamic_sampling(tiny_assets, tmp_path, rewards_on
         "rewards": [{"name": "picky", "function": "tiny_rewards:picky"}],
         "algorithm.dynamic_sampling": {"enabled": True, "max_rounds": 3},
     })
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    out = subprocess.run(
-        [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-         "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "kitae.cli.main", "train", str(cfg), "-q"],
-        capture_output=True, text=True, timeout=180, env=env,
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    launch_two_processes(cfg)
     con = sqlite3.connect(tmp_path / "t" / "run.db")
     # process 0 found its 2 groups in round 1, process 1 none in 3 rounds (it keeps its last round's 2)
     assert con.execute("SELECT step, count(*) FROM groups GROUP BY step").fetchall() == [(1, 4), (2, 4), (3, 4)]
