@@ -151,13 +151,13 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_cleanly(tiny_assets, tmp_path, rewa
     assert (tmp_path / "t" / "checkpoints" / f"step-{last:06d}" / "state.pt").exists()
 
 
-def launch_two_processes(cfg) -> None:
+def launch_two_processes(cfg, *args: str) -> None:
     """``kitae train`` in two real processes (torch.distributed, gloo). ``--multi_gpu`` is accelerate's switch for
     several processes; without it, on a machine without GPUs, accelerate starts one process."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     out = subprocess.run(
         [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-         "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "kitae.cli.main", "train", str(cfg), "-q"],
+         "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "kitae.cli.main", "train", str(cfg), "-q", *args],
         capture_output=True, text=True, timeout=300, env=env,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -171,6 +171,18 @@ def test_two_process_accelerate_run(tiny_assets, tmp_path, rewards_on_path):
     assert con.execute("SELECT step, count(*) FROM groups GROUP BY step").fetchall() == [(1, 4), (2, 4)]
     # the "groups" metric is a mean over processes: 2 per process (one process alone would log 4)
     assert con.execute("SELECT value FROM metrics WHERE key = 'groups' ORDER BY step").fetchall() == [(2.0,), (2.0,)]
+
+
+def test_two_process_run_resumes(tiny_assets, tmp_path, rewards_on_path):
+    """Stopped after step 2 (its checkpoint) and resumed in two processes: steps 3-4 follow, none twice."""
+    cfg = write_config(tiny_assets, tmp_path, **{"optim.steps": 2, "eval.every": 0, "optim.prompts_per_step": 4,
+                                                 "logging.save_every": 2})
+    launch_two_processes(cfg)
+    launch_two_processes(cfg, "--resume", str(tmp_path / "t"), "--set", "optim.steps=4")
+    con = sqlite3.connect(tmp_path / "t" / "run.db")
+    assert con.execute("SELECT step, count(*) FROM groups GROUP BY step").fetchall() == [(s, 4) for s in (1, 2, 3, 4)]
+    assert con.execute("SELECT value FROM metrics WHERE key = 'groups' ORDER BY step").fetchall() == [(2.0,)] * 4
+    assert (tmp_path / "t" / "checkpoints" / "step-000004").is_dir()
 
 
 def test_two_process_run_with_dynamic_sampling(tiny_assets, tmp_path, rewards_on_path):
