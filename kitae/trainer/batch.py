@@ -51,14 +51,27 @@ def build_batch(completions: list[Completion], advantages: list[float], pad_id: 
 
 
 def token_logps(model, batch: TrainBatch, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log-probs [B, L-1] of each next token under logits / T, logits [B, L-1, V]).
+    """(log-probs [B, L-1] of each next token under logits / T, logits [B, K, V] of the last K of those positions).
 
-    The temperature matches the rollout engine's log-probs, so old and new form a proper ratio.
+    The temperature matches the rollout engine's log-probs, so old and new form a proper ratio. Only positions
+    from the first counted token on get logits (``logits_to_keep``, as TRL does): the prompt-only columns to
+    the left cost no LM-head activations and are 0 in the log-probs (the mask drops them anyway). Callers
+    align the logits with ``mask[:, -K:]``. No KV cache is built (``use_cache=False``).
     """
-    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
-    logits = out.logits[:, :-1].float()  # [B, L-1, V]
+    L = batch.input_ids.shape[1]
+    counted = batch.mask.any(0).nonzero()
+    start = int(counted[0]) if len(counted) else L - 2  # the first position that predicts a counted token
+    keep = L - start  # positions start .. L-1; the last one (predicting past the end) is dropped below
+    try:
+        out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False,
+                    logits_to_keep=keep)
+    except TypeError:  # a model without logits_to_keep: all positions
+        out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+    logits = out.logits[:, :-1].float()  # [B, K, V]
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
-    targets = batch.input_ids[:, 1:]  # [B, L-1]
-    logp = logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)  # [B, L-1]
+    K = logits.shape[1]
+    targets = batch.input_ids[:, L - K :]  # [B, K]: the token each kept position predicts
+    part = logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)  # [B, K]
+    logp = torch.cat([part.new_zeros(part.shape[0], L - 1 - K), part], dim=1)  # [B, L-1]
     return logp, logits

@@ -453,7 +453,7 @@ class Trainer:
                     loss, m = policy_loss(cfg.algorithm.loss, inp, self.loss_cfg, norm)
                     self.acc.backward(loss)
                 loss_sum += float(loss.detach()) / mu  # micro-batch losses sum to the batch loss
-                m["entropy"] = float(masked_entropy(logits.detach(), mb.mask))
+                m["entropy"] = float(masked_entropy(logits.detach(), mb.mask[:, -logits.shape[1] :]))
                 tokens = float(mb.mask.sum())
                 for k, v in m.items():  # token-weighted mean over micro-batches and passes
                     if k != "num_tokens":

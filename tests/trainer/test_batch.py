@@ -1,0 +1,58 @@
+"""The policy-update batch: right-padded rows, and log-probs computed only where tokens count."""
+
+from __future__ import annotations
+
+import torch
+
+from kitae.algorithms import masked_entropy
+from kitae.rollout.base import Completion
+from kitae.trainer.batch import build_batch, token_logps
+from tests.tiny import tiny_llama
+
+
+def completion(prompt: list[int], tokens: list[int]) -> Completion:
+    return Completion("", prompt, tokens, [0.0] * len(tokens), "stop")
+
+
+def full_forward_logps(model, batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs [B, L-1] and logits [B, L-1, V] from a plain forward over every position."""
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1].float()
+    targets = batch.input_ids[:, 1:]
+    return logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, -1), logits
+
+
+def test_logps_match_a_full_forward_where_tokens_count():
+    model = tiny_llama(64).eval()
+    rows = [completion([1, 2, 3, 4, 5, 6], [7, 8]), completion([1, 2, 3, 4], [9, 10, 11, 12]),
+            completion([5, 6, 7, 8, 9], [])]  # prompts of 6, 4 and 5 tokens; the last has no completion
+    batch = build_batch(rows, [0.0] * 3, pad_id=0, counted=[True, True, True])
+    logp, logits = token_logps(model, batch)
+    want, want_logits = full_forward_logps(model, batch)
+    assert logp.shape == want.shape == (3, 7)
+    # the first counted token is row 1's first completion token, predicted at position 3: logits from there on
+    assert logits.shape[1] == 7 - 3
+    torch.testing.assert_close(logp * batch.mask, want * batch.mask, atol=1e-5, rtol=1e-5)
+    assert torch.all(logp[:, :3] == 0)  # prompt-only columns: no logits, log-prob 0 (masked out anyway)
+    torch.testing.assert_close(logits, want_logits[:, 3:], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(masked_entropy(logits, batch.mask[:, -logits.shape[1]:]),
+                               masked_entropy(want_logits, batch.mask), atol=1e-5, rtol=1e-5)
+
+
+def test_gradients_match_a_full_forward():
+    model = tiny_llama(64)
+    rows = [completion([1, 2, 3], [4, 5, 6]), completion([1, 2, 3, 4, 5], [6, 7])]
+    batch = build_batch(rows, [0.0] * 2, pad_id=0, counted=[True, True])
+    (token_logps(model, batch)[0] * batch.mask).sum().backward()
+    kept = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    (full_forward_logps(model, batch)[0] * batch.mask).sum().backward()
+    for got, want in zip(kept, (p.grad for p in model.parameters())):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_temperature_scales_the_logits():
+    model = tiny_llama(64).eval()
+    batch = build_batch([completion([1, 2], [3, 4])], [0.0], pad_id=0, counted=[True])
+    logits = model(input_ids=batch.input_ids).logits[:, :-1] / 2.0
+    want = logits.gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1) - torch.logsumexp(logits, -1)
+    torch.testing.assert_close(token_logps(model, batch, temperature=2.0)[0][:, 1:], want[:, 1:])
