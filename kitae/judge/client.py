@@ -119,8 +119,7 @@ class ChatClient:
             raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
         self.base_url, self.model = normalize_base_url(base_url), model
         self.url = self.base_url + "/chat/completions"
-        self.api_key_env, self.timeout, self.retries = api_key_env, timeout, retries
-        self.backoff, self.max_backoff, self.max_concurrency = backoff, max_backoff, max_concurrency
+        self.api_key_env, self.timeout = api_key_env, timeout
         self.cache, self.format, self.extra_body = cache, format, dict(extra_body or {})
         self.counters = ClientCounters()
         self._auto_level = 0  # index into _AUTO_LEVELS that the server accepted last

@@ -129,8 +129,7 @@ class RemoteRewardModel:
         self.url = url.rstrip("/")
         self.protocol_name, self.protocol = protocol, RM_PROTOCOLS.get(protocol)
         self.served_model, self.tokenizer = served_model, tokenizer
-        self.timeout, self.retries, self.backoff, self.max_backoff = timeout, retries, backoff, max_backoff
-        self.max_concurrency = max_concurrency
+        self.timeout = timeout
         self.batch_size = batch_size if self.protocol.batched else 1
         self.counters = WireCounters()
         self._retrier = Retrier(self.name, self.counters, RewardModelError, timeout=timeout, retries=retries,
