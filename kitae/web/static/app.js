@@ -66,6 +66,11 @@
     el.className = cls || "";
   }
 
+  function showRunStatus(status, step) {
+    if (status === "running") showLive(`live · step ${step}`, "live");
+    else showLive(`${status} · step ${step}`);
+  }
+
   const enc = encodeURIComponent;
   const runLink = (run, rest) => `#/run/${enc(run)}${rest || ""}`;
   const badge = (status) => h("span", {class: `badge status-${status}`}, status);
@@ -182,8 +187,7 @@
     setCrumbs({text: "runs", href: "#/"}, {text: run});
     let summary = await api(`/runs/${enc(run)}`);
     // A run that ended before the page opened says so too: the live line is the run's status, always.
-    showLive(summary.status === "running" ? `live · step ${summary.steps ?? 0}` : `${summary.status} · step ${summary.steps ?? 0}`,
-      summary.status === "running" ? "live" : "");
+    showRunStatus(summary.status, summary.steps ?? 0);
     const data = {};  // key -> [[step, value], ...]
     let last = 0, knownKeys = new Set(summary.keys);
     const head = h("div");
@@ -255,8 +259,7 @@
       draw();
       const steps = head.querySelector(".steps");
       if (steps) steps.textContent = `${last} steps`;
-      showLive(res.status === "running" ? `live · step ${last}` : `${res.status} · step ${last}`,
-        res.status === "running" ? "live" : "");
+      showRunStatus(res.status, last);
       return res.status;
     };
     if (summary.status === "running") {
