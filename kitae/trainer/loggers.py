@@ -128,9 +128,19 @@ def run_name(run_dir: Path, config: dict) -> str:
     return str(config.get("name") or run_dir.name)
 
 
+class Backend:
+    """A backend logs metrics with ``log``; evaluations are the same metrics under ``eval/``."""
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        raise NotImplementedError
+
+    def log_eval(self, step: int, metrics: dict[str, float]) -> None:
+        self.log(step, {EVAL_PREFIX + k: v for k, v in metrics.items()})
+
+
 # ---- backends ------------------------------------------------------------------------------------
 @register_logger("tensorboard")
-class TensorBoardLogger:
+class TensorBoardLogger(Backend):
     """Scalars in runs/NAME/tensorboard/ (one event file per process start); the config as text."""
 
     def __init__(self, run_dir: Path, config: dict):
@@ -148,15 +158,12 @@ class TensorBoardLogger:
         for key, value in metrics.items():
             self.writer.add_scalar(key, value, step)
 
-    def log_eval(self, step: int, metrics: dict[str, float]) -> None:
-        self.log(step, {EVAL_PREFIX + k: v for k, v in metrics.items()})
-
     def close(self) -> None:
         self.writer.close()
 
 
 @register_logger("wandb")
-class WandbLogger:
+class WandbLogger(Backend):
     """A W&B run named after the kitae run, in project WANDB_PROJECT (default "kitae"); files under the run
     folder. W&B steps must not go back, so a resumed run continues the same W&B run only with WANDB_RUN_ID."""
 
@@ -168,15 +175,12 @@ class WandbLogger:
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self.run.log(metrics, step=step)
 
-    def log_eval(self, step: int, metrics: dict[str, float]) -> None:
-        self.run.log({EVAL_PREFIX + k: v for k, v in metrics.items()}, step=step)
-
     def close(self) -> None:
         self.run.finish()
 
 
 @register_logger("trackio")
-class TrackioLogger:
+class TrackioLogger(Backend):
     """A trackio run named after the kitae run, in project TRACKIO_PROJECT (default "kitae")."""
 
     def __init__(self, run_dir: Path, config: dict):
@@ -186,9 +190,6 @@ class TrackioLogger:
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self.trackio.log(metrics, step=step)
-
-    def log_eval(self, step: int, metrics: dict[str, float]) -> None:
-        self.trackio.log({EVAL_PREFIX + k: v for k, v in metrics.items()}, step=step)
 
     def close(self) -> None:
         self.trackio.finish()
