@@ -38,6 +38,7 @@ import _corpus  # noqa: E402  (a sibling helper, not part of the package)
 
 from kitae.chat import CHATML_TEMPLATE, END_OF_TEXT, IM_END, IM_START, is_template_compliant  # noqa: E402
 from kitae.data.answers import answers_match  # noqa: E402
+from kitae.data.loader import load_prompts, write_jsonl  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "kitae" / "assets" / "models" / "kitae-tiny-base"
@@ -231,15 +232,6 @@ def print_metrics(metrics: dict) -> None:
             print(f"  {key:20s} n={m['n']:4d}  compliance {m['compliance']:.3f}  accuracy {m['accuracy']:.3f}")
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-
-
 # ------------------------------------------------------------------------------------------ model card
 CARD = """# kitae-tiny-base
 
@@ -349,7 +341,7 @@ def eval_only(model_dir: Path, data_dir: Path, seed: int, threads: int) -> dict:
     tok = check_tokenizer(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     t0 = time.time()
-    metrics = evaluate(model, tok, read_jsonl(data_dir / "test.jsonl"), seed)
+    metrics = evaluate(model, tok, load_prompts(data_dir / "test.jsonl"), seed)
     print(f"eval {time.time() - t0:.0f}s")
     print_metrics(metrics)
     return metrics

@@ -41,6 +41,7 @@ from pathlib import Path
 import torch
 
 from kitae.chat import IM_END, IM_START
+from kitae.data.loader import load_prompts
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_BASE = ROOT / "kitae" / "assets" / "models" / "kitae-tiny-base"
@@ -149,10 +150,6 @@ def check_format(tok, row: dict) -> None:
     shown = format_conversation(tok, turns)
     if shown != prompt_text(row) + "47" + IM_END + "\n":
         raise SystemExit(f"the tokenizer's chat template is not ChatML as the pairs assume: {shown!r}")
-
-
-def read_rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 # ---------------------------------------------------------------------------------------------- model
@@ -336,8 +333,8 @@ def main(argv: list[str] | None = None) -> dict:
         p.error("--init is scratch or base; --save-dtype is float32 or bfloat16")
     torch.set_num_threads(cfg.threads)
     random.seed(cfg.seed)
-    train_pairs = make_pairs(read_rows(args.data / "train.jsonl"), cfg.seed, cfg.wrong_per_row)
-    test_rows = read_rows(args.data / "test.jsonl")
+    train_pairs = make_pairs(load_prompts(args.data / "train.jsonl"), cfg.seed, cfg.wrong_per_row)
+    test_rows = load_prompts(args.data / "test.jsonl")
     test_pairs = make_pairs(test_rows, cfg.seed + 1)
     model, tok = build_model(args.base, cfg)
     check_format(tok, test_rows[0])
