@@ -82,12 +82,13 @@ def run_trl(args) -> dict:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from kitae.data.loader import load_prompts
     from kitae.graders import build_grader
     from kitae.models import BUNDLED_DATA, load_causal_lm, load_tokenizer
 
     tok = load_tokenizer(args.model)
     model = load_causal_lm(args.model)
-    rows = [json.loads(l) for l in (BUNDLED_DATA / "train.jsonl").read_text().splitlines() if l.strip()]
+    rows = load_prompts(BUNDLED_DATA / "train.jsonl")
     ds = datasets.Dataset.from_list([{"prompt": r["messages"], "reference_answer": r["reference_answer"]} for r in rows])
 
     def as_reward(spec, name):
