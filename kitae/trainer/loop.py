@@ -93,6 +93,7 @@ class Trainer:
         self.store = self._open_store(resume, ckpt) if self.acc.is_main_process else None
         self.loggers = make_loggers(cfg.logging.report_to if self.store else [], self.run_dir, cfg.to_dict())
         self._stop_requested = False
+        self._rounds = 0  # sampling rounds the last step took (logged as sampling_rounds with dynamic sampling)
 
     # ---- setup --------------------------------------------------------------------------------
     @property
