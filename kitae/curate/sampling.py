@@ -126,7 +126,6 @@ def sample_and_grade(
     on_progress: Callable[[int], None] = lambda k: None,
 ) -> list[PromptResult]:
     """Per-row results: `n` samples of `prompts[i]` (the messages sent), graded against `rows[i]`."""
-    from kitae.rollout.base import SamplingParams
     from kitae.trainer.evaluate import sample_dict
     from kitae.trainer.rewards import RewardComponent, score_groups
 
@@ -139,7 +138,7 @@ def sample_and_grade(
         if not todo:
             continue
         batch = range(start, min(len(rows), start + batch_prompts))
-        sp = SamplingParams(**{**sampling.__dict__, "seed": None if sampling.seed is None else sampling.seed + start})
+        sp = sampling.offset_seed(start)
         groups = engine.generate([prompts[i] for i in batch], n, sp)
         samples = [[sample_dict(c, sp.max_new_tokens) for c in g] for g in groups]
         scored = score_groups(comp, [rows[i] for i in batch], samples)

@@ -8,7 +8,6 @@ model scores at least as well with fewer tokens on average.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -55,27 +54,16 @@ def evaluate_model(
     path: str, rows: list[dict], grader: Grader, k: int, sampling: SamplingParams, pass_threshold: float = 1.0,
     device: str | None = None, batch_prompts: int = 32, progress: Callable[[int], None] | None = None,
 ) -> tuple[dict[str, float], list[dict]]:
-    """(metrics, per-sample results) of one model; the model is loaded, evaluated and released.
-
-    Prompts go in chunks of `batch_prompts` (``progress(n)`` is called after each with the prompts done); the
-    results equal one :func:`kitae.trainer.evaluate.evaluate` call over all rows (same seeds per batch).
-    """
+    """(metrics, per-sample results) of one model: :func:`kitae.trainer.evaluate.evaluate` on a freshly loaded
+    model, released afterwards. ``progress(n)`` is called after each batch with the prompts done."""
     import torch
 
     from kitae.rollout.hf import HFEngine
-    from kitae.trainer.evaluate import evaluate, summarize
+    from kitae.trainer.evaluate import evaluate
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     engine = HFEngine.from_pretrained(path, device=device)
-    results: list[dict] = []
-    for start in range(0, len(rows), batch_prompts):
-        seed = None if sampling.seed is None else sampling.seed + start
-        sp = dataclasses.replace(sampling, seed=seed)
-        _, part = evaluate(engine, rows[start : start + batch_prompts], grader, k, sp, pass_threshold, batch_prompts)
-        results += [{**r, "prompt_index": r["prompt_index"] + start} for r in part]
-        if progress:
-            progress(min(start + batch_prompts, len(rows)))
-    return summarize(results), results
+    return evaluate(engine, rows, grader, k, sampling, pass_threshold, batch_prompts, progress)
 
 
 def mark_frontier(reports: list[ModelReport]) -> None:

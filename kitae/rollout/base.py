@@ -16,6 +16,7 @@ token.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -42,6 +43,11 @@ class SamplingParams:
     repeat_min_count: int = 0  # 0 = off
     repeat_max_period: int = 16
     repeat_min_span: int = 16
+
+    def offset_seed(self, offset: int) -> "SamplingParams":
+        """A copy whose seed is ``seed + offset`` (no seed stays no seed): batch b of a set samples with
+        ``offset_seed(first row of b)``, so a batch gives the same samples however the set is split or resumed."""
+        return dataclasses.replace(self, seed=None if self.seed is None else self.seed + offset)
 
 
 @dataclass

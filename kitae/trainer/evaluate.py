@@ -8,7 +8,7 @@ object the trainer rewards with, so "the reward of a task is its evaluation".
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from typing import Any, Callable
 
 from kitae.chat import is_template_compliant
 from kitae.graders.base import Grader
@@ -35,17 +35,18 @@ def evaluate(
     sampling: SamplingParams | None = None,
     pass_threshold: float = 1.0,
     batch_prompts: int = 32,
+    progress: Callable[[int], None] | None = None,
 ) -> tuple[dict[str, float], list[dict]]:
     """(metrics, per-sample results). Metrics: pass@1, compliance, len_mean, len_p90, trunc_rate, and
-    pass@1/<difficulty> and pass@1/<lang> when rows carry those labels."""
+    pass@1/<difficulty> and pass@1/<lang> when rows carry those labels. Prompts go in batches of
+    `batch_prompts`, each sampled with ``sampling.offset_seed(first row)``; ``progress(n)`` is called after each
+    with the number of prompts done."""
     sp = sampling or SamplingParams()
     comp = [RewardComponent("score", 1.0, grader)]
     results: list[dict] = []
     for start in range(0, len(rows), batch_prompts):
         batch = rows[start : start + batch_prompts]
-        seed = None if sp.seed is None else sp.seed + start
-        sp_b = SamplingParams(**{**sp.__dict__, "seed": seed})
-        groups = engine.generate([r["messages"] for r in batch], k, sp_b)
+        groups = engine.generate([r["messages"] for r in batch], k, sp.offset_seed(start))
         samples = [[sample_dict(c, sp.max_new_tokens) for c in g] for g in groups]
         scored = score_groups(comp, batch, samples)
         for i, (row, group, gs) in enumerate(zip(batch, samples, scored)):
@@ -65,6 +66,8 @@ def evaluate(
                         "error": grade.error,
                     }
                 )
+        if progress:
+            progress(start + len(batch))
     return summarize(results), results
 
 
