@@ -25,6 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from kitae.rewards.reward_model import LocalRewardModel
+from kitae.serving.http import LoopbackServer
 
 
 class BadRequest(ValueError):
@@ -147,6 +148,4 @@ def _handler(service: RewardModelService, quiet: bool) -> type[BaseHTTPRequestHa
 def make_server(scorer: LocalRewardModel, host: str = "127.0.0.1", port: int = 0, name: str | None = None,
                 quiet: bool = True) -> ThreadingHTTPServer:
     """A bound server (port 0 = a free port; read it from ``server.server_address``); call serve_forever()."""
-    server = ThreadingHTTPServer((host, port), _handler(RewardModelService(scorer, name), quiet))
-    server.daemon_threads = True
-    return server
+    return LoopbackServer((host, port), _handler(RewardModelService(scorer, name), quiet))
