@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import json
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 from kitae.rewards.reward_model import LocalRewardModel
-from kitae.serving.http import LoopbackServer
+from kitae.serving.http import LoopbackServer, json_handler
 
 
 class BadRequest(ValueError):
@@ -100,6 +100,13 @@ class RewardModelService:
             raise BadRequest("the request body must be a JSON object")
         return routes[path](body)
 
+    def error_reply(self, exc: Exception, method: str, path: str) -> tuple[int, Any]:
+        if isinstance(exc, NotFound):
+            return 404, {"error": {"message": f"no endpoint {method} {path}"}}
+        if isinstance(exc, (BadRequest, json.JSONDecodeError, UnicodeDecodeError)):
+            return 400, {"error": {"message": str(exc)}}
+        return 500, {"error": {"message": f"{type(exc).__name__}: {exc}"}}  # the model failed: keep serving
+
     def handle_get(self, path: str) -> Any:
         if path == "/health":
             return {"status": "ok", "model": self.name}
@@ -108,44 +115,7 @@ class RewardModelService:
         raise NotFound(path)
 
 
-def _handler(service: RewardModelService, quiet: bool) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def _send(self, status: int, payload: Any) -> None:
-            data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _answer(self, call) -> None:
-            try:
-                self._send(200, call())
-            except NotFound:
-                self._send(404, {"error": {"message": f"no endpoint {self.command} {self.path}"}})
-            except (BadRequest, json.JSONDecodeError, UnicodeDecodeError) as exc:
-                self._send(400, {"error": {"message": str(exc)}})
-            except Exception as exc:  # the model failed: tell the client, keep serving
-                self._send(500, {"error": {"message": f"{type(exc).__name__}: {exc}"}})
-
-        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-            self._answer(lambda: service.handle_get(self.path))
-
-        def do_POST(self) -> None:  # noqa: N802
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length)
-            self._answer(lambda: service.handle_post(self.path, json.loads(raw.decode("utf-8"))))
-
-        def log_message(self, format: str, *args: Any) -> None:
-            if not quiet:
-                super().log_message(format, *args)
-
-    return Handler
-
-
 def make_server(scorer: LocalRewardModel, host: str = "127.0.0.1", port: int = 0, name: str | None = None,
                 quiet: bool = True) -> ThreadingHTTPServer:
     """A bound server (port 0 = a free port; read it from ``server.server_address``); call serve_forever()."""
-    return LoopbackServer((host, port), _handler(RewardModelService(scorer, name), quiet))
+    return LoopbackServer((host, port), json_handler(RewardModelService(scorer, name), quiet))

@@ -37,7 +37,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 import jsonschema
@@ -46,7 +46,7 @@ from kitae.chat import END_OF_TEXT, IM_END
 from kitae.rollout.base import SamplingParams
 from kitae.rollout.hf import HFEngine
 from kitae.serving.constrained import ConstrainedDecoder, supported
-from kitae.serving.http import LoopbackServer
+from kitae.serving.http import LoopbackServer, json_handler
 
 
 class ApiError(Exception):
@@ -169,6 +169,14 @@ class ChatService:
         self._lock = threading.Lock()
 
     # ---- routes ---------------------------------------------------------------------------------
+    def error_reply(self, exc: Exception, method: str, path: str) -> tuple[int, Any]:
+        if isinstance(exc, ApiError):
+            return exc.status, exc.payload()
+        if isinstance(exc, (json.JSONDecodeError, UnicodeDecodeError)):
+            return 400, ApiError(400, f"the body is not JSON: {exc}").payload()
+        # generation failed: tell the client, keep serving
+        return 500, ApiError(500, f"{type(exc).__name__}: {exc}", kind="server_error").payload()
+
     def handle_get(self, path: str) -> Any:
         if path == "/health":
             return {"status": "ok", "model": self.name}
@@ -254,49 +262,10 @@ class ChatService:
 
 
 # ---- HTTP ---------------------------------------------------------------------------------------------
-def _handler(service: ChatService, quiet: bool) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def _send(self, status: int, payload: Any) -> None:
-            data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-            except OSError:  # the client went away
-                pass
-
-        def _answer(self, call) -> None:
-            try:
-                self._send(200, call())
-            except ApiError as exc:
-                self._send(exc.status, exc.payload())
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                self._send(400, ApiError(400, f"the body is not JSON: {exc}").payload())
-            except Exception as exc:  # generation failed: tell the client, keep serving
-                self._send(500, ApiError(500, f"{type(exc).__name__}: {exc}", kind="server_error").payload())
-
-        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-            self._answer(lambda: service.handle_get(self.path.split("?")[0]))
-
-        def do_POST(self) -> None:  # noqa: N802
-            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            self._answer(lambda: service.handle_post(self.path.split("?")[0], json.loads(raw.decode("utf-8"))))
-
-        def log_message(self, format: str, *args: Any) -> None:
-            if not quiet:
-                super().log_message(format, *args)
-
-    return Handler
-
-
 def make_server(service: ChatService, host: str = "127.0.0.1", port: int = 0,
                 quiet: bool = True) -> ThreadingHTTPServer:
     """A bound server (port 0 = a free port; read it from ``server.server_address``); call serve_forever()."""
-    return LoopbackServer((host, port), _handler(service, quiet))
+    return LoopbackServer((host, port), json_handler(service, quiet))
 
 
 def load_service(model: str | None, name: str | None = None, device: str = "cpu", dtype: str = "float32",
