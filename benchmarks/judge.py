@@ -3,7 +3,7 @@
     python benchmarks/judge.py [--groups 32] [--samples 8] [--latency 0.2] [--concurrency 8]
 
 1. Calls and prompt tokens of the group judge (one call per group: the conversation, the reference and the
-   rubric are sent once for N samples, seed 002's reason to judge the group at once) against the baseline of
+   rubric are sent once for N samples, the hosted RFT grader guide's reason to judge the group at once) against the baseline of
    one judge call per sample (the same judge on groups of one).
 2. Throughput of grading the groups with ``--concurrency`` groups in flight against one at a time (the
    baseline), with every reply delayed by ``--latency`` seconds to stand in for a remote model.

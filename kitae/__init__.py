@@ -3,8 +3,8 @@
 Layout (one folder per part of the system):
     kitae/data        dataset loading and validation, the bundled task
     kitae/rollout     rollout engines: generate G completions per prompt with per-token log-probs
-    kitae/graders     graders: score a group of samples for one item (seed 002, OpenAI grader schema)
-    kitae/rewards     reward shaping functions (seed 000's five rewards, Kimi's length reward)
+    kitae/graders     graders: score a group of samples for one item (the hosted RFT grader guide, OpenAI grader schema)
+    kitae/rewards     reward shaping functions (the GRPO-zero recipe's five rewards, Kimi's length reward)
     kitae/algorithms  advantage estimators, policy losses, KL estimators and controllers
     kitae/trainer     typed config and the GRPO training loop
     kitae/store       the run store (SQLite): the only contract between training and the web page

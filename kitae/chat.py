@@ -1,6 +1,6 @@
 """Chat formatting (ChatML) and the end-of-turn marker.
 
-Seed 000's inference code: format the conversation as ChatML, generate, and stop at ``<|im_end|>``, which may be
+The GRPO-zero recipe's inference code: format the conversation as ChatML, generate, and stop at ``<|im_end|>``, which may be
 several tokens for a tokenizer that does not know it as a special token. Prompts use the tokenizer's own
 ``chat_template`` when it has one and ChatML otherwise.
 """
@@ -34,7 +34,7 @@ def to_messages(prompt: str | list[Message], system: str | None = None) -> list[
 
 
 def chatml(messages: list[Message], add_generation_prompt: bool = True) -> str:
-    """ChatML text, as in seed 000: ``<|im_start|>role\\ncontent<|im_end|>\\n`` per turn."""
+    """ChatML text, as in the GRPO-zero recipe: ``<|im_start|>role\\ncontent<|im_end|>\\n`` per turn."""
     text = "".join(f"{IM_START}{m['role']}\n{m['content']}{IM_END}\n" for m in messages)
     return text + (f"{IM_START}assistant\n" if add_generation_prompt else "")
 
@@ -53,7 +53,7 @@ def split_at_end(text: str, end: str = IM_END) -> tuple[str, bool]:
 
 
 def is_template_compliant(text: str, finish_reason: str | None = None, end: str = IM_END) -> bool:
-    """Seed 000's notion of following the chat template.
+    """The GRPO-zero recipe's notion of following the chat template.
 
     A completion complies when it ends its turn with the end marker (nothing but whitespace after it),
     has no other template token inside its content, was not cut at the length limit, and is not empty.

@@ -4,7 +4,7 @@ The task rows are prompts for RL: ``{"messages": [...], "reference_answer": "47"
 Difficulty: easy = 1-digit ± 1-digit, medium = 2-digit ± 1-digit, hard = 2-digit + 2-digit, fact = a short
 factual question (capitals, colours, days of the week, opposites). Subtractions never go below zero.
 
-The corpus makes a *base* model in seed 000's sense: ChatML conversations whose assistant turns are a
+The corpus makes a *base* model in the GRPO-zero recipe's sense: ChatML conversations whose assistant turns are a
 learned mixture of behaviours (see ``Mixture``): well-formed answers, rambles, loops, turns that never emit
 ``<|im_end|>`` and run on into more text or a fake next turn, and wrong answers. Correct answers stay the single
 most likely answer, so the skill is latent and RL on template compliance and correctness can sharpen it.

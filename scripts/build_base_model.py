@@ -10,7 +10,7 @@ What it does, seeded end to end:
    ``AutoTokenizer.from_pretrained``;
 3. pretrains a small Llama-architecture causal LM from scratch on a synthetic corpus (scripts/_corpus.py) in
    which assistant turns are a mixture of good and bad behaviours, so the model follows the template and
-   answers correctly only part of the time (a base model in seed 000's sense);
+   answers correctly only part of the time (a base model in the GRPO-zero recipe's sense);
 4. measures template compliance (kitae.chat.is_template_compliant) and accuracy (kitae.data.answers.answers_match)
    on the test split, sampling at temperature 1.0, top_p 1.0, 48 new tokens, stopping at ``<|im_end|>``;
 5. saves the checkpoint (safetensors) with a model card README.md holding those numbers.
@@ -156,7 +156,7 @@ def lr_at(step: int, cfg: BuildConfig) -> float:
 
 
 def pretrain(model, ids: torch.Tensor, labels: torch.Tensor, cfg: BuildConfig) -> list[float]:
-    """Plain next-token training, one fixed batch order from the seed. Returns the loss per step."""
+    """Plain next-token training, one fixed batch order from the recipe. Returns the loss per step."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
@@ -237,7 +237,7 @@ CARD = """# kitae-tiny-base
 
 A tiny **base** causal LM bundled with kitae so that reinforcement fine-tuning runs end to end on a CPU with
 no download. It is deliberately imperfect: it follows the ChatML template and answers correctly only part
-of the time, the way a pretrained base model does before RL (seed 000's starting point). Train it with GRPO
+of the time, the way a pretrained base model does before RL (the GRPO-zero recipe's starting point). Train it with GRPO
 on the bundled task (`kitae/assets/data/arith`) and watch both numbers go up.
 
 ## Model

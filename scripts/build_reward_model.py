@@ -7,7 +7,7 @@
 What it does, seeded end to end:
 1. reads the bundled task (kitae/assets/data/arith/{train,test}.jsonl: messages, reference_answer, difficulty,
    lang) and makes preference pairs per prompt: *chosen* is a well-formed correct answer ("47", "答えは47です。",
-   "The answer is 47."); *rejected* is the same prompt answered in one of the ways seed 000's rewards fight:
+   "The answer is 47."); *rejected* is the same prompt answered in one of the ways the GRPO-zero recipe's rewards fight:
    ``wrong`` (the same phrasing with a wrong answer), ``ramble`` (correct, then 3-6 filler sentences), ``loop``
    (a sentence repeated 4-8 times, no end marker), ``unterminated`` (no ``<|im_end|>``: cut, or running on
    into a made-up user turn) and ``empty``. ``wrong_per_row`` wrong-answer pairs per prompt (the hard kind),
@@ -259,7 +259,7 @@ def model_card(cfg: BuildConfig, result: dict, size_mb: float, seconds: float, n
     return f"""# kitae-tiny-rm
 
 A tiny reward model for kitae's bundled task (bilingual arithmetic and facts), built by
-`scripts/build_reward_model.py` so that seed 000's reward-model reward (`type: reward_model`) runs on a laptop.
+`scripts/build_reward_model.py` so that the GRPO-zero recipe's reward-model reward (`type: reward_model`) runs on a laptop.
 A `LlamaForSequenceClassification` with one label: the score is the raw logit at the last token.
 
 - Tokenizer: the bundled base model's (ChatML; tokenizer.json sha256 {sha256_of(base / "tokenizer.json")[:16]}...).

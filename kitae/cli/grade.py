@@ -103,7 +103,7 @@ def validate(
     judge_checks: bool = typer.Option(False, "--judge-checks", help="Also probe LLM judges: scores under permuted "
                                       "sample orders and injection probes (extra judge calls; kitae/judge/checks.py)."),
 ) -> None:
-    """Compare the grader's ranking with your own scores before a long run (seed 002's advice)."""
+    """Compare the grader's ranking with your own scores before a long run (the hosted RFT grader guide's advice)."""
     from kitae.graders import build_grader, load_spec
     from kitae.graders.agreement import validate as run_validation
     from kitae.graders.rows import load_rows

@@ -26,7 +26,7 @@ def chat(
     seed: Optional[int] = typer.Option(None, help="Random seed for reproducible sampling."),
     raw: bool = typer.Option(False, help="Print the raw completion with its end marker and finish reason."),
 ) -> None:
-    """Answer one prompt the way seed 000's inference code does: ChatML, stop at <|im_end|>."""
+    """Answer one prompt the way the GRPO-zero recipe's inference code does: ChatML, stop at <|im_end|>."""
     from kitae.rollout.base import SamplingParams
     from kitae.rollout.hf import HFEngine
 

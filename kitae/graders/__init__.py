@@ -1,4 +1,4 @@
-"""Graders: score every sample of a group against the item (seed 002, OpenAI's grader schema).
+"""Graders: score every sample of a group against the item (the hosted RFT grader guide, OpenAI's grader schema).
 
 Build one by name or from a spec, grade a group::
 
@@ -9,7 +9,7 @@ Build one by name or from a spec, grade a group::
 Types (``kitae grade --help`` and examples/graders/README.md show specs for each):
 
     string_check, text_similarity, python, multi     OpenAI's schema, loaded unchanged
-    numeric, format, math, answer                     seed 002's rule-based graders and the task's answer check
+    numeric, format, math, answer                     the hosted RFT grader guide's rule-based graders and the task's answer check
     weighted, gate                                    renormalizing mixes and "counts only if ... passes"
     template, repetition, overlong, ...               reward graders registered by kitae.rewards
 

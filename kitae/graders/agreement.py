@@ -1,4 +1,4 @@
-"""Does the grader rank answers the way you do? (seed 002: "score 5–10 answers yourself and compare").
+"""Does the grader rank answers the way you do? (the hosted RFT grader guide: "score 5–10 answers yourself and compare").
 
 :func:`agreement` is the pure computation (the web page's labeling page reuses it); :func:`validate` grades
 labeled rows and adds warnings and a one-line verdict (``kitae grader validate``).
@@ -237,7 +237,7 @@ def leaf_specs(spec: dict[str, Any], weight: float = 1.0) -> list[dict[str, Any]
     return [{**spec, "weight": weight}]
 
 
-# ---- checks: the seed's common mistakes ---------------------------------------------------------
+# ---- checks: the guide's common mistakes ---------------------------------------------------------
 def register_check(name: str) -> Callable:
     return CHECKS.register(name)
 
@@ -247,7 +247,7 @@ def _few_labels(ctx: CheckContext) -> list[str]:
     n = ctx.agreement.n_samples
     if n < 10:
         return [f"only {n} samples carry both a human score and a grader score; "
-                "the seed advises 5-10 at least, more is better"]
+                "the hosted RFT grader guide advises 5-10 at least, more is better"]
     return []
 
 

@@ -1,4 +1,4 @@
-"""The grader interface (seed 002): a grader scores every sample of one group.
+"""The grader interface (the hosted RFT grader guide): a grader scores every sample of one group.
 
 A grader reads an *item* (one dataset row: ``messages``, ``reference_answer`` and any extra fields) and the
 *samples* generated for it, and returns one :class:`Grade` per sample, in order.

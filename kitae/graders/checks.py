@@ -1,4 +1,4 @@
-"""All-or-nothing checks: OpenAI's ``string_check`` and kitae's ``format`` (seed 002's string/format checks).
+"""All-or-nothing checks: OpenAI's ``string_check`` and kitae's ``format`` (the hosted RFT grader guide's string/format checks).
 
 ``string_check`` (OpenAI schema, exact semantics)::
 

@@ -1,10 +1,10 @@
-"""Graders made of graders: OpenAI's ``multi``, seed 002's renormalizing ``weighted`` mix, and ``gate``.
+"""Graders made of graders: OpenAI's ``multi``, the hosted RFT grader guide's renormalizing ``weighted`` mix, and ``gate``.
 
 All three grade the whole group with every part (concurrently) and combine per sample; they need the group
 when any part does. Each part's score is kept in ``sub_scores`` under its name (nested parts as
 ``name.sub``), so every component is logged.
 
-``weighted`` (seed 002: "judge 50% + numeric 50%; when the reference has no numbers, the judge alone")::
+``weighted`` (the hosted RFT grader guide: "judge 50% + numeric 50%; when the reference has no numbers, the judge alone")::
 
     type: weighted
     graders:

@@ -1,4 +1,4 @@
-"""Reading the numbers a text states, with their units normalized (seed 002's numeric grader).
+"""Reading the numbers a text states, with their units normalized (the hosted RFT grader guide's numeric grader).
 
     >>> [q.value for q in extract_quantities("WACC ≈ 9.91%, EV ≈ $1,705M")]
     [9.91, 1705000000.0]

@@ -1,10 +1,10 @@
-"""Seed 002's numeric grader: do the sample's numbers match the reference's key numbers?
+"""The hosted RFT grader guide's numeric grader: do the sample's numbers match the reference's key numbers?
 
 For each key number of the reference (see :mod:`kitae.graders.numbers`), find the closest number in the
 sample by relative error |s - r| / |r|; credit 1 within ``tolerance`` (1%), ``partial_credit`` (0.5) within
 ``partial_tolerance`` (5%), else 0. The score is the mean over the reference's numbers (repeats counted
-once). A reference without numbers gives no score (None: the row is skipped, as the seed says); a sample
-without numbers scores 0. Worked example (seed 002)::
+once). A reference without numbers gives no score (None: the row is skipped, as the guide says); a sample
+without numbers scores 0. Worked example (the hosted RFT grader guide)::
 
     reference: WACC ≈ 9.91%, cost of equity 10.34%, after-tax cost of debt 4.15%, EV ≈ $1,705M
     sample:    9.95%, 10.3%, 4.2%, 1,700M        -> (1 + 1 + 0.5 + 1) / 4 = 0.875
@@ -35,7 +35,7 @@ def relative_error(got: float, want: float) -> float:
 
 @register_grader("numeric")
 class NumericGrader(PairGrader):
-    """Seed 002 numeric: reference numbers matched within 1% (full) / 5% (half); None without numbers."""
+    """The hosted RFT grader guide's numeric grader: reference numbers matched within 1% (full) / 5% (half); None without numbers."""
 
     def __init__(self, tolerance: float = 0.01, partial_tolerance: float = 0.05, partial_credit: float = 0.5,
                  **templates: Any):

@@ -1,4 +1,4 @@
-"""OpenAI's ``text_similarity`` grader, and seed 002's similarity grader (ROUGE-L F1 on words).
+"""OpenAI's ``text_similarity`` grader, and the hosted RFT grader guide's similarity grader (ROUGE-L F1 on words).
 
     {type: text_similarity}                                   # ROUGE-L F1, sample vs item.reference_answer
     {type: text_similarity, evaluation_metric: bleu, input: "{{sample.output_json.summary}}",

@@ -1,7 +1,7 @@
 """Tokenizers and text-overlap metrics: ROUGE-N, ROUGE-L (Lin, 2004), BLEU, GLEU, fuzzy match.
 
 ROUGE-L is the F1 of the longest common subsequence (LCS) of tokens: precision = LCS / sample tokens, recall =
-LCS / reference tokens, as in seed 002 and the ``rouge-score`` package (whose numbers it reproduces on
+LCS / reference tokens, as in the hosted RFT grader guide and the ``rouge-score`` package (whose numbers it reproduces on
 English with the ``words`` tokenizer; no stemming). The LCS uses the bit-parallel algorithm of Allison &
 Dix (1986) / Hyyrö (2004): one big-integer add, subtract, and, or per token of the shorter text, so the
 cost is O(n·m/64) machine words instead of rouge-score's pure-Python O(n·m) table.

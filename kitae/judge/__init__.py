@@ -1,4 +1,4 @@
-"""LLM judges (seed 002): the group judge, OpenAI's score_model and label_model, their client and checks.
+"""LLM judges (the hosted RFT grader guide): the group judge, OpenAI's score_model and label_model, their client and checks.
 
     type: judge                         # kitae/judge/group.py: all N samples in one call, 1-5 per criterion
     type: score_model                   # kitae/judge/model_graders.py: OpenAI's, a number per sample

@@ -1,6 +1,6 @@
 """Checks of an LLM judge before a long run (``kitae grader validate --judge-checks``).
 
-Two hazards of /work/shared/reference/graders.md, measured on the user's own labeled rows:
+Two known hazards of LLM judges, measured on the user's own labeled rows:
 
 **Order sensitivity.** Each group is judged under ``orders`` fixed sample orders (as given, reversed, then
 rotations), one call each, without the judge's own shuffling. Reported: the mean and largest change of a

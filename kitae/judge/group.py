@@ -1,10 +1,10 @@
-"""Seed 002's group judge (spec type ``judge``): one LLM call reads the conversation, the reference answer and
+"""The hosted RFT grader guide's group judge (spec type ``judge``): one LLM call reads the conversation, the reference answer and
 all N samples together and scores each sample on every criterion; the scores are scaled to 0-1.
 
     type: judge
     model: kitae-tiny-base                 # client fields: kitae/judge/client.py (model, base_url, api_key_env,
     base_url: http://127.0.0.1:8000/v1     #   timeout, retries, backoff, max_concurrency, cache, cache_dir, ...)
-    criteria:                              # default: the seed's four, weight 1 each
+    criteria:                              # default: the guide's four, weight 1 each
       correctness: {weight: 2, description: "Agrees with the reference answer; nothing invented."}
       helpfulness: 1                       # a weight (the default description)
       tone: "Polite, in the user's language."   # a description (weight 1)
@@ -139,7 +139,7 @@ class Group:
 
 @register_grader("judge")
 class GroupJudgeGrader(ClientGrader):
-    """Seed 002's LLM judge: all N samples in one call, scored 1-5 per criterion, scaled to 0-1."""
+    """The hosted RFT grader guide's LLM judge: all N samples in one call, scored 1-5 per criterion, scaled to 0-1."""
 
     needs_group = True
 
@@ -334,7 +334,7 @@ def read_reference(r: SpecReader) -> Template | None:
 
 
 def read_criteria(r: SpecReader) -> tuple[Criterion, ...]:
-    """``criteria``: omitted (the seed's four), a list of names, or a map name -> weight | description | {...}."""
+    """``criteria``: omitted (the guide's four), a list of names, or a map name -> weight | description | {...}."""
     raw = r.raw("criteria", None)
     if raw is None:
         return DEFAULT_CRITERIA

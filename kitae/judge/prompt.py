@@ -1,6 +1,7 @@
 """The group judge's prompt and reply schema: the conversation, the reference and N fenced samples in one call.
 
-The defenses of /work/shared/reference/graders.md, as built here:
+The defenses against known LLM-judge failures (injection from sample text, position bias, loose replies), as
+built here:
 
 - every sample sits between the lines ``<<<SAMPLE Sk TAG>>>`` and ``<<<END Sk TAG>>>``, with TAG a random
   10-character string drawn per call (never one that occurs in the texts), and the instructions say that only
@@ -32,7 +33,7 @@ class Criterion:
     description: str = ""
 
 
-# Seed 002: correctness, helpfulness, tone and format, each 1-5. Equal weights (the seed gives none).
+# The hosted RFT grader guide: correctness, helpfulness, tone and format, each 1-5. Equal weights (the guide gives none).
 DEFAULT_CRITERIA = (
     Criterion("correctness", 1.0, "Is it right? Facts, numbers and reasoning agree with the reference answer; "
               "nothing is invented. A different wording of a correct answer is fully correct."),

@@ -1,4 +1,4 @@
-"""Reward shaping and reward models: seed 000's five rewards, Kimi k1.5's length reward, DAPO's soft overlong.
+"""Reward shaping and reward models: the GRPO-zero recipe's five rewards, Kimi k1.5's length reward, DAPO's soft overlong.
 
 Each component is a pure function in its own module (hand-checkable, documented with its spec fields) and a
 grader registered by spec ``type`` in :data:`kitae.graders.GRADERS` (kitae/rewards/graders.py), so it is used
@@ -9,11 +9,11 @@ like any other grader, alone or inside a ``weighted`` / ``multi`` spec::
     template.grade_group(item, [{"output_text": "47<|im_end|>"}])   # [Grade(score=1.0, ...)]
 
     type           module          what
-    template       template.py     +1 × length factor when the chat template is followed, else -5 (seed 000)
-    repetition     repetition.py   -0.5 × character 6-gram repetition rate, floor -2 (seed 000)
-    overlong       overlong.py     -0.8 × progress² past 85% of max_completion_length, -1.5 when cut (seed 000)
-    diversity      diversity.py    -0.3 per duplicate, -0.2 × Jaccard for near-duplicates in a group (seed 000)
-    reward_model   quality.py      reward-model score, gated on the template, clipped ±10 (seed 000)
+    template       template.py     +1 × length factor when the chat template is followed, else -5 (GRPO-zero recipe)
+    repetition     repetition.py   -0.5 × character 6-gram repetition rate, floor -2 (GRPO-zero recipe)
+    overlong       overlong.py     -0.8 × progress² past 85% of max_completion_length, -1.5 when cut (GRPO-zero recipe)
+    diversity      diversity.py    -0.3 per duplicate, -0.2 × Jaccard for near-duplicates in a group (GRPO-zero recipe)
+    reward_model   quality.py      reward-model score, gated on the template, clipped ±10 (GRPO-zero recipe)
     length         length.py       Kimi k1.5 length reward with weight and warm-up
     soft_overlong  overlong.py     DAPO soft overlong punishment
 

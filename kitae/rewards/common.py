@@ -59,7 +59,7 @@ def jaccard(a: set[str], b: set[str]) -> float:
 def length_factor(chars: int, full_chars: int) -> float:
     """min(1, chars / full_chars): how far a completion is from the length that earns full credit.
 
-    Seed 000 multiplies the template reward and positive reward-model scores by a "length factor" to damp
+    The GRPO-zero recipe multiplies the template reward and positive reward-model scores by a "length factor" to damp
     too-short answers but does not define it; kitae makes it a linear ramp from 0 characters to `full_chars`
     characters, then flat at 1. `full_chars` <= 0 turns it off (always 1.0), which tasks with very short answers
     (the bundled arithmetic task answers "47") want.

@@ -1,6 +1,6 @@
-"""Group diversity penalty (seed 000, reward 4): discourage mode collapse inside one prompt's group.
+"""Group diversity penalty (GRPO-zero recipe, reward 4): discourage mode collapse inside one prompt's group.
 
-Seed 000: among the completions generated for one prompt, an exact duplicate gets -0.3 (from the second copy
+The GRPO-zero recipe: among the completions generated for one prompt, an exact duplicate gets -0.3 (from the second copy
 on); a completion whose Jaccard similarity to another one is >= 0.85 gets -0.2 × similarity.
 
 kitae's reading (spec fields of ``type: diversity``, a group grader):

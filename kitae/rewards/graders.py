@@ -1,10 +1,10 @@
 """The reward components as graders, registered by spec ``type`` beside kitae's other graders.
 
-    template       chat-template compliance          kitae/rewards/template.py    (seed 000, reward 1)
-    repetition     character n-gram repetition       kitae/rewards/repetition.py  (seed 000, reward 2)
-    overlong       soft/hard penalty near the limit  kitae/rewards/overlong.py    (seed 000, reward 3)
-    diversity      duplicates inside a group         kitae/rewards/diversity.py   (seed 000, reward 4, group)
-    reward_model   reward-model quality, gated       kitae/rewards/quality.py     (seed 000, reward 5, group)
+    template       chat-template compliance          kitae/rewards/template.py    (GRPO-zero recipe, reward 1)
+    repetition     character n-gram repetition       kitae/rewards/repetition.py  (GRPO-zero recipe, reward 2)
+    overlong       soft/hard penalty near the limit  kitae/rewards/overlong.py    (GRPO-zero recipe, reward 3)
+    diversity      duplicates inside a group         kitae/rewards/diversity.py   (GRPO-zero recipe, reward 4, group)
+    reward_model   reward-model quality, gated       kitae/rewards/quality.py     (GRPO-zero recipe, reward 5, group)
     length         Kimi k1.5 length reward           kitae/rewards/length.py      (group)
     soft_overlong  DAPO soft overlong punishment     kitae/rewards/overlong.py
 
@@ -231,7 +231,7 @@ class RewardModelCounters:
 
 @register_grader("reward_model")
 class RewardModelGrader(Grader):
-    """Seed 000's reward 5: a reward model's score, gated on template compliance, scaled, clipped, length-damped.
+    """The GRPO-zero recipe's reward 5: a reward model's score, gated on template compliance, scaled, clipped, length-damped.
 
     Spec fields (besides scale, clip, full_chars, gate, gated_score of kitae/rewards/quality.py)::
 
@@ -248,7 +248,7 @@ class RewardModelGrader(Grader):
         max_length: 2048        # tokens; longer conversations are cut from the left (local)
         device: cpu             # local
         dtype: float32          # local: float32 | bfloat16 | float16
-        include_system: false   # show system turns to the RM (the seed used user + assistant only)
+        include_system: false   # show system turns to the RM (the recipe used user + assistant only)
         end_marker: "<|im_end|>"
 
     A failing reward model never raises: the group's ungated samples get None and ``counters`` count it.

@@ -1,10 +1,10 @@
-"""Length penalties near max_completion_length: seed 000's overlong penalty and DAPO's soft overlong punishment.
+"""Length penalties near max_completion_length: the GRPO-zero recipe's overlong penalty and DAPO's soft overlong punishment.
 
 Both read the sample's ``completion_tokens`` and ``max_completion_length`` (the rollout sets them; a spec may give
 ``max_completion_length`` for samples that lack it, the sample's own value wins) and ``finish_reason``.
 A sample without ``completion_tokens`` abstains (None) unless it was cut (finish_reason "length").
 
-**Seed 000 (reward 3, ``type: overlong``)**: from 85% of max_completion_length on, -0.8 × progress²,
+**The GRPO-zero recipe (reward 3, ``type: overlong``)**: from 85% of max_completion_length on, -0.8 × progress²,
 progress = how far the completion is through that last 15%; -1.5 when it was cut at 100%.
 
     soft_start: 0.85     # fraction of max_completion_length where the soft penalty starts
@@ -53,7 +53,7 @@ class SoftOverlongConfig:
 
 def overlong_penalty(tokens: int, max_tokens: int, finish_reason: str | None = None,
                      cfg: OverlongConfig = OverlongConfig()) -> Reward:
-    """Seed 000's penalty for one completion of `tokens` tokens under a limit of `max_tokens`.
+    """The GRPO-zero recipe's penalty for one completion of `tokens` tokens under a limit of `max_tokens`.
 
     >>> overlong_penalty(90, 100).score  # progress (90 - 85) / 15 = 1/3 -> -0.8 / 9
     -0.08888888888888889

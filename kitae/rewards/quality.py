@@ -1,6 +1,6 @@
-"""Answer quality from a reward model (seed 000, reward 5): the pure shaping around the RM's scalar.
+"""Answer quality from a reward model (GRPO-zero recipe, reward 5): the pure shaping around the RM's scalar.
 
-Seed 000: only template-compliant completions are scored (gate); reward = 1.0 × RM score clipped to ±10; the
+The GRPO-zero recipe: only template-compliant completions are scored (gate); reward = 1.0 × RM score clipped to ±10; the
 length factor applies to positive scores only (a short answer earns less, but a bad short answer is not let
 off); when the reward model fails the reward is None (masked: it does not enter the advantage).
 

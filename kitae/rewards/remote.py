@@ -1,6 +1,6 @@
 """A reward model behind HTTP: the client, with timeouts, retries with backoff, a concurrency limit and counters.
 
-Seed 000 ran its reward model on a second GPU with SGLang. The client speaks four wire protocols, registered by
+The GRPO-zero recipe ran its reward model on a second GPU with SGLang. The client speaks four wire protocols, registered by
 name in ``RM_PROTOCOLS`` (the spec's ``protocol``):
 
 ``kitae`` (default; ``kitae serve rm``)

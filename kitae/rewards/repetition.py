@@ -1,10 +1,10 @@
-"""Repetition penalty on character n-grams (seed 000, reward 2).
+"""Repetition penalty on character n-grams (GRPO-zero recipe, reward 2).
 
-Seed 000: detect looping output by the repetition rate of character n-grams (n = 6 by default);
+The GRPO-zero recipe: detect looping output by the repetition rate of character n-grams (n = 6 by default);
 penalty -0.5 × repetition rate, at most -2.0 (it guards against "RM hacking": padding an answer with repeats
 to win reward-model score).
 
-The seed does not define the rate. For the floor (-2.0 = -0.5 × 4) to be reachable the rate cannot be a
+The recipe does not define the rate. For the floor (-2.0 = -0.5 × 4) to be reachable the rate cannot be a
 fraction in [0, 1], so kitae defines it as the mean number of *extra* occurrences per distinct n-gram:
 
     rate = (number of n-grams) / (number of distinct n-grams) - 1

@@ -1,6 +1,6 @@
 """A local reward model: a transformers ``AutoModelForSequenceClassification`` that gives one scalar per conversation.
 
-Seed 000 scored answers with cyberagent/ca-reward-3b-ja (a LlamaForSequenceClassification): apply the RM
+The GRPO-zero recipe scored answers with cyberagent/ca-reward-3b-ja (a LlamaForSequenceClassification): apply the RM
 tokenizer's chat template to the user and assistant turns, run the classifier, take the scalar logit. kitae does
 the same, batched:
 
@@ -11,7 +11,7 @@ the same, batched:
 - conversations longer than ``max_length`` tokens are cut from the left, keeping the answer's end, which is
   where a last-token reward model looks.
 
-``conversation_for_rm`` builds the conversation from a dataset item and a completion (the seed's "user and
+``conversation_for_rm`` builds the conversation from a dataset item and a completion (the recipe's "user and
 assistant turns": system messages are dropped unless asked for).
 """
 

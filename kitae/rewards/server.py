@@ -1,6 +1,6 @@
 """``kitae serve rm``: a local reward model over HTTP on the loopback interface (stdlib http.server, no extra deps).
 
-Seed 000 ran its reward model on a second GPU behind SGLang; this server plays that part for a local
+The GRPO-zero recipe ran its reward model on a second GPU behind SGLang; this server plays that part for a local
 ``AutoModelForSequenceClassification`` and answers in every wire format the client (kitae/rewards/remote.py)
 speaks, so a spec written for SGLang or vLLM works against it unchanged:
 

@@ -1,6 +1,6 @@
-"""Chat-template compliance reward (seed 000, reward 1).
+"""Chat-template compliance reward (GRPO-zero recipe, reward 1).
 
-Seed 000: a completion that ends its turn with ``<|im_end|>`` and is well formed gets +1.0 × length factor; one
+The GRPO-zero recipe: a completion that ends its turn with ``<|im_end|>`` and is well formed gets +1.0 × length factor; one
 that is not gets -5.0; one shorter than 15 characters gets -5.0 ("hard rejection").
 
 kitae's reading, every constant configurable (spec fields of ``type: template``):
@@ -14,7 +14,7 @@ kitae's reading, every constant configurable (spec fields of ``type: template``)
     stray_tokens: ["<|im_start|>", "<|im_end|>", "<|endoftext|>"]
 
 Characters are counted on the content before the end marker, stripped (Python code points, so "東京" is 2).
-Departures and open choices: the seed does not say what "well formed" means beyond the end marker; kitae uses
+Departures and open choices: the recipe does not say what "well formed" means beyond the end marker; kitae uses
 :func:`kitae.chat.is_template_compliant` (no text after the marker, no other template token inside, not cut at
 the length limit, not empty), and reports *why* a completion failed in the grade's reason.
 """

@@ -7,7 +7,7 @@ sampling policy's log-prob of each token and the reason it ended, and because it
 - finished rows leave the batch (their cache rows are dropped), so a few long samples do not make every
   row pay for them.
 
-Stopping follows seed 000: a stop string such as ``<|im_end|>`` may be several tokens, so stops are matched on
+Stopping follows the GRPO-zero recipe: a stop string such as ``<|im_end|>`` may be several tokens, so stops are matched on
 the token sequence *and* on the decoded tail of each sample. With ``SamplingParams.repeat_min_count`` set, a
 sample that loops (its tail is one short block repeated, :func:`repeat_period`) ends early with finish reason
 "repeat" (Kimi k1.5 §2.6.2).

@@ -1,4 +1,4 @@
-"""Your own scores for a run's samples, and how well the grader agrees with them (seed 002's advice:
+"""Your own scores for a run's samples, and how well the grader agrees with them (the hosted RFT grader guide's advice:
 score 5-10 answers yourself before trusting a grader for a long run).
 
 Labels live in a sidecar file, ``runs/NAME/labels.jsonl``, never in run.db (the trainer owns run.db).
