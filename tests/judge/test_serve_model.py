@@ -153,6 +153,7 @@ def test_judge_and_model_graders_through_the_server(served):
 PREFIX = "kitae serve model: serving "
 
 
+@pytest.mark.slow
 def test_cli_process_end_to_end(tiny_lm, tmp_path):
     """The bundled model when it is built (else a tiny one), as users run it: a process on a free port."""
     cmd = [sys.executable, "-m", "kitae.cli.main", "serve", "model", "--model", tiny_lm, "--port", "0",

@@ -44,6 +44,7 @@ def stop(proc: subprocess.Popen) -> None:
     proc.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_serve_rm_grade_kill_abstain_restart(tiny_rm, tmp_path):
     expected = LocalRewardModel(tiny_rm).score(  # what the server must answer: user + assistant turns only
         [[ITEM["messages"][1], {"role": "assistant", "content": c}] for c in ("47", "12+35=47です。")]
