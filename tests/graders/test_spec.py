@@ -34,7 +34,7 @@ from kitae.graders.numeric import NumericGrader
         ({"type": "gate", "gate": {"type": "format", "check": "json"}}, "grader.grader: missing (required)"),
         ({"type": "string_check", "operation": "lik"}, "grader.operation: unknown operation 'lik'; did you mean 'like'?"),
         ({"type": "text_similarity", "evaluation_metric": "rouge_L"}, "did you mean 'rouge_l'?"),
-        ({"type": "text_similarity", "evaluation_metric": "meteor"}, "meteor is not supported"),
+        ({"type": "text_similarity", "evaluation_metric": "meteors"}, "did you mean 'meteor'?"),
         ({"type": "text_similarity", "tokenizer": "jp"}, "grader.tokenizer: unknown tokenizer 'jp'; did you mean 'ja'?"),
         # templates are checked when the spec is read
         ({"type": "numeric", "input": "{{items.answer}}"}, "grader.input: template {{items.answer}}: unknown template root 'items'; did you mean 'item'?"),
