@@ -143,7 +143,8 @@ def test_build_grader_registers_the_reward_graders_of_kitae_rewards():
 
 
 # ---- templates ----------------------------------------------------------------------------------
-ITEM = {"reference_answer": "47", "meta": {"answers": ["a", "b"], "n": 3}, "tags": ["x"]}
+ITEM = {"reference_answer": "47", "meta": {"answers": ["a", "b"], "n": 3}, "tags": ["x"],
+        "rows": [[{"name": "ann"}], [{"name": "bob"}]]}
 SAMPLE = {"output_text": '{"answer": {"value": 5}, "list": [1, 2]}<|im_end|>\n', "finish_reason": "stop"}
 
 
@@ -164,6 +165,13 @@ SAMPLE = {"output_text": '{"answer": {"value": 5}, "list": [1, 2]}<|im_end|>\n',
         ("{{sample.output_json.list.0}}", 1),
         ("{{sample.finish_reason}}", "stop"),
         ("plain text", "plain text"),
+        # OpenAI's bracket indexes, nested and mixed with dotted fields
+        ("{{item.meta.answers[1]}}", "b"),
+        ("{{item.meta.answers[-1]}}", "b"),  # from the end
+        ("{{ item.meta.answers[ 0 ] }}", "a"),  # spaces inside the brackets are fine
+        ("{{sample.output_json.list[1]}}", 2),
+        ("{{item.rows[1][0].name}}", "bob"),  # list of lists of mappings
+        ("first={{item.meta.answers[0]}}, n={{item.meta.n}}", "first=a, n=3"),
     ],
 )
 def test_template_values(template, expected):
@@ -173,18 +181,73 @@ def test_template_values(template, expected):
 @pytest.mark.parametrize(
     "template, sample, message",
     [
-        ("{{item.missing}}", SAMPLE, "{{item.missing}}: no field 'missing' (fields: reference_answer, meta, tags)"),
+        ("{{item.missing}}", SAMPLE, "{{item.missing}}: no field 'missing' (fields: reference_answer, meta, tags, rows)"),
         ("{{item.meta.answers.5}}", SAMPLE, "index 5 out of range (length 2)"),
         ("{{item.meta.n.x}}", SAMPLE, "item.meta.n is a int, not a mapping or list"),
         ("{{sample.output_json.nope}}", SAMPLE, "{{sample.output_json.nope}}: no field 'nope'"),
         ("{{sample.output_json.a}}", {"output_text": "not json"}, "sample output is not JSON"),
         ("{{sample.logprobs}}", SAMPLE, "{{sample.logprobs}}: no field 'logprobs'"),
+        ("{{item.meta.answers[5]}}", SAMPLE, "{{item.meta.answers[5]}}: index 5 out of range (length 2)"),
+        ("{{item.meta[0]}}", SAMPLE, "{{item.meta[0]}}: item.meta is a dict, not a list"),
+        ("{{item.rows[0][3].name}}", SAMPLE, "{{item.rows[0][3]}}: index 3 out of range (length 1)"),
+        ("{{sample.output_tools[0].function.name}}", SAMPLE, "{{sample.output_tools[0]}}: index 0 out of range (length 0)"),
+        ("{{sample.output_tools}}", {"output_text": "<tool_call>{oops}</tool_call>"}, "<tool_call> is not JSON"),
     ],
 )
 def test_template_errors_name_the_missing_path(template, sample, message):
     with pytest.raises(TemplateError) as err:
         Template(template).value(ITEM, sample)
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "template, message",
+    [
+        ("{{item.a[x]}}", "bad template path {{item.a[x]}}"),  # an index is a number
+        ("{{item.a[0}}", "bad template path {{item.a[0}}"),  # unclosed bracket
+        ("{{item..a}}", "bad template path {{item..a}}"),  # empty field name
+        ("{{item[0]}}", "template {{item[0]}} names no field"),  # the row itself is not a list
+    ],
+)
+def test_bad_template_paths_are_spec_errors(template, message):
+    with pytest.raises(ConfigError, match="^grader.input: ") as err:
+        build_grader({"type": "string_check", "operation": "eq", "input": template, "reference": "x"})
+    assert message in str(err.value)
+
+
+# OpenAI's reinforcement fine-tuning guide's tool-call check: does the first tool call name the right function?
+TOOL_SPEC = {"type": "string_check", "operation": "eq", "input": "{{sample.output_tools[0].function.name}}",
+             "reference": "{{item.tool}}"}
+
+
+@pytest.mark.parametrize(
+    "sample, score",
+    [
+        # OpenAI-style samples carry output_tools
+        ({"output_text": "", "output_tools": [{"type": "function", "function": {"name": "get_acceptors",
+                                                                               "arguments": "{}"}}]}, 1.0),
+        ({"output_text": "", "output_tools": [{"type": "function", "function": {"name": "other", "arguments": "{}"}}]},
+         0.0),
+        # kitae rollouts: the <tool_call> blocks of the text (Qwen/Hermes format)
+        ({"output_text": 'Checking.\n<tool_call>\n{"name": "get_acceptors", "arguments": {"id": 7}}\n</tool_call><|im_end|>'},
+         1.0),
+        ({"output_text": '<tool_call>{"name": "lookup", "arguments": {}}</tool_call>'
+                         '<tool_call>{"name": "get_acceptors"}</tool_call>'}, 0.0),  # [0] is the first call
+        ({"output_text": "no tool call<|im_end|>"}, None),  # nothing at [0]: abstains, naming the path
+    ],
+)
+def test_openai_tool_call_template(sample, score):
+    grade = build_grader(TOOL_SPEC).grade_group({"tool": "get_acceptors"}, [sample])[0]
+    assert grade.score == score
+    if score is None:
+        assert "{{sample.output_tools[0]}}: index 0 out of range" in grade.error
+
+
+def test_output_tools_from_text_are_openai_tool_calls():
+    sample = {"output_text": '<tool_call>{"name": "f", "arguments": {"q": "東京", "n": 2}}</tool_call><|im_end|>'}
+    assert Template("{{sample.output_tools}}").value({}, sample) == [
+        {"type": "function", "function": {"name": "f", "arguments": '{"q": "東京", "n": 2}'}}]
+    assert Template("{{sample.output_tools[0].function.arguments}}").value({}, sample) == '{"q": "東京", "n": 2}'
 
 
 def test_output_json_reads_a_fenced_block():
