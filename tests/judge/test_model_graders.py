@@ -125,13 +125,26 @@ def test_missing_template_field_abstains_without_a_call():
     assert grades[0].score is None and "reference_answer" in grades[0].error
 
 
-def test_openai_message_items_and_text_parts():
-    with ScriptedServer(default=Reply(content="1")) as server:
-        spec = score_spec(server, input=[{"type": "message", "role": "user",
-                                          "content": [{"type": "input_text", "text": "A: "},
-                                                      {"type": "input_text", "text": "{{sample.output_text}}"}]}])
-        build_grader(spec).grade_group(ITEM, [{"output_text": "47"}])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "A: {{sample.output_text}}",  # a plain template string
+        {"type": "input_text", "text": "A: {{sample.output_text}}"},  # one part, as OpenAI's guide writes it
+        [{"type": "input_text", "text": "A: "}, {"type": "input_text", "text": "{{sample.output_text}}"}],
+        ["A: ", {"type": "input_text", "text": "{{sample.output_text}}"}],  # strings and parts mixed
+        [{"type": "output_text", "text": "A: {{sample.output_text}}"}],  # an assistant-side text part
+        {"text": "A: {{sample.output_text}}"},  # type defaults to input_text
+    ],
+)
+@pytest.mark.parametrize("kind", ["score_model", "label_model"])
+def test_openai_message_items_and_text_parts(kind, content):
+    reply = "1" if kind == "score_model" else '{"label": "correct"}'
+    with ScriptedServer(default=Reply(content=reply)) as server:
+        make = score_spec if kind == "score_model" else label_spec
+        spec = make(server, input=[{"type": "message", "role": "user", "content": content}])
+        grade = build_grader(spec).grade_group(ITEM, [{"output_text": "47"}])[0]
         assert server.chat_requests[0]["messages"] == [{"role": "user", "content": "A: 47"}]
+    assert grade.score == 1.0
 
 
 @pytest.mark.parametrize(
@@ -140,6 +153,14 @@ def test_openai_message_items_and_text_parts():
         ("score_model", {"input": []}, "grader.input"),
         ("score_model", {"input": [{"role": "robot", "content": "x"}]}, "grader.input[0].role"),
         ("score_model", {"input": [{"role": "user", "content": "{{itme.x}}"}]}, "grader.input[0].content"),
+        ("label_model", {"input": [{"role": "user", "content": {"type": "input_image", "image_url": "x"}}]},
+         "grader.input[0].content.type"),  # the judge client sends text only
+        ("label_model", {"input": [{"role": "user", "content": [{"type": "input_text", "txt": "x"}]}]},
+         "grader.input[0].content[0].text"),  # misspelt key: text missing
+        ("label_model", {"input": [{"role": "user", "content": [{"type": "input_text", "text": 5}]}]},
+         "grader.input[0].content[0].text"),
+        ("label_model", {"input": [{"role": "user", "content": []}]}, "grader.input[0].content"),
+        ("label_model", {"input": [{"role": "user", "content": 7}]}, "grader.input[0].content"),
         ("score_model", {"range": [1, 1]}, "grader.range"),
         ("score_model", {"sampling_params": {"temprature": 0}}, "grader.sampling_params.temprature"),
         ("label_model", {"passing_labels": ["corect"]}, "grader.passing_labels[0]"),
