@@ -54,7 +54,7 @@ class TextSimilarityGrader(PairGrader):
         grader = cls(
             metric=metric,
             tokenizer=r.choice("tokenizer", ["auto", *T.TOKENIZERS.names()], "auto"),
-            pass_threshold=r.number("pass_threshold", None),
+            pass_threshold=r.number("pass_threshold", None, nullable=True),
             embedding_model=r.text("embedding_model", None),
             **cls.read_templates(r),
         )
@@ -75,11 +75,10 @@ class TextSimilarityGrader(PairGrader):
         else:
             tokenize = T.tokenizer_for(self.tokenizer, text, reference)
             value, sub = self._token_metric(tokenize(text), tokenize(reference))
-        reason = None
+        grade = Grade(score=value, sub_scores=sub).mark_passed(self.pass_threshold)
         if self.pass_threshold is not None:
-            sub["passed"] = float(value >= self.pass_threshold)
-            reason = f"{self.metric} {value:.3f} {'>=' if sub['passed'] else '<'} {self.pass_threshold}"
-        return Grade(score=value, sub_scores=sub, reason=reason)
+            grade.reason = f"{self.metric} {value:.3f} {'>=' if sub['passed'] else '<'} {self.pass_threshold}"
+        return grade
 
     def _token_metric(self, s: list[str], r: list[str]) -> tuple[float, dict[str, float | None]]:
         if self.metric == "meteor":

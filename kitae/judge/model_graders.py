@@ -140,12 +140,12 @@ class ScoreModelGrader(ModelGrader):
         value = read_number(text)
         if value is None:
             self._count(unreadable=1)
-            return Grade(score=0.0, reason=f"non-numeric output scores 0: {_excerpt(text)}")
+            return Grade(score=0.0, reason=f"non-numeric output scores 0: {_excerpt(text)}").mark_passed(
+                self.pass_threshold)
         lo, hi = self.range
         score = min(hi, max(lo, value))
-        subs = {} if self.pass_threshold is None else {"passed": float(score >= self.pass_threshold)}
         note = f"model said {value:g}" + (f", clipped to {score:g}" if score != value else "")
-        return Grade(score=score, sub_scores=subs, reason=note)
+        return Grade(score=score, reason=note).mark_passed(self.pass_threshold)
 
 
 @register_grader("label_model")

@@ -92,6 +92,14 @@ def test_score_model_pass_threshold_and_sampling_params():
     assert (body["temperature"], body["seed"], body["max_tokens"], body["top_p"]) == (0, 3, 20, 0.9)
 
 
+@pytest.mark.parametrize("threshold, passed", [(0.5, 0.0), (0.0, 1.0)])  # 0 >= 0 passes, as any score of 0
+def test_score_model_non_numeric_output_is_a_0_for_pass_threshold_too(threshold, passed):
+    with ScriptedServer(default=Reply(content="great answer")) as server:
+        spec = score_spec(server, pass_threshold=threshold)
+        grade = build_grader(spec).grade_group(ITEM, [{"output_text": "47"}])[0]
+    assert grade.score == 0.0 and grade.sub_scores == {"passed": passed}
+
+
 def test_label_model_scores_passing_labels_per_sample():
     def by_answer(request):
         answer = request["messages"][1]["content"].rsplit("A: ", 1)[1]
