@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -54,6 +55,20 @@ def test_path_argument_prefixes_errors():
         build_grader({"type": "numeric", "tolerance": "x"}, "rewards[0].grader")
 
 
+def test_long_inline_specs_are_parsed_not_stat_ed():
+    spec = "{type: string_check, operation: eq, reference: '" + "x" * 300 + "'}"  # > 255 bytes, one line
+    assert load_spec(spec)["reference"] == "x" * 300
+    assert build_grader("{type: text_similarity, input: '" + "y" * 400 + " {{sample.output_text}}'}").metric == "rouge_l"
+    assert load_spec("{type: string_check, operation: eq, reference: a.yaml}")["reference"] == "a.yaml"  # inline, not a file
+
+
+def test_spec_file_errors_name_the_file(tmp_path):
+    (tmp_path / "bad.yaml").write_bytes(b"type: \xff\xfe numeric\n")
+    with pytest.raises(ConfigError, match="cannot read the grader spec file") as err:
+        load_spec(tmp_path / "bad.yaml")
+    assert str(err.value).startswith(f"grader ({tmp_path / 'bad.yaml'})")
+
+
 def test_spec_sources_give_the_same_grader(tmp_path):
     spec = {"type": "numeric", "tolerance": 0.02, "name": "num"}
     (tmp_path / "g.yaml").write_text("type: numeric\ntolerance: 0.02\nname: num\n")
@@ -78,6 +93,10 @@ def test_type_name_alone_and_default_name():
         ("missing.yaml", "grader spec file 'missing.yaml' does not exist"),
         ("[1, 2]", "expected a mapping with a 'type', got [1, 2]"),
         ("{type: numeric", "not valid YAML/JSON"),
+        ("x" * 300 + ".json", "grader spec file 'xxxxx"),  # too long for a file name: still "does not exist"
+        ("{type: numeric, reference: '" + "x" * 300, "not valid YAML/JSON"),  # long broken inline YAML
+        ("a\0b.yaml", "does not exist"),  # a NUL byte: no file can have that name
+        (Path("no/such/dir") / ("y" * 300 + ".yaml"), "does not exist"),
     ],
 )
 def test_bad_spec_sources(source, message):
