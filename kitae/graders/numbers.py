@@ -50,7 +50,8 @@ _NUMBER = (
     r"|(?P<plain>\d+(?:\.\d+)?(?:[eE][-+−]?\d+)?)"  # 42, 3.14, 1.5e6, 1.5E+06
 )
 _NUMBER_RE = re.compile(_NUMBER)
-_GROUPED = ("dots", "commas", "spaces")
+_KINDS = ("dots", "commas", "spaces", "decimal_comma", "plain")
+_GROUPED = _KINDS[:3]
 # 6.02 x 10^23, 6.02×10^23, 6.02 * 10**23, 6.02 \times 10^{23} (10²³ is rewritten to 10^23 before NFKC)
 _TIMES_TEN = re.compile(r"\s?(?:[xX×*·⋅]|\\times|\\cdot)\s?10\s?(?:\^|\*\*)\s?\{?(?P<exp>[-+−]?\d+)\}?")
 _POWER = re.compile(r"\s?(?:\^|\*\*)\s?\{?(?P<exp>[-+−]?\d+)\}?")  # after a bare 10: 10^6
@@ -121,7 +122,7 @@ def prepare(text: str) -> str:
 
 def _read_quantity(text: str, m: re.Match) -> tuple[Quantity | None, int]:
     start, end = m.start(), m.end()
-    value, end = _apply_power(text, m, parse_number(m.group()))
+    value, end = _apply_power(text, m, parse_number(m.group(), m.lastgroup))
     value, end = _apply_scale(text, end, value)
     percent = False
     pm = _PERCENT.match(text, end)
@@ -147,9 +148,9 @@ def _read_quantity(text: str, m: re.Match) -> tuple[Quantity | None, int]:
     return Quantity(value=value, text=text[lead:end].strip(), percent=percent, year=year), end
 
 
-def parse_number(token: str) -> float:
-    """The value of one number as matched by ``_NUMBER`` (its grouping and decimal mark decided there)."""
-    kind = _NUMBER_RE.fullmatch(token).lastgroup
+def parse_number(token: str, kind: str | None = None) -> float:
+    """The value of one number as matched by ``_NUMBER``; ``kind`` is the alternative that matched it."""
+    kind = kind or _NUMBER_RE.fullmatch(token).lastgroup
     if kind == "dots":
         token = token.replace(".", "").replace(",", ".")
     elif kind == "commas":
@@ -197,7 +198,8 @@ def _apply_scale(text: str, end: int, value: float) -> tuple[float, int]:
         big = _JA_BIG.get(more.group("big"))
         if big is not None and big >= last_big:
             break
-        part = parse_number(more.group("num")) * _JA_SMALL.get(more.group("small"), 1) * (big or 1)
+        kind = next(k for k in _KINDS if more.group(k) is not None)
+        part = parse_number(more.group("num"), kind) * _JA_SMALL.get(more.group("small"), 1) * (big or 1)
         value, end, last_big = value + part, more.end(), big
     return value, end
 
