@@ -14,7 +14,6 @@ Security, because model output and run folders are not for everyone:
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 import math
 import mimetypes
@@ -29,12 +28,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
-from kitae.errors import ConfigError, KitaeError
+from kitae.errors import KitaeError
+from kitae.serving.http import bearer_token, is_loopback, token_matches
+from kitae.serving.http import check_bind as serving_check_bind
 from kitae.web.api import ApiError, Download, Query, dispatch
 
 STATIC_DIR = Path(__file__).parent / "static"
 TOKEN_ENV = "KITAE_UI_TOKEN"
-MIN_TOKEN_CHARS = 16
 MAX_BODY_BYTES = 1 << 20
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
 COOKIE = "kitae_token"
@@ -54,24 +54,10 @@ SECURITY_HEADERS = {
 }
 
 
-def is_loopback(host: str) -> bool:
-    host = host.strip("[]")
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
-
-
 def check_bind(host: str, token: str | None) -> None:
-    """Refuse to expose runs on a network address without a token too long to guess."""
-    token = token or None  # an empty KITAE_UI_TOKEN is no token
-    if token is not None and len(token) < MIN_TOKEN_CHARS:
-        raise ConfigError("--token", f"the access token is {len(token)} characters; use {MIN_TOKEN_CHARS} or more, "
-                          "e.g. python -c 'import secrets; print(secrets.token_urlsafe())'")
-    if not is_loopback(host) and not token:
-        raise ConfigError("--host", f"binding {host} would show your runs to anyone on the network; give an access "
-                          f"token with --token or the {TOKEN_ENV} environment variable, or bind 127.0.0.1 "
-                          "(the default) and use an SSH tunnel")
+    """Refuse to expose runs on a network address without a token too long to guess (the rule the serve
+    commands share: kitae/serving/http.py)."""
+    serving_check_bind(host, token, TOKEN_ENV, "show your runs to anyone on the network")
 
 
 class UIServer(ThreadingHTTPServer):
@@ -187,14 +173,11 @@ class Handler(BaseHTTPRequestHandler):
     def _check_token(self) -> None:
         if self.server.token is None:
             return
-        given = ""
-        auth = self.headers.get("Authorization") or ""
-        if auth.startswith("Bearer "):
-            given = auth[len("Bearer "):].strip()
-        else:
+        given = bearer_token(self.headers.get("Authorization") or "")  # "bearer" in any case
+        if given is None:
             morsel = SimpleCookie(self.headers.get("Cookie") or "").get(COOKIE)
-            given = morsel.value if morsel else ""
-        if not hmac.compare_digest(given.encode(), self.server.token.encode()):
+            given = morsel.value if morsel else None
+        if not token_matches(given, self.server.token):
             raise ApiError(401, "this page needs the access token: open the link with ?token=... that `kitae ui` "
                            "printed, or send 'Authorization: Bearer TOKEN'")
 

@@ -49,6 +49,8 @@ def test_the_token_is_required_on_every_request(serve, runs_dir):
         assert c.get("/").status_code == 401
         assert c.get("/api/runs", headers={"Authorization": "Bearer wrong-token-wrong-token"}).status_code == 401
         assert c.get("/api/runs", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+        assert c.get("/api/runs", headers={"Authorization": f"bearer {TOKEN}"}).status_code == 200  # any case
+        assert c.get("/api/runs", headers={"Authorization": f"Basic {TOKEN}"}).status_code == 401
         # the link `kitae ui` prints: sets a cookie and redirects to the page without the token
         r = c.get(f"/?token={TOKEN}")
         assert r.status_code == 303 and r.headers["location"] == "/"
