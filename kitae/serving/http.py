@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import json
 import socket
 import time
 from dataclasses import dataclass
@@ -114,15 +115,12 @@ def json_handler(service: JsonService, quiet: bool = True, token: str | None = N
     """A handler class for ``service``: JSON in and out, the query string ignored, any exception answered
     with ``service.error_reply`` (a failing model never stops the server)."""
     limits = limits or HttpLimits()
-    max_mb = f"{limits.max_body_bytes / (1024 * 1024):g}"
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         timeout = limits.read_timeout_s  # on every socket read: a silent client cannot hold a thread
 
         def _send(self, status: int, payload: Any) -> None:
-            import json
-
             data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
             try:
                 self.send_response(status)
@@ -147,49 +145,17 @@ def json_handler(service: JsonService, quiet: bool = True, token: str | None = N
             """Answer a request whose body was not read, then close without losing the answer."""
             self.close_connection = True
             self._send(*service.error_reply(exc, self.command, self.path))
-            _linger(self.connection)
+            linger(self.connection)
 
         def _check_token(self) -> None:
             if token is not None and not token_matches(bearer_token(self.headers.get("Authorization") or ""), token):
                 raise RequestError(401, "this server needs its access token: send 'Authorization: Bearer TOKEN' "
                                    f"(the --token or ${TOKEN_ENV} it was started with)")
 
-        def _length(self) -> int:
-            if self.headers.get("Transfer-Encoding"):
-                raise RequestError(411, "send the body with a Content-Length header (chunked transfer encoding "
-                                   "is not supported)")
-            raw = self.headers.get("Content-Length")
-            if raw is None:
-                raise RequestError(411, "a POST needs a Content-Length header")
-            digits = raw.strip()
-            if not digits.isdigit() or not digits.isascii():
-                raise RequestError(400, f"Content-Length must be a whole number of bytes, got {raw[:40]!r}")
-            length = int(digits) if len(digits) <= 18 else 10**18  # int() refuses thousands of digits
-            if length > limits.max_body_bytes:
-                raise RequestError(413, f"the body is {length:,} bytes; this server takes at most {max_mb} MB "
-                                   "(--max-body-mb)")
-            return length
-
-        def _body(self, length: int) -> bytes:
-            chunks, got = [], 0
-            try:
-                while got < length:
-                    chunk = self.rfile.read1(length - got)
-                    if not chunk:
-                        break
-                    chunks.append(chunk)
-                    got += len(chunk)
-            except TimeoutError:
-                raise RequestError(408, f"the body stopped after {got} of {length} bytes (Content-Length) for "
-                                   f"{limits.read_timeout_s:g} s") from None
-            if got < length:
-                raise RequestError(400, f"the body ended after {got} of {length} bytes (Content-Length)")
-            return b"".join(chunks)
-
         def handle_expect_100(self) -> bool:
             try:
                 self._check_token()
-                self._length()
+                body_length(self.headers, limits.max_body_bytes)
             except RequestError as exc:
                 self._refuse(exc)
                 return False
@@ -206,7 +172,7 @@ def json_handler(service: JsonService, quiet: bool = True, token: str | None = N
         def do_POST(self) -> None:  # noqa: N802
             try:
                 self._check_token()
-                raw = self._body(self._length())
+                raw = read_body(self.rfile, self.headers, limits)
             except RequestError as exc:
                 self._refuse(exc)
                 return
@@ -219,7 +185,46 @@ def json_handler(service: JsonService, quiet: bool = True, token: str | None = N
     return Handler
 
 
-def _linger(conn: socket.socket, seconds: float = 2.0, max_bytes: int = 1 << 28) -> None:
+def body_length(headers: Any, max_bytes: int, flag: str | None = "--max-body-mb") -> int:
+    """The Content-Length of a POST, checked: present (411), a whole number (400), at most ``max_bytes`` (413,
+    naming the ``flag`` that raises it)."""
+    if headers.get("Transfer-Encoding"):
+        raise RequestError(411, "send the body with a Content-Length header (chunked transfer encoding is not "
+                           "supported)")
+    raw = headers.get("Content-Length")
+    if raw is None:
+        raise RequestError(411, "a POST needs a Content-Length header")
+    digits = raw.strip()
+    if not digits.isdigit() or not digits.isascii():
+        raise RequestError(400, f"Content-Length must be a whole number of bytes, got {raw[:40]!r}")
+    length = int(digits) if len(digits) <= 18 else 10**18  # int() refuses thousands of digits
+    if length > max_bytes:
+        raise RequestError(413, f"the body is {length:,} bytes; this server takes at most "
+                           f"{max_bytes / (1024 * 1024):g} MB" + (f" ({flag})" if flag else ""))
+    return length
+
+
+def read_body(rfile: Any, headers: Any, limits: HttpLimits, flag: str | None = "--max-body-mb") -> bytes:
+    """The body of a POST, all ``Content-Length`` bytes of it: 408 when it stops arriving for
+    ``read_timeout_s`` (the socket's timeout), 400 when the client closes before the end."""
+    length = body_length(headers, limits.max_body_bytes, flag)
+    chunks, got = [], 0
+    try:
+        while got < length:
+            chunk = rfile.read1(length - got)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+    except TimeoutError:
+        raise RequestError(408, f"the body stopped after {got} of {length} bytes (Content-Length) for "
+                           f"{limits.read_timeout_s:g} s") from None
+    if got < length:
+        raise RequestError(400, f"the body ended after {got} of {length} bytes (Content-Length)")
+    return b"".join(chunks)
+
+
+def linger(conn: socket.socket, seconds: float = 2.0, max_bytes: int = 1 << 28) -> None:
     """Stop sending, then read and drop what the client still sends for up to ``seconds``: closing a socket
     with unread data sends a TCP reset, which can destroy the reply before the client reads it."""
     try:

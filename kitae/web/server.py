@@ -29,7 +29,8 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 from kitae.errors import KitaeError
-from kitae.serving.http import bearer_token, is_loopback, token_matches
+from kitae.serving.requests import RequestError
+from kitae.serving.http import HttpLimits, bearer_token, is_loopback, linger, read_body, token_matches
 from kitae.serving.http import check_bind as serving_check_bind
 from kitae.web.api import ApiError, Download, Query, dispatch
 
@@ -66,9 +67,10 @@ class UIServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, runs_dir: Path, host: str = "127.0.0.1", port: int = 8765, token: str | None = None,
-                 poll_s: float = 2.0, quiet: bool = True):
+                 poll_s: float = 2.0, quiet: bool = True, read_timeout_s: float = 30.0):
         check_bind(host, token)
         self.runs_dir = Path(runs_dir)
+        self.limits = HttpLimits(MAX_BODY_BYTES, read_timeout_s)
         self.token = token or None
         self.poll_s = poll_s
         self.quiet = quiet
@@ -90,9 +92,10 @@ class UIServer(ThreadingHTTPServer):
 
 
 def make_server(runs_dir: str | Path, host: str = "127.0.0.1", port: int = 8765, token: str | None = None,
-                poll_s: float = 2.0, quiet: bool = True) -> UIServer:
-    """A bound server; call ``serve_forever()`` (or :func:`serve_in_thread`) and ``shutdown()``."""
-    return UIServer(Path(runs_dir), host, port, token, poll_s, quiet)
+                poll_s: float = 2.0, quiet: bool = True, read_timeout_s: float = 30.0) -> UIServer:
+    """A bound server; call ``serve_forever()`` (or :func:`serve_in_thread`) and ``shutdown()``.
+    ``read_timeout_s``: the longest silence while a request arrives (408 for a body)."""
+    return UIServer(Path(runs_dir), host, port, token, poll_s, quiet, read_timeout_s)
 
 
 def serve_in_thread(server: UIServer, poll_interval: float = 0.1) -> threading.Thread:
@@ -108,6 +111,7 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def setup(self) -> None:
+        self.timeout = self.server.limits.read_timeout_s  # on every socket read: a silent client cannot hold a thread
         super().setup()
         # headers and body leave in two writes; without this, Nagle's algorithm and the client's delayed ACK
         # hold the body back ~40 ms on every keep-alive request
@@ -122,6 +126,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _handle(self, method: str) -> None:
         url = urlsplit(self.path)
+        self._body_unread = method == "POST"
         try:
             self._check_host()
             if self._token_in_query(url):
@@ -146,6 +151,8 @@ class Handler(BaseHTTPRequestHandler):
     def _error(self, status: int, message: str) -> None:
         # closes the connection: an unread request body must not be read as the next request
         self._send(status, to_json({"error": message}).encode("utf-8"), "application/json; charset=utf-8", close=True)
+        if self._body_unread:
+            linger(self.connection)  # so a TCP reset does not destroy the answer
 
     # ---- checks --------------------------------------------------------------------------------
     def _check_host(self) -> None:
@@ -187,11 +194,13 @@ class Handler(BaseHTTPRequestHandler):
         origin = self.headers.get("Origin")
         if origin and urlsplit(origin).netloc != self.headers.get("Host"):
             raise ApiError(403, f"cross-site request from {origin} refused")
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY_BYTES:
-            raise ApiError(413, f"request body over {MAX_BODY_BYTES} bytes")
         try:
-            return json.loads(self.rfile.read(length) or b"null")
+            raw = read_body(self.rfile, self.headers, self.server.limits, flag=None)
+        except RequestError as exc:
+            raise ApiError(exc.status, str(exc)) from None
+        self._body_unread = False
+        try:
+            return json.loads(raw or b"null")
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ApiError(400, f"request body is not JSON: {exc}") from exc
 
