@@ -29,7 +29,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 from kitae.errors import KitaeError
-from kitae.serving.requests import RequestError
+from kitae.serving.requests import RequestError, parse_json
 from kitae.serving.http import HttpLimits, bearer_token, is_loopback, linger, read_body, token_matches
 from kitae.serving.http import check_bind as serving_check_bind
 from kitae.web.api import ApiError, Download, Query, dispatch
@@ -196,13 +196,10 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(403, f"cross-site request from {origin} refused")
         try:
             raw = read_body(self.rfile, self.headers, self.server.limits, flag=None)
+            self._body_unread = False
+            return parse_json(raw or b"null")  # not JSON, too deep, lone surrogates: 400
         except RequestError as exc:
             raise ApiError(exc.status, str(exc)) from None
-        self._body_unread = False
-        try:
-            return json.loads(raw or b"null")
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ApiError(400, f"request body is not JSON: {exc}") from exc
 
     # ---- answers -------------------------------------------------------------------------------
     def _api(self, method: str, path: str, query: str) -> None:

@@ -71,7 +71,8 @@ def test_a_foreign_host_header_is_refused_on_loopback(serve, runs_dir):
     ({"Content-Type": "text/plain"}, b'{"labels": []}', 415),  # what a cross-site form can send
     ({"Content-Type": "application/json", "Origin": "http://attacker.example"}, b'{"labels": []}', 403),
     ({"Content-Type": "application/json"}, b"{not json", 400),
-])
+    ({"Content-Type": "application/json"}, b"[" * 30_000 + b"]" * 30_000, 400),  # was a 500 (RecursionError)
+], ids=["form-type", "cross-site", "not-json", "nested-30000"])
 def test_posts_must_be_json_from_this_origin(serve, fresh_runs, headers, body, status):
     s = serve(fresh_runs)
     r = s.http.post("/api/runs/finished-run/labels", content=body, headers=headers)
