@@ -31,8 +31,11 @@ from kitae.serving import requests as check
 from kitae.serving.http import HttpLimits, json_server
 from kitae.serving.requests import RequestError
 
-MAX_ITEMS = 256  # texts or conversations per request: a few seconds of scoring on a CPU, not minutes
-MAX_CHARS = 32_000  # characters per text or conversation: past what --max-length (2048 tokens) keeps
+# One request must not hold the model for minutes (5,000 texts, or one of 50 MB, did): at most MAX_ITEMS texts or
+# conversations (kitae's client sends batch_size, 8 by default) of at most MAX_CHARS characters each, which is
+# past what --max-length (2048 tokens) keeps anyway.
+MAX_ITEMS = 256
+MAX_CHARS = 32_000
 
 
 class RewardModelService:
@@ -71,6 +74,7 @@ class RewardModelService:
     def sglang_classify(self, body: dict[str, Any]) -> list[dict[str, Any]]:
         scores = self.scorer.score_texts(self._texts(body["text"], "text"))
         return [{"embedding": [s], "meta_info": {"id": str(i)}} for i, s in enumerate(scores)]
+
     def vllm_classify(self, body: dict[str, Any]) -> dict[str, Any]:
         rows = [{"index": i, "label": "score", "probs": [s], "num_classes": 1}
                 for i, s in enumerate(self._score_input(body))]

@@ -51,15 +51,14 @@ def check_bind(host: str, token: str | None, token_env: str, exposes: str) -> No
         raise ConfigError("--token", f"the access token is {len(token)} characters; use {MIN_TOKEN_CHARS} or more, "
                           "e.g. python -c 'import secrets; print(secrets.token_urlsafe())'")
     if not is_loopback(host) and not token:
-        raise ConfigError("--host", f"binding {host} would {exposes}; give an access "
-                          f"token with --token or the {token_env} environment variable, or bind 127.0.0.1 "
-                          "(the default) and use an SSH tunnel")
+        raise ConfigError("--host", f"binding {host} would {exposes}; give an access token with --token or the "
+                          f"{token_env} environment variable, or bind 127.0.0.1 (the default) and use an SSH tunnel")
 
 
 def bearer_token(header: str) -> str | None:
     """The token of an ``Authorization: Bearer TOKEN`` header; the scheme is case-insensitive (RFC 9110)."""
     scheme, _, token = header.strip().partition(" ")
-    return token.strip() or None if scheme.lower() == "bearer" else None
+    return (token.strip() or None) if scheme.lower() == "bearer" else None
 
 
 def token_matches(given: str | None, token: str) -> bool:
@@ -103,8 +102,7 @@ class JsonService(Protocol):
 
 def json_server(service: JsonService, host: str, port: int, *, token: str | None = None,
                 limits: HttpLimits | None = None, quiet: bool = True,
-                exposes: str = "let anyone on the network use this model"
-                ) -> LoopbackServer:
+                exposes: str = "let anyone on the network use this model") -> LoopbackServer:
     """A bound server for ``service`` (port 0 = a free port); refuses a network host without a token."""
     check_bind(host, token, TOKEN_ENV, exposes)
     return LoopbackServer((host, port), json_handler(service, quiet, token or None, limits or HttpLimits()))
