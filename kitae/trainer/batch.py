@@ -21,14 +21,17 @@ class TrainBatch:
     old_logp: torch.Tensor  # [B, L-1] sampling policy's log-probs at those positions (0 elsewhere)
     advantages: torch.Tensor  # [B]
     ref_logp: torch.Tensor | None = None  # [B, L-1] reference policy's log-probs, when KL is on
+    is_weight: torch.Tensor | None = None  # [B, L-1] server engine: truncated importance weights of the sampler
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
     def select(self, idx: slice | torch.Tensor) -> "TrainBatch":
         ref = self.ref_logp[idx] if self.ref_logp is not None else None
+        weight = self.is_weight[idx] if self.is_weight is not None else None
         return TrainBatch(
-            self.input_ids[idx], self.attention_mask[idx], self.mask[idx], self.old_logp[idx], self.advantages[idx], ref
+            self.input_ids[idx], self.attention_mask[idx], self.mask[idx], self.old_logp[idx], self.advantages[idx], ref,
+            weight,
         )
 
 

@@ -33,6 +33,7 @@ import yaml
 from kitae.algorithms.advantages import compute_advantages, dynamic_sampling_keep
 from kitae.algorithms.kl import AdaptiveKLController, FixedKLController, kl_estimate, masked_entropy
 from kitae.algorithms.losses import LossConfig, LossInputs, Normalizer, policy_loss
+from kitae.algorithms.mismatch import mismatch_metrics, tis_weight
 from kitae.data.loader import load_prompts
 from kitae.errors import ConfigError
 from kitae.graders import build_grader
@@ -68,6 +69,7 @@ class Trainer:
         ckpt = latest_checkpoint(self.run_dir) if resume else None
         self.start_step = ckpt[0] if ckpt else 0
         self.tokenizer = load_tokenizer(cfg.model.path)
+        self.engine = self._server_engine()  # asks its servers first: a bad URL fails before the model loads
         model = self._load_model(ckpt[1] / "model" if ckpt else None)
         self.ref_model = self._load_ref_model(model)
         params = [p for p in model.parameters() if p.requires_grad]
@@ -75,7 +77,7 @@ class Trainer:
         optimizer = torch.optim.AdamW(params, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self._lr_factor)
         self.model, self.optimizer = self.acc.prepare(model, optimizer)
-        self.engine = ENGINES.get(cfg.sampling.engine, "sampling.engine")(self.policy, self.tokenizer)
+        self.engine = self.engine or ENGINES.get(cfg.sampling.engine, "sampling.engine")(self.policy, self.tokenizer)
         self.components = build_components(cfg.rewards) + self._repeat_component()
         self.eval_grader = build_grader(cfg.eval.grader, "eval.grader")
         self.train_rows = load_prompts(resolve_data_path(cfg.data.train))
@@ -93,12 +95,19 @@ class Trainer:
         self.store = self._open_store(resume, ckpt) if self.acc.is_main_process else None
         self.loggers = make_loggers(cfg.logging.report_to if self.store else [], self.run_dir, cfg.to_dict())
         self._stop_requested = False
+        self._mismatch_metrics: dict[str, float] = {}  # server engine: this step's sampler/trainer gap
         self._rounds = 0  # sampling rounds the last step took (logged as sampling_rounds with dynamic sampling)
 
     # ---- setup --------------------------------------------------------------------------------
     @property
     def policy(self):
         return self.acc.unwrap_model(self.model) if hasattr(self, "model") else None
+
+    def _server_engine(self):
+        """An engine with a ``from_config`` (the server engine) built before the model loads; None otherwise."""
+        cls = ENGINES.get(self.cfg.sampling.engine, "sampling.engine")
+        build = getattr(cls, "from_config", None)
+        return build(None, self.tokenizer, self.cfg.sampling, self.run_dir) if build else None
 
     def _load_model(self, checkpoint_model: Path | None):
         cfg = self.cfg.model
@@ -224,6 +233,7 @@ class Trainer:
         old_handlers = self._install_signal_handlers()
         status = "crashed"
         try:
+            self._sync_weights(self.start_step, force=True)  # the servers sample with this run's weights
             if self.start_step == 0 and self.eval_rows:
                 self.evaluate(0)
             step = self.start_step
@@ -285,10 +295,14 @@ class Trainer:
         t_prep = time.perf_counter()
         train_metrics = self._optimize(batch)
         self.scheduler.step()
+        sync_metrics = self._sync_weights(step)
         t_end = time.perf_counter()
         metrics = {
             **self._reward_metrics(scores, completions),
             **train_metrics,
+            **self._mismatch_metrics,
+            **sync_metrics,
+            **(self.engine.take_stats() if hasattr(self.engine, "take_stats") else {}),
             "kl_coef": self.kl_ctl.value,
             "lr": self.scheduler.get_last_lr()[0],
             "secs_per_step": t_end - t0,
@@ -411,6 +425,7 @@ class Trainer:
         if pc is not None and pc.old_segments == "exclude":
             _mask_earlier_segments(batch, completions)
         batch = _to_device(batch, self.acc.device)
+        self._mismatch_metrics = self._correct_mismatch(batch) if getattr(self.engine, "remote_logprobs", False) else {}
         if self.ref_model is not None:
             batch.ref_logp = self._ref_logps(batch)
         if self.ref_model is not None and a.kl.where == "reward":
@@ -419,6 +434,41 @@ class Trainer:
         adv = compute_advantages(a.advantage, rewards, valid)  # [num_groups, G]
         batch.advantages = adv.reshape(-1).to(self.acc.device)
         return batch
+
+    @torch.no_grad()
+    def _correct_mismatch(self, batch: TrainBatch) -> dict[str, float]:
+        """Server samples (kitae.algorithms.mismatch): the trainer's own log-probs of the sampled tokens, before
+        the update and over the same micro-batches as :meth:`_optimize`, become the ratio's old log-probs; the
+        server's give the truncated importance weights (``algorithm.tis_cap``)."""
+        cap, mbs = self.cfg.algorithm.tis_cap, self.cfg.optim.micro_batch_size
+        self.model.train()  # as in _optimize: at the first pass the ratio is exactly 1
+        own = torch.cat([token_logps(self.model, batch.select(slice(s, s + mbs)), self.cfg.sampling.temperature)[0]
+                         for s in range(0, len(batch), mbs)])  # [B, L-1]
+        metrics = mismatch_metrics(own, batch.old_logp, batch.mask, cap)
+        batch.is_weight = tis_weight(own, batch.old_logp, batch.mask, cap) if cap is not None else None
+        batch.old_logp = own
+        return metrics
+
+    def _sync_weights(self, version: int, force: bool = False) -> dict[str, float]:
+        """Push the policy to the rollout servers every ``sampling.sync_every`` steps (or now, with ``force``)
+        unless they hold ``version`` already; returns ``sync_secs`` when it pushed."""
+        engine = self.engine
+        if not hasattr(engine, "sync_weights") or engine.weight_sync is None or engine.version == version:
+            return {}
+        if not (force or self._due(version, self.cfg.sampling.sync_every)):
+            return {}
+        t0 = time.perf_counter()
+        if self.acc.is_main_process:
+            engine.sync_weights(self.policy, version)
+        if self.acc.num_processes > 1:  # every process's engine learns what the replicas now hold
+            from accelerate.utils import broadcast_object_list
+
+            state = [[(r.synced, r.server_version, r.down_until) for r in engine.replicas]]
+            broadcast_object_list(state)
+            for r, (synced, server_version, down_until) in zip(engine.replicas, state[0]):
+                r.synced, r.server_version, r.down_until = synced, server_version, down_until
+            engine.version = version
+        return {"sync_secs": time.perf_counter() - t0}
 
     @torch.no_grad()
     def _ref_logps(self, batch: TrainBatch) -> torch.Tensor:
@@ -450,7 +500,7 @@ class Trainer:
                 sync = self.acc.no_sync(self.model) if i < len(chunks) - 1 else nullcontext()
                 with sync:
                     logp, logits = token_logps(self.model, mb, cfg.sampling.temperature)
-                    inp = LossInputs(logp, mb.old_logp, mb.advantages, mb.mask, mb.ref_logp)
+                    inp = LossInputs(logp, mb.old_logp, mb.advantages, mb.mask, mb.ref_logp, mb.is_weight)
                     loss, m = policy_loss(cfg.algorithm.loss, inp, self.loss_cfg, norm)
                     self.acc.backward(loss)
                 loss_sum += float(loss.detach()) / mu  # micro-batch losses sum to the batch loss
@@ -557,6 +607,7 @@ class Trainer:
 
     # ---- evaluation, checkpoints, summary -------------------------------------------------------
     def evaluate(self, step: int) -> dict[str, float] | None:
+        self._sync_weights(step, force=True)  # server engine with sync_every > 1: evaluate this step's policy
         metrics = None
         if self.acc.is_main_process:
             e = self.cfg.eval
@@ -612,4 +663,5 @@ def _mask_earlier_segments(batch: TrainBatch, completions: list[Completion]) -> 
 
 def _to_device(batch: TrainBatch, device) -> TrainBatch:
     return TrainBatch(*(t.to(device) if t is not None else None for t in (
-        batch.input_ids, batch.attention_mask, batch.mask, batch.old_logp, batch.advantages, batch.ref_logp)))
+        batch.input_ids, batch.attention_mask, batch.mask, batch.old_logp, batch.advantages, batch.ref_logp,
+        batch.is_weight)))
