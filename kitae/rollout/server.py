@@ -453,8 +453,8 @@ class ServerEngine(HFEngine):
     # ---- one sample, read back with the in-process engine's rules ------------------------------------------
     def _completion(self, prompt_ids: list[int], choice: Choice, sp: SamplingParams) -> Completion:
         tokens, logps, reason = cut_sample(choice.token_ids, choice.logprobs, choice.finish_reason, sp,
-                                           lambda toks: self._hit_stop(toks, self._stops(tuple(sp.stop))))
-        return Completion(text=self._decode(tokens, sp.stop), prompt_ids=list(prompt_ids), completion_ids=tokens,
+                                           lambda toks: self.hit_stop(toks, self.stop_ids(tuple(sp.stop))))
+        return Completion(text=self.decode(tokens, sp.stop), prompt_ids=list(prompt_ids), completion_ids=tokens,
                           logprobs=logps, finish_reason=reason)
 
 
