@@ -80,7 +80,7 @@ def check_url(url: Any, path: str) -> str:
     return text[: -len("/v1")] if text.endswith("/v1") else text
 
 
-def preflight(urls: list[str], api: str = "openai", timeout: float = 10.0, api_key_env: str | None = None,
+def preflight(urls: list[str], timeout: float = 10.0, api_key_env: str | None = None,
               path: str = "sampling.servers") -> dict[str, str | None]:
     """Ask every replica whether it answers (GET /v1/models, then /health), before the trainer loads its model.
 
@@ -91,11 +91,11 @@ def preflight(urls: list[str], api: str = "openai", timeout: float = 10.0, api_k
     headers = _auth(api_key_env)
     with httpx.Client(timeout=timeout) as client:
         for i, url in enumerate(urls):
-            names[url] = _probe(client, url, headers, f"{path}[{i}]", api, api_key_env)
+            names[url] = _probe(client, url, headers, f"{path}[{i}]", api_key_env)
     return names
 
 
-def _probe(client: httpx.Client, url: str, headers: dict[str, str], where: str, api: str,
+def _probe(client: httpx.Client, url: str, headers: dict[str, str], where: str,
            api_key_env: str | None) -> str | None:
     last = ""
     for route in ("/v1/models", "/health"):
@@ -126,6 +126,15 @@ def _served_name(resp: httpx.Response) -> str | None:
 def _auth(api_key_env: str | None) -> dict[str, str]:
     key = os.environ.get(api_key_env) if api_key_env else None
     return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def _refusal_hint(status: int) -> str:
+    if status == 404:
+        return (" (no such endpoint or model: the server_api setting must match the server: openai for vLLM and "
+                "kitae serve model, sglang for SGLang's native API)")
+    if status in (401, 403):
+        return ""  # the Retrier's hint explains the token
+    return " (the server refused the request: the message names the setting it does not take)"
 
 
 def _token_hint(api_key_env: str | None) -> str:
@@ -262,7 +271,7 @@ class ServerEngine(HFEngine):
                  max_staleness: int | None = 0, api_key_env: str | None = None, weight_sync: Any = None,
                  served_models: dict[str, str | None] | None = None):
         super().__init__(model, tokenizer)
-        self.api_name, self.api = api, SERVER_APIS.get(api, "sampling.server_api")
+        self.api = SERVER_APIS.get(api, "sampling.server_api")
         self.timeout, self.down_secs, self.max_wait = timeout, down_secs, max_wait
         self.max_staleness, self.api_key_env = max_staleness, api_key_env
         self.weight_sync = weight_sync  # kitae.rollout.sync strategy; None = frozen servers
@@ -281,8 +290,7 @@ class ServerEngine(HFEngine):
         URL fails before the trainer loads its model."""
         from kitae.rollout.sync import build_sync
 
-        names = preflight(sampling.servers, sampling.server_api, min(30.0, sampling.server_timeout),
-                          sampling.api_key_env)
+        names = preflight(sampling.servers, min(30.0, sampling.server_timeout), sampling.api_key_env)
         tracked = sampling.sync != "none"
         return cls(model, tokenizer, sampling.servers, api=sampling.server_api, timeout=sampling.server_timeout,
                    down_secs=sampling.server_down_secs, max_wait=sampling.server_max_wait,
@@ -424,8 +432,7 @@ class ServerEngine(HFEngine):
             return reply
         except ReplicaError as exc:
             if exc.status is not None and 400 <= exc.status < 500 and exc.status != 429:
-                raise KitaeError(f"{exc} (the server refused the request: fix the setting it names, or use "
-                                 f"sampling.server_api: sglang for SGLang)") from None
+                raise KitaeError(f"{exc}{_refusal_hint(exc.status)}") from None
             self.mark_down(replica, str(exc).removeprefix(f"rollout server {replica.url}: "))
         except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
             self.counters.bad_replies += 1
