@@ -133,6 +133,7 @@ class Job:
     completions: list[Completion] = field(default_factory=list)
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    rows: list[_Row] = field(default_factory=list, repr=False)  # its samples, also those that left the batch
 
     def wait(self, timeout: float | None = None) -> list[Completion]:
         """The ``n`` completions, once done; raises what failed the job."""
@@ -261,7 +262,7 @@ class BatchScheduler:
             row.finish = self._finish_reason(row)
             if row.finish is None:
                 keep.append(j)
-            elif all(r.finish for r in batch.rows if r.job is row.job):
+            elif all(r.finish for r in row.job.rows):
                 done.append(row.job)
         self.steps += 1
         for job in done:
@@ -280,12 +281,12 @@ class BatchScheduler:
         return None
 
     def _complete(self, job: Job) -> None:
-        rows = sorted((r for r in self._batch.rows if r.job is job), key=lambda r: r.index)
         job.completions = [
             Completion(text=self.engine.decode(r.tokens, job.sampling.stop), prompt_ids=job.prompt_ids,
                        completion_ids=r.tokens, logprobs=r.logps, finish_reason=r.finish or "length")
-            for r in rows
+            for r in job.rows
         ]
+        job.rows = []
         job.finished_at = self.steps
         self.gate.leave()
         job.done.set()
@@ -314,7 +315,9 @@ class BatchScheduler:
         cache = out.cache
         cache.batch_select_indices(repeat)
         logits = out.logits[:, -1, :].float()  # [P, V]
-        rows = [self._new_row(job, i, logits.shape[-1]) for job in jobs for i in range(job.n)]
+        for job in jobs:
+            job.rows = [self._new_row(job, i, logits.shape[-1]) for i in range(job.n)]
+        rows = [row for job in jobs for row in job.rows]
         return _Batch(rows, cache, attn[repeat], pos[repeat, -1], logits[repeat])
 
     def _new_row(self, job: Job, index: int, vocab: int) -> _Row:

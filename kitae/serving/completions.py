@@ -165,7 +165,7 @@ def _choice(index: int, c: Completion, req: CompletionRequest, tokenizer: Any, s
     choice = {"index": index, "text": choice_text(c, req, tokenizer, stop_ids), "finish_reason": finish,
               "stop_reason": None, "logprobs": None}
     if req.logprobs:
-        pieces = [tokenizer.decode([t], skip_special_tokens=False) for t in c.completion_ids]
+        pieces = tokenizer.batch_decode([[t] for t in c.completion_ids], skip_special_tokens=False)
         offsets, at = [], 0
         for piece in pieces:
             offsets.append(at)

@@ -141,6 +141,19 @@ def test_a_seeded_sample_is_the_rollout_engines(scheduler, engine):
         assert served.completion_ids == own.completion_ids
 
 
+def test_each_sample_is_the_one_sample_request_with_its_seed(scheduler, engine):
+    """Sample i of a request with seed s is a one-sample request with seed s + i, also when the samples end at
+    different steps (a fifth of the vocabulary stops them, so they leave the batch one by one)."""
+    stops = set(range(0, len(engine.tokenizer), 5))
+    settings = sp(temperature=1.0, seed=20, max_new_tokens=30, stop=[])
+    group = scheduler.submit(prompts(engine)[0], 8, settings, stop_ids=stops).wait()
+    singles = [scheduler.submit(prompts(engine)[0], 1, settings.offset_seed(i), stop_ids=stops).wait()[0]
+               for i in range(8)]
+    assert len(group) == 8 and len({c.num_tokens for c in group}) > 2  # they did end at different steps
+    assert [c.completion_ids for c in group] == [c.completion_ids for c in singles]
+    assert [c.finish_reason for c in group] == [c.finish_reason for c in singles]
+
+
 def test_samples_of_one_request_differ_and_repeat(scheduler, engine):
     first = scheduler.submit(prompts(engine)[0], 4, sp(temperature=1.0, seed=3, max_new_tokens=16)).wait()
     again = scheduler.submit(prompts(engine)[0], 4, sp(temperature=1.0, seed=3, max_new_tokens=16)).wait()

@@ -80,14 +80,17 @@ def forward_logprobs(model, prompt: list[int], tokens: list[int], temperature: f
 def test_a_rollout_request_gets_token_ids_and_logprobs(served):
     service, url = served
     prompt = ids_of(service)
-    reply = complete(url, rollout_body(prompt)).json()
+    stop_ids = list(range(1, service.vocab_size, 6))  # so that the samples end at different steps
+    reply = complete(url, rollout_body(prompt, n=6, stop_token_ids=stop_ids)).json()
     assert reply["object"] == "text_completion" and reply["model"] == "tiny" and reply["weight_version"] == 0
-    assert [c["index"] for c in reply["choices"]] == [0, 1, 2]
+    assert [c["index"] for c in reply["choices"]] == list(range(6))
+    assert len({len(tokens_of(c)) for c in reply["choices"]}) > 1
     tok = service.engine.tokenizer
     for choice in reply["choices"]:
         tokens, logprobs = tokens_of(choice), choice["logprobs"]["token_logprobs"]
         assert 0 < len(tokens) == len(logprobs) <= 10 and choice["logprobs"]["top_logprobs"] is None
-        assert choice["finish_reason"] == ("length" if len(tokens) == 10 else "stop")
+        stopped = tokens[-1] in stop_ids or choice["text"].endswith(("<|im_end|>", "<|endoftext|>"))
+        assert choice["finish_reason"] == ("stop" if stopped else "length") and (stopped or len(tokens) == 10)
         assert choice["text"] == tok.decode(tokens)  # the stop string kept, nothing after it
         want = forward_logprobs(service.engine.model, prompt, tokens, 1.0)
         assert (want - torch.tensor(logprobs)).abs().max().item() < 1e-4
@@ -96,7 +99,7 @@ def test_a_rollout_request_gets_token_ids_and_logprobs(served):
     assert reply["usage"] == {"prompt_tokens": len(prompt),
                               "completion_tokens": sum(len(tokens_of(c)) for c in reply["choices"]),
                               "total_tokens": len(prompt) + sum(len(tokens_of(c)) for c in reply["choices"])}
-    again = complete(url, rollout_body(prompt)).json()
+    again = complete(url, rollout_body(prompt, n=6, stop_token_ids=stop_ids)).json()
     assert [c["logprobs"]["tokens"] for c in again["choices"]] == [c["logprobs"]["tokens"] for c in reply["choices"]]
 
 
