@@ -73,11 +73,10 @@ def check_url(url: Any, path: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(path, f"{text!r} is not an http(s) URL; write it like http://127.0.0.1:8000")
     try:
-        parts.port
+        _ = parts.port  # reading it checks it
     except ValueError:
         raise ConfigError(path, f"{text!r} has a bad port; write it like http://127.0.0.1:8000") from None
-    text = text.rstrip("/")
-    return text[: -len("/v1")] if text.endswith("/v1") else text
+    return text.rstrip("/").removesuffix("/v1")
 
 
 def preflight(urls: list[str], timeout: float = 10.0, api_key_env: str | None = None,
