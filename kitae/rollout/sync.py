@@ -210,7 +210,9 @@ class VllmSync:
     def _init_group(self, replica: Any) -> Any:
         from vllm.distributed.weight_transfer.nccl_engine import NCCLWeightTransferEngine
 
-        resp = httpx.get(replica.url + "/get_world_size", timeout=self.timeout)
+        from kitae.rollout.server import _auth
+
+        resp = httpx.get(replica.url + "/get_world_size", timeout=self.timeout, headers=_auth(self.api_key_env))
         if resp.status_code == 404:
             raise KitaeError(f"{replica.url} has no weight-transfer routes: start vllm serve with "
                              "VLLM_SERVER_DEV_MODE=1 and --weight-transfer-config '{\"backend\": \"nccl\"}'")
