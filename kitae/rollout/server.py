@@ -87,7 +87,7 @@ def preflight(urls: list[str], timeout: float = 10.0, api_key_env: str | None = 
     went wrong and how to fix it, for the first replica that does not answer.
     """
     names: dict[str, str | None] = {}
-    headers = _auth(api_key_env)
+    headers = auth_headers(api_key_env)
     with httpx.Client(timeout=timeout) as client:
         for i, url in enumerate(urls):
             names[url] = _probe(client, url, headers, f"{path}[{i}]", api_key_env)
@@ -122,7 +122,8 @@ def _served_name(resp: httpx.Response) -> str | None:
         return None
 
 
-def _auth(api_key_env: str | None) -> dict[str, str]:
+def auth_headers(api_key_env: str | None) -> dict[str, str]:
+    """``Authorization: Bearer`` the value of ``api_key_env`` when that variable is set (read at each call)."""
     key = os.environ.get(api_key_env) if api_key_env else None
     return {"Authorization": f"Bearer {key}"} if key else {}
 
@@ -419,7 +420,7 @@ class ServerEngine(HFEngine):
                    sp: SamplingParams) -> Reply | None:
         """The reply of ``replica``, or None after marking it down; raises KitaeError on a refused request."""
         body = self.api.build(prompt_ids, n, sp, replica.served_model)
-        url, headers = replica.url + self.api.path, _auth(self.api_key_env)
+        url, headers = replica.url + self.api.path, auth_headers(self.api_key_env)
         try:
             raw = await replica.retrier.post(lambda: client.post(url, json=body, headers=headers))
             reply = self.api.parse(raw, n)

@@ -146,10 +146,10 @@ class DiskSync:
 
 
 def _post(url: str, body: Any, timeout: float, api_key_env: str | None, params: dict | None = None) -> Any:
-    from kitae.rollout.server import _auth
+    from kitae.rollout.server import auth_headers
 
     try:
-        resp = httpx.post(url, json=body, params=params, timeout=timeout, headers=_auth(api_key_env))
+        resp = httpx.post(url, json=body, params=params, timeout=timeout, headers=auth_headers(api_key_env))
     except httpx.HTTPError as exc:
         raise KitaeError(f"POST {url}: {type(exc).__name__}: {exc}") from None
     if resp.status_code >= 400:
@@ -210,9 +210,10 @@ class VllmSync:
     def _init_group(self, replica: Any) -> Any:
         from vllm.distributed.weight_transfer.nccl_engine import NCCLWeightTransferEngine
 
-        from kitae.rollout.server import _auth
+        from kitae.rollout.server import auth_headers
 
-        resp = httpx.get(replica.url + "/get_world_size", timeout=self.timeout, headers=_auth(self.api_key_env))
+        resp = httpx.get(replica.url + "/get_world_size", timeout=self.timeout,
+                         headers=auth_headers(self.api_key_env))
         if resp.status_code == 404:
             raise KitaeError(f"{replica.url} has no weight-transfer routes: start vllm serve with "
                              "VLLM_SERVER_DEV_MODE=1 and --weight-transfer-config '{\"backend\": \"nccl\"}'")
