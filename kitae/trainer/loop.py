@@ -615,11 +615,21 @@ class Trainer:
                 temperature=e.temperature, max_new_tokens=e.max_new_tokens or self.cfg.sampling.max_new_tokens,
                 seed=self.cfg.seed + 12345,
             )
-            metrics, samples = evaluate(self.engine, self.eval_rows, self.eval_grader, e.k, sp, e.pass_threshold)
+            metrics, samples = evaluate(self._eval_engine(), self.eval_rows, self.eval_grader, e.k, sp,
+                                        e.pass_threshold)
             self.store.log_eval(step, metrics, samples)
             self.loggers.log_eval(step, metrics)
         self.acc.wait_for_everyone()
         return metrics
+
+    def _eval_engine(self):
+        """The trainer's policy samples evaluations: through the servers, which hold its weights, unless they are
+        frozen (``sampling.sync: none``); then in this process."""
+        if getattr(self.engine, "weight_sync", True) is None:
+            from kitae.rollout.hf import HFEngine
+
+            return HFEngine(self.policy, self.tokenizer)
+        return self.engine
 
     def save(self, step: int) -> None:
         if self.acc.is_main_process:

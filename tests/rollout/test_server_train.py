@@ -110,3 +110,24 @@ def test_cli_names_the_bad_url(tiny_assets, tmp_path, rewards_on_path):
                               "--set", "sampling.engine=server", "--set", f"sampling.servers=[{url}]"],
                              capture_output=True, text=True, timeout=300)
         assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_frozen_servers_sample_training_groups_but_not_evaluations(tiny_assets, tmp_path, rewards_on_path):
+    from tests.rollout.scripted import CompletionsServer, choice, reply
+
+    def answer(body):  # every sample "4" and the end marker
+        ids = [body["prompt"][-1]]  # a token the tiny tokenizer has
+        return reply([choice(ids, [-1.0], "length", i) for i in range(body["n"])], weight_version=None)
+
+    with CompletionsServer(default=answer) as server:
+        cfg = server_config(tiny_assets, tmp_path, [server.url], **{
+            "sampling.sync": "none", "optim.steps": 2, "eval.every": 1})
+        seen = []
+        trainer = Trainer(cfg)
+        trainer.on_step = lambda step, m: seen.append(m)
+        summary = trainer.train()
+        asked = len(server.completions)
+    assert summary["status"] == "finished"
+    assert asked == 2 * 2  # 2 prompts a step, 2 steps; the 3 evaluations sampled in process
+    assert all("policy_version" not in m and "sync_secs" not in m for m in seen)  # frozen: no versions
+    assert all(m["mismatch/logp_abs_diff"] > 0 for m in seen)  # the server's -1.0 is not the trainer's log-prob
