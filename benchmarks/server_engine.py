@@ -2,6 +2,7 @@
 in-process engine (the baseline), one ``kitae serve model`` replica, and two replicas.
 
     python benchmarks/server_engine.py [--steps 5] [--prompts 16] [--group-size 8] [--max-new-tokens 48]
+                                       [--server-args "--max-batch 128"]
 
 Three real runs of ``examples/zero.yaml`` (the bundled model, the GRPO-zero recipe's rewards), stepped in turn (one
 step of each, alternately, so other load on the machine hits all three alike). The trainer process and each
@@ -45,12 +46,18 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--server-args", default="", help="more kitae serve model flags, e.g. '--max-batch 128'")
     args = ap.parse_args()
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the weight writes of every push
     model = resolve_model_path("bundled")
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {args.prompts} prompts x "
-          f"{args.group_size} samples per step, up to {args.max_new_tokens} tokens, {args.steps} steps")
-    with tempfile.TemporaryDirectory() as tmp, Replicas(model, 1, log_dir=tmp) as one, \
-            Replicas(model, 2, log_dir=tmp) as two:
+          f"{args.group_size} samples per step, up to {args.max_new_tokens} tokens, {args.steps} steps; "
+          f"kitae serve model {args.server_args or '(default flags)'}")
+    extra = args.server_args.split()
+    with tempfile.TemporaryDirectory() as tmp, Replicas(model, 1, log_dir=tmp, extra=extra) as one, \
+            Replicas(model, 2, log_dir=tmp, extra=extra) as two:
         root = Path(tmp)
         runs = {"in-process": make_trainer(root, "hf", args, None),
                 "1 replica": make_trainer(root, "one", args, one.urls),
