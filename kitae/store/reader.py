@@ -104,6 +104,14 @@ class RunReader:
         with self._read() as db:
             return db.execute("SELECT max(step) FROM metrics").fetchone()[0]
 
+    def last_logged_step(self) -> int | None:
+        """The highest step with anything logged for it (metrics, groups or an eval); None when nothing is."""
+        with self._read() as db:
+            return db.execute(
+                "SELECT max(s) FROM (SELECT max(step) AS s FROM metrics UNION ALL SELECT max(step) FROM groups "
+                "UNION ALL SELECT max(step) FROM evals)"
+            ).fetchone()[0]
+
     def brief(self) -> RunSummary:
         """The one-line summary that `kitae runs list` shows."""
         with self._read() as db:
