@@ -242,7 +242,6 @@ class Trainer:
         for g in groups:
             g.update(lr=o.lr * factor, initial_lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
         self.scheduler.base_lrs = [o.lr] * len(groups)
-        self.scheduler._last_lr = [g["lr"] for g in groups]  # what get_last_lr() reports until the next step
 
     # ---- the loop -----------------------------------------------------------------------------
     def train(self) -> dict[str, Any]:

@@ -17,6 +17,7 @@ checkpoints/ to ``restarts/TIME/``: nothing is deleted), and the config change, 
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -30,6 +31,7 @@ import yaml
 from kitae.errors import ConfigError, KitaeError
 from kitae.store import DB_NAME, RunStore
 from kitae.trainer.checkpoint import Checkpoint, find_checkpoint, remove_stale_tmp
+from kitae.trainer.config import load_train_config
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +88,10 @@ def plan_resume(cfg: Any, allow_config_change: bool = False, from_scratch: bool 
     with RunStore.open(run_dir, read_only=True) as store:
         saved, last = store.config, store.last_logged_step()
     changes = config_changes(_normalized(saved), cfg.to_dict())
-    check_config_changes(changes, allow_config_change, run_dir, last)
+    check_config_changes(changes, allow_config_change, run_dir)
+    if not os.access(run_dir, os.W_OK):
+        raise KitaeError(f"{run_dir} is read-only: a resumed run writes its run store and checkpoints there; copy "
+                         "the run folder to writable storage and resume the copy")
     if from_scratch:
         return ResumePlan(None, changes=changes, last_logged=last, restart=True)
     ckpt, skipped = find_checkpoint(run_dir)
@@ -114,10 +119,8 @@ def _no_checkpoint_message(run_dir: Path, skipped: list[tuple[Path, str]], last:
 # ---- the config ---------------------------------------------------------------------------------------
 def _normalized(saved: dict) -> dict:
     """The saved config as this kitae builds it (defaults of fields added since filled in), or as it is."""
-    from kitae.trainer.config import load_train_config
-
     try:
-        return load_train_config(data=json.loads(json.dumps(saved))).to_dict()
+        return load_train_config(data=copy.deepcopy(saved)).to_dict()  # validation fills in names: not in place
     except KitaeError:
         return saved
 
@@ -138,8 +141,9 @@ def config_changes(old: Any, new: Any, path: str = "") -> list[ConfigChange]:
     return [] if old == new else [ConfigChange(path, old, new)]
 
 
-def check_config_changes(changes: list[ConfigChange], allow: bool, run_dir: Path, last: int | None) -> None:
-    source = f"{run_dir / 'config.yaml'}"
+def check_config_changes(changes: list[ConfigChange], allow: bool, run_dir: Path) -> None:
+    """Refuse FROZEN fields always, and other changed fields (but FREE ones) unless `allow`."""
+    source = str(run_dir / "config.yaml")
     frozen = [c for c in changes if _frozen_reason(c.field)]
     if frozen:
         lines = "".join(f"  {c}  (cannot change on resume: {_frozen_reason(c.field)})\n" for c in frozen)
@@ -159,7 +163,7 @@ def _frozen_reason(path: str) -> str | None:
 
 
 def _under(path: str, keys: tuple[str, ...]) -> bool:
-    return any(path == k or path.startswith(k + ".") or path.startswith(k + "[") for k in keys)
+    return any(path == k or path.startswith((k + ".", k + "[")) for k in keys)
 
 
 def _show(value: Any) -> str:
@@ -193,7 +197,7 @@ def _resumed(store: RunStore, plan: ResumePlan) -> None:
     removed = [plan.step + 1, plan.last_logged] if plan.last_logged is not None and plan.last_logged > plan.step else None
     redo = f"; steps {removed[0]}-{removed[1]} logged after it are redone" if removed else ""
     if ckpt is None:
-        message = "resumed at step 0: there was no checkpoint yet and no step logged"
+        message = "resumed at step 0: there was no checkpoint yet and no training step logged"
     else:
         message = f"resumed from {_rel(ckpt.path, store)}{redo}"
     if plan.skipped:

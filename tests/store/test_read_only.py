@@ -48,8 +48,8 @@ def read_only_view(tmp_path_factory):
     if os.geteuid() != 0:
         def run(folder: Path, code: str) -> subprocess.CompletedProcess:
             modes = {p: p.stat().st_mode for p in [folder, *folder.rglob("*")]}
-            for p in modes:
-                p.chmod(modes[p] & ~0o222)
+            for p, mode in modes.items():
+                p.chmod(mode & ~0o222)
             try:
                 return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                                       env=_env())
@@ -160,3 +160,23 @@ def test_unreadable_steps_in_a_lone_wal_file_are_an_error_not_a_shorter_history(
     assert "run.db-wal" in out["show"]["error"] and "copy the run folder" in out["show"]["error"]
     assert out["page"]["code"] == 400 and "run.db-wal" in out["page"]["body"]["error"]
     assert "unreadable" in out["list"]["output"] and "run.db-wal" in out["list"]["output"]
+
+
+def test_resuming_a_run_on_read_only_storage_is_refused_before_the_model_loads(tmp_path, read_only_view):
+    import yaml
+
+    from kitae.trainer.config import load_train_config
+
+    cfg = load_train_config(data={"name": "demo", "output_dir": str(tmp_path / "runs"),
+                                  "model": {"path": str(tmp_path / "no-such-model")},
+                                  "rewards": [{"name": "correct", "grader": {"type": "answer"}}]})
+    with RunStore.create(cfg.run_dir, name="demo", config=cfg.to_dict(), model=cfg.model.path) as s:
+        s.log_metrics(1, {"reward": 0.5})
+        s.finish("crashed")
+    (cfg.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict()))
+    code = ("import sys; from kitae.cli.main import main; "
+            f"sys.argv = ['kitae', 'train', '--resume', {str(cfg.run_dir)!r}, '-q']; main()")
+    done = read_only_view(tmp_path / "runs", code)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"{cfg.run_dir} is read-only" in done.stderr and "copy the run folder" in done.stderr
+    assert "no-such-model" not in done.stderr
