@@ -43,18 +43,24 @@ from kitae.rollout.base import ENGINES, Completion, SamplingParams
 from kitae.rollout.partial import PartialRollouts
 from kitae.store import GroupRecord, RunStore, SampleRecord
 from kitae.trainer.batch import TrainBatch, build_batch, token_logps
-from kitae.trainer.checkpoint import latest_checkpoint, load_state, save_checkpoint, set_rng_state
+from kitae.trainer.checkpoint import save_checkpoint, set_rng_state
 from kitae.trainer.config import TrainConfig, resolve_data_path
 from kitae.trainer.evaluate import evaluate, sample_dict
 from kitae.trainer.loggers import make_loggers
+from kitae.trainer.resume import ResumePlan, plan_resume, record_resume
 from kitae.trainer.rewards import GroupScores, RewardComponent, build_components, counter_deltas, score_groups
 from kitae.trainer.samplers import SAMPLERS
 
 
 class Trainer:
-    """Owns the model, optimizer, engine, rewards and run store of one run. `train()` runs it."""
+    """Owns the model, optimizer, engine, rewards and run store of one run. `train()` runs it.
 
-    def __init__(self, cfg: TrainConfig, resume: bool = False, on_step: Callable[[int, dict], None] | None = None):
+    ``resume``: go on from the run's newest complete checkpoint (kitae.trainer.resume: what is refused and what
+    is recorded); ``allow_config_change`` applies config fields that differ from the run's saved config;
+    ``resume_from_scratch`` restarts the run at step 0, keeping its earlier history aside."""
+
+    def __init__(self, cfg: TrainConfig, resume: bool = False, on_step: Callable[[int, dict], None] | None = None,
+                 allow_config_change: bool = False, resume_from_scratch: bool = False):
         from accelerate import Accelerator
         from accelerate.utils import set_seed
 
@@ -65,10 +71,12 @@ class Trainer:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.run_dir = cfg.run_dir
-        ckpt = latest_checkpoint(self.run_dir) if resume else None
-        self.start_step = ckpt[0] if ckpt else 0
+        # before the model loads: a resume that cannot go on as asked fails in seconds, naming why
+        self.resume_plan = plan_resume(cfg, allow_config_change, resume_from_scratch) if resume else None
+        ckpt = self.resume_plan.checkpoint if self.resume_plan else None
+        self.start_step = ckpt.step if ckpt else 0
         self.tokenizer = load_tokenizer(cfg.model.path)
-        model = self._load_model(ckpt[1] / "model" if ckpt else None)
+        model = self._load_model(ckpt.path / "model" if ckpt else None)
         self.ref_model = self._load_ref_model(model)
         params = [p for p in model.parameters() if p.requires_grad]
         o = cfg.optim
@@ -89,8 +97,9 @@ class Trainer:
         )
         self.loss_cfg = self._loss_config()
         if ckpt:
-            self._restore(load_state(ckpt[1]))
-        self.store = self._open_store(resume, ckpt) if self.acc.is_main_process else None
+            self._restore(ckpt.state, self.resume_plan)
+            ckpt.state = None  # restored: its tensors are not held twice
+        self.store = self._open_store() if self.acc.is_main_process else None
         self.loggers = make_loggers(cfg.logging.report_to if self.store else [], self.run_dir, cfg.to_dict())
         self._stop_requested = False
         self._rounds = 0  # sampling rounds the last step took (logged as sampling_rounds with dynamic sampling)
@@ -185,7 +194,7 @@ class Trainer:
         lc = LossConfig(
             eps_low=a.eps_low, eps_high=a.eps_high, aggregation=a.aggregation,
             max_completion_length=self.cfg.sampling.max_new_tokens,
-            kl_coef=self.kl_ctl.value if a.kl.where == "loss" else 0.0,
+            kl_coef=self._kl_coef_in_loss(),
             kl_estimator=a.kl.estimator, kimi_tau=a.kimi_tau, gspo_eps_low=a.gspo_eps_low,
             gspo_eps_high=a.gspo_eps_high, cispo_eps_high=a.cispo_eps_high,
         )
@@ -198,18 +207,20 @@ class Trainer:
         rows = load_prompts(resolve_data_path(self.cfg.data.eval))
         return rows[: self.cfg.eval.limit] if self.cfg.eval.limit else rows
 
-    def _open_store(self, resume: bool, ckpt) -> RunStore:
-        cfg_path = self.run_dir / "config.yaml"
-        if resume:
+    def _kl_coef_in_loss(self) -> float:
+        return self.kl_ctl.value if self.cfg.algorithm.kl.where == "loss" else 0.0
+
+    def _open_store(self) -> RunStore:
+        if self.resume_plan is not None:
             store = RunStore.open(self.run_dir)
-            store.truncate_after(self.start_step)  # steps after the checkpoint are redone: none lost, none twice
+            record_resume(store, self.resume_plan, self.cfg)  # trims the steps to redo; records what happened
             store.mark_running()
             return store
         store = RunStore.create(self.run_dir, name=self.cfg.name, config=self.cfg.to_dict(), model=self.cfg.model.path)
-        cfg_path.write_text(yaml.safe_dump(self.cfg.to_dict(), sort_keys=False, allow_unicode=True))
+        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(self.cfg.to_dict(), sort_keys=False, allow_unicode=True))
         return store
 
-    def _restore(self, state: dict[str, Any]) -> None:
+    def _restore(self, state: dict[str, Any], plan: ResumePlan) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.sampler.load_state_dict(state["sampler"])
@@ -217,6 +228,20 @@ class Trainer:
             self.partial.load_state_dict(state["partial"])
         self.kl_ctl.load_state_dict(state["kl"])
         set_rng_state(state["rng"])
+        self._apply_optim_config()
+        if plan.changed("algorithm.kl.coef"):
+            self.kl_ctl.value = float(self.cfg.algorithm.kl.coef)  # a new coefficient from here on
+        self.loss_cfg.kl_coef = self._kl_coef_in_loss()  # the restored coefficient, from the first resumed step
+
+    def _apply_optim_config(self) -> None:
+        """The config's optimizer settings over the restored ones: the same values unless the config changed on
+        resume, when a new lr, betas or weight decay (and schedule) take effect from the next step."""
+        o = self.cfg.optim
+        groups = self.optimizer.param_groups
+        factor = self._lr_factor(self.scheduler.last_epoch)  # LambdaLR: lr = base lr * factor(last_epoch)
+        for g in groups:
+            g.update(lr=o.lr * factor, initial_lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
+        self.scheduler.base_lrs = [o.lr] * len(groups)
 
     # ---- the loop -----------------------------------------------------------------------------
     def train(self) -> dict[str, Any]:
