@@ -36,7 +36,7 @@ from kitae.algorithms.losses import LossConfig, LossInputs, Normalizer, policy_l
 from kitae.data.loader import load_prompts
 from kitae.errors import ConfigError
 from kitae.graders import build_grader
-from kitae.graders.base import Grade, Grader
+from kitae.graders.base import Grade, Grader, is_finite_number
 from kitae.models import load_causal_lm, load_tokenizer
 from kitae.registry import unknown_name_message
 from kitae.rollout.base import ENGINES, Completion, SamplingParams
@@ -397,11 +397,11 @@ class Trainer:
 
     @staticmethod
     def _reward_tensor(scores: list[GroupScores]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Total rewards [num_groups, G] (0 where invalid) and validity [num_groups, G]."""
+        """Total rewards [num_groups, G] (0 where invalid) and validity [num_groups, G]; only a finite total is valid."""
         vals = [[math.nan if t is None else t for t in gs.totals] for gs in scores]
         r = torch.tensor(vals, dtype=torch.float32)
-        valid = ~torch.isnan(r)
-        return torch.nan_to_num(r, nan=0.0), valid
+        valid = torch.isfinite(r)
+        return torch.where(valid, r, torch.zeros_like(r)), valid
 
     def _to_batch(self, completions, rewards, valid, groups) -> TrainBatch:
         a = self.cfg.algorithm
@@ -466,8 +466,10 @@ class Trainer:
 
     # ---- metrics and logging ------------------------------------------------------------------
     def _reward_metrics(self, scores: list[GroupScores], completions: list[Completion]) -> dict[str, float]:
+        """Reward statistics of the step. Only finite numbers count (graders abstain on others; should one slip
+        through, statistics.pstdev would raise on it at every step, resumed or not)."""
         totals = [t for gs in scores for t in gs.totals]
-        valid = [t for t in totals if t is not None]
+        valid = [t for t in totals if is_finite_number(t)]
         m: dict[str, float] = {
             "reward": statistics.fmean(valid) if valid else math.nan,
             "reward_std": statistics.pstdev(valid) if len(valid) > 1 else 0.0,
@@ -481,7 +483,7 @@ class Trainer:
         }
         for comp in self.components:
             grades = [g for gs in scores for g in gs.grades[comp.name]]
-            got = [g.score for g in grades if g.score is not None]
+            got = [g.score for g in grades if is_finite_number(g.score)]
             m[f"reward/{comp.name}"] = statistics.fmean(got) if got else math.nan
             m[f"grader/{comp.name}/abstain_rate"] = 1 - len(got) / len(grades)
             m[f"grader/{comp.name}/error_rate"] = statistics.fmean(g.error is not None for g in grades)

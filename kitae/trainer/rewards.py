@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kitae.errors import ConfigError
-from kitae.graders.base import Grade, Grader
+from kitae.graders.base import Grade, Grader, is_finite_number
 from kitae.trainer.config import RewardConfig
 
 
@@ -61,17 +61,19 @@ def import_callable(target: str, path: str) -> Any:
 
 
 def combine(grades: dict[str, list[Grade]], weights: dict[str, float]) -> list[float | None]:
-    """Weighted sum per sample over the components that did not abstain (None when all abstained)."""
+    """Weighted sum per sample over the components that did not abstain (None when all abstained, and when
+    finite scores sum past the largest float: a reward is always a finite number).
+
+    >>> combine({"a": [Grade(1.0), Grade(None)], "b": [Grade(0.5), Grade(None)]}, {"a": 1.0, "b": 2.0})
+    [2.0, None]
+    """
     n = len(next(iter(grades.values())))
     totals: list[float | None] = []
     for i in range(n):
-        parts = [(weights[c], g[i].score) for c, g in grades.items() if _is_number(g[i].score)]
-        totals.append(sum(w * s for w, s in parts) if parts else None)
+        parts = [(weights[c], g[i].score) for c, g in grades.items() if is_finite_number(g[i].score)]
+        total = sum(w * s for w, s in parts) if parts else None
+        totals.append(total if total is None or math.isfinite(total) else None)
     return totals
-
-
-def _is_number(x: Any) -> bool:
-    return x is not None and not (isinstance(x, float) and math.isnan(x))
 
 
 async def _score_all(components: list[RewardComponent], items: list[dict], groups: list[list[dict]]):
