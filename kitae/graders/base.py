@@ -122,8 +122,11 @@ def checked(grade: Grade) -> Grade:
         if subs is grade.sub_scores and plain is score:
             return grade
         return dataclasses.replace(grade, score=plain, sub_scores=subs)
-    shown = f"score {float(score)!r} is not a finite number" if _non_finite(score) else f"score {score!r} is not a number"
-    error = shown + (f"; {grade.error}" if grade.error else "")
+    if _non_finite(score):
+        error = f"score {float(score)!r} is not a finite number"
+    else:
+        error = f"score {score!r} is not a number"
+    error += f"; {grade.error}" if grade.error else ""
     return Grade(score=None, sub_scores=subs, reason=grade.reason, error=error)
 
 

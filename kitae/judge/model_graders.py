@@ -25,7 +25,8 @@ Replies are asked for as JSON (``{"result": number}`` / ``{"label": one of label
 exactly one label (any case) or names exactly one label. As in OpenAI, output that is not a number scores 0
 (even when ``range`` starts above 0), and a label outside ``labels`` scores 0; both say why in ``reason`` and
 count in ``counters``. A number that is NaN or ±infinity (``1e999``) is not clipped into ``range``: the
-sample abstains with an error (counted as ``non_finite``). A call that fails after its retries abstains (``score=None`` with the error).
+sample abstains with an error (counted as ``non_finite``). A call that fails after its retries abstains
+(``score=None`` with the error).
 ``input`` items may carry OpenAI's ``type: message``; ``content`` may be a string or a list of text parts.
 """
 

@@ -90,7 +90,8 @@ def test_score_model_reply_that_is_not_a_finite_number_abstains(reply, said):
         grade = grader.grade_group(ITEM, [{"output_text": "47"}])[0]
     assert (grade.score, grade.sub_scores) == (None, {})
     assert grade.error == f"model said {said}, not a finite number"
-    assert (grader.stats()["non_finite"], grader.stats()["unreadable"], grader.metrics()["judge_non_finite"]) == (1, 0, 1)
+    stats = grader.stats()
+    assert (stats["non_finite"], stats["unreadable"], grader.metrics()["judge_non_finite"]) == (1, 0, 1)
 
 
 def test_score_model_pass_threshold_and_sampling_params():

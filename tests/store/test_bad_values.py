@@ -91,7 +91,8 @@ def test_text_with_lone_surrogates_is_stored_with_replacement_characters(tmp_pat
     assert summary["final"] == {"error": "grader failed: \ufffd"}
     assert g.prompt and prompt_key("what" + LONE) == prompt_key("what\ufffd")  # the same prompt across steps
     con = raw(store)
-    assert con.execute("SELECT count(*) FROM groups WHERE prompt_key = ?", (prompt_key("what\ufffd"),)).fetchone()[0] == 1
+    key = prompt_key("what\ufffd")
+    assert con.execute("SELECT count(*) FROM groups WHERE prompt_key = ?", (key,)).fetchone()[0] == 1
     con.close()
     store.close()
 

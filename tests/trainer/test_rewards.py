@@ -32,6 +32,17 @@ def test_combine(a, b, total):
     assert got == (None if total is None else pytest.approx(total))
 
 
+@pytest.mark.parametrize(
+    "a, logged, total",
+    [
+        (0.5, 0.9, 0.5),  # the weight-0 component is logged, not added
+        (None, 0.9, None),  # it cannot turn an abstention into a reward of 0 (as if the sample were wrong)
+    ],
+)
+def test_a_weight_0_component_is_no_reward(a, logged, total):
+    assert combine({"a": [Grade(a)], "log": [Grade(logged)]}, {"a": 1.0, "log": 0.0}) == [total]
+
+
 def _completion(tokens: int) -> Completion:
     return Completion(text="x", prompt_ids=[1], completion_ids=[2] * tokens, logprobs=[0.0] * tokens,
                       finish_reason="stop")
