@@ -47,6 +47,13 @@ class Grade:
     def abstain(cls, error: str | None = None, reason: str | None = None) -> "Grade":
         return cls(score=None, error=error, reason=reason)
 
+    def mark_passed(self, threshold: float | None) -> "Grade":
+        """OpenAI's ``pass_threshold``, as every kitae grader applies it: the score is unchanged and
+        ``sub_scores["passed"]`` is 1.0 when score >= threshold, else 0.0 (None when the grade abstained)."""
+        if threshold is not None:
+            self.sub_scores["passed"] = None if self.score is None else float(self.score >= threshold)
+        return self
+
 
 class Grader:
     """Base class. Subclasses override one of grade_sample / agrade_sample / grade_samples / agrade_samples."""

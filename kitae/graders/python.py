@@ -9,9 +9,11 @@
 and the sample's other fields; ``item`` is the dataset row. The code runs in a separate ``python -I``
 process (see :mod:`kitae.graders.sandbox`) with a wall-clock ``timeout`` per sample (default 10 s), a CPU
 ``cpu_seconds`` budget (default 5 s), an address-space limit ``memory_mb`` (default 1024), a scrubbed
-environment, and no sockets or subprocesses. A crash, timeout, exception, non-number, NaN or infinity becomes the sample's
-``error`` (the grade abstains); it never stops the caller. ``image_tag`` (OpenAI's runtime image) is accepted
-and ignored. One worker serves the grader's samples one at a time and is restarted after a failure, so
+environment, and no sockets or subprocesses. A crash, timeout, exception, non-number, NaN or infinity becomes
+the sample's ``error`` (the grade abstains); it never stops the caller. ``image_tag`` (OpenAI's runtime image)
+is accepted and ignored. ``pass_threshold`` (OpenAI's) leaves the score as ``grade`` returned it and adds
+``sub_scores.passed``: 1 when the score is at least the threshold, else 0. One worker serves the grader's
+samples one at a time and is restarted after a failure, so
 module-level state in ``source`` persists between samples of a healthy worker.
 """
 
@@ -33,8 +35,9 @@ from kitae.graders.template import TemplateError, output_json, output_text
 class PythonGrader(Grader):
     """OpenAI python grader: grade(sample, item) in a limited subprocess (no network)."""
 
-    def __init__(self, source: str, timeout: float = 10.0, cpu_seconds: float = 5.0, memory_mb: int = 1024):
-        self.source = source
+    def __init__(self, source: str, timeout: float = 10.0, cpu_seconds: float = 5.0, memory_mb: int = 1024,
+                 pass_threshold: float | None = None):
+        self.source, self.pass_threshold = source, pass_threshold
         self.worker = Worker("python", timeout_s=timeout, memory_mb=memory_mb, cpu_seconds=cpu_seconds,
                              source=source)
 
@@ -46,7 +49,8 @@ class PythonGrader(Grader):
         r.text("image_tag", None)
         grader = cls(source, timeout=r.number("timeout", 10.0, minimum=0.1),
                      cpu_seconds=r.number("cpu_seconds", 5.0, minimum=0.1),
-                     memory_mb=r.integer("memory_mb", 1024, minimum=64))
+                     memory_mb=r.integer("memory_mb", 1024, minimum=64),
+                     pass_threshold=r.number("pass_threshold", None, nullable=True))
         r.finish()
         return grader
 
@@ -59,7 +63,7 @@ class PythonGrader(Grader):
             return Grade.abstain(error=f"python grader: grade() returned {value!r}, not a number")
         if not math.isfinite(value):
             return Grade.abstain(error=f"python grader: grade() returned {value!r}, not a finite number")
-        return Grade(score=float(value))
+        return Grade(score=float(value)).mark_passed(self.pass_threshold)
 
     async def agrade_sample(self, item: Item, sample: Sample) -> Grade:
         return await asyncio.to_thread(self.grade_sample, item, sample)

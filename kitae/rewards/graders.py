@@ -241,6 +241,7 @@ class RewardModelGrader(Grader):
         url: null               # ... or a server: http://127.0.0.1:8000 (see kitae/rewards/remote.py)
         protocol: kitae         # kitae | sglang | vllm-classify | vllm-pooling (remote only)
         served_model: null      # the "model" field sent to the server
+        api_key_env: null       # environment variable holding the server's token (Authorization: Bearer)
         tokenizer: null         # RM tokenizer folder, where kitae formats the text (sglang, vllm-classify)
         timeout: 30.0           # seconds per request (remote)
         retries: 2              # extra attempts on connection errors, timeouts, 429 and 5xx (remote)
@@ -380,6 +381,7 @@ def _remote_factory(r: SpecReader, url: str, batch_size: int) -> Callable[[], An
         retries=r.integer("retries", 2, minimum=0),
         backoff=r.number("backoff", 0.5, minimum=0.0),
         max_concurrency=r.integer("max_concurrency", 4, minimum=1),
+        api_key_env=r.text("api_key_env", None),
     )
     tokenizer_path = r.text("tokenizer", None)
     if tokenizer_path is not None:

@@ -196,7 +196,17 @@ class OptimConfig:
 class LoggingConfig:
     save_every: int = 25
     keep_checkpoints: int = 2
-    report_to: list[str] = field(default_factory=list)  # tensorboard, wandb, trackio
+    report_to: list[str] | str = field(default_factory=list)  # tensorboard, wandb, trackio; one name alone is fine
+
+    def validate(self, path: str) -> None:
+        from kitae.trainer.loggers import check_report_to
+
+        if isinstance(self.report_to, str):  # HF's TrainingArguments take one name as well as a list
+            self.report_to = [self.report_to]
+        check_report_to(self.report_to, f"{path}.report_to")
+        for key in ("save_every", "keep_checkpoints"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"{path}.{key}", "must be 0 or more")
 
 
 @dataclass
