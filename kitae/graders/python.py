@@ -9,10 +9,11 @@
 and the sample's other fields; ``item`` is the dataset row. The code runs in a separate ``python -I``
 process (see :mod:`kitae.graders.sandbox`) with a wall-clock ``timeout`` per sample (default 10 s), a CPU
 ``cpu_seconds`` budget (default 5 s), an address-space limit ``memory_mb`` (default 1024), a scrubbed
-environment, and no sockets or subprocesses. A crash, timeout, exception or non-number becomes the sample's
-``error`` (the grade abstains); it never stops the caller. ``image_tag`` (OpenAI's runtime image) is accepted
-and ignored. ``pass_threshold`` (OpenAI's) leaves the score as ``grade`` returned it and adds
-``sub_scores.passed``: 1 when the score is at least the threshold, else 0. One worker serves the grader's samples one at a time and is restarted after a failure, so
+environment, and no sockets or subprocesses. A crash, timeout, exception, non-number, NaN or infinity becomes
+the sample's ``error`` (the grade abstains); it never stops the caller. ``image_tag`` (OpenAI's runtime image)
+is accepted and ignored. ``pass_threshold`` (OpenAI's) leaves the score as ``grade`` returned it and adds
+``sub_scores.passed``: 1 when the score is at least the threshold, else 0. One worker serves the grader's
+samples one at a time and is restarted after a failure, so
 module-level state in ``source`` persists between samples of a healthy worker.
 """
 
@@ -58,8 +59,10 @@ class PythonGrader(Grader):
             value = self.worker.call({"sample": sandbox_sample(sample), "item": item})
         except SandboxError as exc:
             return Grade.abstain(error=f"python grader: {exc}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             return Grade.abstain(error=f"python grader: grade() returned {value!r}, not a number")
+        if not math.isfinite(value):
+            return Grade.abstain(error=f"python grader: grade() returned {value!r}, not a finite number")
         return Grade(score=float(value)).mark_passed(self.pass_threshold)
 
     async def agrade_sample(self, item: Item, sample: Sample) -> Grade:

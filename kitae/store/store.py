@@ -23,13 +23,13 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from kitae.errors import KitaeError
 from kitae.registry import closest
 from kitae.store.reader import RunReader
 from kitae.registry import unknown_name_message
-from kitae.store.records import GroupRecord, SampleRecord, group_stats, prompt_key, scalar, to_json
+from kitae.store.records import GroupRecord, SampleRecord, group_stats, prompt_key, scalar, to_json, valid_text
 from kitae.store.schema import SCHEMA_VERSION, check_version, connect, create_schema
 from kitae.store.status import FINAL_STATUSES, STALE_AFTER_S, this_host
 
@@ -105,12 +105,12 @@ class RunStore(RunReader):
 
     # ---- writing ------------------------------------------------------------------------------
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _write(self) -> Iterator["_Writer"]:
         """One transaction; it also refreshes the heartbeat, so a logging trainer is a live trainer."""
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
-                yield self._conn
+                yield _Writer(self._conn)
                 self._conn.execute("UPDATE run SET heartbeat_at = ? WHERE id = 1", (time.time(),))
             except BaseException:
                 self._conn.execute("ROLLBACK")
@@ -145,7 +145,7 @@ class RunStore(RunReader):
             for group in groups:
                 self._replace_group(db, int(step), group)
 
-    def _replace_group(self, db: sqlite3.Connection, step: int, group: GroupRecord) -> None:
+    def _replace_group(self, db: "_Writer", step: int, group: GroupRecord) -> None:
         key = (step, group.group_index)
         old = db.execute("SELECT id FROM groups WHERE step = ? AND group_index = ?", key).fetchone()
         if old is not None:
@@ -225,6 +225,24 @@ class RunStore(RunReader):
                 "UPDATE run SET status = ?, finished_at = ?, summary = ? WHERE id = 1",
                 (status, time.time(), None if summary is None else to_json(summary)),
             )
+
+
+class _Writer:
+    """The connection as a write transaction hands it out: every text parameter is made valid UTF-8 first
+    (:func:`valid_text`), so no text the trainer passes on (a completion, a grader's error) can fail a write."""
+
+    def __init__(self, conn: sqlite3.Connection):
+        self._conn = conn
+
+    def execute(self, sql: str, params: tuple | list = ()) -> sqlite3.Cursor:
+        return self._conn.execute(sql, _valid(params))
+
+    def executemany(self, sql: str, rows: Iterable[tuple | list]) -> sqlite3.Cursor:
+        return self._conn.executemany(sql, (_valid(row) for row in rows))
+
+
+def _valid(params: tuple | list) -> tuple:
+    return tuple(valid_text(p) if isinstance(p, str) else p for p in params)
 
 
 def _numbers(step: int, metrics: dict[str, Any]) -> dict[str, float | None]:

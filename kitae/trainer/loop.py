@@ -34,9 +34,9 @@ from kitae.algorithms.advantages import compute_advantages, dynamic_sampling_kee
 from kitae.algorithms.kl import AdaptiveKLController, FixedKLController, kl_estimate, masked_entropy
 from kitae.algorithms.losses import LossConfig, LossInputs, Normalizer, policy_loss
 from kitae.data.loader import load_prompts
-from kitae.errors import ConfigError
+from kitae.errors import ConfigError, KitaeError
 from kitae.graders import build_grader
-from kitae.graders.base import Grade, Grader
+from kitae.graders.base import Grade, Grader, is_finite_number
 from kitae.models import load_causal_lm, load_tokenizer
 from kitae.registry import unknown_name_message
 from kitae.rollout.base import ENGINES, Completion, SamplingParams
@@ -48,7 +48,8 @@ from kitae.trainer.config import TrainConfig, resolve_data_path
 from kitae.trainer.evaluate import evaluate, sample_dict
 from kitae.trainer.loggers import make_loggers
 from kitae.trainer.resume import ResumePlan, plan_resume, record_resume
-from kitae.trainer.rewards import GroupScores, RewardComponent, build_components, counter_deltas, score_groups
+from kitae.trainer.rewards import (GroupScores, RewardComponent, build_components, counter_deltas, last_problems,
+                                   no_reward_message, score_groups)
 from kitae.trainer.samplers import SAMPLERS
 
 
@@ -247,7 +248,7 @@ class Trainer:
     def train(self) -> dict[str, Any]:
         """Run until `optim.steps`; returns the final summary. Ctrl-C (or SIGTERM) saves and stops cleanly."""
         old_handlers = self._install_signal_handlers()
-        status = "crashed"
+        status, error = "crashed", None
         try:
             if self.start_step == 0 and self.eval_rows:
                 self.evaluate(0)
@@ -267,11 +268,15 @@ class Trainer:
                 self.save(step)
             status = "stopped" if self._stop_requested else "finished"
             return self.summary(status)
+        except BaseException as exc:  # recorded with the run, so `kitae runs show` says why it crashed
+            error = str(exc) if isinstance(exc, KitaeError) else f"{type(exc).__name__}: {exc}"
+            raise
         finally:
             self._restore_signal_handlers(old_handlers)
             self.loggers.close()
             if self.store is not None:
-                self.store.finish(status, self.summary(status) if status != "crashed" else None)
+                final = self.summary(status) if status != "crashed" else {"status": status, "error": error}
+                self.store.finish(status, final)
                 self.store.close()
 
     @staticmethod
@@ -329,7 +334,21 @@ class Trainer:
             self.loss_cfg.kl_coef = self.kl_ctl.value if self.cfg.algorithm.kl.where == "loss" else 0.0
         records = self._group_records(rows, groups, scores, rewards, valid, adv)
         self._log(step, metrics, records)
+        self._stop_without_reward(step, metrics["invalid_rate"], scores)
         return metrics
+
+    def _stop_without_reward(self, step: int, invalid_rate: float, scores: list[GroupScores]) -> None:
+        """After `algorithm.max_steps_without_reward` steps in a row in which no sample got a reward (a grader
+        failing on every sample, a reward server down), save a checkpoint and stop with an error: a run that
+        trains on nothing must not end as "finished". `invalid_rate` is the mean over processes, so every
+        process decides alike."""
+        limit = self.cfg.algorithm.max_steps_without_reward
+        count = getattr(self, "_steps_without_reward", 0) + 1 if invalid_rate >= 1.0 else 0
+        self._steps_without_reward = count
+        if not limit or count < limit:
+            return
+        self.save(step)
+        raise KitaeError(no_reward_message(count, step, last_problems(self.components, scores), self.run_dir))
 
     def _collect(self, step: int) -> tuple[list[dict], list[list[Completion]], list[GroupScores]]:
         """Prompts, completions and scores for this step (DAPO dynamic sampling when enabled)."""
@@ -422,11 +441,11 @@ class Trainer:
 
     @staticmethod
     def _reward_tensor(scores: list[GroupScores]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Total rewards [num_groups, G] (0 where invalid) and validity [num_groups, G]."""
+        """Total rewards [num_groups, G] (0 where invalid) and validity [num_groups, G]; only a finite total is valid."""
         vals = [[math.nan if t is None else t for t in gs.totals] for gs in scores]
         r = torch.tensor(vals, dtype=torch.float32)
-        valid = ~torch.isnan(r)
-        return torch.nan_to_num(r, nan=0.0), valid
+        valid = torch.isfinite(r)
+        return torch.where(valid, r, torch.zeros_like(r)), valid
 
     def _to_batch(self, completions, rewards, valid, groups) -> TrainBatch:
         a = self.cfg.algorithm
@@ -491,8 +510,10 @@ class Trainer:
 
     # ---- metrics and logging ------------------------------------------------------------------
     def _reward_metrics(self, scores: list[GroupScores], completions: list[Completion]) -> dict[str, float]:
+        """Reward statistics of the step. Only finite numbers count (graders abstain on others; should one slip
+        through, statistics.pstdev would raise on it at every step, resumed or not)."""
         totals = [t for gs in scores for t in gs.totals]
-        valid = [t for t in totals if t is not None]
+        valid = [t for t in totals if is_finite_number(t)]
         m: dict[str, float] = {
             "reward": statistics.fmean(valid) if valid else math.nan,
             "reward_std": statistics.pstdev(valid) if len(valid) > 1 else 0.0,
@@ -506,7 +527,7 @@ class Trainer:
         }
         for comp in self.components:
             grades = [g for gs in scores for g in gs.grades[comp.name]]
-            got = [g.score for g in grades if g.score is not None]
+            got = [g.score for g in grades if is_finite_number(g.score)]
             m[f"reward/{comp.name}"] = statistics.fmean(got) if got else math.nan
             m[f"grader/{comp.name}/abstain_rate"] = 1 - len(got) / len(grades)
             m[f"grader/{comp.name}/error_rate"] = statistics.fmean(g.error is not None for g in grades)
