@@ -19,6 +19,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+import math
 import socket
 import time
 from dataclasses import dataclass
@@ -108,6 +109,24 @@ def json_server(service: JsonService, host: str, port: int, *, token: str | None
     return LoopbackServer((host, port), json_handler(service, quiet, token or None, limits or HttpLimits()))
 
 
+def to_json(payload: Any) -> str:
+    """Strict JSON for any client: NaN and infinities (which JSON has no words for) become null."""
+    try:
+        return json.dumps(payload, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(payload), ensure_ascii=False, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 def json_handler(service: JsonService, quiet: bool = True, token: str | None = None,
                  limits: HttpLimits | None = None) -> type[BaseHTTPRequestHandler]:
     """A handler class for ``service``: JSON in and out, the query string ignored, any exception answered
@@ -119,7 +138,7 @@ def json_handler(service: JsonService, quiet: bool = True, token: str | None = N
         timeout = limits.read_timeout_s  # on every socket read: a silent client cannot hold a thread
 
         def _send(self, status: int, payload: Any) -> None:
-            data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+            data = to_json(payload).encode("utf-8")
             try:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")

@@ -257,3 +257,23 @@ def test_a_local_and_a_served_reward_model_giving_nan_abstain(nan_rm):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_serve_rm_replies_are_strict_json_when_the_model_gives_nan(nan_rm):
+    """NaN is not JSON: a served score that is not a number goes out as null, which any client can parse."""
+    import httpx
+
+    server = make_server(LocalRewardModel(nan_rm), port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1/score"
+        reply = httpx.post(url, json={"texts": ["a", "b"]}, timeout=30)
+
+        def refuse(name):
+            raise ValueError(f"not JSON: {name}")
+
+        body = json.loads(reply.text, parse_constant=refuse)
+        assert reply.status_code == 200 and body["scores"] == [None, None]
+    finally:
+        server.shutdown()
+        server.server_close()
