@@ -20,6 +20,7 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from kitae.config import read_text, safe_load, short_repr
 from kitae.errors import ConfigError
 from kitae.registry import Registry, closest, unknown_name_message
 
@@ -155,8 +156,7 @@ class SpecReader:
 
 
 def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return short_repr(value)
 
 
 # ---- loading and building ------------------------------------------------------------------------
@@ -171,7 +171,7 @@ def load_spec(spec: dict | str | Path, path: str = "grader") -> dict[str, Any]:
         file = Path(spec)
         if not file.is_file():
             raise ConfigError(path, f"grader spec file {str(file)!r} does not exist")
-        return _unwrap(_parse_text(file.read_text(encoding="utf-8"), f"{path} ({file})"), path)
+        return _unwrap(_parse_text(read_text(file, f"{path} ({file})"), f"{path} ({file})", str(file)), path)
     if isinstance(spec, str):
         text = spec.strip()
         if text.isidentifier():
@@ -186,11 +186,11 @@ def _looks_like_file(text: str) -> bool:
     return "\n" not in text and text.strip().endswith((".yaml", ".yml", ".json"))
 
 
-def _parse_text(text: str, where: str) -> Any:
+def _parse_text(text: str, where: str, name: str = "<inline spec>") -> Any:
     import yaml  # YAML is a superset of the JSON specs are written in
 
     try:
-        return yaml.safe_load(text)
+        return safe_load(text, name)  # with limits on nesting and aliases (kitae.config)
     except yaml.YAMLError as exc:
         raise ConfigError(where, f"not valid YAML/JSON: {exc}") from None
 
