@@ -6,10 +6,10 @@ A row is a prompt for RL:
      "difficulty": "easy", "lang": "ja", ...}                  # optional; extra fields go to graders as item.FIELD
 A plain `"prompt": "..."` string is accepted in place of `messages` (TRL's standard format).
 
-Bad rows raise DataError naming the file, the row (1-based; in a JSONL file, its line) and the field, and what to
-do about it. So do bad files: bytes that are not UTF-8, a file that is not Parquet, JSON nested too deeply, and
-text that cannot be encoded (a lone surrogate such as the JSON escape ``"\\ud800"`` without its pair), which
-would otherwise crash the tokenizer or the run store later.
+Bad rows raise DataError naming the file, the row (1-based) and the field, and what to do about it. So do bad
+files (bytes that are not UTF-8, a file that is not Parquet, JSON nested too deeply; a JSONL error names the
+line) and text that cannot be encoded (a lone surrogate such as the JSON escape ``"\\ud800"`` without its pair),
+which would otherwise crash the tokenizer or the run store later.
 """
 
 from __future__ import annotations
@@ -27,26 +27,26 @@ def load_prompts(source: str | Path | Any, require_reference: bool = False, spli
     """Load and validate a prompt set. `source` is a .jsonl/.json/.parquet file, a `datasets` folder
     (saved with `save_to_disk`), or an in-memory `datasets.Dataset`."""
     name, rows = _read(source, split)
-    out = [validate_row(row, name, n, require_reference) for n, row in rows]
+    out = [validate_row(row, name, i + 1, require_reference) for i, row in enumerate(rows)]
     if not out:
         raise DataError(name, None, None, "the dataset has no rows")
     return out
 
 
-def _read(source: Any, split: str | None) -> tuple[str, Iterable[tuple[int, Any]]]:
-    """(the name errors use, (row number, row) pairs)."""
+def _read(source: Any, split: str | None) -> tuple[str, Iterable[Any]]:
+    """(the name errors use, the rows)."""
     if hasattr(source, "column_names") and hasattr(source, "__iter__"):  # a datasets.Dataset
-        return "<datasets.Dataset>", enumerate(source, 1)
+        return "<datasets.Dataset>", list(source)
     path = Path(source)
     if not path.exists():
         raise DataError(str(path), None, None, "file not found; pass a .jsonl, .parquet or a datasets folder")
     if path.is_dir():
-        return str(path), enumerate(_read_datasets_folder(path, split), 1)
+        return str(path), _read_datasets_folder(path, split)
     if path.suffix == ".parquet":
-        return str(path), enumerate(_read_parquet(path), 1)
+        return str(path), _read_parquet(path)
     if path.suffix == ".json":
-        return str(path), enumerate(_read_json(path), 1)
-    return str(path), _read_jsonl(path)
+        return str(path), _read_json(path)
+    return str(path), list(_read_jsonl(path))
 
 
 def _read_datasets_folder(path: Path, split: str | None) -> list[dict]:
@@ -85,15 +85,15 @@ def _read_json(path: Path) -> list:
     return data
 
 
-def _read_jsonl(path: Path) -> Iterable[tuple[int, Any]]:
-    """(line number, row) for each non-blank line."""
+def _read_jsonl(path: Path) -> Iterable[Any]:
+    """The row of each non-blank line; errors name the line."""
     with path.open("rb") as f:
         for i, raw in enumerate(f, 1):
             line = _decode(raw, str(path), i)
             if not line.strip():
                 continue
             try:
-                yield i, json.loads(line)
+                yield json.loads(line)
             except json.JSONDecodeError as exc:
                 raise DataError(str(path), i, None, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
             except RecursionError:
