@@ -14,7 +14,6 @@ kitae/rewards/server.py. The first line printed is ``kitae serve rm: serving NAM
 from __future__ import annotations
 
 import signal
-from pathlib import Path
 
 import typer
 
@@ -41,12 +40,11 @@ def serve_rm(
 ) -> None:
     """Serve a local reward model (AutoModelForSequenceClassification) for `type: reward_model` graders."""
     from kitae.errors import ConfigError
+    from kitae.models import local_model_folder
     from kitae.rewards.reward_model import LocalRewardModel, resolve_rm_path
     from kitae.rewards.server import make_server
 
-    path = resolve_rm_path(model)
-    if not Path(path).is_dir():
-        raise ConfigError("--model", f"no model folder at {path!r}; kitae never downloads models")
+    path = local_model_folder(resolve_rm_path(model), "--model")
     if dtype not in ("float32", "bfloat16", "float16"):
         raise ConfigError("--dtype", f"expected float32, bfloat16 or float16, got {dtype!r}")
     scorer = LocalRewardModel(path, batch_size=batch_size, max_length=max_length, device=device, dtype=dtype)
@@ -86,6 +84,9 @@ def serve_model(
     verbose: bool = typer.Option(False, "--verbose", help="Log every request to stderr."),
 ) -> None:
     """Serve a local model with the OpenAI chat API (a local judge for `type: judge`; kitae/serving/server.py)."""
+    from kitae.models import resolve_model_path
+
+    resolve_model_path(model, "--model")  # before torch is imported: a wrong path fails at once
     from kitae.serving.server import load_service, make_server
 
     service = load_service(None if model == "bundled" else model, name, device, dtype, max_context=max_context,
