@@ -123,3 +123,12 @@ def test_short_repr_of_a_shared_reference_bomb_is_short():
     text = short_repr(value)
     assert len(text) <= 60 and text.startswith("[[[")
     assert "..." in short_repr("x" * 10_000) and len(short_repr("x" * 10_000)) <= 60
+
+
+def test_a_large_value_in_a_grader_choice_field_is_not_printed(tmp_path):
+    from kitae.graders import build_grader
+
+    spec = _write(tmp_path, "type: string_check\ninput: a\nreference: b\noperation: " + _bomb(5) + "\n", "spec.yaml")
+    with pytest.raises(ConfigError) as err:
+        build_grader(str(spec))
+    assert str(err.value).startswith("grader.operation: expected one of") and len(str(err.value)) < 200

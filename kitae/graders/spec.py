@@ -119,8 +119,10 @@ class SpecReader:
         value = self.raw(key, default)
         if value is default:
             return value
+        if not isinstance(value, str):  # never str() a value that may be large (a list an alias expanded)
+            raise ConfigError(self.at(key), f"expected one of {', '.join(choices)}, got {_show(value)}")
         if value not in choices:
-            raise ConfigError(self.at(key), unknown_name_message(key, str(value), list(choices)))
+            raise ConfigError(self.at(key), unknown_name_message(key, value, list(choices)))
         return value
 
     def items(self, key: str, default: Any = _REQUIRED) -> Any:
