@@ -283,9 +283,7 @@ def load_service(model: str | None, name: str | None = None, device: str = "cpu"
     from kitae.errors import ConfigError
     from kitae.models import load_causal_lm, load_tokenizer, resolve_model_path
 
-    path = resolve_model_path(model)
-    if not Path(path).is_dir():
-        raise ConfigError("--model", f"no model folder at {path!r}; kitae never downloads models")
+    path = resolve_model_path(model, "--model")
     if dtype not in ("float32", "bfloat16", "float16"):
         raise ConfigError("--dtype", f"expected float32, bfloat16 or float16, got {dtype!r}")
     loaded = load_causal_lm(path, dtype, device)

@@ -33,23 +33,20 @@ import yaml
 from kitae.algorithms.advantages import compute_advantages, dynamic_sampling_keep
 from kitae.algorithms.kl import AdaptiveKLController, FixedKLController, kl_estimate, masked_entropy
 from kitae.algorithms.losses import LossConfig, LossInputs, Normalizer, policy_loss
-from kitae.data.loader import load_prompts
 from kitae.errors import ConfigError, KitaeError
-from kitae.graders import build_grader
 from kitae.graders.base import Grade, Grader, is_finite_number
-from kitae.models import load_causal_lm, load_tokenizer
-from kitae.registry import unknown_name_message
+from kitae.models import load_causal_lm
 from kitae.rollout.base import ENGINES, Completion, SamplingParams
 from kitae.rollout.partial import PartialRollouts
 from kitae.store import GroupRecord, RunStore, SampleRecord
 from kitae.trainer.batch import TrainBatch, build_batch, token_logps
 from kitae.trainer.checkpoint import save_checkpoint, set_rng_state
-from kitae.trainer.config import TrainConfig, resolve_data_path
+from kitae.trainer.config import TrainConfig
 from kitae.trainer.evaluate import evaluate, sample_dict
 from kitae.trainer.loggers import make_loggers
+from kitae.trainer.preflight import Checked, preflight
 from kitae.trainer.resume import ResumePlan, plan_resume, record_resume
-from kitae.trainer.rewards import (GroupScores, RewardComponent, build_components, counter_deltas, last_problems,
-                                   no_reward_message, score_groups)
+from kitae.trainer.rewards import GroupScores, RewardComponent, counter_deltas, last_problems, no_reward_message, score_groups
 from kitae.trainer.samplers import SAMPLERS
 
 
@@ -58,13 +55,17 @@ class Trainer:
 
     ``resume``: go on from the run's newest complete checkpoint (kitae.trainer.resume: what is refused and what
     is recorded); ``allow_config_change`` applies config fields that differ from the run's saved config;
-    ``resume_from_scratch`` restarts the run at step 0, keeping its earlier history aside."""
+    ``resume_from_scratch`` restarts the run at step 0, keeping its earlier history aside. ``checked``: what
+    :func:`kitae.trainer.preflight.preflight` built for `cfg`; run here when not given, so every config, grader,
+    data and length error comes before the model loads."""
 
     def __init__(self, cfg: TrainConfig, resume: bool = False, on_step: Callable[[int, dict], None] | None = None,
-                 allow_config_change: bool = False, resume_from_scratch: bool = False):
+                 checked: Checked | None = None, allow_config_change: bool = False,
+                 resume_from_scratch: bool = False):
         from accelerate import Accelerator
         from accelerate.utils import set_seed
 
+        checked = checked or preflight(cfg)
         self.cfg = cfg
         self.on_step = on_step
         self.acc = Accelerator(cpu=not torch.cuda.is_available())
@@ -76,7 +77,7 @@ class Trainer:
         self.resume_plan = plan_resume(cfg, allow_config_change, resume_from_scratch) if resume else None
         ckpt = self.resume_plan.checkpoint if self.resume_plan else None
         self.start_step = ckpt.step if ckpt else 0
-        self.tokenizer = load_tokenizer(cfg.model.path)
+        self.tokenizer = checked.tokenizer
         model = self._load_model(ckpt.path / "model" if ckpt else None)
         self.ref_model = self._load_ref_model(model)
         params = [p for p in model.parameters() if p.requires_grad]
@@ -85,12 +86,11 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self._lr_factor)
         self.model, self.optimizer = self.acc.prepare(model, optimizer)
         self.engine = ENGINES.get(cfg.sampling.engine, "sampling.engine")(self.policy, self.tokenizer)
-        self.components = build_components(cfg.rewards) + self._repeat_component()
-        self.eval_grader = build_grader(cfg.eval.grader, "eval.grader")
-        self.train_rows = load_prompts(resolve_data_path(cfg.data.train))
-        self.eval_rows = self._eval_rows()
+        self.components = checked.components + self._repeat_component()
+        self.eval_grader = checked.eval_grader
+        self.train_rows, self.eval_rows = checked.train_rows, checked.eval_rows
         self.sampler = self._make_sampler()
-        self.pass_component = self._pass_component()
+        self.pass_component = checked.pass_component
         self.partial = self._make_partial()
         kl = cfg.algorithm.kl
         self.kl_ctl = (
@@ -150,18 +150,6 @@ class Trainer:
         return cls(len(self.train_rows), seed=self.cfg.seed, shuffle=self.cfg.data.shuffle, rows=self.train_rows,
                    **options)
 
-    def _pass_component(self) -> str | None:
-        """The reward component whose score makes each prompt's pass rate for the sampler (None: not needed)."""
-        sc, names = self.cfg.data.sampler, [c.name for c in self.components]
-        if sc.correct is not None and sc.correct not in names:
-            raise ConfigError("data.sampler.correct", unknown_name_message("reward component", sc.correct, names))
-        if sc.correct is None and sc.name != "uniform":
-            if "correct" not in names:
-                raise ConfigError("data.sampler.correct", f"the {sc.name} sampler needs pass rates: name the reward "
-                                  f"component that says a sample is correct (one of {', '.join(names)})")
-            return "correct"
-        return sc.correct
-
     def _make_partial(self) -> PartialRollouts | None:
         pc = self.cfg.sampling.partial
         if pc is None:
@@ -202,11 +190,6 @@ class Trainer:
         lc.validate("algorithm")
         return lc
 
-    def _eval_rows(self) -> list[dict]:
-        if not self.cfg.data.eval:
-            return []
-        rows = load_prompts(resolve_data_path(self.cfg.data.eval))
-        return rows[: self.cfg.eval.limit] if self.cfg.eval.limit else rows
 
     def _kl_coef_in_loss(self) -> float:
         return self.kl_ctl.value if self.cfg.algorithm.kl.where == "loss" else 0.0

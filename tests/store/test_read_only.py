@@ -167,8 +167,13 @@ def test_resuming_a_run_on_read_only_storage_is_refused_before_the_model_loads(t
 
     from kitae.trainer.config import load_train_config
 
+    from kitae.models import BUNDLED_MODEL
+
+    corrupt = tmp_path / "corrupt-model"  # loading it would fail: an error about anything else came first
+    shutil.copytree(BUNDLED_MODEL, corrupt)
+    (corrupt / "model.safetensors").write_bytes(b"\x00" * 64 + b"not a safetensors file")
     cfg = load_train_config(data={"name": "demo", "output_dir": str(tmp_path / "runs"),
-                                  "model": {"path": str(tmp_path / "no-such-model")},
+                                  "model": {"path": str(corrupt)},
                                   "rewards": [{"name": "correct", "grader": {"type": "answer"}}]})
     with RunStore.create(cfg.run_dir, name="demo", config=cfg.to_dict(), model=cfg.model.path) as s:
         s.log_metrics(1, {"reward": 0.5})
@@ -179,4 +184,4 @@ def test_resuming_a_run_on_read_only_storage_is_refused_before_the_model_loads(t
     done = read_only_view(tmp_path / "runs", code)
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"{cfg.run_dir} is read-only" in done.stderr and "copy the run folder" in done.stderr
-    assert "no-such-model" not in done.stderr
+    assert "safetensors" not in done.stderr

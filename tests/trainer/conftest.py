@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -93,3 +94,13 @@ def rewards_on_path(tiny_assets, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(tiny_assets) + ":" + str(Path(__file__).resolve().parents[2]))
     yield
     sys.modules.pop("tiny_rewards", None)
+
+
+@pytest.fixture
+def corrupt_model(tiny_assets, tmp_path) -> Path:
+    """The tiny model's folder with a weights file that is not safetensors: loading it fails, so an error about
+    anything else proves it came before the model loaded."""
+    folder = tmp_path / "corrupt-model"
+    shutil.copytree(tiny_assets / "model", folder)
+    (folder / "model.safetensors").write_bytes(b"\x00" * 64 + b"not a safetensors file")
+    return folder

@@ -113,17 +113,17 @@ def run(four_steps, tmp_path, rewards_on_path) -> Path:
     ("checkpoints", "no checkpoints/ folder"),
     ("state.pt", "state.pt is missing"),
 ])
-def test_resume_without_a_usable_checkpoint_refuses_and_keeps_the_history(run, damage, named):
+def test_resume_without_a_usable_checkpoint_refuses_and_keeps_the_history(run, damage, named, corrupt_model):
     if damage == "checkpoints":
         shutil.rmtree(run / "checkpoints")
     else:
         for ckpt in (run / "checkpoints").iterdir():
             (ckpt / "state.pt").unlink()
-    _point_model_at(run, str(run.parent / "no-such-model"))
+    _point_model_at(run, str(corrupt_model))
     done = _cli("--resume", str(run))
     assert done.returncode == 2, done.stdout + done.stderr
     assert named in done.stderr and str(run) in done.stderr
-    assert "--resume-from-scratch" in done.stderr and "no-such-model" not in done.stderr
+    assert "--resume-from-scratch" in done.stderr and "safetensors" not in done.stderr
     assert _steps(run) == [1, 2, 3, 4]  # nothing deleted
     assert RunStore.open(run, read_only=True).summary()["status"] == "finished"
 
@@ -215,15 +215,15 @@ def _edit(run: Path, **changes) -> None:
     (run / "config.yaml").write_text(yaml.safe_dump(cfg))
 
 
-def test_an_edited_config_is_refused_field_by_field_before_the_model_loads(run):
+def test_an_edited_config_is_refused_field_by_field_before_the_model_loads(run, corrupt_model):
     _edit(run, **{"optim.lr": 5e-4})
-    _point_model_at(run, str(run.parent / "no-such-model"))
+    _point_model_at(run, str(corrupt_model))
     done = _cli("--resume", str(run), "--set", "sampling.group_size=3", "--set", "optim.steps=6")
     assert done.returncode == 2, done.stdout + done.stderr
     err = " ".join(done.stderr.split())
     assert "optim.lr: 0.001 → 0.0005" in err and "sampling.group_size: 4 → 3" in err
     assert "optim.steps" not in err  # running longer needs no permission
-    assert "--allow-config-change" in err and "no-such-model" not in err
+    assert "--allow-config-change" in err and "safetensors" not in err
     assert _steps(run) == [1, 2, 3, 4]
 
 
@@ -254,7 +254,7 @@ def test_allowed_config_changes_are_applied_and_recorded(run):
     ("model.lora={r: 4}", "model.lora"),
     ("seed=7", "seed"),
     ("model.dtype=bfloat16", "model.dtype"),
-    ("data.sampler.name=prioritized", "data.sampler.name"),
+    ("data.sampler={name: prioritized, correct: short}", "data.sampler.name"),
 ])
 def test_fields_that_can_never_change_on_resume_are_refused_even_when_allowed(run, override, field):
     with pytest.raises(ConfigError, match=rf"{field}: .* → .*cannot change on resume"):
