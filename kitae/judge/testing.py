@@ -199,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
                     "criterion. It shows the judge's requests and replies flowing, not a judgement.")
     parser.add_argument("--port", type=int, default=8000, help="port on 127.0.0.1; 0 picks a free one (printed)")
     parser.add_argument("--name", default="scripted-judge", help="the model name it reports")
-    parser.add_argument("--score", type=int, default=3, help="the value every criterion gets (1-5 scale)")
+    parser.add_argument("--score", type=int, default=3, choices=range(1, 6), metavar="1-5",
+                        help="the value every criterion gets, on the judge's default 1-5 scale")
     args = parser.parse_args(argv)
     try:
         server = ScriptedServer(default=judge_brain(lambda text: args.score), model=args.name, port=args.port)

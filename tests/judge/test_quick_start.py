@@ -101,3 +101,16 @@ def test_the_judge_quick_start_runs_as_written_and_prints_what_the_doc_shows(wor
     grades = [g for row in rows for g in row.get("grades") or [row["grade"]]]
     assert len(rows) == 3 and len(grades) == 6  # as the doc says: per sample a score, four criteria, a reason
     assert all(g["score"] == 0.5 and len(g["sub_scores"]) == 4 and g["reason"] for g in grades)
+
+
+def test_the_stand_in_says_which_port_is_taken():
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = subprocess.run([sys.executable, "-m", "kitae.judge.testing", "--port", str(port)],
+                             capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in out.stderr and "--port 0" in out.stderr
