@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         server = ScriptedServer(default=judge_brain(lambda text: args.score), model=args.name, port=args.port)
     except OSError as exc:
         print(f"python -m kitae.judge.testing: cannot listen on 127.0.0.1:{args.port}: {exc.strerror or exc}; "
-              "choose another --port (0 picks a free one)", file=sys.stderr)
+              "choose another port (--port 0 picks a free one)", file=sys.stderr)
         return 2
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
