@@ -18,11 +18,11 @@ TRL decodes completions with ``skip_special_tokens=True``, so the text it passes
 marker (``<|im_end|>``) and any stray template token, and TRL passes no finish reason. Given the tokenizer,
 :func:`as_reward_function` rebuilds from ``completion_ids`` (which keep the end token) the sample a kitae
 rollout would have made: ``output_text`` decoded with special tokens kept, ``finish_reason`` ("stop" when the
-ids end with the tokenizer's end-of-sequence token or ``<|im_end|>``, or stop short of ``max_completion_length``;
-else "length"),
-``completion_tokens`` (the ids, end token included, as kitae counts them), ``max_completion_length`` and the
-training ``step`` (TRL's ``global_step + 1``, kitae's 1-based step). So template, reward_model, overlong,
-soft_overlong and length grade a TRL completion exactly as kitae grades the same completion.
+ids end with the tokenizer's end-of-sequence token or ``<|im_end|>``, or stop short of
+``max_completion_length``; else "length"), ``completion_tokens`` (the ids, end token included, as kitae
+counts them), ``max_completion_length`` and the training ``step`` (TRL's ``global_step + 1``, kitae's 1-based
+step). So template, reward_model, overlong, soft_overlong and length grade a TRL completion exactly as kitae
+grades the same completion.
 """
 
 from __future__ import annotations
@@ -130,11 +130,10 @@ class _SampleBuilder:
     """One TRL completion -> the sample kitae's rollout would have made of it."""
 
     def __init__(self, tokenizer: Any, max_completion_length: int | None, label: str):
-        if max_completion_length is not None and (isinstance(max_completion_length, bool)
-                                                  or not isinstance(max_completion_length, int)
-                                                  or max_completion_length < 1):
-            raise ConfigError("as_reward_function.max_completion_length",
-                              f"expected a positive integer (GRPOConfig's max_completion_length), got {max_completion_length!r}")
+        bad = isinstance(max_completion_length, bool) or not isinstance(max_completion_length, int)
+        if max_completion_length is not None and (bad or max_completion_length < 1):
+            raise ConfigError("as_reward_function.max_completion_length", "expected a positive integer (GRPOConfig's "
+                              f"max_completion_length), got {max_completion_length!r}")
         self.tokenizer, self.max_len, self.label = tokenizer, max_completion_length, label
         self.end_ids = _end_ids(tokenizer) if tokenizer is not None else set()
         self.warned = False

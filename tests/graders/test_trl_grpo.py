@@ -9,8 +9,6 @@ with its end token, the finish reason, the token count) and require the same sco
 from __future__ import annotations
 
 import json
-import math
-import re
 
 import pytest
 

@@ -186,7 +186,7 @@ def test_two_processes_with_uneven_token_counts_step_with_the_full_batch_gradien
     assert sorted(split) == sorted(LOSSES)
     for name in LOSSES:
         for g1, g2 in zip(single[name]["grad"], split[name]["grad"], strict=True):
-            torch.testing.assert_close(g2, g1, atol=1e-6, rtol=1e-5, msg=lambda m: f"{name}: {m}")
+            torch.testing.assert_close(g2, g1, atol=1e-6, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
         assert split[name]["loss"] == pytest.approx(single[name]["loss"], abs=1e-6)
         assert max(float(g.abs().max()) for g in single[name]["grad"]) > 1e-3  # a gradient worth comparing
 
