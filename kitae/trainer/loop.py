@@ -12,8 +12,9 @@ early; ``algorithm.reset_optimizer`` starts each iteration with fresh optimizer 
 descent step is the policy that sampled the batch: its log-probs come from the engine as ``old_logp``.
 
 Departures from the papers, all configurable: no reference model unless the KL weight is non-zero (DAPO, Dr.
-GRPO and Kimi drop it); a reward of None is masked (TRL's rule); in multi-process runs (accelerate) the loss is
-normalized per process and DDP averages the gradients.
+GRPO and Kimi drop it); a reward of None is masked (TRL's rule). In multi-process runs (accelerate) the loss is
+normalized by the whole batch's counts over all processes (as TRL's ``dapo``), so the gradient DDP averages is
+the single-process full-batch gradient.
 """
 
 from __future__ import annotations
@@ -465,7 +466,8 @@ class Trainer:
         cfg = self.cfg
         mbs = cfg.optim.micro_batch_size
         chunks = [slice(s, s + mbs) for s in range(0, len(batch), mbs)]
-        norm = Normalizer.from_masks([batch.mask])  # sequences with no counted token drop out
+        local = Normalizer.from_masks([batch.mask])  # sequences with no counted token drop out
+        norm = local.over_processes(lambda t: self.acc.reduce(t.to(self.acc.device), "sum"), self.acc.num_processes)
         self.model.train()
         agg: dict[str, float] = {}
         grad_norms = []
@@ -485,7 +487,7 @@ class Trainer:
                 tokens = float(mb.mask.sum())
                 for k, v in m.items():  # token-weighted mean over micro-batches and passes
                     if k != "num_tokens":
-                        agg[k] = agg.get(k, 0.0) + float(v) * tokens / max(1, norm.num_tokens) / mu
+                        agg[k] = agg.get(k, 0.0) + float(v) * tokens / max(1, local.num_tokens) / mu
             grad_norms.append(float(self.acc.clip_grad_norm_(self.model.parameters(), cfg.optim.max_grad_norm)))
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)

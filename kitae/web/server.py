@@ -14,8 +14,6 @@ Security, because model output and run folders are not for everyone:
 from __future__ import annotations
 
 import hmac
-import json
-import math
 import mimetypes
 import socket
 import sys
