@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox.probes import JUDGED_BY_HOST, PROBES, program_source, python_grader_source
+from tests.sandbox.probes import FORK_BOMBS, JUDGED_BY_HOST, PROBES, program_source, python_grader_source
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,7 +50,7 @@ class Host:
         for t in self._threads:
             t.start()
         (tmp / "secret.txt").write_text(self.secret)
-        self.write_targets = [tmp / "written.txt", Path("/tmp") / f"{self.marker}.txt"]
+        self.write_targets = [tmp / "written.txt", Path("/var/tmp") / f"{self.marker}.txt"]
         self.system_target = tmp / "system.txt"
         self.ctx = {"marker": self.marker, "secret": self.secret, "tcp_port": self.tcp.getsockname()[1],
                     "udp_port": self.udp.getsockname()[1], "dns_port": self.dns.getsockname()[1],
@@ -133,12 +133,12 @@ def host(tmp_path):
 
 # ---- targets: how a probe reaches the grading machinery ---------------------------------------------
 def python_grader_job(name: str, ctx: dict) -> dict:
-    return {"spec": {"type": "python", "source": python_grader_source(name, ctx), "timeout": 3, "cpu_seconds": 2}}
+    return {"spec": {"type": "python", "source": python_grader_source(name, ctx), "timeout": 2, "cpu_seconds": 1}}
 
 
 def code_grader_job(name: str, ctx: dict) -> dict:
     program = "```python\n" + program_source(name, ctx) + "```"
-    return {"spec": {"type": "code", "time_limit": 3, "total_time_limit": 6}, "sample": program,
+    return {"spec": {"type": "code", "time_limit": 1, "total_time_limit": 3}, "sample": program,
             "item": {"tests": [{"input": "", "output": "1"}]}}
 
 
@@ -165,3 +165,46 @@ def test_probe_is_contained(host, target, probe):
     if probe not in JUDGED_BY_HOST:
         assert result["score"] in (None, 0.0), f"the attack reports success: {result}"
         assert result["error"] or result["reason"], f"no reason given: {result}"
+
+
+# ---- real fork bombs: only where the sandbox is shown to cap processes ---------------------------------
+BOUNDED_FORKS = """
+import os, time
+started = 0
+for _ in range(64):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(1)
+        os._exit(0)
+    started += 1
+print(started)
+"""
+
+
+@pytest.fixture(scope="module")
+def processes_capped(tmp_path_factory):
+    """Refuse to start a fork bomb unless a bounded run (64 forks at most) shows the sandbox stops at its cap."""
+    from kitae.sandbox import Limits, Sandbox
+    from kitae.sandbox.process import run
+
+    sandbox = Sandbox()
+    try:
+        done = run(sandbox, [sys.executable, "-I", "-S", "-c", BOUNDED_FORKS], tmp_path_factory.mktemp("forks"),
+                   Limits(wall_seconds=30, processes=8))
+    finally:
+        sandbox.close()
+    started = int(done.stdout or b"-1")
+    if not 0 <= started < 8:
+        pytest.fail(f"the sandbox let {started} of 64 processes start with a cap of 8: no fork bomb run")
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+@pytest.mark.parametrize("bomb", list(FORK_BOMBS))
+def test_fork_bomb_is_contained(processes_capped, host, target, bomb):
+    result = run_victim(TARGETS[target](bomb, host.ctx), host.secret)
+    assert result["score"] in (None, 0.0) and (result["error"] or result["reason"]), result
+    assert host.survivors() == [], "bomb processes outlived the grade"
+    assert subprocess.run(["true"]).returncode == 0  # the machine still starts processes
