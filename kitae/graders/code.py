@@ -276,7 +276,7 @@ def output_diff(expected: str, got: str, max_lines: int = 12) -> str:
     diff = list(difflib.unified_diff(expected.splitlines(), got.splitlines(), "expected", "got", lineterm="", n=1))
     if not diff:
         return "(differs only in whitespace)"
-    lines = [_short(line, 200) for line in diff[2:2 + max_lines]]
+    lines = [_short(line, 200) for line in diff[:2 + max_lines]]  # the --- expected / +++ got legend first
     if len(diff) > 2 + max_lines:
         lines.append(f"... {len(diff) - 2 - max_lines} more diff lines")
     return "\n".join(lines)

@@ -31,6 +31,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,6 +105,7 @@ class Sandbox:
         self.extra_paths = tuple(extra_paths)
         self._userns: int | None = None
         self._finalizer = None
+        self._lock = threading.Lock()  # graders start sandboxes from several threads
         if kind == "bwrap" and check:
             problem = bwrap_problem()
             if problem:
@@ -128,6 +130,26 @@ class Sandbox:
             inner = DROP_ROOT + inner
         return self._bwrap_args(workdir, limits, writable) + ["--"] + inner
 
+    def spawn(self, argv: list[str], workdir: Path, limits: Limits, writable: bool = False,
+              **pipes) -> subprocess.Popen:
+        """Start ``argv`` in the sandbox (``pipes``: stdin/stdout/stderr for Popen).
+
+        Under bwrap the process carries ``sandbox_init``, a pidfd of the sandbox's pid 1: it becomes readable only
+        once every process of the namespace is gone, so :func:`kitae.sandbox.process.kill` can wait for that.
+        """
+        self.prepare(workdir)
+        cmd, kwargs = self.command(argv, workdir, limits, writable), self.popen_kwargs(workdir)
+        if not self.isolated:
+            return subprocess.Popen(cmd, **kwargs, **pipes)
+        info_read, info_write = os.pipe()
+        kwargs["pass_fds"] = (*kwargs.get("pass_fds", ()), info_write)
+        try:
+            proc = subprocess.Popen([cmd[0], "--info-fd", str(info_write), *cmd[1:]], **kwargs, **pipes)
+        finally:
+            os.close(info_write)
+        proc.sandbox_init = _init_pidfd(info_read)
+        return proc
+
     def popen_kwargs(self, workdir: Path) -> dict:
         """What subprocess.Popen needs besides the command: environment, folder, session, passed fds."""
         if not self.isolated:
@@ -146,10 +168,11 @@ class Sandbox:
                 os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
 
     def close(self) -> None:
-        if self._finalizer is not None:
-            self._finalizer()
-            self._finalizer = None
-            self._userns = None
+        with self._lock:
+            if self._finalizer is not None:
+                self._finalizer()
+                self._finalizer = None
+                self._userns = None
 
     # ---- bubblewrap ------------------------------------------------------------------------------------
     def _bwrap_args(self, workdir: Path, limits: Limits, writable: bool) -> list[str]:
@@ -172,10 +195,23 @@ class Sandbox:
         return args
 
     def _userns_fd(self) -> int:
-        if self._userns is None:
-            self._userns = root_userns()
-            self._finalizer = weakref.finalize(self, os.close, self._userns)
-        return self._userns
+        with self._lock:
+            if self._userns is None:
+                self._userns = root_userns()
+                self._finalizer = weakref.finalize(self, os.close, self._userns)
+            return self._userns
+
+
+def _init_pidfd(info_read: int) -> int | None:
+    """A pidfd of the sandbox's init, from what bwrap writes to --info-fd ({"child-pid": N, ...})."""
+    import json
+
+    with os.fdopen(info_read, "rb") as info:
+        text = info.read()
+    try:
+        return os.pidfd_open(int(json.loads(text)["child-pid"]))
+    except (ValueError, KeyError, TypeError, ProcessLookupError, OSError):
+        return None  # bwrap failed before it started one; its stderr says why
 
 
 def clean_env(home: str) -> dict[str, str]:
@@ -193,10 +229,11 @@ def system_binds(extra_paths: tuple[str, ...] = ()) -> list[str]:
             args += ["--symlink", os.readlink(link), link]
         elif os.path.isdir(link):
             args += ["--ro-bind", link, link]
+    args += ["--perms", "0755", "--dir", "/etc"]
     for path in ETC_FILES:
         args += ["--ro-bind-try", path, path]
     for root in _outside_usr(python_roots() + [str(p) for p in extra_paths]):
-        for parent in reversed(Path(root).parents[:-1]):  # bwrap would copy a parent's mode (/root: 0700)
+        for parent in reversed(Path(root).parents[:-1]):  # else bwrap makes parents 0700: nobody could enter
             args += ["--perms", "0755", "--dir", str(parent)]
         args += ["--ro-bind", root, root]
     return args

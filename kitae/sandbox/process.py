@@ -68,10 +68,9 @@ def returncode_of(proc: subprocess.Popen, sandbox: Sandbox) -> int | None:
 def run(sandbox: Sandbox, argv: list[str], workdir: Path, limits: Limits, stdin: bytes = b"",
         writable: bool = False, max_output: int = 1 << 20) -> Completed:
     """Run to completion or to ``limits.wall_seconds``; stdout and stderr capped at ``max_output`` bytes each."""
-    sandbox.prepare(workdir)
     start = time.monotonic()
-    proc = subprocess.Popen(sandbox.command(argv, workdir, limits, writable), stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **sandbox.popen_kwargs(workdir))
+    proc = sandbox.spawn(argv, workdir, limits, writable, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
     try:
         out, err, timed_out, overflow = communicate(proc, stdin, start + limits.wall_seconds, max_output)
         if not (timed_out or overflow):
@@ -135,10 +134,12 @@ def wait_exit(proc: subprocess.Popen, timeout: float) -> bool:
         os.close(fd)
 
 
-def kill(proc: subprocess.Popen) -> None:
+def kill(proc: subprocess.Popen, settle_s: float = 10.0) -> None:
     """Kill the command's whole process group, then reap it. Inside bwrap that ends the pid namespace: all of it.
 
     The group is killed before the leader is reaped: until then its id cannot name another process's group.
+    Under bwrap it returns once the sandbox's init has exited, which it does only after every process in the
+    namespace is gone: nothing the code started is left when this returns.
     """
     if proc.returncode is None:
         try:
@@ -146,6 +147,13 @@ def kill(proc: subprocess.Popen) -> None:
         except (ProcessLookupError, PermissionError):
             pass
     proc.wait()
+    init = getattr(proc, "sandbox_init", None)
+    if init is not None:
+        proc.sandbox_init = None
+        try:
+            select.select([init], [], [], settle_s)
+        finally:
+            os.close(init)
     for stream in (proc.stdin, proc.stdout, proc.stderr):
         if stream is not None:
             try:

@@ -87,9 +87,7 @@ class Worker:
         self._workdir = tempfile.mkdtemp(prefix="kitae-worker-")
         workdir = Path(self._workdir)
         shutil.copy(WORKER, workdir / WORKER.name)
-        self.sandbox.prepare(workdir)
-        argv = self.sandbox.command([sys.executable, "-I", WORKER.name], workdir, self.limits)
-        return subprocess.Popen(argv, **self.sandbox.popen_kwargs(workdir), **pipes)
+        return self.sandbox.spawn([sys.executable, "-I", WORKER.name], workdir, self.limits, **pipes)
 
     def _exchange(self, request: dict[str, Any]) -> Any:
         self._send(request)
