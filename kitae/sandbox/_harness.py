@@ -1,26 +1,29 @@
-"""Runs one program on many test cases inside the sandbox, each case in a fresh child process.
+"""Runs programs on many test cases inside the sandbox, each case in a fresh child process.
 
 Started by kitae.sandbox.programs as ``python -I -S _harness.py`` in the work folder (a standalone script: it
 imports nothing from kitae). The job comes as JSON on stdin:
 
-    {"kind": "python" | "exec",          python: run the source file in a forked child; exec: run a binary
-     "program": "main.py" | "./main",
+    {"programs": [{"kind": "python", "path": "main0.py"},      python: run the source in a forked child
+                  {"kind": "exec", "path": "./main1"}],        exec: run a compiled binary
      "mode": "stdio" | "call",           stdin -> stdout; or evaluate an expression after the program ran
      "cases": [{"input": "1 2\\n"} | {"call": "add(1, 2)"}, ...],
-     "cpu_seconds": 2, "wall_seconds": 4, "memory_mb": 512, "output_bytes": 1048576,
-     "sys_path": [...]}                  site-packages the program may import from
+     "cpu_seconds": 2, "wall_seconds": 5, "memory_mb": 512, "output_bytes": 1048576,
+     "program_seconds": 60,              wall-clock budget per program: its cases past it are not run
+     "sys_path": [...], "preload": [...]}    site-packages to import from; modules imported once, up front
 
-and one JSON line per case goes to stdout, in order, as each case ends:
+and one JSON line per program and case goes to stdout as each case ends:
 
-    {"status": "ok" | "exit" | "signal" | "timeout", "returncode": 0, "signal": null, "seconds": 0.01,
-     "cpu_seconds": 0.01, "stdout": "...", "stderr": "...", "output_truncated": false, "value": "3"}
+    {"program": 0, "case": 3, "status": "ok" | "exit" | "signal" | "timeout" | "not run", "returncode": 0,
+     "signal": null, "seconds": 0.01, "cpu_seconds": 0.01, "stdout": "...", "stderr": "...",
+     "output_truncated": false, "value": "3"}
 
 (``value``: call mode, the repr of what the expression returned). A Python program that does not compile
-gives one line {"compile_error": "..."} instead. A child gets the case's limits (RLIMIT_CPU, RLIMIT_AS,
-RLIMIT_FSIZE on its output) and its own process group; when it ends, every other process in the sandbox
-is killed (daemons it left), so one case cannot reach into the next.
+gives one line {"program": 0, "compile_error": "..."} instead. A child gets the case's limits (RLIMIT_CPU,
+RLIMIT_AS, RLIMIT_FSIZE on its output) and its own process group; when it ends, every other process in the
+sandbox is killed (daemons it left), so one case cannot reach into the next.
 """
 
+import importlib
 import json
 import math
 import os
@@ -40,21 +43,35 @@ def main():
     job = json.loads(sys.stdin.buffer.read())
     IN_SANDBOX = _pid1_is_bwrap()
     sys.path.extend(job.get("sys_path", []))
+    for module in job.get("preload", []):
+        importlib.import_module(module)
     results = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    for k, program in enumerate(job["programs"]):
+        for row in run_program(job, k, program):
+            results.write(json.dumps(row) + "\n")
+            results.flush()
+
+
+def run_program(job, k, program):
     code = None
-    if job["kind"] == "python":
+    if program["kind"] == "python":
         try:
-            with open(job["program"], encoding="utf-8") as f:
-                code = compile(f.read(), job["program"], "exec")
+            with open(program["path"], encoding="utf-8") as f:
+                code = compile(f.read(), program["path"], "exec")
         except (SyntaxError, ValueError) as exc:
-            results.write(json.dumps({"compile_error": _syntax_error(exc)}) + "\n")
+            yield {"program": k, "compile_error": _syntax_error(exc)}
             return
-    for case in job["cases"]:
-        results.write(json.dumps(run_case(job, case, code)) + "\n")
-        results.flush()
+    deadline = time.monotonic() + job["program_seconds"]
+    out_of_time = {"status": "not run", "detail": f"the {job['program_seconds']:g}s total time limit ran out"}
+    for i, case in enumerate(job["cases"]):
+        left = deadline - time.monotonic()
+        row = out_of_time if left <= 0 else run_case(job, program, case, code, min(job["wall_seconds"], left))
+        if row["status"] == "timeout" and left < job["wall_seconds"]:
+            row = out_of_time  # stopped by the program's budget, not by its own limit
+        yield {"program": k, "case": i, **row}
 
 
-def run_case(job, case, code):
+def run_case(job, program, case, code, wall_seconds):
     paths = {name: os.path.join(TMP, f".case-{os.getpid()}-{name}") for name in ("in", "out", "err", "value")}
     with open(paths["in"], "w", encoding="utf-8") as f:
         f.write(case.get("input", ""))
@@ -65,8 +82,8 @@ def run_case(job, case, code):
     start = time.monotonic()
     pid = os.fork()
     if pid == 0:
-        _child(job, case, code, paths)  # never returns
-    status, usage, timed_out = _wait(pid, job["wall_seconds"])
+        _child(job, program, case, code, paths)  # never returns
+    status, usage, timed_out = _wait(pid, wall_seconds)
     seconds = time.monotonic() - start
     _reap_strays(pid)
     return _result(job, status, usage, timed_out, seconds, paths)
@@ -114,15 +131,15 @@ def _read(path, limit):
 
 
 # ---- the child ---------------------------------------------------------------------------------------
-def _child(job, case, code, paths):
+def _child(job, program, case, code, paths):
     status = 1
     try:
         os.setpgid(0, 0)
         _limit(job)
         _redirect(paths)
-        if job["kind"] == "exec":
-            os.execv(job["program"], [job["program"]])
-        status = _run_python(job, case, code, paths["value"])
+        if program["kind"] == "exec":
+            os.execv(program["path"], [program["path"]])
+        status = _run_python(job, program, case, code, paths["value"])
     except BaseException:
         try:
             traceback.print_exc()
@@ -160,14 +177,14 @@ def _redirect(paths):
     signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # past the output limit: killed, as a C program would be
 
 
-def _run_python(job, case, code, value_path):
+def _run_python(job, program, case, code, value_path):
     """Run the program as __main__ (and, in call mode, the case's expression); the exit status."""
     import builtins
 
     write, open_file = os.write, os.open  # taken before the program runs and can rebind them
     builtins.exit = builtins.quit = _exit  # `python -S` leaves them out; programs call them
-    sys.argv = [job["program"]]
-    namespace = {"__name__": "__main__", "__file__": job["program"], "__builtins__": builtins}
+    sys.argv = [program["path"]]
+    namespace = {"__name__": "__main__", "__file__": program["path"], "__builtins__": builtins}
     try:
         exec(code, namespace)
         if job["mode"] == "call":

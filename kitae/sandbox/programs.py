@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from kitae.sandbox.isolation import Limits, Sandbox
-from kitae.sandbox.process import Completed, exit_cause, run
+from kitae.sandbox.process import exit_cause, run
 
 LANGUAGES = ("python", "cpp")
 HARNESS = Path(__file__).with_name("_harness.py")
-SOURCE_FILE = {"python": "main.py", "cpp": "main.cpp"}
+SUFFIX = {"python": "py", "cpp": "cpp"}
 CPP_FLAGS = ["-std=c++17", "-O2", "-pipe"]
 
 
@@ -95,95 +95,140 @@ class ProgramRun:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class Source:
+    language: str
+    code: str
+
+
 def run_program(sandbox: Sandbox, language: str, source: str, cases: list[dict[str, Any]], mode: str = "stdio",
                 limits: CaseLimits = CaseLimits(), workers: int = 1, pool: Executor | None = None) -> ProgramRun:
     """Compile (C++) and run ``source`` on every case; results in the order of ``cases``."""
-    if language not in LANGUAGES:
-        raise ValueError(f"language {language!r}: one of {', '.join(LANGUAGES)}")
-    if mode == "call" and language != "python":
-        raise ValueError("call mode runs Python functions; C++ programs read stdin")
+    return run_programs(sandbox, [Source(language, source)], cases, mode, limits, workers, pool)[0]
+
+
+def run_programs(sandbox: Sandbox, programs: list[Source], cases: list[dict[str, Any]], mode: str = "stdio",
+                 limits: CaseLimits = CaseLimits(), workers: int = 1, pool: Executor | None = None,
+                 preload: tuple[str, ...] = ()) -> list[ProgramRun]:
+    """Several programs on the same cases, in one sandbox per chunk of cases (reference solutions, generators).
+
+    ``limits.total_seconds`` is each program's budget; ``preload`` modules are imported once by the harness
+    before the cases (``cyaron`` for generators), so each case's process starts with them.
+    """
+    for program in programs:
+        if program.language not in LANGUAGES:
+            raise ValueError(f"language {program.language!r}: one of {', '.join(LANGUAGES)}")
+        if mode == "call" and program.language != "python":
+            raise ValueError("call mode runs Python functions; C++ programs read stdin")
     workdir = Path(tempfile.mkdtemp(prefix="kitae-program-"))
     try:
-        (workdir / SOURCE_FILE[language]).write_text(source, encoding="utf-8")
         shutil.copy(HARNESS, workdir / HARNESS.name)
-        if language == "cpp":
-            problem = compile_cpp(sandbox, workdir, limits)
+        runs = [ProgramRun() for _ in programs]
+        entries = {}
+        for k, program in enumerate(programs):
+            folder = workdir / f"p{k}"
+            folder.mkdir()
+            (folder / f"main.{SUFFIX[program.language]}").write_text(program.code, encoding="utf-8")
+            problem = compile_cpp(sandbox, folder, limits) if program.language == "cpp" else None
             if problem is not None:
-                return problem
-        return _run_chunks(sandbox, workdir, language, cases, mode, limits, workers, pool)
+                runs[k] = problem
+            else:
+                entries[k] = ({"kind": "python", "path": f"p{k}/main.py"} if program.language == "python"
+                              else {"kind": "exec", "path": f"./p{k}/main"})
+        if entries and cases:
+            _run_chunks(sandbox, workdir, entries, runs, cases, mode, limits, workers, pool, preload)
+        return runs
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def compile_cpp(sandbox: Sandbox, workdir: Path, limits: CaseLimits) -> ProgramRun | None:
-    """Compile main.cpp to main in the sandbox; a ProgramRun with the compile error, or None when it built."""
+def compile_cpp(sandbox: Sandbox, folder: Path, limits: CaseLimits) -> ProgramRun | None:
+    """Compile main.cpp to main in ``folder``, in the sandbox; a ProgramRun with the error, or None when it built."""
     compiler = shutil.which("g++")
     if compiler is None:
         return ProgramRun(error="g++ is not installed (Debian/Ubuntu: apt-get install g++)")
     budget = Limits(wall_seconds=limits.compile_seconds, cpu_seconds=limits.compile_seconds, memory_mb=2048,
                     processes=16, file_mb=256)
-    done = run(sandbox, [compiler, *CPP_FLAGS, "-o", "main", "main.cpp"], workdir, budget, writable=True)
+    done = run(sandbox, [compiler, *CPP_FLAGS, "-o", "main", "main.cpp"], folder, budget, writable=True)
     if done.returncode == 0:
         return None
-    if done.returncode == 1 and b"error" in done.stderr:
-        return ProgramRun(compile_error=_first_lines(done.stderr.decode(errors="replace")))
-    return ProgramRun(compile_error=f"the compiler {done.describe()}: "
-                                    + _first_lines(done.stderr.decode(errors="replace")))
+    message = _first_lines(done.stderr.decode(errors="replace"))
+    if done.returncode == 1 and "error" in message:
+        return ProgramRun(compile_error=message)
+    return ProgramRun(compile_error=f"the compiler {done.describe()}: {message}")
 
 
-def _run_chunks(sandbox: Sandbox, workdir: Path, language: str, cases: list[dict], mode: str,
-                limits: CaseLimits, workers: int, pool: Executor | None) -> ProgramRun:
+def _run_chunks(sandbox: Sandbox, workdir: Path, entries: dict[int, dict], runs: list[ProgramRun],
+                cases: list[dict], mode: str, limits: CaseLimits, workers: int, pool: Executor | None,
+                preload: tuple[str, ...]) -> None:
+    """Fill ``runs[k].results`` for every program in ``entries``, the cases split in ``workers`` chunks."""
     n = max(1, min(workers, len(cases)))
-    chunks = [list(range(k, len(cases), n)) for k in range(n)]  # interleaved: slow cases spread out
+    chunks = [list(range(c, len(cases), n)) for c in range(n)]  # interleaved: slow cases spread out
+    for k in entries:
+        runs[k].results = [CaseResult("not run") for _ in cases]
     own = pool is None
     pool = pool or ThreadPoolExecutor(n)
     try:
-        runs = list(pool.map(lambda idx: _run_chunk(sandbox, workdir, language, [cases[i] for i in idx], mode,
-                                                    limits), chunks))
+        done = list(pool.map(lambda idx: _run_chunk(sandbox, workdir, entries, [cases[i] for i in idx], mode,
+                                                    limits, preload), chunks))
     finally:
         if own:
             pool.shutdown()
-    merged = ProgramRun(results=[CaseResult("not run")] * len(cases))
-    for idx, chunk in zip(chunks, runs):
-        if chunk.compile_error or chunk.error:
-            return chunk
-        for i, result in zip(idx, chunk.results):
-            merged.results[i] = result
-    return merged
+    for idx, (rows, failure) in zip(chunks, done):
+        for k in entries:
+            if failure:
+                runs[k].error = failure
+        for row in rows:
+            k = row.pop("program")
+            if "compile_error" in row:
+                runs[k].compile_error = row["compile_error"]
+            else:
+                runs[k].results[idx[row.pop("case")]] = CaseResult(
+                    **{key: v for key, v in row.items() if key in CaseResult.__dataclass_fields__})
+    for k in entries:
+        if runs[k].compile_error:
+            runs[k].results = []
 
 
-def _run_chunk(sandbox: Sandbox, workdir: Path, language: str, cases: list[dict], mode: str,
-               limits: CaseLimits) -> ProgramRun:
+def _run_chunk(sandbox: Sandbox, workdir: Path, entries: dict[int, dict], cases: list[dict], mode: str,
+               limits: CaseLimits, preload: tuple[str, ...]) -> tuple[list[dict], str | None]:
+    """The harness's rows for these cases (every program in ``entries``), and an error if the sandbox failed."""
     output_bytes = limits.output_kb * 1024
-    job = {"kind": "python" if language == "python" else "exec",
-           "program": "main.py" if language == "python" else "./main", "mode": mode, "cases": cases,
+    order = sorted(entries)
+    job = {"programs": [entries[k] for k in order], "mode": mode, "cases": cases,
            "cpu_seconds": limits.seconds, "wall_seconds": limits.wall_seconds, "memory_mb": limits.memory_mb,
-           "output_bytes": output_bytes, "sys_path": site_packages()}
-    budget = Limits(wall_seconds=limits.total_seconds, cpu_seconds=None, memory_mb=limits.memory_mb + 512,
-                    processes=limits.processes, file_mb=max(64, 4 * math.ceil(limits.output_kb / 1024)))
+           "output_bytes": output_bytes, "program_seconds": limits.total_seconds, "sys_path": site_packages(),
+           "preload": list(preload)}
+    budget = Limits(wall_seconds=limits.total_seconds * len(order) + 5, cpu_seconds=None,
+                    memory_mb=limits.memory_mb + 512, processes=limits.processes,
+                    file_mb=max(64, 4 * math.ceil(limits.output_kb / 1024)))
     done = run(sandbox, [sys.executable, "-I", "-S", HARNESS.name], workdir, budget,
-               stdin=json.dumps(job).encode(), max_output=len(cases) * (6 * output_bytes + 8192))
-    return _parse(done, len(cases), limits)
-
-
-def _parse(done: Completed, n: int, limits: CaseLimits) -> ProgramRun:
-    results = []
+               stdin=json.dumps(job).encode(), max_output=len(order) * len(cases) * (6 * output_bytes + 8192))
+    rows = []
     for line in done.stdout.decode(errors="replace").splitlines():
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
             break  # a line cut short when the sandbox was killed
-        if "compile_error" in row:
-            return ProgramRun(compile_error=row["compile_error"])
-        results.append(CaseResult(**{k: v for k, v in row.items() if k in CaseResult.__dataclass_fields__}))
+        row["program"] = order[row["program"]]
+        rows.append(row)
     stderr = done.stderr.decode(errors="replace")
-    if not results and done.returncode not in (0, None) and "bwrap:" in stderr:
-        return ProgramRun(error=f"the sandbox failed to start: {_first_lines(stderr)}")
-    if len(results) < n:
-        why = (f"the {limits.total_seconds:g}s total time limit ran out" if done.timed_out
-               else f"the sandbox ended early ({done.describe()})")
-        results += [CaseResult("not run", detail=why) for _ in range(n - len(results))]
-    return ProgramRun(results=results[:n])
+    if not rows and done.returncode not in (0, None) and "bwrap:" in stderr:
+        return rows, f"the sandbox failed to start: {_first_lines(stderr)}"
+    why = (f"the {limits.total_seconds:g}s total time limit ran out" if done.timed_out
+           else f"the sandbox ended early ({done.describe()})")
+    _mark_missing(rows, order, len(cases), why)
+    return rows, None
+
+
+def _mark_missing(rows: list[dict], order: list[int], n: int, why: str) -> None:
+    """Rows for the cases the harness never reached (killed at the time limit, or by the program)."""
+    seen = {(row["program"], row.get("case")) for row in rows}
+    compiled_out = {row["program"] for row in rows if "compile_error" in row}
+    for k in order:
+        if k in compiled_out:
+            continue
+        rows += [{"program": k, "case": i, "status": "not run", "detail": why} for i in range(n) if (k, i) not in seen]
 
 
 def site_packages() -> list[str]:
