@@ -145,7 +145,8 @@ def generate_inputs(generator: str, cfg: TestcasesConfig, sandbox: Sandbox, limi
     made = [r.stdout for r in run.results if r.finished and r.stdout.strip()]
     if not made:
         first = next((r for r in run.results if not r.finished), run.results[0])
-        return [], ProblemResult("generator failed", {"error": first.describe(limits) + "\n" + first.stderr[-500:]})
+        last = [line for line in first.stderr.strip().splitlines() if line.strip()][-1:] or ["no output"]
+        return [], ProblemResult("generator failed", {"error": f"{first.describe(limits)}: {last[0][:300]}"})
     return list(dict.fromkeys(made)), None
 
 
