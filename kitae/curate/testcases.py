@@ -144,9 +144,11 @@ def generate_inputs(generator: str, cfg: TestcasesConfig, sandbox: Sandbox, limi
         return [], ProblemResult("generator failed", {"error": run.error or run.compile_error})
     made = [r.stdout for r in run.results if r.finished and r.stdout.strip()]
     if not made:
-        first = next((r for r in run.results if not r.finished), run.results[0])
-        last = [line for line in first.stderr.strip().splitlines() if line.strip()][-1:] or ["no output"]
-        return [], ProblemResult("generator failed", {"error": f"{first.describe(limits)}: {last[0][:300]}"})
+        failed = [r for r in run.results if not r.finished]
+        if not failed:
+            return [], ProblemResult("generator failed", {"error": "the generator printed nothing"})
+        last = [line for line in failed[0].stderr.strip().splitlines() if line.strip()][-1:] or ["no output"]
+        return [], ProblemResult("generator failed", {"error": f"{failed[0].describe(limits)}: {last[0][:300]}"})
     return list(dict.fromkeys(made)), None
 
 
