@@ -181,8 +181,11 @@ def testcases(
     sandbox: str = typer.Option("bwrap", help="bwrap (isolated), or none: unisolated, only for code you trust."),
     set_: list[str] = Set, quiet: bool = Quiet,
 ) -> None:
-    """Generate test cases for coding problems (a CYaRon generator per row) and keep those that the row's
-    reference solutions agree on; keep the problems most solutions pass (Kimi k1.5). Runs in the sandbox."""
+    """Test cases for coding problems, from each row's CYaRon generator, kept where its solutions agree.
+
+    A problem stays when most solutions pass its cases (Kimi k1.5: 50 cases, 10 solutions, 7 agree, 9 pass).
+    Generators and solutions run in the sandbox.
+    """
     settings = {"cases": cases, "solutions": solutions, "agree": agree, "min_pass": min_pass,
                 "time_limit": time_limit, "workers": workers, "seed": seed, "sandbox": sandbox}
     _single("testcases", data, out, settings, set_, quiet)

@@ -110,3 +110,21 @@ def test_config_errors(settings, message):
     with pytest.raises(ConfigError) as err:
         parse_step("testcases", settings, "")
     assert message in str(err.value)
+
+
+def test_cli_writes_the_rows_and_prints_the_report(tmp_path):
+    from typer.testing import CliRunner
+
+    from kitae.cli.main import app
+
+    rows = [r for r in load_prompts(PROBLEMS) if r["id"] in ("sum-two", "triangle-type")]
+    data = tmp_path / "two.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "curated" / "two.jsonl"
+    result = CliRunner().invoke(app, ["curate", "testcases", "--data", str(data), "--out", str(out), "--cases", "3",
+                                      "--agree", "6", "--min-pass", "8", "--time-limit", "1", "-q"])
+    assert result.exit_code == 0, result.output
+    assert "[testcases] 2 rows in, 1 out (1 dropped)" in result.output
+    assert "dropped       1  too few solutions" in result.output
+    kept = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in kept] == ["sum-two"] and len(kept[0]["tests"]) == 3
