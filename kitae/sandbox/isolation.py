@@ -90,8 +90,9 @@ class Sandbox:
     """Starts commands isolated (``kind="bwrap"``) or, when asked for by name, unisolated (``kind="none"``).
 
         sandbox = Sandbox()                                   # SandboxUnavailable if bwrap cannot run here
-        argv = sandbox.command(["python3", "main.py"], workdir, Limits(wall_seconds=2))
-        proc = subprocess.Popen(argv, **sandbox.popen_kwargs(workdir), stdin=..., stdout=...)
+        proc = sandbox.spawn([sys.executable, "main.py"], workdir, Limits(wall_seconds=2), stdout=PIPE)
+        ...
+        kitae.sandbox.process.kill(proc)                      # the whole sandbox, and waits until it is gone
 
     :func:`kitae.sandbox.process.run` does this with a wall clock and capped output. Paths in the command are
     relative to the work folder (the current directory inside) or absolute system paths (``sys.executable``,
