@@ -24,7 +24,8 @@ from pathlib import Path
 OUT = Path(__file__).resolve().parents[1] / "kitae" / "assets" / "data" / "code" / "problems.jsonl"
 
 # Every generator starts like this: the case number seeds CYaRon's randomness (it draws from `random`).
-HEADER = "import random\nfrom cyaron import String, Vector\n\ni = int(input())  # the case number: 0, 1, 2, ...\nrandom.seed(i)\n"
+HEADER = ("import random\nfrom cyaron import String, Vector\n\n"
+          "i = int(input())  # the case number: 0, 1, 2, ...\nrandom.seed(i)\n")
 
 ASK = {
     "en": "\n\nThe input comes on standard input; print the answer to standard output. "

@@ -15,6 +15,10 @@ CALLS = {"tests": ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert is
                    "assert pair(2) == (2, 2)"]}
 
 
+ADD = "def add(a, b):\n    return a + b\n"
+EVEN = "def is_even(n):\n    return n % 2 == 0\n"
+
+
 def py(body: str) -> str:
     return f"Here is my solution.\n```python\n{body}\n```\n"
 
@@ -75,12 +79,12 @@ def test_wrong_answer_reason_shows_the_case_and_a_diff():
 @pytest.mark.parametrize(
     "program, score",
     [
-        ("def add(a, b):\n    return a + b\ndef is_even(n):\n    return n % 2 == 0\ndef pair(x):\n    return (x, x)", 1.0),
-        ("def add(a, b):\n    return a + b + 1\ndef is_even(n):\n    return n % 2 == 0\ndef pair(x):\n    return [x, x]", 0.6),
-        ("def add(a, b):\n    return a + b\ndef is_even(n):\n    return True\ndef pair(x):\n    return x", 0.6),
+        (ADD + EVEN + "def pair(x):\n    return (x, x)", 1.0),
+        ("def add(a, b):\n    return a + b + 1\n" + EVEN + "def pair(x):\n    return [x, x]", 0.6),
+        (ADD + "def is_even(n):\n    return True\ndef pair(x):\n    return x", 0.6),
         # an object that equals everything: its repr is not plain data, so it never matches
         ("class Any:\n    def __eq__(self, other):\n        return True\n"
-         "def add(a, b):\n    return Any()\ndef is_even(n):\n    return n % 2 == 0\ndef pair(x):\n    return Any()", 0.4),
+         "def add(a, b):\n    return Any()\n" + EVEN + "def pair(x):\n    return Any()", 0.4),
         # printing the expected values changes nothing: the calls' values are compared outside
         ("print(3, 0, True, False, (2, 2))\nimport sys\nsys.exit(0)", 0.0),
     ],

@@ -191,12 +191,14 @@ def test_unsandboxed_finds_every_sandbox_none(config, paths):
 
 def test_sandboxes_end_with_the_process_that_started_them(tmp_path):
     marker = "kt-" + uuid.uuid4().hex[:8]
-    program = f"import ctypes, time\nctypes.CDLL(None).prctl(15, ctypes.c_char_p({marker!r}.encode()), 0, 0, 0)\ntime.sleep(60)"
+    program = (f"import ctypes, time\nctypes.CDLL(None).prctl(15, ctypes.c_char_p({marker!r}.encode()), 0, 0, 0)\n"
+               "time.sleep(60)")
     starter = textwrap.dedent(f"""
         import sys, time
         from pathlib import Path
         from kitae.sandbox import Limits, Sandbox
-        Sandbox().spawn([sys.executable, "-I", "-S", "-c", {program!r}], Path({str(tmp_path)!r}), Limits(wall_seconds=60))
+        argv = [sys.executable, "-I", "-S", "-c", {program!r}]
+        Sandbox().spawn(argv, Path({str(tmp_path)!r}), Limits(wall_seconds=60))
         print("started", flush=True)
         time.sleep(60)
         """)
