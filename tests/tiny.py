@@ -1,7 +1,7 @@
 """Tiny real models for tests: a byte-level BPE tokenizer and a Llama LM small enough to train in a second.
 
 `multi_token_im_end=True` builds a tokenizer that does *not* know ``<|im_end|>`` as a special token, so it is
-split into several tokens (the case seed 000's stopping criterion exists for).
+split into several tokens (the case the GRPO-zero recipe's stopping criterion exists for).
 """
 
 from __future__ import annotations
@@ -50,16 +50,28 @@ def tiny_llama(vocab_size: int, seed: int = 0, hidden: int = 32, layers: int = 2
     return LlamaForCausalLM(cfg)
 
 
-def overfit(model, tokenizer, texts: list[str], steps: int = 150, lr: float = 3e-2) -> None:
-    """Teach the model to reproduce `texts` (greedy decoding then follows them)."""
+def overfit(model, tokenizer, texts: list[str], steps: int = 200, lr: float = 2e-2) -> None:
+    """Teach the model to reproduce `texts` (greedy decoding then follows them).
+
+    Adam with the learning rate decayed linearly to 0 (a constant rate this high makes the loss spike now and
+    then, leaving a half-trained model), on one torch thread whatever the process uses, so the weights are the
+    same bit for bit on every machine and thread count.
+    """
     ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    model.train()
-    for _ in range(steps):
-        for seq in ids:
-            x = torch.tensor([seq])
-            loss = model(input_ids=x, labels=x).loss
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-    model.eval()
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 - s / steps)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model.train()
+        for _ in range(steps):
+            for seq in ids:
+                x = torch.tensor([seq])
+                loss = model(input_ids=x, labels=x).loss
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+            schedule.step()
+        model.eval()
+    finally:
+        torch.set_num_threads(threads)

@@ -38,6 +38,21 @@ def _register_all() -> None:
 _register_all()
 
 
+def _version(value: bool) -> None:
+    if value:
+        from kitae import __version__
+
+        typer.echo(f"kitae {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """kitae (鍛え): reinforcement fine-tuning of language models with GRPO."""
+
+
 def _quiet_libraries() -> None:
     """Hide transformers' per-file progress bars; kitae prints its own progress."""
     try:
@@ -52,7 +67,7 @@ def _quiet_libraries() -> None:
 def main() -> None:
     _quiet_libraries()
     try:
-        app()
+        app(prog_name="kitae")
     except KitaeError as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         sys.exit(2)

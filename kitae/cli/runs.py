@@ -77,6 +77,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         *_metric_lines(summary["metrics"], summary["steps"]),
         "",
         *_eval_lines(summary),
+        *_event_lines(summary.get("events") or []),
     ]
     if summary["final"]:
         lines += ["", "final summary", *_indent(yaml.safe_dump(summary["final"], sort_keys=False, allow_unicode=True))]
@@ -109,6 +110,17 @@ def _eval_lines(summary: dict[str, Any]) -> list[str]:
         e = summary[f"{label}_eval"]
         others = "  ".join(f"{k} {fmt_number(v)}" for k, v in e["metrics"].items() if k != "score")
         lines.append(f"  {label:<6}  step {e['step']:<6}  score {fmt_number(e['score'])}   {others}")
+    return lines
+
+
+def _event_lines(events: list[dict[str, Any]]) -> list[str]:
+    """Resumes, restarts, skipped checkpoints and config changes, oldest first."""
+    if not events:
+        return []
+    width = max(len(e["kind"]) for e in events)
+    lines = ["", f"events ({len(events)})"]
+    for e in events:
+        lines.append(f"  {fmt_time(e['logged_at'])}  step {e['step']:<6}  {e['kind'].ljust(width)}  {e['message']}")
     return lines
 
 

@@ -9,14 +9,28 @@ LM with the OpenAI chat API (for `type: judge`).
 The endpoints (kitae's /v1/score, SGLang's /classify, vLLM's /classify and /pooling) are listed in
 kitae/rewards/server.py. The first line printed is ``kitae serve rm: serving NAME on http://HOST:PORT``
 (with --port 0 the free port chosen), so scripts can wait for it.
+
+Both bind 127.0.0.1 by default; another address needs an access token (``--token`` or KITAE_SERVE_TOKEN),
+which every request then sends as ``Authorization: Bearer TOKEN``. Request bodies are limited by
+``--max-body-mb``, and the work of one request by ``--max-items``/``--max-chars`` (rm) or the context (model).
 """
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
+from typing import Optional
 
 import typer
+
+from kitae.serving.http import DEFAULT_MAX_BODY_MB, TOKEN_ENV
+
+HOST_HELP = "Interface to listen on (loopback by default); any other address needs --token."
+TOKEN_HELP = (f"Access token every request must send as 'Authorization: Bearer TOKEN' (default: ${TOKEN_ENV}); "
+              "16 characters or more.")
+BODY_HELP = "Largest request body in MB; larger ones get HTTP 413."
+
 
 serve_app = typer.Typer(help="Serve models over HTTP: `serve rm` (a reward model), `serve model` (a chat model).",
                         no_args_is_help=True)
@@ -31,9 +45,15 @@ def serve_rm(
     model: str = typer.Option("bundled", "--model", help="Reward model folder (a sequence classifier); "
                               "'bundled' = kitae-tiny-rm."),
     port: int = typer.Option(8000, "--port", help="Port on HOST; 0 picks a free one (printed)."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Interface to listen on (loopback by default)."),
+    host: str = typer.Option("127.0.0.1", "--host", help=HOST_HELP),
+    token: Optional[str] = typer.Option(None, "--token", help=TOKEN_HELP, show_default=False),
     batch_size: int = typer.Option(8, "--batch-size", min=1, help="Conversations per forward pass."),
     max_length: int = typer.Option(2048, "--max-length", min=8, help="Tokens; longer inputs are cut from the left."),
+    max_items: int = typer.Option(256, "--max-items", min=1,
+                                  help="Texts or conversations per request; more get HTTP 400."),
+    max_chars: int = typer.Option(32_000, "--max-chars", min=1,
+                                  help="Characters per text or conversation; longer ones get HTTP 400."),
+    max_body_mb: float = typer.Option(DEFAULT_MAX_BODY_MB, "--max-body-mb", min=0.001, help=BODY_HELP),
     device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu or cuda:1."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     name: str = typer.Option(None, "--name", help="Model name reported to clients (default: the folder name)."),
@@ -43,14 +63,27 @@ def serve_rm(
     from kitae.errors import ConfigError
     from kitae.rewards.reward_model import LocalRewardModel, resolve_rm_path
     from kitae.rewards.server import make_server
+    from kitae.serving.http import HttpLimits
 
+    token = _token(token, host, "let anyone on the network use this reward model")
     path = resolve_rm_path(model)
     if not Path(path).is_dir():
         raise ConfigError("--model", f"no model folder at {path!r}; kitae never downloads models")
     if dtype not in ("float32", "bfloat16", "float16"):
         raise ConfigError("--dtype", f"expected float32, bfloat16 or float16, got {dtype!r}")
     scorer = LocalRewardModel(path, batch_size=batch_size, max_length=max_length, device=device, dtype=dtype)
-    _serve(make_server(scorer, host, port, name, quiet=not verbose), "rm", name or scorer.name)
+    server = make_server(scorer, host, port, name, quiet=not verbose, token=token,
+                         limits=HttpLimits.from_mb(max_body_mb), max_items=max_items, max_chars=max_chars)
+    _serve(server, "rm", name or scorer.name)
+
+
+def _token(token: str | None, host: str, exposes: str) -> str | None:
+    """The access token (the flag, else the environment), checked against the host before any model loads."""
+    from kitae.serving.http import check_bind
+
+    token = token or os.environ.get(TOKEN_ENV) or None
+    check_bind(host, token, TOKEN_ENV, exposes)
+    return token
 
 
 def _serve(server, command: str, name: str) -> None:
@@ -76,18 +109,23 @@ def _stop(*_: object) -> None:
 def serve_model(
     model: str = typer.Option("bundled", "--model", help="A local causal LM folder; 'bundled' = kitae-tiny-base."),
     port: int = typer.Option(8000, "--port", help="Port on HOST; 0 picks a free one (printed)."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Interface to listen on (loopback by default)."),
+    host: str = typer.Option("127.0.0.1", "--host", help=HOST_HELP),
+    token: Optional[str] = typer.Option(None, "--token", help=TOKEN_HELP, show_default=False),
     name: str = typer.Option(None, "--name", help="Model name clients send and see (default: the folder name)."),
     max_context: int = typer.Option(None, "--max-context", min=16,
                                     help="Prompt + completion tokens (default: the model's max_position_embeddings)."),
     max_tokens: int = typer.Option(512, "--max-tokens", min=1, help="Completion tokens when a request gives none."),
+    max_body_mb: float = typer.Option(DEFAULT_MAX_BODY_MB, "--max-body-mb", min=0.001, help=BODY_HELP),
     device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu or cuda:1."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     verbose: bool = typer.Option(False, "--verbose", help="Log every request to stderr."),
 ) -> None:
     """Serve a local model with the OpenAI chat API (a local judge for `type: judge`; kitae/serving/server.py)."""
+    from kitae.serving.http import HttpLimits
     from kitae.serving.server import load_service, make_server
 
+    token = _token(token, host, "let anyone on the network use this model")
     service = load_service(None if model == "bundled" else model, name, device, dtype, max_context=max_context,
                            default_max_tokens=max_tokens)
-    _serve(make_server(service, host, port, quiet=not verbose), "model", service.name)
+    server = make_server(service, host, port, quiet=not verbose, token=token, limits=HttpLimits.from_mb(max_body_mb))
+    _serve(server, "model", service.name)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
+import numbers
 from typing import Any, Callable
 
 from kitae.graders.base import Grade, Grader, Item, Sample, run_sync
@@ -61,10 +62,12 @@ class CallableGrader(Grader):
 
 
 def _to_grade(value: Any, name: str) -> Grade:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if value is None:
         return Grade(score=None)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return Grade.abstain(error=f"reward function {name} returned {value!r}, not a number")
+    if not math.isfinite(value):  # TRL writes None as NaN inside its trainer; a function should return None
+        return Grade.abstain(error=f"reward function {name} returned {float(value)!r}, not a finite number")
     return Grade(score=float(value))
 
 
@@ -72,7 +75,8 @@ def grader_from_callable(fn: Callable[..., Any], name: str | None = None) -> Gra
     """Wrap ``fn(prompts, completions, completion_ids=None, **columns) -> list[float|None]`` (sync or async).
 
     The item's ``prompt`` (or ``messages``) is the prompt; its other fields are passed as columns.
-    A conversational prompt (a message list) gets conversational completions, as TRL does.
+    A conversational prompt (a message list) gets conversational completions, as TRL does. None abstains;
+    a value that is not a number, or is NaN or ±infinity, abstains with an error saying so (counted).
     """
     return CallableGrader(fn, name)
 

@@ -5,7 +5,8 @@
     {type: string_check, operation: eq | ne | like | ilike, input: "{{sample.output_text}}",
      reference: "{{item.reference_answer}}"}
 
-eq/ne compare exactly; like = input contains reference; ilike = the same, ignoring case.
+eq/ne compare exactly; like = input contains reference; ilike = the same, ignoring case. ``neq``, a common
+spelling of "not equal" that OpenAI's schema does not have, is read as ``ne``.
 
 ``format``, one ``check`` per grader::
 
@@ -38,6 +39,7 @@ OPERATIONS = {
     "like": lambda a, b: b in a,
     "ilike": lambda a, b: b.lower() in a.lower(),
 }
+OPERATION_ALIASES = {"neq": "ne"}
 
 
 @register_grader("string_check")
@@ -51,7 +53,8 @@ class StringCheckGrader(PairGrader):
     @classmethod
     def from_spec(cls, spec: dict, path: str) -> "StringCheckGrader":
         r = SpecReader(spec, path)
-        grader = cls(operation=r.choice("operation", list(OPERATIONS)), **cls.read_templates(r))
+        operation = r.choice("operation", [*OPERATIONS, *OPERATION_ALIASES])
+        grader = cls(operation=OPERATION_ALIASES.get(operation, operation), **cls.read_templates(r))
         r.finish()
         return grader
 

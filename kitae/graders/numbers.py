@@ -4,14 +4,31 @@
     [9.91, 1705000000.0]
     >>> [q.value for q in extract_quantities("売上は1億2000万円、前年比３割増")]
     [120000000.0, 30.0]
+    >>> [q.value for q in extract_quantities("6.02 × 10²³ and 1.5E+06 and (1,200)")]
+    [6.02e+23, 1500000.0, -1200.0]
 
-What is normalized: NFKC (full-width digits and signs), thousands commas; scale words and suffixes
-K/M/B/T (attached: ``5K``, ``1.7B``), thousand/million/billion/trillion, mn/bn/tn, 千/万/億/兆 and their
-compounds (``1億2000万``, ``3千万``); percent (``%``, percent, パーセント; 割 = 10%): a percentage keeps its
-number (9.91% reads 9.91, marked as a percent); currency signs and words ($, ¥, €, £, USD, JPY, 円, ドル, yen,
-dollars) are dropped; negatives (``-5``, ``▲5``); kanji numerals (``三千五百万``, ``二〇二四``) where practical:
-runs of two or more numeral characters, or one followed by a counter (円, 人, 年, ...), so words such as
-一般 or 統一 stay words.
+What is normalized: NFKC (full-width digits and signs); digit grouping and decimal marks (below); scientific
+notation (``1.5e6``, ``1.5E+06``, ``6.02 x 10^23``, ``6.02×10^23``, ``6.02 × 10²³``, ``10^6``); scale words
+and suffixes K/M/B/T (attached: ``5K``, ``1.7B``), thousand/million/billion/trillion, mn/bn/tn, 千/万/億/兆
+and their compounds (``1億2000万``, ``3千万``); percent (``%``, percent, パーセント; 割 = 10%): a percentage
+keeps its number (9.91% reads 9.91, marked as a percent); currency signs and words ($, ¥, €, £, USD, JPY,
+円, ドル, yen, dollars) are dropped; negatives (``-5``, ``▲5``, and accounting parentheses ``(1,200)``,
+``($1.5M)``: a grouped number or an amount with a currency sign, not a percentage, so ``(3)`` and ``(2019)``
+stay positive); kanji numerals (``三千五百万``, ``二〇二四``) where practical: runs of two or more numeral
+characters, or one followed by a counter (円, 人, 年, ...), so words such as 一般 or 統一 stay words.
+
+Digit grouping and decimal marks, read as most writers mean them:
+- ``1,234,567.5``: comma groups of three, point decimal (English); ``1,234`` is 1234.
+- ``1.234.567`` and ``1.234,56``: point groups (two or more, or one before a decimal comma); ``1.234`` alone
+  is 1.234.
+- ``1 234 567`` and ``1 234,5``: space groups of three (also thin and no-break spaces), so numbers listed
+  with single spaces (``100 200 300``) read as one; list them with commas or words.
+- ``9,91`` and ``3,5``: a single comma followed by other than three digits is a decimal comma; ``1,2,3`` is
+  three numbers.
+
+A plain four-digit number from 1900 to 2099 without unit, sign or grouping (``2024``, ``2024年``, ``in 2024``)
+is marked as a year (:attr:`Quantity.year`); the numeric grader leaves years out of the key numbers unless
+the reference has no other number.
 
 What is not a key number: list numbering at the start of a line (``1.``, ``2)``, ``(3)``), ordinals (第3),
 circled numbers, dates and clock times (2024-03-15, 10:30), and numbers inside identifiers (Q3, GPT-4,
@@ -20,12 +37,28 @@ H2O).
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from dataclasses import dataclass
 
-_NUMBER = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
+_NUMBER = (
+    r"(?P<dots>\d{1,3}(?:\.\d{3}){2,}(?:,\d+)?|\d{1,3}(?:\.\d{3})+,\d+)(?!\d)"  # 1.234.567, 1.234,56
+    r"|(?P<commas>\d{1,3}(?:,\d{3})+(?:\.\d+)?)(?!\d)"  # 1,234,567.5
+    r"|(?P<spaces>\d{1,3}(?: \d{3})+(?:[.,]\d+)?)(?!\d)"  # 1 234 567 (after NFKC: no-break spaces too)
+    r"|(?<!\d,)(?P<decimal_comma>\d+,\d{1,2}|\d{1,3},\d{4,})(?!\d|,\d)"  # 9,91, 3,14159 (not 1,234 nor 1,2,3)
+    r"|(?P<plain>\d+(?:\.\d+)?(?:[eE][-+−]?\d+)?)"  # 42, 3.14, 1.5e6, 1.5E+06
+)
 _NUMBER_RE = re.compile(_NUMBER)
+_KINDS = ("dots", "commas", "spaces", "decimal_comma", "plain")
+_GROUPED = _KINDS[:3]
+# 6.02 x 10^23, 6.02×10^23, 6.02 * 10**23, 6.02 \times 10^{23} (10²³ is rewritten to 10^23 before NFKC)
+_TIMES_TEN = re.compile(r"\s?(?:[xX×*·⋅]|\\times|\\cdot)\s?10\s?(?:\^|\*\*)\s?\{?(?P<exp>[-+−]?\d+)\}?")
+_POWER = re.compile(r"\s?(?:\^|\*\*)\s?\{?(?P<exp>[-+−]?\d+)\}?")  # after a bare 10: 10^6
+_SUPERSCRIPT_POWER = re.compile(r"(?<=10)[⁺⁻]?[⁰¹²³⁴⁵⁶⁷⁸⁹]+")
+_SUPERSCRIPTS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻", "0123456789+-")
+_YEAR = re.compile(r"(?:19|20)\d\d")
+_COUNTED = re.compile(r"\s?[円ドル倍人個件回歳台社名本枚]")  # 2000人 is a count, 2024年 a year
 _EN_SCALE = {"k": 1e3, "thousand": 1e3, "m": 1e6, "mn": 1e6, "million": 1e6, "b": 1e9, "bn": 1e9,
              "billion": 1e9, "t": 1e12, "tn": 1e12, "trillion": 1e12}
 # Single letters only when attached (5K, 1.7B); words may follow one space. Not followed by a letter (5km).
@@ -58,6 +91,7 @@ class Quantity:
     value: float
     text: str
     percent: bool = False
+    year: bool = False  # a plain 1900-2099 (see the module docstring)
 
 
 def extract_quantities(text: str) -> list[Quantity]:
@@ -77,6 +111,7 @@ def extract_quantities(text: str) -> list[Quantity]:
 def prepare(text: str) -> str:
     """NFKC, kanji numerals as digits, and non-key numbers (list markers, dates, ...) blanked out."""
     text = _CIRCLED.sub(" ", str(text))
+    text = _SUPERSCRIPT_POWER.sub(lambda m: "^" + m.group().translate(_SUPERSCRIPTS), text)  # NFKC: 10²³ -> 1023
     text = unicodedata.normalize("NFKC", text)
     text = _KANJI_RUN.sub(_kanji_replacement, text)
     text = _LIST_MARKER.sub(lambda m: m.group(1) + " ", text)
@@ -87,7 +122,7 @@ def prepare(text: str) -> str:
 
 def _read_quantity(text: str, m: re.Match) -> tuple[Quantity | None, int]:
     start, end = m.start(), m.end()
-    value = float(m.group().replace(",", ""))
+    value, end = _apply_power(text, m, parse_number(m.group(), m.lastgroup))
     value, end = _apply_scale(text, end, value)
     percent = False
     pm = _PERCENT.match(text, end)
@@ -98,12 +133,45 @@ def _read_quantity(text: str, m: re.Match) -> tuple[Quantity | None, int]:
     lead = start - len(prefix.group()) if prefix else start
     if _IDENTIFIER_BEFORE.search(text[max(0, lead - 2) : lead] if not (prefix and prefix.group("cur")) else ""):
         return None, end  # Q3, GPT-4, H2O: part of a name, not a stated number
+    if not math.isfinite(value):
+        return None, end  # 1e999: not a number anyone states
     if prefix and (prefix.group("neg") or prefix.group("neg2")):
         if _hyphen_between(text, lead, prefix):
             lead += 1
         else:
             value = -value
-    return Quantity(value=value, text=text[lead:end].strip(), percent=percent), end
+    elif not percent and text[lead - 1 : lead] == "(" and text[end : end + 1] == ")" and (
+            m.lastgroup in _GROUPED or (prefix and prefix.group("cur"))):
+        value, lead, end = -value, lead - 1, end + 1  # accounting negative: (1,200), ($1.5M)
+    year = (end == m.end() and lead == start and m.lastgroup == "plain" and _YEAR.fullmatch(m.group()) is not None
+            and not _COUNTED.match(text, end))
+    return Quantity(value=value, text=text[lead:end].strip(), percent=percent, year=year), end
+
+
+def parse_number(token: str, kind: str | None = None) -> float:
+    """The value of one number as matched by ``_NUMBER``; ``kind`` is the alternative that matched it."""
+    kind = kind or _NUMBER_RE.fullmatch(token).lastgroup
+    if kind == "dots":
+        token = token.replace(".", "").replace(",", ".")
+    elif kind == "commas":
+        token = token.replace(",", "")
+    elif kind == "spaces":
+        token = token.replace(" ", "").replace(",", ".")
+    elif kind == "decimal_comma":
+        token = token.replace(",", ".")
+    return float(token.replace("−", "-"))
+
+
+def _apply_power(text: str, m: re.Match, value: float) -> tuple[float, int]:
+    """``6.02 x 10^23`` (mantissa times a power of ten) and a bare ``10^6``."""
+    power = _TIMES_TEN.match(text, m.end())
+    if power is None and m.group() == "10":
+        power = _POWER.match(text, m.end())
+        value = 1.0 if power else value
+    if power is None:
+        return value, m.end()
+    exponent = int(power.group("exp").replace("−", "-"))
+    return float(f"{value!r}e{exponent}"), power.end()  # not value * 10.0**exponent: that overflows past 308
 
 
 def _hyphen_between(text: str, lead: int, prefix: re.Match) -> bool:
@@ -130,7 +198,8 @@ def _apply_scale(text: str, end: int, value: float) -> tuple[float, int]:
         big = _JA_BIG.get(more.group("big"))
         if big is not None and big >= last_big:
             break
-        part = float(more.group("num").replace(",", "")) * _JA_SMALL.get(more.group("small"), 1) * (big or 1)
+        kind = next(k for k in _KINDS if more.group(k) is not None)
+        part = parse_number(more.group("num"), kind) * _JA_SMALL.get(more.group("small"), 1) * (big or 1)
         value, end, last_big = value + part, more.end(), big
     return value, end
 

@@ -4,7 +4,13 @@ For each key number of the reference (see :mod:`kitae.graders.numbers`), find th
 sample by relative error |s - r| / |r|; credit 1 within ``tolerance`` (1%), ``partial_credit`` (0.5) within
 ``partial_tolerance`` (5%), else 0. The score is the mean over the reference's numbers (repeats counted
 once). A reference without numbers gives no score (None: the row is skipped, as the guide says); a sample
-without numbers scores 0. Worked example (the hosted RFT grader guide)::
+without numbers scores 0.
+
+Years are context, not key numbers: the guide's key numbers are "decimals, percentages, amounts", and a
+reference such as "In 2024 revenue was $1,705M" asks for the amount, so a year (a plain 1900-2099, see
+:mod:`kitae.graders.numbers`) is left out, unless the reference has no other number ("Founded in 1998."
+asks for the year); a year that is a key number must be matched exactly (1% of 2024 is 20 years). Worked
+example (the hosted RFT grader guide)::
 
     reference: WACC ≈ 9.91%, cost of equity 10.34%, after-tax cost of debt 4.15%, EV ≈ $1,705M
     sample:    9.95%, 10.3%, 4.2%, 1,700M        -> (1 + 1 + 0.5 + 1) / 4 = 0.875
@@ -64,7 +70,8 @@ class NumericGrader(PairGrader):
         return self.partial_credit if error <= self.partial_tolerance + eps else 0.0
 
     def score(self, text: str, reference: Any) -> Grade:
-        wanted = _unique(extract_quantities(as_text(reference)))
+        stated = _unique(extract_quantities(as_text(reference)))
+        wanted = [q for q in stated if not q.year] or stated
         if not wanted:
             return Grade(score=None, reason="reference has no number: skipped")
         got = extract_quantities(text)
@@ -77,6 +84,9 @@ class NumericGrader(PairGrader):
             return 0.0, f"{want.text}: no number in sample"
         best = min(got, key=lambda q: relative_error(q.value, want.value))
         error = relative_error(best.value, want.value)
+        if want.year:  # 1% of 2024 is 20 years: a year is right or wrong
+            credit = float(best.value == want.value)
+            return credit, f"{want.text}→{best.text} (year): {credit:g}"
         credit = self.credit(error)
         return credit, f"{want.text}→{best.text} ({error:.1%}): {credit:g}"
 

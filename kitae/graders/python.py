@@ -11,11 +11,13 @@ the sandbox (:mod:`kitae.sandbox`: no network, no view of the machine's files, p
 a private /tmp) with a wall-clock ``timeout`` per sample (default 10 s), a CPU ``cpu_seconds`` budget
 (default 5 s), an address-space limit ``memory_mb`` (default 1024), at most 32 processes, and files of at
 most 64 MB (prints count). ``sandbox: none`` runs it unisolated, for code you trust on a machine without
-user namespaces; runs that do say so. A crash, timeout, exception or non-number becomes the sample's
-``error`` (the grade abstains); it never stops the caller. ``image_tag`` (OpenAI's runtime image) is
-accepted and ignored: the code sees this machine's Python and its packages. One worker serves the grader's
-samples one at a time and is restarted after a failure, so module-level state in ``source`` persists
-between samples of a healthy worker; processes a grade starts end with it.
+user namespaces; runs that do say so. A crash, timeout, exception, non-number, NaN or infinity becomes the
+sample's ``error`` (the grade abstains); it never stops the caller. ``image_tag`` (OpenAI's runtime image) is
+accepted and ignored: the code sees this machine's Python and its packages. ``pass_threshold`` (OpenAI's)
+leaves the score as ``grade`` returned it and adds ``sub_scores.passed``: 1 when the score is at least the
+threshold, else 0. One worker serves the grader's samples one at a time and is restarted after a failure, so
+module-level state in ``source`` persists between samples of a healthy worker; processes a grade starts end
+with it.
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ class PythonGrader(Grader):
     """OpenAI python grader: grade(sample, item) in a sandboxed, limited process (no network)."""
 
     def __init__(self, source: str, timeout: float = 10.0, cpu_seconds: float = 5.0, memory_mb: int = 1024,
-                 sandbox: Sandbox | None = None):
-        self.source = source
+                 pass_threshold: float | None = None, sandbox: Sandbox | None = None):
+        self.source, self.pass_threshold = source, pass_threshold
         self.sandbox = sandbox if sandbox is not None else Sandbox()
         self.worker = Worker("python", timeout_s=timeout, memory_mb=memory_mb, cpu_seconds=cpu_seconds,
                              sandbox=self.sandbox, source=source)
@@ -53,19 +55,22 @@ class PythonGrader(Grader):
         timeout = r.number("timeout", 10.0, minimum=0.1)
         cpu_seconds = r.number("cpu_seconds", 5.0, minimum=0.1)
         memory_mb = r.integer("memory_mb", 1024, minimum=64)
+        pass_threshold = r.number("pass_threshold", None, nullable=True)
         kind = r.choice("sandbox", list(KINDS), "bwrap")
         r.finish()
         return cls(source, timeout=timeout, cpu_seconds=cpu_seconds, memory_mb=memory_mb,
-                   sandbox=open_sandbox(kind, r.at("sandbox")))
+                   pass_threshold=pass_threshold, sandbox=open_sandbox(kind, r.at("sandbox")))
 
     def grade_sample(self, item: Item, sample: Sample) -> Grade:
         try:
             value = self.worker.call({"sample": sandbox_sample(sample), "item": item})
         except SandboxError as exc:
             return Grade.abstain(error=f"python grader: {exc}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             return Grade.abstain(error=f"python grader: grade() returned {value!r}, not a number")
-        return Grade(score=float(value))
+        if not math.isfinite(value):
+            return Grade.abstain(error=f"python grader: grade() returned {value!r}, not a finite number")
+        return Grade(score=float(value)).mark_passed(self.pass_threshold)
 
     async def agrade_sample(self, item: Item, sample: Sample) -> Grade:
         return await asyncio.to_thread(self.grade_sample, item, sample)

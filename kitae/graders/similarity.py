@@ -4,12 +4,20 @@
     {type: text_similarity, evaluation_metric: bleu, input: "{{sample.output_json.summary}}",
      reference: "{{item.summary}}", pass_threshold: 0.5, tokenizer: ja}
 
-Metrics: ``rouge_l`` (default), ``rouge_1``..``rouge_5`` (F1), ``bleu``, ``gleu``, ``fuzzy_match`` (character
-Indel ratio), ``cosine`` (sentence embeddings from the ``embed`` extra; the bundled all-MiniLM-L6-v2 unless
-``embedding_model`` names a local sentence-transformers folder). Departures from OpenAI: ``meteor`` is not
-offered (it needs WordNet); tokenization is kitae's (``tokenizer``: auto | words | ja | chars, see
-:mod:`kitae.graders.text`), so BLEU/GLEU values differ slightly from other implementations; the score is
-the metric itself and ``pass_threshold``, when given, only adds a ``passed`` sub-score.
+Metrics: ``rouge_l`` (default), ``rouge_1``..``rouge_5`` (F1), ``bleu``, ``gleu``, ``meteor``,
+``fuzzy_match`` (character Indel ratio), ``cosine`` (sentence embeddings from the ``embed`` extra; the
+bundled all-MiniLM-L6-v2 unless ``embedding_model`` names a local sentence-transformers folder).
+
+- ``bleu`` is sacreBLEU's sentence BLEU / 100 (:func:`kitae.graders.text.bleu`): with ``tokenizer: auto``
+  on non-Japanese text it equals ``sacrebleu.sentence_bleu(sample, [reference]).score / 100`` (sacreBLEU's
+  13a tokenizer); Japanese text and a named tokenizer use kitae's tokens.
+- ``meteor`` is nltk's ``meteor_score`` (alpha 0.9, beta 3, gamma 0.5) on kitae's tokens with exact and
+  Porter-stem matching only: WordNet's synonym stage is off, because WordNet's data cannot be installed as
+  a package. So "fast" and "quick" do not match; where a pair has no WordNet synonyms the value equals
+  nltk's with WordNet, otherwise it is lower.
+- Tokenization is kitae's (``tokenizer``: auto | words | ja | chars, see :mod:`kitae.graders.text`).
+- The score is the metric itself; ``pass_threshold``, when given, only adds a ``passed`` sub-score (1 when
+  the score is at least the threshold), as every kitae grader treats it.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ METRICS = ["rouge_l", *ROUGE_N, "bleu", "gleu", "fuzzy_match", "cosine", "meteor
 
 @register_grader("text_similarity")
 class TextSimilarityGrader(PairGrader):
-    """OpenAI text_similarity: ROUGE-L F1 (default), rouge_1..5, bleu, gleu, fuzzy_match, cosine."""
+    """OpenAI text_similarity: ROUGE-L F1 (default), rouge_1..5, bleu, gleu, meteor, fuzzy_match, cosine."""
 
     def __init__(self, metric: str = "rouge_l", tokenizer: str = "auto", pass_threshold: float | None = None,
                  embedding_model: str | None = None, **templates: Any):
@@ -43,13 +51,10 @@ class TextSimilarityGrader(PairGrader):
     def from_spec(cls, spec: dict, path: str) -> "TextSimilarityGrader":
         r = SpecReader(spec, path)
         metric = r.choice("evaluation_metric", METRICS, "rouge_l")
-        if metric == "meteor":
-            raise ConfigError(r.at("evaluation_metric"),
-                              "meteor is not supported (it needs WordNet); use rouge_l or bleu")
         grader = cls(
             metric=metric,
             tokenizer=r.choice("tokenizer", ["auto", *T.TOKENIZERS.names()], "auto"),
-            pass_threshold=r.number("pass_threshold", None),
+            pass_threshold=r.number("pass_threshold", None, nullable=True),
             embedding_model=r.text("embedding_model", None),
             **cls.read_templates(r),
         )
@@ -65,18 +70,19 @@ class TextSimilarityGrader(PairGrader):
             value = cosine(text, reference, self.embedding_model)
         elif self.metric == "fuzzy_match":
             value = T.fuzzy_ratio(text, reference)
+        elif self.metric == "bleu":
+            value = T.bleu(text, reference, self.tokenizer)
         else:
             tokenize = T.tokenizer_for(self.tokenizer, text, reference)
             value, sub = self._token_metric(tokenize(text), tokenize(reference))
-        reason = None
+        grade = Grade(score=value, sub_scores=sub).mark_passed(self.pass_threshold)
         if self.pass_threshold is not None:
-            sub["passed"] = float(value >= self.pass_threshold)
-            reason = f"{self.metric} {value:.3f} {'>=' if sub['passed'] else '<'} {self.pass_threshold}"
-        return Grade(score=value, sub_scores=sub, reason=reason)
+            grade.reason = f"{self.metric} {value:.3f} {'>=' if sub['passed'] else '<'} {self.pass_threshold}"
+        return grade
 
     def _token_metric(self, s: list[str], r: list[str]) -> tuple[float, dict[str, float | None]]:
-        if self.metric == "bleu":
-            return T.bleu(s, r), {}
+        if self.metric == "meteor":
+            return T.meteor(s, r), {}
         if self.metric == "gleu":
             return T.gleu(s, r), {}
         p, rec, f = T.rouge_l(s, r) if self.metric == "rouge_l" else T.rouge_n(s, r, ROUGE_N[self.metric])

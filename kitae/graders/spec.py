@@ -163,27 +163,45 @@ def _show(value: Any) -> str:
 def load_spec(spec: dict | str | Path, path: str = "grader") -> dict[str, Any]:
     """A spec dict from a dict, a .yaml/.json file, inline YAML/JSON text, or a bare type name.
 
-    A file whose top level is ``{grader: {...}}`` (a config section) yields the inner spec.
+    A file whose top level is ``{grader: {...}}`` (a config section) yields the inner spec. A string is a
+    file when a file of that name exists; inline text of any length is never mistaken for one.
     """
     if isinstance(spec, dict):
         return spec
-    if isinstance(spec, Path) or (isinstance(spec, str) and _looks_like_file(spec)):
-        file = Path(spec)
-        if not file.is_file():
-            raise ConfigError(path, f"grader spec file {str(file)!r} does not exist")
-        return _unwrap(_parse_text(file.read_text(encoding="utf-8"), f"{path} ({file})"), path)
+    if isinstance(spec, Path):
+        return _load_file(spec, path)
     if isinstance(spec, str):
         text = spec.strip()
         if text.isidentifier():
             return {"type": text}
-        if "\n" not in text and Path(text).is_file():  # a spec file with another extension
-            return load_spec(Path(text), path)
+        if "\n" not in text and _is_file(text):  # a spec file, whatever its extension
+            return _load_file(Path(text), path)
+        if "\n" not in text and text.endswith((".yaml", ".yml", ".json")) and not _looks_inline(text):
+            raise ConfigError(path, f"grader spec file {text!r} does not exist")
         return _unwrap(_parse_text(text, path), path)
     raise ConfigError(path, f"expected a grader spec (mapping, file or type name), got {_show(spec)}")
 
 
-def _looks_like_file(text: str) -> bool:
-    return "\n" not in text and text.strip().endswith((".yaml", ".yml", ".json"))
+def _load_file(file: Path, path: str) -> dict[str, Any]:
+    if not _is_file(file):
+        raise ConfigError(path, f"grader spec file {str(file)!r} does not exist")
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path} ({file})", f"cannot read the grader spec file: {exc}") from None
+    return _unwrap(_parse_text(text, f"{path} ({file})"), path)
+
+
+def _is_file(name: str | Path) -> bool:
+    """Whether a file of that name exists; False for names no file can have (too long, a NUL byte)."""
+    try:
+        return Path(name).is_file()
+    except (OSError, ValueError):  # ENAMETOOLONG for inline specs over 255 bytes; "embedded null byte"
+        return False
+
+
+def _looks_inline(text: str) -> bool:
+    return text.startswith(("{", "[")) or ": " in text
 
 
 def _parse_text(text: str, where: str) -> Any:

@@ -1,10 +1,16 @@
 """OpenAI grader templates: ``{{item.FIELD}}``, ``{{sample.output_text}}``, ``{{sample.output_json.FIELD}}``.
 
-Paths may be nested (``{{item.meta.answers.0}}``: list elements by index). Departures from OpenAI, stated:
+Paths may be nested, with list elements by index in OpenAI's brackets or as a dotted number:
+``{{sample.output_tools[0].function.name}}``, ``{{item.meta.answers[-1]}}``, ``{{item.meta.answers.0}}``.
+Departures from OpenAI, stated:
 
 - ``{{sample.output_text}}`` is the completion *up to* the end-of-turn marker ``<|im_end|>`` (rollouts keep
   the marker so the template reward can see it); ``{{sample.raw_text}}`` is the completion as generated.
 - ``{{sample.output_json}}`` parses the output text (inside a ```json fence if there is one).
+- ``{{sample.output_tools}}`` is the sample's ``output_tools`` field when it has one; otherwise the tool calls
+  written in the text as ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (the Qwen/Hermes chat
+  format), each as OpenAI gives them: ``{type: function, function: {name, arguments}}`` with ``arguments``
+  a JSON string. A sample without tool calls has an empty list (so ``[0]`` makes it abstain).
 - Any other sample field (``finish_reason``, ``completion_tokens``, ...) is readable too.
 
 The template is checked when the spec is read (roots must be ``item`` or ``sample``); a path missing from a
@@ -24,7 +30,9 @@ from kitae.errors import ConfigError, KitaeError
 from kitae.registry import unknown_name_message
 
 _PLACEHOLDER = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
-_SEGMENT = re.compile(r"^[^.\s]+$")
+_NAME = re.compile(r"[^.\[\]\s]+")
+_STEP = re.compile(r"\.([^.\[\]\s]+)|\[\s*(-?\d+)\s*\]")  # .field or [index]
+_TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 ROOTS = ("item", "sample")
 _FENCE = re.compile(r"```(?:json)?\s*\n(.*?)\n?```", re.S)
 
@@ -38,7 +46,7 @@ class Template:
 
     def __init__(self, text: str, path: str = ""):
         self.text, self.path = text, path
-        self.parts: list[str | tuple[str, ...]] = []  # literal text or a placeholder's path segments
+        self.parts: list[str | FieldPath] = []  # literal text or a placeholder's path segments
         pos = 0
         for m in _PLACEHOLDER.finditer(text):
             self.parts.append(text[pos : m.start()])
@@ -65,28 +73,38 @@ class Template:
         return "".join(p if isinstance(p, str) else as_text(lookup(p, item, sample)) for p in self.parts)
 
 
-def _parse_path(expr: str, where: str) -> tuple[str, ...]:
-    segments = tuple(expr.split("."))
-    if not expr or not all(_SEGMENT.match(s) for s in segments):
-        raise ConfigError(where, f"bad template path {{{{{expr}}}}}: write {{{{item.FIELD}}}} or {{{{sample.FIELD}}}}")
+FieldPath = tuple[str | int, ...]  # field names (str) and list indexes written [N] (int)
+
+
+def _parse_path(expr: str, where: str) -> FieldPath:
+    """``sample.output_tools[0].function.name`` -> ("sample", "output_tools", 0, "function", "name")."""
+    head = _NAME.match(expr)
+    segments: list[str | int] = [head.group()] if head else []
+    pos = head.end() if head else 0
+    while head and pos < len(expr) and (step := _STEP.match(expr, pos)):
+        segments.append(step.group(1) if step.group(1) is not None else int(step.group(2)))
+        pos = step.end()
+    if not head or pos != len(expr):
+        raise ConfigError(where, f"bad template path {{{{{expr}}}}}: write {{{{item.FIELD}}}}, {{{{sample.FIELD}}}} "
+                          "or a nested path such as {{sample.output_tools[0].function.name}}")
     if segments[0] not in ROOTS:
-        unknown = unknown_name_message("template root", segments[0], list(ROOTS))
+        unknown = unknown_name_message("template root", str(segments[0]), list(ROOTS))
         raise ConfigError(where, f"template {{{{{expr}}}}}: {unknown}")
-    if len(segments) == 1:
-        raise ConfigError(where, f"template {{{{{expr}}}}} names no field (e.g. {{{{{expr}.reference_answer}}}})")
-    return segments
+    if len(segments) == 1 or not isinstance(segments[1], str):
+        raise ConfigError(where, f"template {{{{{expr}}}}} names no field (e.g. {{{{{segments[0]}.reference_answer}}}})")
+    return tuple(segments)
 
 
-def lookup(segments: tuple[str, ...], item: dict, sample: dict) -> Any:
-    """The value at ``item.a.b`` / ``sample.output_json.x``; TemplateError names what is missing."""
-    root, first = segments[0], segments[1]
+def lookup(segments: FieldPath, item: dict, sample: dict) -> Any:
+    """The value at ``item.a.b`` / ``sample.output_json.x`` / ``item.a[0]``; TemplateError names what is missing."""
+    root, first = segments[0], str(segments[1])
     if root == "item":
         value, rest, shown = item, segments[1:], "item"
     else:
         value, rest, shown = sample_field(sample, first), segments[2:], f"sample.{first}"
     for seg in rest:
         value = _step(value, seg, shown)
-        shown += "." + seg
+        shown += f"[{seg}]" if isinstance(seg, int) else f".{seg}"
     return value
 
 
@@ -97,6 +115,8 @@ def sample_field(sample: dict, name: str) -> Any:
         return sample.get("output_text", "")
     if name == "output_json":
         return output_json(sample)
+    if name == "output_tools" and "output_tools" not in sample:
+        return output_tools(sample)
     return _step(sample, name, "sample")
 
 
@@ -116,7 +136,29 @@ def output_json(sample: dict) -> Any:
         raise TemplateError(f"sample output is not JSON ({exc})") from None
 
 
-def _step(value: Any, seg: str, shown: str) -> Any:
+def output_tools(sample: dict) -> list[dict[str, Any]]:
+    """The ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks of the output, as OpenAI's tool calls."""
+    calls = []
+    for i, block in enumerate(_TOOL_CALL.findall(output_text(sample))):
+        try:
+            call = json.loads(block)
+        except ValueError as exc:
+            raise TemplateError(f"sample.output_tools[{i}]: <tool_call> is not JSON ({exc})") from None
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+            raise TemplateError(f"sample.output_tools[{i}]: <tool_call> has no \"name\": {block[:80]!r}")
+        arguments = call.get("arguments", {})
+        arguments = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+        calls.append({"type": "function", "function": {"name": call["name"], "arguments": arguments}})
+    return calls
+
+
+def _step(value: Any, seg: str | int, shown: str) -> Any:
+    if isinstance(seg, int):
+        if not isinstance(value, list):
+            raise TemplateError(f"{{{{{shown}[{seg}]}}}}: {shown} is a {type(value).__name__}, not a list")
+        if -len(value) <= seg < len(value):
+            return value[seg]
+        raise TemplateError(f"{{{{{shown}[{seg}]}}}}: index {seg} out of range (length {len(value)})")
     if isinstance(value, dict):
         if seg in value:
             return value[seg]

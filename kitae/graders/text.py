@@ -1,4 +1,5 @@
-"""Tokenizers and text-overlap metrics: ROUGE-N, ROUGE-L (Lin, 2004), BLEU, GLEU, fuzzy match.
+"""Tokenizers and text-overlap metrics: ROUGE-N, ROUGE-L (Lin, 2004), BLEU (sacreBLEU), GLEU, METEOR (nltk),
+fuzzy match.
 
 ROUGE-L is the F1 of the longest common subsequence (LCS) of tokens: precision = LCS / sample tokens, recall =
 LCS / reference tokens, as in the hosted RFT grader guide and the ``rouge-score`` package (whose numbers it reproduces on
@@ -17,7 +18,6 @@ Tokenizers (a grader pins one; ``auto`` picks per text pair):
 from __future__ import annotations
 
 import functools
-import math
 import re
 import unicodedata
 import warnings
@@ -128,26 +128,27 @@ def rouge_n(sample: Sequence[str], reference: Sequence[str], n: int) -> tuple[fl
     return p, rec, f1(p, rec)
 
 
-def bleu(sample: Sequence[str], reference: Sequence[str], max_order: int = 4) -> float:
-    """Sentence BLEU (Papineni et al., 2002) with sacreBLEU's ``exp`` smoothing and effective order."""
-    if not sample or not reference:
-        return 0.0
-    log_sum, orders, smooth = 0.0, 0, 1.0
-    for n in range(1, max_order + 1):
-        s, r = ngrams(sample, n), ngrams(reference, n)
-        total = sum(s.values())
-        if total == 0:
-            break
-        matches = sum((s & r).values())
-        if matches == 0:
-            smooth *= 2
-            precision = 1.0 / (smooth * total)
-        else:
-            precision = matches / total
-        log_sum += math.log(precision)
-        orders += 1
-    brevity = 1.0 if len(sample) >= len(reference) else math.exp(1 - len(reference) / len(sample))
-    return brevity * math.exp(log_sum / orders)
+def bleu(sample: str, reference: str, tokenizer: str = "auto") -> float:
+    """sacreBLEU's sentence BLEU / 100 (``sacrebleu.sentence_bleu``: exp smoothing, effective order).
+
+    ``auto`` on text without Japanese uses sacreBLEU's own default tokenizer (13a: case and punctuation
+    kept), so the value equals ``sacrebleu.sentence_bleu(sample, [reference]).score / 100``. Japanese text
+    (``auto``) and a named tokenizer use kitae's tokens, joined by spaces, with sacreBLEU's ``none``. No
+    shared word gives 0 (sacreBLEU stops early when no n-gram matches).
+    """
+    if tokenizer == "auto" and not (has_japanese(sample) or has_japanese(reference)):
+        metric = _sacrebleu("13a")
+    else:
+        tokenize = tokenizer_for(tokenizer, sample, reference)
+        sample, reference, metric = " ".join(tokenize(sample)), " ".join(tokenize(reference)), _sacrebleu("none")
+    return min(1.0, metric.sentence_score(sample, [reference]).score / 100)  # 100.00000000000004 happens
+
+
+@functools.cache
+def _sacrebleu(tokenize: str):
+    from sacrebleu.metrics import BLEU
+
+    return BLEU(tokenize=tokenize, effective_order=True)  # sentence_bleu's settings
 
 
 def gleu(sample: Sequence[str], reference: Sequence[str], max_order: int = 4) -> float:
@@ -158,6 +159,28 @@ def gleu(sample: Sequence[str], reference: Sequence[str], max_order: int = 4) ->
         return 0.0
     overlap = sum((s & r).values())
     return min(overlap / sum(s.values()), overlap / sum(r.values()))
+
+
+def meteor(sample: Sequence[str], reference: Sequence[str]) -> float:
+    """nltk's METEOR (Lavie & Agarwal, 2007) with exact and Porter-stem matching, no WordNet synonyms.
+
+    The synonym stage is given a WordNet with no entries (WordNet's data is not installable as a package),
+    so the value equals ``nltk.translate.meteor_score.meteor_score([reference], sample)`` wherever no
+    unmatched word pair is a WordNet synonym pair, and is lower where one is.
+    """
+    from nltk.translate.meteor_score import meteor_score
+
+    return meteor_score([list(reference)], list(sample), wordnet=NO_SYNONYMS)
+
+
+class _NoSynonyms:
+    """Stands in for nltk's WordNet reader: no word has synonyms."""
+
+    def synsets(self, word: str) -> list:
+        return []
+
+
+NO_SYNONYMS = _NoSynonyms()
 
 
 def fuzzy_ratio(a: str, b: str) -> float:

@@ -24,12 +24,17 @@ Replies are asked for as JSON (``{"result": number}`` / ``{"label": one of label
 ``response_format`` where the server has it) and read tolerantly: that JSON, a bare number, or text that is
 exactly one label (any case) or names exactly one label. As in OpenAI, output that is not a number scores 0
 (even when ``range`` starts above 0), and a label outside ``labels`` scores 0; both say why in ``reason`` and
-count in ``counters``. A call that fails after its retries abstains (``score=None`` with the error).
-``input`` items may carry OpenAI's ``type: message``; ``content`` may be a string or a list of text parts.
+count in ``counters``. A number that is NaN or ±infinity (``1e999``) is not clipped into ``range``: the
+sample abstains with an error (counted as ``non_finite``). A call that fails after its retries abstains
+(``score=None`` with the error).
+``input`` items may carry OpenAI's ``type: message``; ``content`` takes OpenAI's text forms: a string, one
+text part (``{type: input_text, text: ...}``; ``output_text`` and ``text`` too) or a list of strings and text
+parts, joined with nothing between them. Image and audio parts are refused (the judge client sends text).
 """
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from dataclasses import asdict, dataclass
@@ -37,7 +42,7 @@ from typing import Any
 
 from kitae.errors import ConfigError
 from kitae.graders.base import Grade, Item, Sample
-from kitae.graders.spec import SpecReader, register_grader
+from kitae.graders.spec import SpecReader, _show, register_grader
 from kitae.graders.template import Template, TemplateError
 from kitae.judge.client import ChatClient, ChatError, ClientGrader, read_client
 from kitae.judge.parse import JudgeOutputError, extract_json
@@ -51,6 +56,7 @@ class ModelGraderCounters:
     samples: int = 0
     scored: int = 0
     unreadable: int = 0  # non-numeric output / not one of the labels (scored 0)
+    non_finite: int = 0  # a number that is NaN or ±infinity (abstained)
     abstained: int = 0  # the call failed
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -108,7 +114,7 @@ class ModelGrader(ClientGrader):
         c = self.counters
         return {"judge_calls": float(c.samples), "judge_cached_calls": float(c.cached_calls),
                 "judge_tokens": float(c.prompt_tokens + c.completion_tokens), "judge_unreadable": float(c.unreadable),
-                "judge_abstained_samples": float(c.abstained)}
+                "judge_abstained_samples": float(c.abstained), "judge_non_finite": float(c.non_finite)}
 
 
 @register_grader("score_model")
@@ -138,12 +144,15 @@ class ScoreModelGrader(ModelGrader):
         value = read_number(text)
         if value is None:
             self._count(unreadable=1)
-            return Grade(score=0.0, reason=f"non-numeric output scores 0: {_excerpt(text)}")
+            return Grade(score=0.0, reason=f"non-numeric output scores 0: {_excerpt(text)}").mark_passed(
+                self.pass_threshold)
+        if not math.isfinite(value):  # clipping would make infinity the top score: abstain instead
+            self._count(non_finite=1)
+            return Grade.abstain(error=f"model said {value}, not a finite number").mark_passed(self.pass_threshold)
         lo, hi = self.range
         score = min(hi, max(lo, value))
-        subs = {} if self.pass_threshold is None else {"passed": float(score >= self.pass_threshold)}
         note = f"model said {value:g}" + (f", clipped to {score:g}" if score != value else "")
-        return Grade(score=score, sub_scores=subs, reason=note)
+        return Grade(score=score, reason=note).mark_passed(self.pass_threshold)
 
 
 @register_grader("label_model")
@@ -237,22 +246,39 @@ def read_input(r: SpecReader) -> list[tuple[str, Template]]:
         if m.raw("type", "message") != "message":
             raise ConfigError(f"{path}.type", f"only 'message' items are supported, got {m.raw('type')!r}")
         role = m.choice("role", list(ROLES))
-        content = m.raw("content")
-        if isinstance(content, list):
-            content = "".join(_part_text(p, f"{path}.content[{j}]") for j, p in enumerate(content))
-        if not isinstance(content, str):
-            raise ConfigError(f"{path}.content", f"expected a string (a template), got {content!r}")
+        content = read_content(m.raw("content"), f"{path}.content")
         m.finish()
         out.append((role, Template(content, f"{path}.content")))
     return out
 
 
+TEXT_PARTS = ("input_text", "output_text", "text")
+
+
+def read_content(content: Any, path: str) -> str:
+    """OpenAI message content as one template text: a string, a text part, or a list of strings and text parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, dict):
+        return _part_text(content, path)
+    if isinstance(content, list) and content:
+        return "".join(_part_text(p, f"{path}[{j}]") for j, p in enumerate(content))
+    raise ConfigError(path, f"expected a string (a template), a {{type: input_text, text: ...}} part or a list of "
+                      f"them, got {_show(content)}")
+
+
 def _part_text(part: Any, path: str) -> str:
     if isinstance(part, str):
         return part
-    if isinstance(part, dict) and part.get("type", "input_text") in ("input_text", "text") and "text" in part:
-        return str(part["text"])
-    raise ConfigError(path, f"only text parts are supported ({{type: input_text, text: ...}}), got {part!r}")
+    if not isinstance(part, dict):
+        raise ConfigError(path, f"expected a string or a {{type: input_text, text: ...}} part, got {_show(part)}")
+    kind = part.get("type", "input_text")
+    if kind not in TEXT_PARTS:
+        raise ConfigError(f"{path}.type", f"only text parts ({', '.join(TEXT_PARTS)}) are supported, got {kind!r}")
+    p = SpecReader(part, path)
+    text = p.text("text")
+    p.finish()
+    return text
 
 
 def read_sampling(r: SpecReader) -> dict[str, Any]:

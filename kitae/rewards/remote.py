@@ -22,7 +22,9 @@ name in ``RM_PROTOCOLS`` (the spec's ``protocol``):
 
 Not supported: SGLang's OpenAI-style ``/v1/classify`` (it returns softmaxed probabilities, which are constant
 for one-label reward models) and vLLM ``/score`` (cross-encoder pair scoring, not reward models).
-Every protocol sends ``"model"`` when the spec gives ``served_model``.
+Every protocol sends ``"model"`` when the spec gives ``served_model``, and ``Authorization: Bearer KEY`` when
+the spec names an environment variable in ``api_key_env`` that is set (read at each request, never stored;
+``kitae serve rm --token`` checks it: ``api_key_env: KITAE_SERVE_TOKEN``).
 
 Failure handling (:class:`kitae.serving.retry.Retrier`, shared with the judge's chat client): a request is
 retried on connection errors, timeouts, HTTP 429 and 5xx, after ``backoff × 2^attempt`` seconds (capped at
@@ -34,6 +36,8 @@ requests, retries, timeouts, HTTP and connection errors, bad replies and failed 
 from __future__ import annotations
 
 import asyncio
+import math
+import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -75,30 +79,35 @@ def _expect(ok: bool, what: str) -> None:
         raise RewardModelError(f"unexpected reply: {what}")
 
 
+def _score(value: Any) -> float:
+    """One served score; null (how a strict-JSON server sends NaN) is NaN, which the grader then refuses."""
+    return math.nan if value is None else float(value)
+
+
 def _parse_kitae(reply: Any, n: int) -> list[float]:
     _expect(isinstance(reply, dict) and isinstance(reply.get("scores"), list), "no 'scores' list")
-    return [float(s) for s in reply["scores"]]
+    return [_score(s) for s in reply["scores"]]
 
 
 def _parse_sglang(reply: Any, n: int) -> list[float]:
     rows = [reply] if isinstance(reply, dict) else reply
     _expect(isinstance(rows, list) and all(isinstance(r, dict) and r.get("embedding") for r in rows),
             "expected a list of {'embedding': [score, ...]}")
-    return [float(r["embedding"][0]) for r in rows]
+    return [_score(r["embedding"][0]) for r in rows]
 
 
 def _parse_vllm_classify(reply: Any, n: int) -> list[float]:
     _expect(isinstance(reply, dict) and isinstance(reply.get("data"), list), "no 'data' list")
     rows = sorted(reply["data"], key=lambda r: r.get("index", 0))
     _expect(all(isinstance(r.get("probs"), list) and r["probs"] for r in rows), "a row without 'probs'")
-    return [float(r["probs"][0]) for r in rows]
+    return [_score(r["probs"][0]) for r in rows]
 
 
 def _pooled_score(data: Any) -> float:
     while isinstance(data, list):  # [[per-token values], ...] -> last token; [score, ...] -> first label
         _expect(bool(data), "empty pooling data")
         data = data[-1] if isinstance(data[0], list) else data[0]
-    return float(data)
+    return _score(data)
 
 
 def _parse_vllm_pooling(reply: Any, n: int) -> list[float]:
@@ -125,15 +134,18 @@ class RemoteRewardModel:
 
     def __init__(self, url: str, protocol: str = "kitae", served_model: str | None = None,
                  tokenizer: Any = None, timeout: float = 30.0, retries: int = 2, backoff: float = 0.5,
-                 max_backoff: float = 8.0, max_concurrency: int = 4, batch_size: int = 16):
+                 max_backoff: float = 8.0, max_concurrency: int = 4, batch_size: int = 16,
+                 api_key_env: str | None = None):
         self.url = url.rstrip("/")
+        self.api_key_env = api_key_env
         self.protocol_name, self.protocol = protocol, RM_PROTOCOLS.get(protocol)
         self.served_model, self.tokenizer = served_model, tokenizer
         self.timeout = timeout
         self.batch_size = batch_size if self.protocol.batched else 1
         self.counters = WireCounters()
         self._retrier = Retrier(self.name, self.counters, RewardModelError, timeout=timeout, retries=retries,
-                                backoff=backoff, max_backoff=max_backoff, max_concurrency=max_concurrency)
+                                backoff=backoff, max_backoff=max_backoff, max_concurrency=max_concurrency,
+                                hint=self._key_hint)
 
     @property
     def name(self) -> str:
@@ -153,9 +165,22 @@ class RemoteRewardModel:
                 raise part
         return [s for part in parts for s in part]
 
+    def _headers(self) -> dict[str, str]:
+        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def _key_hint(self, resp: Any) -> str:
+        if resp.status_code not in (401, 403):
+            return ""
+        if not self.api_key_env:
+            return " (the server wants a token: name its environment variable in the spec's api_key_env)"
+        state = "is set" if os.environ.get(self.api_key_env) else "is not set"
+        return f" (the token comes from ${self.api_key_env}, which {state})"
+
     async def _score_chunk(self, client: httpx.AsyncClient, chunk: list[Any]) -> list[float]:
         body = self.protocol.build(chunk, self.served_model)
-        reply = await self._retrier.post(lambda: client.post(self.url + self.protocol.path, json=body))
+        reply = await self._retrier.post(lambda: client.post(self.url + self.protocol.path, json=body,
+                                                              headers=self._headers()))
         try:
             scores = self.protocol.parse(reply, len(chunk))
         except (RewardModelError, TypeError, ValueError, KeyError, IndexError) as exc:

@@ -14,68 +14,65 @@ speaks, so a spec written for SGLang or vLLM works against it unchanged:
 
 Conversations are formatted with the RM tokenizer's chat template; texts are scored as given. Scores are always
 raw logits (``use_activation`` is accepted and ignored). Requests are served on threads and scored one batch at a
-time (no cross-request batching). Bad requests get HTTP 400 ``{"error": {"message": ...}}``.
+time (no cross-request batching). A request holds at most ``max_items`` texts or conversations of at most
+``max_chars`` characters each (``--max-items``, ``--max-chars``), so none holds the model for minutes. Bad
+requests get HTTP 400 ``{"error": {"message": ..., "param": FIELD}}``; the HTTP checks (body size, token) are
+kitae/serving/http.py's.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from http.server import ThreadingHTTPServer
 from typing import Any
 
 from kitae.rewards.reward_model import LocalRewardModel
-from kitae.serving.http import LoopbackServer, json_handler
+from kitae.serving import requests as check
+from kitae.serving.http import HttpLimits, json_server
+from kitae.serving.requests import RequestError
 
-
-class BadRequest(ValueError):
-    """HTTP 400."""
-
-
-class NotFound(Exception):
-    """HTTP 404."""
-
-
-def _texts(value: Any) -> list[str]:
-    texts = [value] if isinstance(value, str) else value
-    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
-        raise BadRequest("expected a string or a list of strings")
-    return texts
-
-
-def _conversations(value: Any) -> list[list[dict[str, str]]]:
-    ok = isinstance(value, list) and all(
-        isinstance(c, list) and all(isinstance(m, dict) and {"role", "content"} <= set(m) for m in c) for c in value
-    )
-    if not ok:
-        raise BadRequest("'conversations' must be a list of message lists ({role, content} each)")
-    return value
+# One request must not hold the model for minutes (5,000 texts, or one of 50 MB, did): at most MAX_ITEMS texts or
+# conversations (kitae's client sends batch_size, 8 by default) of at most MAX_CHARS characters each, which is
+# past what --max-length (2048 tokens) keeps anyway.
+MAX_ITEMS = 256
+MAX_CHARS = 32_000
 
 
 class RewardModelService:
-    """The scoring behind the endpoints, independent of HTTP (so it is easy to test and reuse)."""
+    """The scoring behind the endpoints, independent of HTTP (so it is easy to test and reuse).
 
-    def __init__(self, scorer: LocalRewardModel, name: str | None = None):
+    Every request is checked before the model sees it: at most ``max_items`` texts or conversations, each at
+    most ``max_chars`` characters, messages with string roles and contents (400 naming the field)."""
+
+    def __init__(self, scorer: LocalRewardModel, name: str | None = None, max_items: int = MAX_ITEMS,
+                 max_chars: int = MAX_CHARS):
         self.scorer, self.name = scorer, name or scorer.name
+        self.max_items, self.max_chars = max_items, max_chars
+
+    def _texts(self, value: Any, param: str) -> list[str]:
+        return check.texts(value, param, self.max_items, self.max_chars)
+
+    def _conversations(self, value: Any, param: str) -> list[list[dict[str, str]]]:
+        return check.conversations(value, param, self.max_items, self.max_chars)
 
     def _score_input(self, body: dict[str, Any]) -> list[float]:
         if "messages" in body:
-            return self.scorer.score([_conversations([body["messages"]])[0]])
+            return self.scorer.score([check.messages(body["messages"], "messages", self.max_chars)])
         if "input" in body:
-            return self.scorer.score_texts(_texts(body["input"]))
-        raise BadRequest("expected 'input' (text or list of texts) or 'messages'")
+            return self.scorer.score_texts(self._texts(body["input"], "input"))
+        raise check.bad("expected 'input' (text or list of texts) or 'messages'")
 
     def kitae_score(self, body: dict[str, Any]) -> dict[str, Any]:
         if "conversations" in body:
-            scores = self.scorer.score(_conversations(body["conversations"]))
+            scores = self.scorer.score(self._conversations(body["conversations"], "conversations"))
         elif "texts" in body:
-            scores = self.scorer.score_texts(_texts(body["texts"]))
+            scores = self.scorer.score_texts(self._texts(body["texts"], "texts"))
         else:
-            raise BadRequest("expected 'conversations' (list of message lists) or 'texts'")
+            raise check.bad("expected 'conversations' (list of message lists) or 'texts'")
         return {"model": self.name, "scores": scores}
 
     def sglang_classify(self, body: dict[str, Any]) -> list[dict[str, Any]]:
-        scores = self.scorer.score_texts(_texts(body["text"]))
+        scores = self.scorer.score_texts(self._texts(body["text"], "text"))
         return [{"embedding": [s], "meta_info": {"id": str(i)}} for i, s in enumerate(scores)]
 
     def vllm_classify(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -95,16 +92,12 @@ class RewardModelService:
         routes = {"/v1/score": self.kitae_score, "/classify": self.classify,
                   "/v1/classify": self.vllm_classify, "/pooling": self.vllm_pooling}
         if path not in routes:
-            raise NotFound(path)
-        if not isinstance(body, dict):
-            raise BadRequest("the request body must be a JSON object")
-        return routes[path](body)
+            raise RequestError(404, f"no endpoint POST {path} (this server has {', '.join(routes)})")
+        return routes[path](check.require_object(body))
 
     def error_reply(self, exc: Exception, method: str, path: str) -> tuple[int, Any]:
-        if isinstance(exc, NotFound):
-            return 404, {"error": {"message": f"no endpoint {method} {path}"}}
-        if isinstance(exc, (BadRequest, json.JSONDecodeError, UnicodeDecodeError)):
-            return 400, {"error": {"message": str(exc)}}
+        if isinstance(exc, RequestError):
+            return exc.status, {"error": {"message": str(exc), "param": exc.param}}
         return 500, {"error": {"message": f"{type(exc).__name__}: {exc}"}}  # the model failed: keep serving
 
     def handle_get(self, path: str) -> Any:
@@ -112,10 +105,14 @@ class RewardModelService:
             return {"status": "ok", "model": self.name}
         if path == "/v1/models":
             return {"object": "list", "data": [{"id": self.name, "object": "model"}]}
-        raise NotFound(path)
+        raise RequestError(404, f"no endpoint GET {path} (this server has /health and /v1/models)")
 
 
 def make_server(scorer: LocalRewardModel, host: str = "127.0.0.1", port: int = 0, name: str | None = None,
-                quiet: bool = True) -> ThreadingHTTPServer:
-    """A bound server (port 0 = a free port; read it from ``server.server_address``); call serve_forever()."""
-    return LoopbackServer((host, port), json_handler(RewardModelService(scorer, name), quiet))
+                quiet: bool = True, token: str | None = None, limits: HttpLimits | None = None,
+                max_items: int = MAX_ITEMS, max_chars: int = MAX_CHARS) -> ThreadingHTTPServer:
+    """A bound server (port 0 = a free port; read it from ``server.server_address``); call serve_forever().
+    A host other than loopback needs ``token`` (ConfigError otherwise); with a token every request needs it."""
+    service = RewardModelService(scorer, name, max_items, max_chars)
+    return json_server(service, host, port, token=token, limits=limits, quiet=quiet,
+                       exposes="let anyone on the network use this reward model")

@@ -3,7 +3,10 @@
     server.py       the endpoints (/v1/models, /v1/chat/completions) on the standard library's http.server:
                     ``load_service(path)`` -> ChatService, ``make_server(service, host, port)``
     constrained.py  JSON-schema constrained decoding, so ``response_format`` is honoured by any local model
-    http.py         the threading server class the loopback servers share
+    http.py         what both serve commands share: the server class, the bind rule and access token, the
+                    request handler with its body limits
+    requests.py     request checks before any model work (JSON, fields, messages, work limits), shared by
+                    ``kitae serve rm`` and ``kitae serve model``
 
 Nothing is imported here, so ``kitae.serving.http`` stays free of torch. ``kitae serve rm`` (reward models)
 lives with the reward code in kitae/rewards/server.py.

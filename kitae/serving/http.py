@@ -1,12 +1,83 @@
-"""What kitae's loopback JSON servers share (stdlib only, cheap to import): the server class and the request
-handler. A service answers ``handle_get(path)`` / ``handle_post(path, body)`` with a JSON-able reply and turns
-an exception into ``error_reply(exc, method, path) -> (status, payload)``; the handler does the HTTP."""
+"""What kitae's JSON servers share (stdlib only, cheap to import): the server class, the bind rule, the access
+token and the request handler. A service answers ``handle_get(path)`` / ``handle_post(path, body)`` with a
+JSON-able reply and turns an exception into ``error_reply(exc, method, path) -> (status, payload)``; the
+handler does the HTTP.
+
+What the handler guarantees before a service sees a request (each refusal is a
+:class:`kitae.serving.requests.RequestError` the service shapes like its other errors):
+- with a token, every request carries it (``Authorization: Bearer TOKEN``, the scheme in any case): else 401;
+- a POST body has a Content-Length (411 otherwise; chunked bodies are refused), a whole number (400), at most
+  ``max_body_bytes`` (413, before reading it; also on ``Expect: 100-continue``), and arrives within
+  ``read_timeout_s`` of silence (408) or before the client closes (400);
+- the body is clean JSON (:func:`kitae.serving.requests.parse_json`).
+After a refusal whose body was not read, the connection is closed (after reading what the client still sends,
+for a moment, so the reply is not lost to a TCP reset).
+"""
 
 from __future__ import annotations
 
+import hmac
+import ipaddress
 import json
+import math
+import socket
+import time
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Protocol
+
+from kitae.serving.requests import RequestError, parse_json
+
+TOKEN_ENV = "KITAE_SERVE_TOKEN"
+MIN_TOKEN_CHARS = 16
+DEFAULT_MAX_BODY_MB = 8.0
+
+
+# ---- where to listen, and who may ask ----------------------------------------------------------------
+def is_loopback(host: str) -> bool:
+    host = host.strip("[]")
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def check_bind(host: str, token: str | None, token_env: str, exposes: str) -> None:
+    """Refuse a network address without a token too long to guess (``exposes``: what binding it would do,
+    e.g. "show your runs to anyone on the network"). Raises ConfigError naming ``--host`` or ``--token``."""
+    from kitae.errors import ConfigError
+
+    token = token or None  # an empty environment variable is no token
+    if token is not None and len(token) < MIN_TOKEN_CHARS:
+        raise ConfigError("--token", f"the access token is {len(token)} characters; use {MIN_TOKEN_CHARS} or more, "
+                          "e.g. python -c 'import secrets; print(secrets.token_urlsafe())'")
+    if not is_loopback(host) and not token:
+        raise ConfigError("--host", f"binding {host} would {exposes}; give an access token with --token or the "
+                          f"{token_env} environment variable, or bind 127.0.0.1 (the default) and use an SSH tunnel")
+
+
+def bearer_token(header: str) -> str | None:
+    """The token of an ``Authorization: Bearer TOKEN`` header; the scheme is case-insensitive (RFC 9110)."""
+    scheme, _, token = header.strip().partition(" ")
+    return (token.strip() or None) if scheme.lower() == "bearer" else None
+
+
+def token_matches(given: str | None, token: str) -> bool:
+    return given is not None and hmac.compare_digest(given.encode(), token.encode())
+
+
+# ---- the server ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class HttpLimits:
+    """``max_body_bytes``: the largest POST body (413 above); ``read_timeout_s``: the longest silence while a
+    request arrives (408 for a body, the connection closed between requests)."""
+
+    max_body_bytes: int = int(DEFAULT_MAX_BODY_MB * 1024 * 1024)
+    read_timeout_s: float = 30.0
+
+    @classmethod
+    def from_mb(cls, max_body_mb: float, read_timeout_s: float = 30.0) -> "HttpLimits":
+        return cls(int(max_body_mb * 1024 * 1024), read_timeout_s)
 
 
 class LoopbackServer(ThreadingHTTPServer):
@@ -15,6 +86,11 @@ class LoopbackServer(ThreadingHTTPServer):
 
     daemon_threads = True
     request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]):
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, handler)
 
 
 class JsonService(Protocol):
@@ -25,23 +101,56 @@ class JsonService(Protocol):
     def error_reply(self, exc: Exception, method: str, path: str) -> tuple[int, Any]: ...
 
 
-def json_handler(service: JsonService, quiet: bool = True) -> type[BaseHTTPRequestHandler]:
+def json_server(service: JsonService, host: str, port: int, *, token: str | None = None,
+                limits: HttpLimits | None = None, quiet: bool = True,
+                exposes: str = "let anyone on the network use this model") -> LoopbackServer:
+    """A bound server for ``service`` (port 0 = a free port); refuses a network host without a token."""
+    check_bind(host, token, TOKEN_ENV, exposes)
+    return LoopbackServer((host, port), json_handler(service, quiet, token or None, limits or HttpLimits()))
+
+
+def to_json(payload: Any) -> str:
+    """Strict JSON for any client: NaN and infinities (which JSON has no words for) become null."""
+    try:
+        return json.dumps(payload, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(payload), ensure_ascii=False, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def json_handler(service: JsonService, quiet: bool = True, token: str | None = None,
+                 limits: HttpLimits | None = None) -> type[BaseHTTPRequestHandler]:
     """A handler class for ``service``: JSON in and out, the query string ignored, any exception answered
     with ``service.error_reply`` (a failing model never stops the server)."""
+    limits = limits or HttpLimits()
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        timeout = limits.read_timeout_s  # on every socket read: a silent client cannot hold a thread
 
         def _send(self, status: int, payload: Any) -> None:
-            data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+            data = to_json(payload).encode("utf-8")
             try:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                if status == 401:
+                    self.send_header("WWW-Authenticate", "Bearer")
+                if self.close_connection:
+                    self.send_header("Connection", "close")
                 self.end_headers()
                 self.wfile.write(data)
             except OSError:  # the client went away
-                pass
+                self.close_connection = True
 
         def _answer(self, call: Callable[[], Any]) -> None:
             try:
@@ -49,15 +158,100 @@ def json_handler(service: JsonService, quiet: bool = True) -> type[BaseHTTPReque
             except Exception as exc:  # noqa: BLE001 - the service says what the client gets
                 self._send(*service.error_reply(exc, self.command, self.path))
 
+        def _refuse(self, exc: RequestError) -> None:
+            """Answer a request whose body was not read, then close without losing the answer."""
+            self.close_connection = True
+            self._send(*service.error_reply(exc, self.command, self.path))
+            linger(self.connection)
+
+        def _check_token(self) -> None:
+            if token is not None and not token_matches(bearer_token(self.headers.get("Authorization") or ""), token):
+                raise RequestError(401, "this server needs its access token: send 'Authorization: Bearer TOKEN' "
+                                   f"(the --token or ${TOKEN_ENV} it was started with)")
+
+        def handle_expect_100(self) -> bool:
+            try:
+                self._check_token()
+                body_length(self.headers, limits.max_body_bytes)
+            except RequestError as exc:
+                self._refuse(exc)
+                return False
+            return super().handle_expect_100()
+
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            try:
+                self._check_token()
+            except RequestError as exc:
+                self._refuse(exc)
+                return
             self._answer(lambda: service.handle_get(self.path.split("?")[0]))
 
         def do_POST(self) -> None:  # noqa: N802
-            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            self._answer(lambda: service.handle_post(self.path.split("?")[0], json.loads(raw.decode("utf-8"))))
+            try:
+                self._check_token()
+                raw = read_body(self.rfile, self.headers, limits)
+            except RequestError as exc:
+                self._refuse(exc)
+                return
+            self._answer(lambda: service.handle_post(self.path.split("?")[0], parse_json(raw)))
 
         def log_message(self, format: str, *args: Any) -> None:
             if not quiet:
                 super().log_message(format, *args)
 
     return Handler
+
+
+def body_length(headers: Any, max_bytes: int, flag: str | None = "--max-body-mb") -> int:
+    """The Content-Length of a POST, checked: present (411), a whole number (400), at most ``max_bytes`` (413,
+    naming the ``flag`` that raises it)."""
+    if headers.get("Transfer-Encoding"):
+        raise RequestError(411, "send the body with a Content-Length header (chunked transfer encoding is not "
+                           "supported)")
+    raw = headers.get("Content-Length")
+    if raw is None:
+        raise RequestError(411, "a POST needs a Content-Length header")
+    digits = raw.strip()
+    if not digits.isdigit() or not digits.isascii():
+        raise RequestError(400, f"Content-Length must be a whole number of bytes, got {raw[:40]!r}")
+    length = int(digits) if len(digits) <= 18 else 10**18  # int() refuses thousands of digits
+    if length > max_bytes:
+        raise RequestError(413, f"the body is {length:,} bytes; this server takes at most "
+                           f"{max_bytes / (1024 * 1024):g} MB" + (f" ({flag})" if flag else ""))
+    return length
+
+
+def read_body(rfile: Any, headers: Any, limits: HttpLimits, flag: str | None = "--max-body-mb") -> bytes:
+    """The body of a POST, all ``Content-Length`` bytes of it: 408 when it stops arriving for
+    ``read_timeout_s`` (the socket's timeout), 400 when the client closes before the end."""
+    length = body_length(headers, limits.max_body_bytes, flag)
+    chunks, got = [], 0
+    try:
+        while got < length:
+            chunk = rfile.read1(length - got)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+    except TimeoutError:
+        raise RequestError(408, f"the body stopped after {got} of {length} bytes (Content-Length) for "
+                           f"{limits.read_timeout_s:g} s") from None
+    if got < length:
+        raise RequestError(400, f"the body ended after {got} of {length} bytes (Content-Length)")
+    return b"".join(chunks)
+
+
+def linger(conn: socket.socket, seconds: float = 2.0, max_bytes: int = 1 << 28) -> None:
+    """Stop sending, then read and drop what the client still sends for up to ``seconds``: closing a socket
+    with unread data sends a TCP reset, which can destroy the reply before the client reads it."""
+    try:
+        conn.shutdown(socket.SHUT_WR)
+        deadline, dropped = time.monotonic() + seconds, 0
+        while dropped < max_bytes and (left := deadline - time.monotonic()) > 0:
+            conn.settimeout(left)
+            chunk = conn.recv(1 << 16)
+            if not chunk:
+                break
+            dropped += len(chunk)
+    except OSError:
+        pass

@@ -12,8 +12,8 @@ and the examples need no cloud account:
                                     "usage": {"prompt_tokens", "completion_tokens", "total_tokens"}}
 
 Prompts are formatted with the tokenizer's chat template (ChatML without one), generation is kitae's rollout
-engine (kitae/rollout/hf.py), and the content stops before ``<|im_end|>``, ``<|endoftext|>`` or a ``stop``
-string. Defaults follow OpenAI: temperature 1, top_p 1; ``max_tokens`` defaults to ``--max-tokens`` (512),
+engine (kitae/rollout/hf.py), and the content stops before ``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>``,
+any other special token of the tokenizer, or a ``stop`` string (no control-token text reaches a client). Defaults follow OpenAI: temperature 1, top_p 1; ``max_tokens`` defaults to ``--max-tokens`` (512),
 capped by the context left.
 
 ``response_format``:
@@ -24,10 +24,12 @@ capped by the context left.
     {"type": "text"} or absent  plain generation.
 At temperature 0 sampling again gives the same text, so "sample and check" makes one attempt.
 
-Errors are OpenAI-shaped, ``{"error": {"message", "type", "param", "code"}}``: 400 for a bad request (an
-unknown field value, ``stream``, ``tools``, ``logprobs``, a prompt longer than the context), 404 for another
-model name or path, 500 when generation fails. Requests run one at a time (a lock around the model; no
-batching across requests).
+Errors are OpenAI-shaped, ``{"error": {"message", "type", "param", "code"}}``: 400 for a bad request, checked
+before any model work by kitae/serving/requests.py (a field that would change results but is not implemented:
+``presence_penalty``, ``frequency_penalty``, ``logit_bias``, ``stream``, ``tools``, ... unless its value is a
+no-op; a malformed message; a prompt longer than the context, by characters before tokenizing, then by
+tokens), 401/408/411/413 from the HTTP layer (kitae/serving/http.py), 404 for another model name or path, 500
+when generation fails. Requests run one at a time (a lock around the model; no batching across requests).
 """
 
 from __future__ import annotations
@@ -42,22 +44,39 @@ from typing import Any
 
 import jsonschema
 
-from kitae.chat import END_OF_TEXT, IM_END
+from kitae.chat import TEMPLATE_TOKENS
 from kitae.rollout.base import SamplingParams
 from kitae.rollout.hf import HFEngine
+from kitae.serving import requests as check
 from kitae.serving.constrained import ConstrainedDecoder, supported
-from kitae.serving.http import LoopbackServer, json_handler
+from kitae.serving.http import HttpLimits, json_server
+from kitae.serving.requests import SEED_MAX, SEED_MIN, RequestError, cut_at_markers
 
 
-class ApiError(Exception):
+KNOWN_FIELDS = {"model", "messages", "temperature", "top_p", "max_tokens", "max_completion_tokens", "n", "stop",
+                "seed", "response_format"}
+NEUTRAL_FIELDS = {  # accepted with these values (they change nothing), refused with any other
+    "stream": (False,), "logprobs": (False,), "top_logprobs": (0,), "tools": ([],), "functions": ([],),
+    "tool_choice": ("none", "auto"), "presence_penalty": (0,), "frequency_penalty": (0,), "logit_bias": ({},),
+    "chat_template_kwargs": ({},),
+}
+IGNORED_FIELDS = {"user", "metadata", "store", "service_tier", "parallel_tool_calls", "stream_options",
+                  "reasoning_effort"}  # bookkeeping, or no effect on a model without a reasoning mode
+MAX_STOPS, MAX_STOP_CHARS = 16, 256
+
+
+class ApiError(RequestError):
     """An OpenAI-shaped error reply."""
 
     def __init__(self, status: int, message: str, param: str | None = None, kind: str = "invalid_request_error"):
-        super().__init__(message)
-        self.status, self.param, self.kind = status, param, kind
+        super().__init__(status, message, param)
+        self.kind = kind
 
-    def payload(self) -> dict[str, Any]:
-        return {"error": {"message": str(self), "type": self.kind, "param": self.param, "code": self.status}}
+
+def error_payload(exc: RequestError) -> dict[str, Any]:
+    kind = getattr(exc, "kind", None) or {401: "authentication_error", 404: "not_found_error"}.get(
+        exc.status, "invalid_request_error")
+    return {"error": {"message": str(exc), "type": kind, "param": exc.param, "code": exc.status}}
 
 
 @dataclass
@@ -73,60 +92,31 @@ class ChatRequest:
     schema: dict[str, Any] | None = None
 
 
-def parse_request(body: Any, max_n: int = 16) -> ChatRequest:
-    """A checked ChatRequest, or ApiError(400) naming the field."""
-    if not isinstance(body, dict):
-        raise ApiError(400, "the request body must be a JSON object")
-    for key in ("stream", "tools", "functions", "logprobs"):
-        if body.get(key):
-            raise ApiError(400, f"'{key}' is not supported by kitae serve model", key)
-    req = ChatRequest(messages=_messages(body.get("messages")))
-    req.temperature = _number(body, "temperature", 1.0, 0.0, 2.0)
-    req.top_p = _number(body, "top_p", 1.0, 0.0, 1.0)
-    limit = body.get("max_completion_tokens", body.get("max_tokens"))
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ApiError(400, f"max_tokens must be a positive integer, got {limit!r}", "max_tokens")
-    req.max_tokens = limit
-    n = body.get("n", 1)
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= max_n:
-        raise ApiError(400, f"n must be an integer from 1 to {max_n}, got {n!r}", "n")
-    req.n = n
-    stop = body.get("stop") or []
-    stop = [stop] if isinstance(stop, str) else stop
-    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
-        raise ApiError(400, "stop must be a string or a list of strings", "stop")
-    req.stop = stop
-    seed = body.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise ApiError(400, f"seed must be an integer, got {seed!r}", "seed")
-    req.seed = seed
+def parse_request(body: Any, max_n: int = 16, max_context: int = 1 << 20,
+                  max_prompt_chars: int = 1 << 30) -> ChatRequest:
+    """A checked ChatRequest, or RequestError(400) naming the field. Nothing here tokenizes: a prompt of more
+    than ``max_prompt_chars`` characters is refused before the tokenizer sees it."""
+    body = check.require_object(body)
+    check.check_fields(body, KNOWN_FIELDS, NEUTRAL_FIELDS, IGNORED_FIELDS, "kitae serve model")
+    req = ChatRequest(messages=check.messages(body.get("messages"), "messages", max_prompt_chars, "--max-context"))
+    req.temperature = check.number(body, "temperature", 1.0, 0.0, 2.0)
+    req.top_p = check.number(body, "top_p", 1.0, 0.0, 1.0)
+    key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    req.max_tokens = check.integer(body, key, None, 1, max_context)
+    req.n = check.integer(body, "n", 1, 1, max_n)
+    req.stop = _stops(body.get("stop"))
+    req.seed = check.integer(body, "seed", None, SEED_MIN, SEED_MAX)
     req.format, req.schema = _response_format(body.get("response_format"))
     return req
 
 
-def _messages(value: Any) -> list[dict[str, str]]:
-    if not isinstance(value, list) or not value:
-        raise ApiError(400, "messages must be a non-empty list of {role, content}", "messages")
-    out = []
-    for i, m in enumerate(value):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise ApiError(400, f"messages[{i}] must be an object with a role", f"messages[{i}]")
-        content = m.get("content")
-        if isinstance(content, list):  # content parts: keep the text ones
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
-        if not isinstance(content, str):
-            raise ApiError(400, f"messages[{i}].content must be a string or text parts", f"messages[{i}].content")
-        out.append({"role": m["role"], "content": content})
-    return out
-
-
-def _number(body: dict[str, Any], key: str, default: float, lo: float, hi: float) -> float:
-    value = body.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
-        raise ApiError(400, f"{key} must be a number from {lo:g} to {hi:g}, got {value!r}", key)
-    return float(value)
+def _stops(value: Any) -> list[str]:
+    stop = [value] if isinstance(value, str) else value or []
+    if not isinstance(stop, list) or not all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in stop) \
+            or len(stop) > MAX_STOPS:
+        raise check.bad(f"stop must be a string or a list of at most {MAX_STOPS} non-empty strings of at most "
+                        f"{MAX_STOP_CHARS} characters", "stop")
+    return stop
 
 
 def _response_format(value: Any) -> tuple[str, dict[str, Any] | None]:
@@ -144,7 +134,8 @@ def _response_format(value: Any) -> tuple[str, dict[str, Any] | None]:
         try:
             jsonschema.validators.validator_for(schema).check_schema(schema)
         except jsonschema.SchemaError as exc:
-            raise ApiError(400, f"invalid JSON schema: {exc.message}", "response_format.json_schema.schema") from None
+            raise ApiError(400, f"invalid JSON schema: {exc.message[:300]}",
+                           "response_format.json_schema.schema") from None
         return kind, schema
     raise ApiError(400, f"response_format.type must be text, json_object or json_schema, got {kind!r}",
                    "response_format")
@@ -166,16 +157,16 @@ class ChatService:
         self.decoder = ConstrainedDecoder(model, tokenizer)
         self.name, self.default_max_tokens, self.json_attempts = name, default_max_tokens, json_attempts
         self.max_context = max_context or getattr(model.config, "max_position_embeddings", None) or 4096
+        self.max_prompt_chars = self.max_context * longest_token_chars(tokenizer)
+        self.markers = control_markers(tokenizer)
         self._lock = threading.Lock()
 
     # ---- routes ---------------------------------------------------------------------------------
     def error_reply(self, exc: Exception, method: str, path: str) -> tuple[int, Any]:
-        if isinstance(exc, ApiError):
-            return exc.status, exc.payload()
-        if isinstance(exc, (json.JSONDecodeError, UnicodeDecodeError)):
-            return 400, ApiError(400, f"the body is not JSON: {exc}").payload()
+        if isinstance(exc, RequestError):
+            return exc.status, error_payload(exc)
         # generation failed: tell the client, keep serving
-        return 500, ApiError(500, f"{type(exc).__name__}: {exc}", kind="server_error").payload()
+        return 500, error_payload(ApiError(500, f"{type(exc).__name__}: {exc}", kind="server_error"))
 
     def handle_get(self, path: str) -> Any:
         if path == "/health":
@@ -193,7 +184,7 @@ class ChatService:
         if model not in (None, self.name):
             raise ApiError(404, f"the model '{model}' does not exist; this server serves '{self.name}'", "model",
                            "not_found_error")
-        return self.chat(parse_request(body))
+        return self.chat(parse_request(body, max_context=self.max_context, max_prompt_chars=self.max_prompt_chars))
 
     # ---- generation -----------------------------------------------------------------------------
     def chat(self, req: ChatRequest) -> dict[str, Any]:
@@ -220,19 +211,20 @@ class ChatService:
     def _sampling(self, req: ChatRequest, max_tokens: int, offset: int = 0) -> SamplingParams:
         seed = None if req.seed is None else req.seed + offset
         return SamplingParams(temperature=req.temperature, top_p=req.top_p, max_new_tokens=max_tokens,
-                              stop=[IM_END, END_OF_TEXT, *req.stop], seed=seed)
+                              stop=[*self.markers, *req.stop], seed=seed)
 
     def _plain(self, req: ChatRequest, max_tokens: int, n: int) -> list[Choice]:
         sp = self._sampling(req, max_tokens)
         completions = self.engine.generate([req.messages], n, sp)[0]
         out = []
         for c in completions:
-            text = c.text
-            for s in sp.stop:  # the engine keeps the stop string; OpenAI does not
-                if c.finish_reason == "stop" and text.endswith(s):
+            text, marked = cut_at_markers(c.text, self.markers)  # no control token text reaches the client
+            for s in req.stop:  # the engine keeps the stop string; OpenAI does not
+                if not marked and c.finish_reason == "stop" and text.endswith(s):
                     text = text[: -len(s)]
                     break
-            out.append(Choice(text, "stop" if c.finish_reason != "length" else "length", c.num_tokens))
+            finish = "stop" if marked or c.finish_reason != "length" else "length"
+            out.append(Choice(text, finish, c.num_tokens))
         return out
 
     def _choice(self, req: ChatRequest, prompt_ids: list[int], max_tokens: int, index: int) -> Choice:
@@ -261,11 +253,26 @@ class ChatService:
         return jsonschema.validators.validator_for(req.schema)(req.schema).is_valid(value)
 
 
+def longest_token_chars(tokenizer: Any) -> int:
+    """The most characters one token can stand for, at most: the longest vocabulary entry (byte-level and
+    SentencePiece entries have a character per byte or per character), so a prompt of more than
+    ``context × this`` characters cannot fit in the context, and is refused without tokenizing it."""
+    vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
+    return max((len(t) for t in vocab), default=64) or 64
+
+
+def control_markers(tokenizer: Any) -> list[str]:
+    """The ChatML markers and the tokenizer's special tokens: where a reply ends."""
+    special = getattr(tokenizer, "all_special_tokens", None) or []
+    return list(dict.fromkeys([*TEMPLATE_TOKENS, *(t for t in special if isinstance(t, str) and t)]))
+
+
 # ---- HTTP ---------------------------------------------------------------------------------------------
-def make_server(service: ChatService, host: str = "127.0.0.1", port: int = 0,
-                quiet: bool = True) -> ThreadingHTTPServer:
-    """A bound server (port 0 = a free port; read it from ``server.server_address``); call serve_forever()."""
-    return LoopbackServer((host, port), json_handler(service, quiet))
+def make_server(service: ChatService, host: str = "127.0.0.1", port: int = 0, quiet: bool = True,
+                token: str | None = None, limits: HttpLimits | None = None) -> ThreadingHTTPServer:
+    """A bound server (port 0 = a free port; read it from ``server.server_address``); call serve_forever().
+    A host other than loopback needs ``token`` (ConfigError otherwise); with a token every request needs it."""
+    return json_server(service, host, port, token=token, limits=limits, quiet=quiet)
 
 
 def load_service(model: str | None, name: str | None = None, device: str = "cpu", dtype: str = "float32",

@@ -126,12 +126,18 @@ class AlgorithmConfig:
     dynamic_sampling: DynamicSampling = field(default_factory=DynamicSampling)
     mask_truncated: bool = False  # DAPO overlong filtering
     reset_optimizer: bool = False  # Kimi k1.5: fresh optimizer state each iteration
+    max_steps_without_reward: int | None = 3  # after this many steps in a row in which no sample got a reward
+    # (every component abstained or failed on every sample), save a checkpoint and stop with an error; 0 or null:
+    # never stop
 
     def validate(self, path: str) -> None:
         if self.advantage is None:
             self.advantage = "dr_grpo" if self.loss == "kimi" else "grpo"
         if self.mu < 1:
             raise ConfigError(f"{path}.mu", "must be at least 1")
+        if self.max_steps_without_reward is not None and self.max_steps_without_reward < 0:
+            raise ConfigError(f"{path}.max_steps_without_reward",
+                              f"must be 0 or more (0 or null: never stop), got {self.max_steps_without_reward}")
 
 
 @dataclass
@@ -190,7 +196,17 @@ class OptimConfig:
 class LoggingConfig:
     save_every: int = 25
     keep_checkpoints: int = 2
-    report_to: list[str] = field(default_factory=list)  # tensorboard, wandb, trackio
+    report_to: list[str] | str = field(default_factory=list)  # tensorboard, wandb, trackio; one name alone is fine
+
+    def validate(self, path: str) -> None:
+        from kitae.trainer.loggers import check_report_to
+
+        if isinstance(self.report_to, str):  # HF's TrainingArguments take one name as well as a list
+            self.report_to = [self.report_to]
+        check_report_to(self.report_to, f"{path}.report_to")
+        for key in ("save_every", "keep_checkpoints"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"{path}.{key}", "must be 0 or more")
 
 
 @dataclass

@@ -47,13 +47,7 @@ class Logger(Protocol):
 
 def make_loggers(report_to: list[str] | str | None, run_dir: str | Path, config: dict | None = None) -> "Loggers":
     """One logger that reports to every backend named in `report_to` (a list, or one name)."""
-    names = [report_to] if isinstance(report_to, str) else list(report_to or [])
-    names = [n for n in names if n != "none"]
-    for i, name in enumerate(names):
-        if name not in LOGGERS:
-            LOGGERS.get(name, f"{KEY_PATH}[{i}]")  # raises ConfigError with did-you-mean
-    if len(set(names)) != len(names):
-        raise ConfigError(KEY_PATH, f"a backend is named twice: {names}")
+    names = check_report_to(report_to)
     run_dir = Path(run_dir)
     built: list[Logger] = []
     try:
@@ -63,6 +57,19 @@ def make_loggers(report_to: list[str] | str | None, run_dir: str | Path, config:
         Loggers(built).close()
         raise
     return Loggers(built)
+
+
+def check_report_to(report_to: list[str] | str | None, path: str = KEY_PATH) -> list[str]:
+    """The backend names of `report_to` (a list, or one name; "none" is dropped); ConfigError on an unknown or
+    repeated name."""
+    names = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    names = [n for n in names if n != "none"]
+    for i, name in enumerate(names):
+        if name not in LOGGERS:
+            LOGGERS.get(name, f"{path}[{i}]")  # raises ConfigError with did-you-mean
+    if len(set(names)) != len(names):
+        raise ConfigError(path, f"a backend is named twice: {names}")
+    return names
 
 
 class Loggers:

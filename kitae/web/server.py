@@ -14,7 +14,6 @@ Security, because model output and run folders are not for everyone:
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 import math
 import mimetypes
@@ -29,12 +28,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
-from kitae.errors import ConfigError, KitaeError
+from kitae.errors import KitaeError
+from kitae.serving.requests import RequestError, parse_json
+from kitae.serving.http import HttpLimits, bearer_token, is_loopback, linger, read_body, to_json, token_matches
+from kitae.serving.http import check_bind as serving_check_bind
 from kitae.web.api import ApiError, Download, Query, dispatch
 
 STATIC_DIR = Path(__file__).parent / "static"
 TOKEN_ENV = "KITAE_UI_TOKEN"
-MIN_TOKEN_CHARS = 16
 MAX_BODY_BYTES = 1 << 20
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
 COOKIE = "kitae_token"
@@ -54,24 +55,10 @@ SECURITY_HEADERS = {
 }
 
 
-def is_loopback(host: str) -> bool:
-    host = host.strip("[]")
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
-
-
 def check_bind(host: str, token: str | None) -> None:
-    """Refuse to expose runs on a network address without a token too long to guess."""
-    token = token or None  # an empty KITAE_UI_TOKEN is no token
-    if token is not None and len(token) < MIN_TOKEN_CHARS:
-        raise ConfigError("--token", f"the access token is {len(token)} characters; use {MIN_TOKEN_CHARS} or more, "
-                          "e.g. python -c 'import secrets; print(secrets.token_urlsafe())'")
-    if not is_loopback(host) and not token:
-        raise ConfigError("--host", f"binding {host} would show your runs to anyone on the network; give an access "
-                          f"token with --token or the {TOKEN_ENV} environment variable, or bind 127.0.0.1 "
-                          "(the default) and use an SSH tunnel")
+    """Refuse to expose runs on a network address without a token too long to guess (the rule the serve
+    commands share: kitae/serving/http.py)."""
+    serving_check_bind(host, token, TOKEN_ENV, "show your runs to anyone on the network")
 
 
 class UIServer(ThreadingHTTPServer):
@@ -80,9 +67,10 @@ class UIServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, runs_dir: Path, host: str = "127.0.0.1", port: int = 8765, token: str | None = None,
-                 poll_s: float = 2.0, quiet: bool = True):
+                 poll_s: float = 2.0, quiet: bool = True, read_timeout_s: float = 30.0):
         check_bind(host, token)
         self.runs_dir = Path(runs_dir)
+        self.limits = HttpLimits(MAX_BODY_BYTES, read_timeout_s)
         self.token = token or None
         self.poll_s = poll_s
         self.quiet = quiet
@@ -104,9 +92,10 @@ class UIServer(ThreadingHTTPServer):
 
 
 def make_server(runs_dir: str | Path, host: str = "127.0.0.1", port: int = 8765, token: str | None = None,
-                poll_s: float = 2.0, quiet: bool = True) -> UIServer:
-    """A bound server; call ``serve_forever()`` (or :func:`serve_in_thread`) and ``shutdown()``."""
-    return UIServer(Path(runs_dir), host, port, token, poll_s, quiet)
+                poll_s: float = 2.0, quiet: bool = True, read_timeout_s: float = 30.0) -> UIServer:
+    """A bound server; call ``serve_forever()`` (or :func:`serve_in_thread`) and ``shutdown()``.
+    ``read_timeout_s``: the longest silence while a request arrives (408 for a body)."""
+    return UIServer(Path(runs_dir), host, port, token, poll_s, quiet, read_timeout_s)
 
 
 def serve_in_thread(server: UIServer, poll_interval: float = 0.1) -> threading.Thread:
@@ -122,6 +111,7 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def setup(self) -> None:
+        self.timeout = self.server.limits.read_timeout_s  # on every socket read: a silent client cannot hold a thread
         super().setup()
         # headers and body leave in two writes; without this, Nagle's algorithm and the client's delayed ACK
         # hold the body back ~40 ms on every keep-alive request
@@ -136,6 +126,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _handle(self, method: str) -> None:
         url = urlsplit(self.path)
+        self._body_unread = method == "POST"
         try:
             self._check_host()
             if self._token_in_query(url):
@@ -160,6 +151,8 @@ class Handler(BaseHTTPRequestHandler):
     def _error(self, status: int, message: str) -> None:
         # closes the connection: an unread request body must not be read as the next request
         self._send(status, to_json({"error": message}).encode("utf-8"), "application/json; charset=utf-8", close=True)
+        if self._body_unread:
+            linger(self.connection)  # so a TCP reset does not destroy the answer
 
     # ---- checks --------------------------------------------------------------------------------
     def _check_host(self) -> None:
@@ -187,14 +180,11 @@ class Handler(BaseHTTPRequestHandler):
     def _check_token(self) -> None:
         if self.server.token is None:
             return
-        given = ""
-        auth = self.headers.get("Authorization") or ""
-        if auth.startswith("Bearer "):
-            given = auth[len("Bearer "):].strip()
-        else:
+        given = bearer_token(self.headers.get("Authorization") or "")  # "bearer" in any case
+        if given is None:
             morsel = SimpleCookie(self.headers.get("Cookie") or "").get(COOKIE)
-            given = morsel.value if morsel else ""
-        if not hmac.compare_digest(given.encode(), self.server.token.encode()):
+            given = morsel.value if morsel else None
+        if not token_matches(given, self.server.token):
             raise ApiError(401, "this page needs the access token: open the link with ?token=... that `kitae ui` "
                            "printed, or send 'Authorization: Bearer TOKEN'")
 
@@ -204,13 +194,12 @@ class Handler(BaseHTTPRequestHandler):
         origin = self.headers.get("Origin")
         if origin and urlsplit(origin).netloc != self.headers.get("Host"):
             raise ApiError(403, f"cross-site request from {origin} refused")
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY_BYTES:
-            raise ApiError(413, f"request body over {MAX_BODY_BYTES} bytes")
         try:
-            return json.loads(self.rfile.read(length) or b"null")
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ApiError(400, f"request body is not JSON: {exc}") from exc
+            raw = read_body(self.rfile, self.headers, self.server.limits, flag=None)
+            self._body_unread = False
+            return parse_json(raw or b"null")  # not JSON, too deep, lone surrogates: 400
+        except RequestError as exc:
+            raise ApiError(exc.status, str(exc)) from None
 
     # ---- answers -------------------------------------------------------------------------------
     def _api(self, method: str, path: str, query: str) -> None:
@@ -253,21 +242,3 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the http.server signature
         if not self.server.quiet:
             super().log_message(format, *args)
-
-
-def to_json(payload: Any) -> str:
-    """JSON for the browser: NaN and infinities (not JSON) become null."""
-    try:
-        return json.dumps(payload, ensure_ascii=False, allow_nan=False)
-    except ValueError:
-        return json.dumps(_finite(payload), ensure_ascii=False, allow_nan=False)
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value

@@ -9,6 +9,7 @@ from collections import Counter
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.curate import tiny_task
@@ -78,6 +79,7 @@ def test_chain_with_steps_and_overrides(tmp_path):
     assert "chain: 82 rows in" in proc.stdout
 
 
+@pytest.mark.slow
 def test_recipe_with_difficulty_resumes(tmp_path):
     model, tok = tiny_task.trained()
     model.save_pretrained(tmp_path / "model")

@@ -26,7 +26,7 @@ def rows() -> list[dict]:
 def trained():
     tok = tiny_tokenizer()
     model = tiny_llama(len(tok), seed=0)
-    overfit(model, tok, [chatml([{"role": "user", "content": q}]) + a + IM_END for q, a in TAUGHT.items()], steps=40)
+    overfit(model, tok, [chatml([{"role": "user", "content": q}]) + a + IM_END for q, a in TAUGHT.items()], steps=80)
     return model, tok
 
 

@@ -120,7 +120,8 @@ def test_async_callable():
     "returned, scores, error",
     [
         ([None, 0.5], [None, 0.5], None),  # None abstains
-        ([float("nan"), 1], [None, 1.0], None),  # TRL's NaN is an abstention too
+        ([float("nan"), 1], [None, 1.0], "returned nan, not a finite number"),  # abstains, counted as an error
+        ([float("inf"), -float("inf")], [None, None], "returned inf, not a finite number"),
         ([1.0], [None, None], "grader returned 1 grades for 2 samples"),
         (["high", 1.0], [None, 1.0], "returned 'high', not a number"),
         (RuntimeError("boom"), [None, None], "RuntimeError: boom"),

@@ -29,10 +29,16 @@ def score(spec: dict, output: str, reference="Paris", **item) -> float | None:
         ("like", "It is paris.", "Paris", 0.0),
         ("ilike", "It is PARIS.", "Paris", 1.0),
         ("ilike", "It is Lyon.", "Paris", 0.0),
+        ("neq", "Lyon", "Paris", 1.0),  # neq: a common spelling of ne, read as ne
+        ("neq", "Paris", "Paris", 0.0),
     ],
 )
 def test_string_check_operations(operation, output, reference, expected):
     assert score({"type": "string_check", "operation": operation}, output, reference) == expected
+
+
+def test_neq_builds_the_ne_grader():
+    assert build_grader({"type": "string_check", "operation": "neq"}).operation == "ne"
 
 
 def test_string_check_openai_spec_loads_unchanged():
@@ -116,6 +122,9 @@ def test_format_spec_errors(spec, message):
         ("The capital is Paris.", "Paris", 1.0),
         ("Lyon", "Paris", 0.0),
         ("1,200", "1200", 1.0),
+        ("5", "1e999", 0.0),  # a reference that overflows to infinity is no number: not within 1e-9·inf of 5
+        ("47", "inf", 0.0),  # "inf" and "nan" are words here, not numbers every answer is close to
+        ("the limit is inf", "inf", 1.0),
     ],
 )
 def test_answer_grader(output, reference, expected):

@@ -44,6 +44,18 @@ def test_grade_to_stdout_with_an_inline_spec_and_summary_on_stderr(tmp_path):
     assert "mean: 1.0000" in result.stderr
 
 
+def test_grade_with_a_long_inline_spec(tmp_path):
+    # over 255 bytes on one line: once stat-ed as a file name ("File name too long")
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"item": {"reference_answer": "Paris"}, "sample": {"output_text": "Paris"}}) + "\n")
+    spec = ('{type: python, source: "def grade(sample, item):\\n    return float(sample[\'output_text\'] == '
+            'item[\'reference_answer\'])\\n' + "#" * 300 + '\\n"}')
+    assert len(spec.encode()) > 255 and "\n" not in spec
+    result = kitae("grade", "-g", spec, "-d", str(data))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["grade"]["score"] == 1.0
+
+
 @pytest.mark.parametrize(
     "spec, data_rows, message",
     [
@@ -53,6 +65,9 @@ def test_grade_to_stdout_with_an_inline_spec_and_summary_on_stderr(tmp_path):
         ("numeric", ['{"item": {}}'], "row 1: give exactly one of 'sample' (one) or 'samples' (a group)"),
         ("numeric", ["", "{oops"], "d.jsonl, row 2: not valid JSON"),
         ("numeric", ['{"sample": {"output_text": "x"}}'], "row 1, field 'item': missing or not an object"),
+        ("{type: numeric, tolerance: 0.01, reference: '" + "x" * 300 + "', tolerence: 1}", [],
+         "error: --grader.tolerence: unknown key; did you mean 'tolerance'?"),  # long inline: its own error, not ENAMETOOLONG
+        ("x" * 300 + ".yaml", [], "error: --grader: grader spec file 'xxx"),  # a long missing file name says so
     ],
 )
 def test_grade_errors_are_printed_for_people(tmp_path, spec, data_rows, message):

@@ -61,6 +61,40 @@ def values(text: str) -> list[tuple[float, bool]]:
         ("Q3 GPT-4 H2O COVID-19 cost 5", [(5, False)]),
         ("2020-2021", [(2020, False), (2021, False)]),  # a range, not a negative number
         ("no numbers here", []),
+        # scientific notation
+        ("1.5e6", [(1.5e6, False)]),  # lower-case e: once 1.5 and 6
+        ("1.5E+06", [(1.5e6, False)]),  # capital E, explicit sign, leading zero
+        ("-2.5e-3", [(-2.5e-3, False)]),  # negative mantissa and exponent
+        ("6.02 x 10^23", [(6.02e23, False)]),  # not three numbers 6.02, 10, 23
+        ("6.02×10^23", [(6.02e23, False)]),  # multiplication sign, no spaces
+        ("6.02 × 10²³", [(6.02e23, False)]),  # superscript exponent (NFKC would make it 1023)
+        ("6.02 * 10**23", [(6.02e23, False)]),  # Python notation
+        ("6.02 \\times 10^{23}", [(6.02e23, False)]),  # LaTeX
+        ("3x10^-4 mol", [(3e-4, False)]),  # negative exponent
+        ("about 10^6 users", [(1e6, False)]),  # a bare power of ten
+        ("5 x 10 boxes", [(5, False), (10, False)]),  # no power: a product, two numbers
+        ("1e999", []),  # overflows to infinity: not a number anyone states
+        ("3em and 2e", [(3, False), (2, False)]),  # e not followed by digits is not an exponent
+        # accounting negatives: a grouped number or an amount with a currency sign in parentheses
+        ("net loss (1,200)", [(-1200, False)]),  # grouped: a loss
+        ("($1.5M)", [(-1.5e6, False)]),  # currency and scale inside the parentheses
+        ("(¥300)", [(-300, False)]),  # a currency sign makes even a small amount a loss
+        ("see note (3) and Smith (2019)", [(3, False), (2019, False)]),  # plain numbers in parentheses stay positive
+        ("margin (5.5%)", [(5.5, True)]),  # a percentage in parentheses is a remark, not a loss
+        # digit grouping and decimal marks
+        ("1 234 567", [(1234567, False)]),  # space groups of three
+        ("1\u202f234\u00a0567", [(1234567, False)]),  # narrow no-break and no-break spaces
+        ("1 234,5 kg", [(1234.5, False)]),  # space groups with a decimal comma
+        ("1.234.567", [(1234567, False)]),  # point groups
+        ("1.234,56 €", [(1234.56, False)]),  # point group and decimal comma
+        ("1.234", [(1.234, False)]),  # a single point is a decimal point
+        ("9,91%", [(9.91, True)]),  # decimal comma
+        ("3,5 million", [(3.5e6, False)]),  # decimal comma before a scale word
+        ("3,14159", [(3.14159, False)]),  # four or more digits after one comma: decimals
+        ("1,234", [(1234, False)]),  # a comma before three digits groups thousands
+        ("1,2,3", [(1, False), (2, False), (3, False)]),  # a list, not decimals
+        ("2023,2024", [(2023, False), (2024, False)]),  # two years, not 2023.2024
+        ("in 2024 150 people", [(2024, False), (150, False)]),  # a four-digit number does not start a space group
     ],
 )
 def test_extraction_units_and_scales(text, expected):
@@ -120,11 +154,44 @@ def test_reasons_show_each_match():
         ("売上は1億2000万円", "1.2億円でした", 1.0),
         ("価格は三千円", "3,000円", 1.0),
         ("3 and 5", "5", 0.5),  # each reference number takes the closest sample number: 3->5 (67%) 0, 5->5 1
+        ("1.5e6", "1,500,000", 1.0),  # scientific notation equals the grouped number
+        ("1.5E+06", "1.5 million", 1.0),  # scale word on the sample side
+        ("6.02 x 10^23", "6.02×10²³", 1.0),  # one number on each side
+        ("6.02 x 10^23", "6.02", 0.0),  # the mantissa alone is a different number
+        ("(1,200)", "-1,200", 1.0),  # accounting negative
+        ("(1,200)", "1,200", 0.0),  # the sign matters
+        ("1 234 567", "1,234,567", 1.0),  # space groups = comma groups
+        ("1.234.567", "1234567", 1.0),  # point groups = no groups
+        ("9,91%", "9.91%", 1.0),  # decimal comma = decimal point
+        ("In 2024 revenue was $1,705M", "$1,705M", 1.0),  # the year is context, not a key number
+        ("In 2024 revenue was $1,705M", "$1,705M in 2023", 1.0),  # so a wrong year costs nothing here
+        ("Founded in 1998.", "It was founded in 1998", 1.0),  # the only number: the year is the answer
+        ("Founded in 1998.", "1997", 0.0),  # 0.05% off, but a key year must be exact
+        ("From 1999 to 2001", "2001", 0.5),  # only years: all are key numbers; 1999 -> 2001 is wrong
     ],
 )
 def test_numeric_credit_table(reference, sample, score):
     grade = build_grader("numeric").grade_group({"reference_answer": reference}, [{"output_text": sample}])[0]
     assert grade.score == pytest.approx(score), grade.reason
+
+
+@pytest.mark.parametrize(
+    "text, years",
+    [
+        ("in 2024", [True]),  # a bare year
+        ("2024年に", [True]),  # 年: a year
+        ("FY2024", []),  # part of a name
+        ("2000人", [False]),  # a counter: a count, not a year
+        ("$2024", [False]),  # an amount
+        ("2,024", [False]),  # grouped
+        ("2024.5", [False]),  # decimals
+        ("1850 and 2150", [False, False]),  # outside 1900-2099
+        ("2024万円", [False]),  # scaled
+        ("1999 to 2001", [True, True]),  # a range of years
+    ],
+)
+def test_years_are_marked(text, years):
+    assert [q.year for q in extract_quantities(text)] == years
 
 
 def test_reference_without_numbers_is_skipped():

@@ -47,12 +47,34 @@ def test_openai_spec_with_image_tag_loads():
 
 
 @pytest.mark.parametrize(
+    "threshold, scores, passed",
+    [
+        (0.5, [0.75, 0.5, 0.25], [1.0, 1.0, 0.0]),  # at the threshold passes; the score itself is unchanged
+        (1, [0.75, 0.5, 0.25], [0.0, 0.0, 0.0]),  # an integer threshold (OpenAI's JSON) is a number too
+        (None, [0.75, 0.5, 0.25], None),  # null (YAML ~): no passed sub-score, as when absent
+    ],
+)
+def test_openai_pass_threshold_adds_passed_and_keeps_the_score(threshold, scores, passed):
+    grades = run("def grade(sample, item):\n    return float(sample['output_text'])\n",
+                 samples=tuple(map(str, scores)), pass_threshold=threshold)
+    assert [g.score for g in grades] == scores
+    assert [g.sub_scores.get("passed") for g in grades] == (passed or [None] * len(scores))
+
+
+def test_pass_threshold_on_a_failed_sample_stays_an_abstention():
+    grade = run("def grade(sample, item):\n    return 1 / 0\n", pass_threshold=0.5)[0]
+    assert grade.score is None and "ZeroDivisionError" in grade.error and "passed" not in grade.sub_scores
+
+
+@pytest.mark.parametrize(
     "source, error",
     [
         ("def grade(sample, item):\n    return 1 / 0\n", "ZeroDivisionError: division by zero (line 2)"),
         ("def grade(sample, item):\n    return 'high'\n", "grade() returned 'high', not a number"),
         ("def grade(sample, item):\n    return None\n", "grade() returned None, not a number"),
-        ("def grade(sample, item):\n    return float('nan')\n", "returned nan, not a number"),
+        ("def grade(sample, item):\n    return float('nan')\n", "grade() returned nan, not a finite number"),
+        ("def grade(sample, item):\n    return float('inf')\n", "grade() returned inf, not a finite number"),
+        ("def grade(sample, item):\n    return -1e308 * 10  # overflows\n", "returned -inf, not a finite number"),
         ("raise RuntimeError('at import')\ndef grade(sample, item):\n    return 1\n", "RuntimeError: at import (line 1)"),
         ("import os\ndef grade(sample, item):\n    os.system('true')\n", "blocked in the grader sandbox: os.system"),
         ("import subprocess\ndef grade(sample, item):\n    subprocess.run(['true'])\n", "blocked in the grader sandbox: subprocess.Popen"),
@@ -155,6 +177,8 @@ def test_close_ends_the_worker_process():
         ({}, "grader.source: missing (required)"),
         ({"source": "def grade(s, i): return 1", "timeout": "5s"}, "grader.timeout: expected a number"),
         ({"source": "def grade(s, i): return 1", "memory_mb": 1}, "grader.memory_mb: must be >= 64"),
+        ({"source": "def grade(s, i): return 1", "pass_threshold": "high"}, "grader.pass_threshold: expected a number"),
+        ({"source": "def grade(s, i): return 1", "pass_treshold": 0.5}, "did you mean 'pass_threshold'?"),
     ],
 )
 def test_spec_errors(spec, message):

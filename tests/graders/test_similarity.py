@@ -1,4 +1,4 @@
-"""ROUGE-L / ROUGE-N against the rouge-score package, Japanese tokens, BLEU/GLEU/fuzzy, text_similarity specs."""
+"""ROUGE against rouge-score, BLEU against sacreBLEU, GLEU/METEOR against nltk, Japanese tokens, text_similarity specs."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ import subprocess
 import sys
 
 import pytest
+import sacrebleu
+from nltk.translate.gleu_score import sentence_gleu
+from nltk.translate.meteor_score import meteor_score
 from rouge_score import rouge_scorer
 
 from kitae.graders import build_grader
@@ -130,19 +133,58 @@ def test_japanese_falls_back_to_characters_with_a_warning_without_the_ja_extra()
 @pytest.mark.parametrize(
     "sample, reference, expected",
     [
-        # identical 4-gram-rich sentences: BLEU 1
-        ("the cat sat on the mat", "the cat sat on the mat", 1.0),
-        # no shared word: 0 matches at every order; exp smoothing: p_n = 1/(2^n * total_n)
-        ("a b c d", "w x y z", (1 / (2 * 4) * 1 / (4 * 3) * 1 / (8 * 2) * 1 / (16 * 1)) ** 0.25),
-        # 3 of 4 unigrams, 2/3 bigrams, 1/2 trigrams, 0/1 4-grams (smoothed to 1/(2*1)); same length: BP 1
-        ("a b c x", "a b c d", (3 / 4 * 2 / 3 * 1 / 2 * 1 / 2) ** 0.25),
-        # short sample: effective order 2, brevity penalty exp(1 - 4/2)
-        ("a b", "a b c d", 1.0 * 2.718281828459045 ** (1 - 2)),
-        ("", "a", 0.0),
+        ("the cat sat on the mat", "the cat sat on the mat", 1.0),  # identical: BLEU 1 (sacreBLEU says 100.00000000000004)
+        ("a b c d", "w x y z", 0.0),  # no shared word: 0 (smoothing used to give 0.05-0.5 here)
+        ("Paris", "London", 0.0),  # one word each, different
+        ("the dog ran", "a cat sat", 0.0),  # short, no overlap
+        ("a b c x", "a b c d", (3 / 4 * 2 / 3 * 1 / 2 * 1 / 2) ** 0.25),  # 0/1 4-grams: exp smoothing 1/(2*1)
+        ("a b", "a b c d", 2.718281828459045 ** (1 - 2)),  # effective order 2, brevity penalty exp(1 - 4/2)
+        ("The cat.", "the cat .", None),  # 13a keeps case: "The" != "the"; "." split off
+        ("It is raining, said Ann.", "Ann said it is raining.", None),  # reordered words with punctuation
+        ("", "a", 0.0),  # empty sample
+        ("a", "", 0.0),  # empty reference
     ],
 )
-def test_bleu_by_hand(sample, reference, expected):
-    assert T.bleu(sample.split(), reference.split()) == pytest.approx(expected)
+def test_bleu_is_sacrebleu_sentence_bleu(sample, reference, expected):
+    want = sacrebleu.sentence_bleu(sample, [reference]).score / 100
+    grader = build_grader({"type": "text_similarity", "evaluation_metric": "bleu"})
+    got = grader.grade_group({"reference_answer": reference}, [{"output_text": sample}])[0].score
+    assert got == pytest.approx(want, abs=1e-12) and 0.0 <= got <= 1.0
+    if expected is not None:
+        assert got == pytest.approx(expected)
+
+
+def test_bleu_equals_sacrebleu_on_random_english():
+    rng = random.Random(3)
+    for _ in range(200):
+        pred, ref = random_text(rng, rng.randint(0, 30)), random_text(rng, rng.randint(0, 30))
+        assert T.bleu(pred, ref) == pytest.approx(min(1.0, sacrebleu.sentence_bleu(pred, [ref]).score / 100),
+                                                  abs=1e-12), (pred, ref)
+
+
+@pytest.mark.parametrize(
+    "tokenizer, sample, reference",
+    [
+        ("auto", SEED_ANSWERS["A"], SEED_REFERENCE),  # Japanese: kitae's ja morphemes, not 13a (one "word")
+        ("ja", SEED_ANSWERS["C"], SEED_REFERENCE),
+        ("chars", SEED_ANSWERS["B"], SEED_REFERENCE),
+        ("words", "The Cat, sat.", "the cat sat"),  # words: lowercased, punctuation dropped
+    ],
+)
+def test_bleu_with_kitae_tokens_is_sacrebleu_on_those_tokens(tokenizer, sample, reference):
+    tokenize = T.tokenizer_for(tokenizer, sample, reference)
+    want = sacrebleu.sentence_bleu(" ".join(tokenize(sample)), [" ".join(tokenize(reference))], tokenize="none")
+    assert T.bleu(sample, reference, tokenizer) == pytest.approx(want.score / 100, abs=1e-12)
+    assert want.score > 0
+
+
+def test_bleu_on_japanese_ranks_the_seed_answers():
+    grader = build_grader({"type": "text_similarity", "evaluation_metric": "bleu"})
+    grades = grader.grade_group({"reference_answer": SEED_REFERENCE},
+                                [{"output_text": t} for t in SEED_ANSWERS.values()])
+    a, b, c = (g.score for g in grades)
+    # 13a would see each Japanese sentence as one or two "words" and score all three 0
+    assert c > a > b > 0
 
 
 @pytest.mark.parametrize(
@@ -158,6 +200,47 @@ def test_bleu_by_hand(sample, reference, expected):
 )
 def test_gleu_by_hand(sample, reference, expected):
     assert T.gleu(sample.split(), reference.split()) == pytest.approx(expected)
+
+
+def test_gleu_equals_nltk_sentence_gleu():
+    rng = random.Random(4)
+    for _ in range(300):
+        s, r = T.words(random_text(rng, rng.randint(1, 20))), T.words(random_text(rng, rng.randint(1, 20)))
+        if s and r:
+            assert T.gleu(s, r) == pytest.approx(sentence_gleu([r], s), abs=1e-12), (s, r)
+
+
+@pytest.mark.parametrize(
+    "sample, reference, expected",
+    [
+        # identical, 6 words, one chunk: P = R = 1, penalty 0.5 * (1/6)^3
+        ("the cat sat on the mat", "the cat sat on the mat", 1 - 0.5 * (1 / 6) ** 3),
+        ("a b c d", "w x y z", 0.0),  # nothing matches
+        # "cats"/"cat", "sitting"/"sit" match by Porter stem: 4 of 4 words, one chunk
+        ("the cats were sitting", "the cat were sit", 1 - 0.5 * (1 / 4) ** 3),
+        # "quick"/"fast" are WordNet synonyms, not matched here: 3 of 4 words in 2 chunks (the | brown fox);
+        # fmean = P R / (0.9 P + 0.1 R) = 3/4 with P = R = 3/4; penalty 0.5 (2/3)^3
+        ("the quick brown fox", "the fast brown fox", (1 - 0.5 * (2 / 3) ** 3) * 3 / 4),
+        ("fox brown the", "the brown fox", 0.5),  # all 3 match in 3 chunks: penalty 0.5 * 1^3
+        ("", "a", 0.0),  # empty sample
+    ],
+)
+def test_meteor_is_nltk_meteor_without_wordnet(sample, reference, expected):
+    grader = build_grader({"type": "text_similarity", "evaluation_metric": "meteor"})
+    got = grader.grade_group({"reference_answer": reference}, [{"output_text": sample}])[0].score
+    want = meteor_score([T.words(reference)], T.words(sample), wordnet=T.NO_SYNONYMS)
+    assert got == pytest.approx(want, abs=1e-12)
+    if expected is not None:
+        assert got == pytest.approx(expected)
+
+
+def test_meteor_departs_from_nltk_only_by_synonyms():
+    # "quick" and "fast" share a WordNet synset: nltk with WordNet would match 4 of 4; kitae matches 3
+    p = r = 3 / 4
+    fmean = p * r / (0.9 * p + 0.1 * r)
+    assert T.meteor(T.words("the quick brown fox"), T.words("the fast brown fox")) == pytest.approx(
+        (1 - 0.5 * (2 / 3) ** 3) * fmean)
+
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -34,7 +35,7 @@ from kitae.graders.numeric import NumericGrader
         ({"type": "gate", "gate": {"type": "format", "check": "json"}}, "grader.grader: missing (required)"),
         ({"type": "string_check", "operation": "lik"}, "grader.operation: unknown operation 'lik'; did you mean 'like'?"),
         ({"type": "text_similarity", "evaluation_metric": "rouge_L"}, "did you mean 'rouge_l'?"),
-        ({"type": "text_similarity", "evaluation_metric": "meteor"}, "meteor is not supported"),
+        ({"type": "text_similarity", "evaluation_metric": "meteors"}, "did you mean 'meteor'?"),
         ({"type": "text_similarity", "tokenizer": "jp"}, "grader.tokenizer: unknown tokenizer 'jp'; did you mean 'ja'?"),
         # templates are checked when the spec is read
         ({"type": "numeric", "input": "{{items.answer}}"}, "grader.input: template {{items.answer}}: unknown template root 'items'; did you mean 'item'?"),
@@ -52,6 +53,20 @@ def test_bad_specs_name_the_path(spec, message):
 def test_path_argument_prefixes_errors():
     with pytest.raises(ConfigError, match=r"^rewards\[0\]\.grader\.tolerance: "):
         build_grader({"type": "numeric", "tolerance": "x"}, "rewards[0].grader")
+
+
+def test_long_inline_specs_are_parsed_not_stat_ed():
+    spec = "{type: string_check, operation: eq, reference: '" + "x" * 300 + "'}"  # > 255 bytes, one line
+    assert load_spec(spec)["reference"] == "x" * 300
+    assert build_grader("{type: text_similarity, input: '" + "y" * 400 + " {{sample.output_text}}'}").metric == "rouge_l"
+    assert load_spec("{type: string_check, operation: eq, reference: a.yaml}")["reference"] == "a.yaml"  # inline, not a file
+
+
+def test_spec_file_errors_name_the_file(tmp_path):
+    (tmp_path / "bad.yaml").write_bytes(b"type: \xff\xfe numeric\n")
+    with pytest.raises(ConfigError, match="cannot read the grader spec file") as err:
+        load_spec(tmp_path / "bad.yaml")
+    assert str(err.value).startswith(f"grader ({tmp_path / 'bad.yaml'})")
 
 
 def test_spec_sources_give_the_same_grader(tmp_path):
@@ -78,6 +93,10 @@ def test_type_name_alone_and_default_name():
         ("missing.yaml", "grader spec file 'missing.yaml' does not exist"),
         ("[1, 2]", "expected a mapping with a 'type', got [1, 2]"),
         ("{type: numeric", "not valid YAML/JSON"),
+        ("x" * 300 + ".json", "grader spec file 'xxxxx"),  # too long for a file name: still "does not exist"
+        ("{type: numeric, reference: '" + "x" * 300, "not valid YAML/JSON"),  # long broken inline YAML
+        ("a\0b.yaml", "does not exist"),  # a NUL byte: no file can have that name
+        (Path("no/such/dir") / ("y" * 300 + ".yaml"), "does not exist"),
     ],
 )
 def test_bad_spec_sources(source, message):
@@ -143,7 +162,8 @@ def test_build_grader_registers_the_reward_graders_of_kitae_rewards():
 
 
 # ---- templates ----------------------------------------------------------------------------------
-ITEM = {"reference_answer": "47", "meta": {"answers": ["a", "b"], "n": 3}, "tags": ["x"]}
+ITEM = {"reference_answer": "47", "meta": {"answers": ["a", "b"], "n": 3}, "tags": ["x"],
+        "rows": [[{"name": "ann"}], [{"name": "bob"}]]}
 SAMPLE = {"output_text": '{"answer": {"value": 5}, "list": [1, 2]}<|im_end|>\n', "finish_reason": "stop"}
 
 
@@ -164,6 +184,13 @@ SAMPLE = {"output_text": '{"answer": {"value": 5}, "list": [1, 2]}<|im_end|>\n',
         ("{{sample.output_json.list.0}}", 1),
         ("{{sample.finish_reason}}", "stop"),
         ("plain text", "plain text"),
+        # OpenAI's bracket indexes, nested and mixed with dotted fields
+        ("{{item.meta.answers[1]}}", "b"),
+        ("{{item.meta.answers[-1]}}", "b"),  # from the end
+        ("{{ item.meta.answers[ 0 ] }}", "a"),  # spaces inside the brackets are fine
+        ("{{sample.output_json.list[1]}}", 2),
+        ("{{item.rows[1][0].name}}", "bob"),  # list of lists of mappings
+        ("first={{item.meta.answers[0]}}, n={{item.meta.n}}", "first=a, n=3"),
     ],
 )
 def test_template_values(template, expected):
@@ -173,18 +200,73 @@ def test_template_values(template, expected):
 @pytest.mark.parametrize(
     "template, sample, message",
     [
-        ("{{item.missing}}", SAMPLE, "{{item.missing}}: no field 'missing' (fields: reference_answer, meta, tags)"),
+        ("{{item.missing}}", SAMPLE, "{{item.missing}}: no field 'missing' (fields: reference_answer, meta, tags, rows)"),
         ("{{item.meta.answers.5}}", SAMPLE, "index 5 out of range (length 2)"),
         ("{{item.meta.n.x}}", SAMPLE, "item.meta.n is a int, not a mapping or list"),
         ("{{sample.output_json.nope}}", SAMPLE, "{{sample.output_json.nope}}: no field 'nope'"),
         ("{{sample.output_json.a}}", {"output_text": "not json"}, "sample output is not JSON"),
         ("{{sample.logprobs}}", SAMPLE, "{{sample.logprobs}}: no field 'logprobs'"),
+        ("{{item.meta.answers[5]}}", SAMPLE, "{{item.meta.answers[5]}}: index 5 out of range (length 2)"),
+        ("{{item.meta[0]}}", SAMPLE, "{{item.meta[0]}}: item.meta is a dict, not a list"),
+        ("{{item.rows[0][3].name}}", SAMPLE, "{{item.rows[0][3]}}: index 3 out of range (length 1)"),
+        ("{{sample.output_tools[0].function.name}}", SAMPLE, "{{sample.output_tools[0]}}: index 0 out of range (length 0)"),
+        ("{{sample.output_tools}}", {"output_text": "<tool_call>{oops}</tool_call>"}, "<tool_call> is not JSON"),
     ],
 )
 def test_template_errors_name_the_missing_path(template, sample, message):
     with pytest.raises(TemplateError) as err:
         Template(template).value(ITEM, sample)
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "template, message",
+    [
+        ("{{item.a[x]}}", "bad template path {{item.a[x]}}"),  # an index is a number
+        ("{{item.a[0}}", "bad template path {{item.a[0}}"),  # unclosed bracket
+        ("{{item..a}}", "bad template path {{item..a}}"),  # empty field name
+        ("{{item[0]}}", "template {{item[0]}} names no field"),  # the row itself is not a list
+    ],
+)
+def test_bad_template_paths_are_spec_errors(template, message):
+    with pytest.raises(ConfigError, match="^grader.input: ") as err:
+        build_grader({"type": "string_check", "operation": "eq", "input": template, "reference": "x"})
+    assert message in str(err.value)
+
+
+# OpenAI's reinforcement fine-tuning guide's tool-call check: does the first tool call name the right function?
+TOOL_SPEC = {"type": "string_check", "operation": "eq", "input": "{{sample.output_tools[0].function.name}}",
+             "reference": "{{item.tool}}"}
+
+
+@pytest.mark.parametrize(
+    "sample, score",
+    [
+        # OpenAI-style samples carry output_tools
+        ({"output_text": "", "output_tools": [{"type": "function", "function": {"name": "get_acceptors",
+                                                                               "arguments": "{}"}}]}, 1.0),
+        ({"output_text": "", "output_tools": [{"type": "function", "function": {"name": "other", "arguments": "{}"}}]},
+         0.0),
+        # kitae rollouts: the <tool_call> blocks of the text (Qwen/Hermes format)
+        ({"output_text": 'Checking.\n<tool_call>\n{"name": "get_acceptors", "arguments": {"id": 7}}\n</tool_call><|im_end|>'},
+         1.0),
+        ({"output_text": '<tool_call>{"name": "lookup", "arguments": {}}</tool_call>'
+                         '<tool_call>{"name": "get_acceptors"}</tool_call>'}, 0.0),  # [0] is the first call
+        ({"output_text": "no tool call<|im_end|>"}, None),  # nothing at [0]: abstains, naming the path
+    ],
+)
+def test_openai_tool_call_template(sample, score):
+    grade = build_grader(TOOL_SPEC).grade_group({"tool": "get_acceptors"}, [sample])[0]
+    assert grade.score == score
+    if score is None:
+        assert "{{sample.output_tools[0]}}: index 0 out of range" in grade.error
+
+
+def test_output_tools_from_text_are_openai_tool_calls():
+    sample = {"output_text": '<tool_call>{"name": "f", "arguments": {"q": "東京", "n": 2}}</tool_call><|im_end|>'}
+    assert Template("{{sample.output_tools}}").value({}, sample) == [
+        {"type": "function", "function": {"name": "f", "arguments": '{"q": "東京", "n": 2}'}}]
+    assert Template("{{sample.output_tools[0].function.arguments}}").value({}, sample) == '{"q": "東京", "n": 2}'
 
 
 def test_output_json_reads_a_fenced_block():

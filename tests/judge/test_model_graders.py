@@ -82,6 +82,18 @@ def test_score_model(reply, range_, score, reason):
     assert grader.stats()["unreadable"] == (1 if "non-numeric" in reason else 0)
 
 
+@pytest.mark.parametrize("reply, said", [('{"result": NaN}', "nan"), ("1e999", "inf"), ('{"score": -Infinity}', "-inf")])
+def test_score_model_reply_that_is_not_a_finite_number_abstains(reply, said):
+    """Clipping would turn infinity into the top of the range (and NaN into its bottom): abstain instead."""
+    with ScriptedServer(default=Reply(content=reply)) as server:
+        grader = build_grader(score_spec(server, range=[0, 1], pass_threshold=0.5))
+        grade = grader.grade_group(ITEM, [{"output_text": "47"}])[0]
+    assert (grade.score, grade.sub_scores) == (None, {"passed": None})
+    assert grade.error == f"model said {said}, not a finite number"
+    stats = grader.stats()
+    assert (stats["non_finite"], stats["unreadable"], grader.metrics()["judge_non_finite"]) == (1, 0, 1)
+
+
 def test_score_model_pass_threshold_and_sampling_params():
     with ScriptedServer(default=Reply(content="0.6")) as server:
         spec = score_spec(server, pass_threshold=0.5,
@@ -90,6 +102,14 @@ def test_score_model_pass_threshold_and_sampling_params():
         body = server.chat_requests[0]
     assert grade.sub_scores == {"passed": 1.0}
     assert (body["temperature"], body["seed"], body["max_tokens"], body["top_p"]) == (0, 3, 20, 0.9)
+
+
+@pytest.mark.parametrize("threshold, passed", [(0.5, 0.0), (0.0, 1.0)])  # 0 >= 0 passes, as any score of 0
+def test_score_model_non_numeric_output_is_a_0_for_pass_threshold_too(threshold, passed):
+    with ScriptedServer(default=Reply(content="great answer")) as server:
+        spec = score_spec(server, pass_threshold=threshold)
+        grade = build_grader(spec).grade_group(ITEM, [{"output_text": "47"}])[0]
+    assert grade.score == 0.0 and grade.sub_scores == {"passed": passed}
 
 
 def test_label_model_scores_passing_labels_per_sample():
@@ -125,13 +145,26 @@ def test_missing_template_field_abstains_without_a_call():
     assert grades[0].score is None and "reference_answer" in grades[0].error
 
 
-def test_openai_message_items_and_text_parts():
-    with ScriptedServer(default=Reply(content="1")) as server:
-        spec = score_spec(server, input=[{"type": "message", "role": "user",
-                                          "content": [{"type": "input_text", "text": "A: "},
-                                                      {"type": "input_text", "text": "{{sample.output_text}}"}]}])
-        build_grader(spec).grade_group(ITEM, [{"output_text": "47"}])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "A: {{sample.output_text}}",  # a plain template string
+        {"type": "input_text", "text": "A: {{sample.output_text}}"},  # one part, as OpenAI's guide writes it
+        [{"type": "input_text", "text": "A: "}, {"type": "input_text", "text": "{{sample.output_text}}"}],
+        ["A: ", {"type": "input_text", "text": "{{sample.output_text}}"}],  # strings and parts mixed
+        [{"type": "output_text", "text": "A: {{sample.output_text}}"}],  # an assistant-side text part
+        {"text": "A: {{sample.output_text}}"},  # type defaults to input_text
+    ],
+)
+@pytest.mark.parametrize("kind", ["score_model", "label_model"])
+def test_openai_message_items_and_text_parts(kind, content):
+    reply = "1" if kind == "score_model" else '{"label": "correct"}'
+    with ScriptedServer(default=Reply(content=reply)) as server:
+        make = score_spec if kind == "score_model" else label_spec
+        spec = make(server, input=[{"type": "message", "role": "user", "content": content}])
+        grade = build_grader(spec).grade_group(ITEM, [{"output_text": "47"}])[0]
         assert server.chat_requests[0]["messages"] == [{"role": "user", "content": "A: 47"}]
+    assert grade.score == 1.0
 
 
 @pytest.mark.parametrize(
@@ -140,6 +173,14 @@ def test_openai_message_items_and_text_parts():
         ("score_model", {"input": []}, "grader.input"),
         ("score_model", {"input": [{"role": "robot", "content": "x"}]}, "grader.input[0].role"),
         ("score_model", {"input": [{"role": "user", "content": "{{itme.x}}"}]}, "grader.input[0].content"),
+        ("label_model", {"input": [{"role": "user", "content": {"type": "input_image", "image_url": "x"}}]},
+         "grader.input[0].content.type"),  # the judge client sends text only
+        ("label_model", {"input": [{"role": "user", "content": [{"type": "input_text", "txt": "x"}]}]},
+         "grader.input[0].content[0].text"),  # misspelt key: text missing
+        ("label_model", {"input": [{"role": "user", "content": [{"type": "input_text", "text": 5}]}]},
+         "grader.input[0].content[0].text"),
+        ("label_model", {"input": [{"role": "user", "content": []}]}, "grader.input[0].content"),
+        ("label_model", {"input": [{"role": "user", "content": 7}]}, "grader.input[0].content"),
         ("score_model", {"range": [1, 1]}, "grader.range"),
         ("score_model", {"sampling_params": {"temprature": 0}}, "grader.sampling_params.temprature"),
         ("label_model", {"passing_labels": ["corect"]}, "grader.passing_labels[0]"),

@@ -113,13 +113,32 @@ def test_sampled_replies_are_checked(text, fmt, valid):
         ({"messages": MSG, "temperature": 3}, 400, "temperature"),
         ({"messages": MSG, "n": 0}, 400, "n"),
         ({"messages": MSG, "max_tokens": 0}, 400, "max_tokens"),
-        ({"messages": MSG, "max_tokens": 5000}, 400, "messages"),  # past the 4096-token context
+        ({"messages": MSG, "max_tokens": 5000}, 400, "max_tokens"),  # past the 4096-token context
+        ({"messages": MSG, "max_tokens": 4096}, 400, "messages"),  # the context, but the messages take some
         ({"messages": []}, 400, "messages"),
         ({"messages": [{"role": "user", "content": 5}]}, 400, "messages[0].content"),
         ({"messages": MSG, "response_format": {"type": "xml"}}, 400, "response_format"),
         ({"messages": MSG, "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": 5}}}},
          400, "response_format.json_schema.schema"),
         ("{not json", 400, None),
+        ({"messages": [{"role": {"a": 1}, "content": "x"}]}, 400, "messages[0].role"),
+        ({"messages": [{"role": "user"}]}, 400, "messages[0].content"),
+        ({"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}, 400, "messages[0].content[0].text"),
+        ({"messages": [{"role": "user", "content": "\ud800"}]}, 400, "messages[0].content"),  # a lone surrogate
+        ({"messages": MSG, "seed": 2**100}, 400, "seed"),
+        ({"messages": MSG, "seed": 1.5}, 400, "seed"),
+        ({"messages": MSG, "max_tokens": 10**30}, 400, "max_tokens"),  # past the context, before tokenizing
+        ({"messages": MSG, "max_completion_tokens": 4097}, 400, "max_completion_tokens"),
+        ({"messages": MSG, "n": 17}, 400, "n"),
+        ({"messages": MSG, "stop": ["a"] * 17}, 400, "stop"),
+        ({"messages": MSG, "stop": [""]}, 400, "stop"),
+        ({"messages": MSG, "presence_penalty": 0.5}, 400, "presence_penalty"),  # would change the results
+        ({"messages": MSG, "frequency_penalty": -1}, 400, "frequency_penalty"),
+        ({"messages": MSG, "logit_bias": {"5": 100}}, 400, "logit_bias"),
+        ({"messages": MSG, "top_k": 5}, 400, "top_k"),
+        ({"messages": MSG, "chat_template_kwargs": {"enable_thinking": False}}, 400, "chat_template_kwargs"),
+        ({"messages": MSG, "logprobs": True}, 400, "logprobs"),
+        ({"messages": MSG, "tools": [{"type": "function"}]}, 400, "tools"),
     ],
 )
 def test_errors_are_openai_shaped(served, body, status, param):
@@ -127,6 +146,35 @@ def test_errors_are_openai_shaped(served, body, status, param):
     reply = post(url, body)
     assert reply.status_code == status
     assert reply.json()["error"]["param"] == param and reply.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("extra", [
+    {"user": "someone", "metadata": {"run": "1"}, "store": False},  # bookkeeping
+    {"stream": False, "logprobs": False, "presence_penalty": 0, "frequency_penalty": 0.0, "logit_bias": {}},
+    {"top_k": None, "n": None, "seed": None, "tools": [], "tool_choice": "none"},  # null is "not given"
+    {"seed": 2**63 - 1, "reasoning_effort": "low"},
+])
+def test_fields_that_change_nothing_are_accepted(served, extra):
+    reply = post(served[1], {"messages": MSG, "max_tokens": 2, **extra})
+    assert reply.status_code == 200, reply.text
+
+
+def test_an_unsupported_field_is_named_with_the_supported_ones(served):
+    error = post(served[1], {"messages": MSG, "presence_penalty": 1, "top_k": 3}).json()["error"]
+    assert error["message"].startswith("kitae serve model does not support presence_penalty, top_k; remove them")
+    assert "temperature" in error["message"] and error["type"] == "invalid_request_error"
+
+
+def test_an_oversize_prompt_is_refused_by_its_characters(served):
+    service, url = served
+    too_long = "x" * (service.max_prompt_chars + 1)
+    error = post(url, {"messages": [{"role": "user", "content": too_long}]}).json()["error"]
+    assert error["param"] == "messages" and f"over {service.max_prompt_chars:,} characters" in error["message"]
+    # and the bound never refuses what fits: no token stands for more characters than the longest vocab entry
+    tok = service.engine.tokenizer
+    longest = max(tok.get_vocab(), key=len)
+    assert service.max_prompt_chars == service.max_context * len(longest)
+    assert len(tok.decode(tok.convert_tokens_to_ids([longest]))) <= len(longest)
 
 
 def test_unknown_path(served):
@@ -150,9 +198,62 @@ def test_judge_and_model_graders_through_the_server(served):
     assert all(0 <= g.score <= 10 and g.reason.startswith("model said") for g in score.grade_group(ITEM, SAMPLES))
 
 
+@pytest.fixture(scope="module")
+def stuck(tmp_path_factory):
+    """A real model that says ``<|im_start|>`` at every step (every layer's output zeroed, every embedding the
+    same vector, and the head aligned with it for that one token)."""
+    import torch
+
+    from tests.tiny import tiny_llama, tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    model = tiny_llama(len(tok))
+    model.config.tie_word_embeddings = False
+    model.lm_head.weight = torch.nn.Parameter(torch.zeros_like(model.lm_head.weight))
+    with torch.no_grad():
+        model.model.embed_tokens.weight.copy_(torch.ones(model.config.hidden_size))
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        model.lm_head.weight[tok.convert_tokens_to_ids("<|im_start|>")] = 1.0
+    folder = tmp_path_factory.mktemp("stuck")
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    service = load_service(str(folder), name="stuck")
+    assert service.engine.generate([MSG], 1, SamplingParams(temperature=0, max_new_tokens=3))[0][0].text \
+        .startswith("<|im_start|>")  # the model does say it
+    return service
+
+
+@pytest.mark.parametrize("body", [
+    {"max_tokens": 5},
+    {"max_tokens": 5, "stop": ["zzz"]},
+    {"max_tokens": 5, "response_format": {"type": "json_object"}},  # sampled and checked
+])
+def test_no_control_token_text_reaches_the_client(stuck, body):
+    reply = stuck.chat(parse_request({"messages": MSG, "temperature": 0, **body}))
+    for choice in reply["choices"]:
+        assert "<|im_start|>" not in choice["message"]["content"] and choice["finish_reason"] == "stop"
+
+
+@pytest.mark.parametrize("text, cut", [
+    ("hello<|im_start|>user\nmore", "hello"),
+    ("<|im_end|>", ""),
+    ("a<|endoftext|>b<|im_start|>", "a"),
+    ("plain text", "plain text"),
+    ("<|im_st", "<|im_st"),  # not a marker
+])
+def test_cut_at_markers(text, cut):
+    from kitae.chat import TEMPLATE_TOKENS
+    from kitae.serving.requests import cut_at_markers
+
+    assert cut_at_markers(text, TEMPLATE_TOKENS) == (cut, cut != text)
+
+
 PREFIX = "kitae serve model: serving "
 
 
+@pytest.mark.slow
 def test_cli_process_end_to_end(tiny_lm, tmp_path):
     """The bundled model when it is built (else a tiny one), as users run it: a process on a free port."""
     cmd = [sys.executable, "-m", "kitae.cli.main", "serve", "model", "--model", tiny_lm, "--port", "0",

@@ -21,7 +21,7 @@ def long_engine() -> HFEngine:
     """LONG_USER gives LONG_ANSWER (18 tokens, then a stop), LOOP_USER loops " 47" until the length limit."""
     tok = tiny_tokenizer()
     model = tiny_llama(len(tok))
-    overfit(model, tok, [chatml(LONG_USER) + LONG_ANSWER, chatml(LOOP_USER) + LOOP_ANSWER], steps=60, lr=3e-2)
+    overfit(model, tok, [chatml(LONG_USER) + LONG_ANSWER, chatml(LOOP_USER) + LOOP_ANSWER], steps=100)
     return HFEngine(model, tok)
 
 

@@ -28,6 +28,15 @@ REWARDS = textwrap.dedent(
             return [1.0 for _ in completions]
         return [-len(c[0]["content"]) / 10 for c in completions]
 
+    def down(prompts, completions, completion_ids=None, **kw):  # a reward service, down until TINY_REWARDS_UP is set
+        import os
+        if not os.environ.get("TINY_REWARDS_UP"):
+            raise ConnectionError("reward service down: \\udcff")  # with a lone surrogate, as decoded bytes can be
+        return [-len(c[0]["content"]) / 10 for c in completions]
+
+    def silent(prompts, completions, completion_ids=None, **kw):  # abstains on every sample, says nothing
+        return [None for _ in completions]
+
     def flaky(prompts, completions, completion_ids=None, **kw):
         if "1" in prompts[0][-1]["content"]:
             raise RuntimeError("grader service down")

@@ -100,6 +100,7 @@ def _final_weights(run: Path) -> dict[str, torch.Tensor]:
     return load_file(ckpts[-1] / "model" / "model.safetensors")
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_loses_and_duplicates_no_step(tiny_assets, tmp_path, rewards_on_path, spawn):
     over = {"optim.steps": 6, "logging.save_every": 2, "logging.keep_checkpoints": 5, "eval.every": 0}
     ref_cfg = write_config(tiny_assets, tmp_path / "clean", **over)
@@ -133,6 +134,7 @@ def test_resume_after_sigkill_loses_and_duplicates_no_step(tiny_assets, tmp_path
     assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
 
 
+@pytest.mark.slow
 def test_ctrl_c_saves_a_checkpoint_and_exits_cleanly(tiny_assets, tmp_path, rewards_on_path, spawn):
     cfg = write_config(tiny_assets, tmp_path, **{"optim.steps": 500, "logging.save_every": 1000, "eval.every": 0,
                                                   "data.eval": None})
@@ -163,6 +165,7 @@ def launch_two_processes(cfg, *args: str) -> None:
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_two_process_accelerate_run(tiny_assets, tmp_path, rewards_on_path):
     cfg = write_config(tiny_assets, tmp_path, **{"optim.steps": 2, "eval.every": 0, "optim.prompts_per_step": 4})
     launch_two_processes(cfg)
@@ -173,6 +176,7 @@ def test_two_process_accelerate_run(tiny_assets, tmp_path, rewards_on_path):
     assert con.execute("SELECT value FROM metrics WHERE key = 'groups' ORDER BY step").fetchall() == [(2.0,), (2.0,)]
 
 
+@pytest.mark.slow
 def test_two_process_run_resumes(tiny_assets, tmp_path, rewards_on_path):
     """Stopped after step 2 (its checkpoint) and resumed in two processes: steps 3-4 follow, none twice."""
     cfg = write_config(tiny_assets, tmp_path, **{"optim.steps": 2, "eval.every": 0, "optim.prompts_per_step": 4,
@@ -185,6 +189,7 @@ def test_two_process_run_resumes(tiny_assets, tmp_path, rewards_on_path):
     assert (tmp_path / "t" / "checkpoints" / "step-000004").is_dir()
 
 
+@pytest.mark.slow
 def test_two_process_run_with_dynamic_sampling(tiny_assets, tmp_path, rewards_on_path):
     """Zero-variance groups are dropped per process, so processes keep different numbers of groups per round
     (here: process 1 never has variance). They must still sample the same rounds (the sampler update is a
@@ -240,6 +245,7 @@ def test_lora_run_with_kl_to_the_adapter_free_base(tiny_assets, tmp_path, reward
     assert (tmp_path / "t" / "checkpoints" / "step-000002" / "model" / "adapter_config.json").exists()
 
 
+@pytest.mark.slow
 def test_reward_model_server_killed_mid_run_abstains_and_training_goes_on(tiny_assets, tmp_path, rewards_on_path):
     """`kitae serve rm` as a real process; killed after step 1: its component abstains, the run finishes."""
     from kitae.models import BUNDLED_RM

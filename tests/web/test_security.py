@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import http.client
+import json
 import re
+import socket
 from pathlib import Path
 
 import httpx
@@ -49,6 +51,8 @@ def test_the_token_is_required_on_every_request(serve, runs_dir):
         assert c.get("/").status_code == 401
         assert c.get("/api/runs", headers={"Authorization": "Bearer wrong-token-wrong-token"}).status_code == 401
         assert c.get("/api/runs", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+        assert c.get("/api/runs", headers={"Authorization": f"bearer {TOKEN}"}).status_code == 200  # any case
+        assert c.get("/api/runs", headers={"Authorization": f"Basic {TOKEN}"}).status_code == 401
         # the link `kitae ui` prints: sets a cookie and redirects to the page without the token
         r = c.get(f"/?token={TOKEN}")
         assert r.status_code == 303 and r.headers["location"] == "/"
@@ -67,7 +71,8 @@ def test_a_foreign_host_header_is_refused_on_loopback(serve, runs_dir):
     ({"Content-Type": "text/plain"}, b'{"labels": []}', 415),  # what a cross-site form can send
     ({"Content-Type": "application/json", "Origin": "http://attacker.example"}, b'{"labels": []}', 403),
     ({"Content-Type": "application/json"}, b"{not json", 400),
-])
+    ({"Content-Type": "application/json"}, b"[" * 30_000 + b"]" * 30_000, 400),  # was a 500 (RecursionError)
+], ids=["form-type", "cross-site", "not-json", "nested-30000"])
 def test_posts_must_be_json_from_this_origin(serve, fresh_runs, headers, body, status):
     s = serve(fresh_runs)
     r = s.http.post("/api/runs/finished-run/labels", content=body, headers=headers)
@@ -84,6 +89,28 @@ def test_a_huge_body_is_refused_before_it_is_read(serve, fresh_runs):
     conn.endheaders()
     assert conn.getresponse().status == 413
     conn.close()
+
+
+@pytest.mark.parametrize("length, tail, half_close, status, said", [
+    ("abc", b"{}", False, 400, "Content-Length must be a whole number of bytes, got 'abc'"),
+    ("-1", b"{}", False, 400, "got '-1'"),  # once read "until the end": the thread hung
+    ("100", b'{"la', False, 408, "the body stopped after 4 of 100 bytes"),
+    ("100", b'{"la', True, 400, "the body ended after 4 of 100 bytes"),
+])
+def test_a_malformed_or_short_body_is_answered_at_once(serve, fresh_runs, length, tail, half_close, status, said):
+    s = serve(fresh_runs, read_timeout_s=1.0)
+    head = (f"POST /api/runs/finished-run/labels HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", s.server.server_address[1]), timeout=10) as sock:
+        sock.sendall(head + tail)
+        if half_close:
+            sock.shutdown(socket.SHUT_WR)
+        reply = b""
+        while chunk := sock.recv(65536):  # a hung server times this out: the test fails
+            reply += chunk
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(f"HTTP/1.1 {status}".encode()), reply[:300]
+    assert said in json.loads(body)["error"]
 
 
 @pytest.mark.parametrize("path", ["/", "/app.js", "/api/runs", "/api/runs/nope"])

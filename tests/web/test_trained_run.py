@@ -31,6 +31,7 @@ def wait_for_step(run_dir, step: int, timeout: float = 120) -> None:
     raise TimeoutError(f"the trainer did not reach step {step}")
 
 
+@pytest.mark.slow
 def test_the_page_follows_a_training_run(tiny_assets, tmp_path, rewards_on_path, serve, page):  # noqa: F811
     cfg = load_train_config(write_config(tiny_assets, tmp_path, **{
         "rewards": [{"name": "short", "function": "tiny_rewards:short"},

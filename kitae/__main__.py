@@ -1,0 +1,5 @@
+"""`python -m kitae` runs the `kitae` command."""
+
+from kitae.cli.main import main
+
+main()
