@@ -72,6 +72,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"started   {fmt_time(summary['started_at'])}   updated {fmt_time(summary['updated_at'])}"
         + (f"   finished {fmt_time(summary['finished_at'])}" if summary["finished_at"] else ""),
         f"steps     {'-' if summary['steps'] is None else summary['steps']}",
+        *_sandbox_lines(summary.get("unsandboxed") or []),
         "",
         *_metric_lines(summary["metrics"], summary["steps"]),
         "",
@@ -82,6 +83,12 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines += ["", "final summary", *_indent(yaml.safe_dump(summary["final"], sort_keys=False, allow_unicode=True))]
     lines += ["", "config", *_indent(yaml.safe_dump(summary["config"], sort_keys=False, allow_unicode=True))]
     return "\n".join(lines).rstrip()
+
+
+def _sandbox_lines(paths: list[str]) -> list[str]:
+    if not paths:
+        return []
+    return [f"sandbox   none at {', '.join(paths)}: this run ran untrusted code WITHOUT isolation"]
 
 
 def _metric_lines(metrics: dict[str, dict[str, Any]], last_step: int | None) -> list[str]:

@@ -2,7 +2,7 @@
 
 A spec is a dict (or a YAML/JSON file or string) with a ``type`` and that type's fields, in the OpenAI
 grader schema where OpenAI has the type (``string_check``, ``text_similarity``, ``python``, ``multi``) and
-in kitae's own words otherwise (``numeric``, ``format``, ``math``, ``answer``, ``weighted``, ``gate``)::
+in kitae's own words otherwise (``numeric``, ``format``, ``math``, ``answer``, ``code``, ``weighted``, ``gate``)::
 
     type: weighted
     graders:
@@ -259,6 +259,7 @@ _BUILTIN = {
     "answer": "kitae.graders.answer:AnswerGrader",
     "math": "kitae.graders.answer:MathGrader",
     "python": "kitae.graders.python:PythonGrader",
+    "code": "kitae.graders.code:CodeGrader",
     "multi": "kitae.graders.combine:MultiGrader",
     "weighted": "kitae.graders.combine:WeightedGrader",
     "gate": "kitae.graders.combine:GateGrader",

@@ -16,6 +16,7 @@ from typing import Any, Iterator
 
 from kitae.errors import ConfigError
 from kitae.registry import unknown_name_message
+from kitae.sandbox import unsandboxed
 from kitae.store.records import (
     EvalRow,
     GroupRow,
@@ -135,6 +136,7 @@ class RunReader:
         with self._read() as db:
             row = self._run_row(db)
             evals = db.execute("SELECT count(*) FROM evals").fetchone()[0]
+            config = from_json(row["config"])
             return {
                 "schema_version": self.version,
                 "name": row["name"],
@@ -152,7 +154,9 @@ class RunReader:
                 "first_eval": self._eval_dict(db, "ASC"),
                 "latest_eval": self._eval_dict(db, "DESC"),
                 "final": from_json(row["summary"]),
-                "config": from_json(row["config"]),
+                "config": config,
+                # where the config ran code without isolation (`sandbox: none`): shown wherever the run is
+                "unsandboxed": unsandboxed(config),
                 "events": self._events(db),
             }
 

@@ -90,6 +90,16 @@ def test_show_for_people(app, runs_dir):
         assert expected in out, expected
 
 
+def test_show_says_when_code_ran_without_a_sandbox(app, tmp_path):
+    config = {"rewards": [{"name": "tests", "grader": {"type": "code", "sandbox": "none"}},
+                          {"name": "style", "grader": {"type": "python", "source": "..."}}]}
+    RunStore.create(tmp_path / "unboxed", name="unboxed", config=config, model="tiny").close()
+    out = CliRunner().invoke(app, ["runs", "show", "unboxed", "--runs", str(tmp_path)]).output
+    assert "sandbox   none at rewards[0].grader: this run ran untrusted code WITHOUT isolation" in out
+    as_json = CliRunner().invoke(app, ["runs", "show", "unboxed", "--runs", str(tmp_path), "--json"]).output
+    assert json.loads(as_json)["unsandboxed"] == ["rewards[0].grader"]
+
+
 def test_show_json_for_scripts(app, runs_dir):
     result = CliRunner().invoke(app, ["runs", "show", "gsm8k-a", "--runs", str(runs_dir), "--json"])
     assert result.exit_code == 0, result.output
@@ -99,6 +109,7 @@ def test_show_json_for_scripts(app, runs_dir):
     assert summary["metrics"]["kl"] == {"step": 3, "value": 0.003}
     assert summary["first_eval"]["score"] == 0.125 and summary["latest_eval"]["metrics"]["accuracy"] == 0.4
     assert summary["config"] == {"lr": 1e-6} and summary["final"] == {"best_eval": 0.375}
+    assert summary["unsandboxed"] == []
 
 
 def test_show_accepts_a_run_folder_path(app, runs_dir):
