@@ -121,11 +121,11 @@ def serve_model(
     """Serve a local model with the OpenAI chat API (a local judge for `type: judge`; kitae/serving/server.py)."""
     from kitae.models import resolve_model_path
 
+    token = _token(token, host, "let anyone on the network use this model")
     resolve_model_path(model, "--model")  # before torch is imported: a wrong path fails at once
     from kitae.serving.http import HttpLimits
     from kitae.serving.server import load_service, make_server
 
-    token = _token(token, host, "let anyone on the network use this model")
     service = load_service(None if model == "bundled" else model, name, device, dtype, max_context=max_context,
                            default_max_tokens=max_tokens)
     server = make_server(service, host, port, quiet=not verbose, token=token, limits=HttpLimits.from_mb(max_body_mb))
