@@ -124,7 +124,7 @@ def test_requests_joining_a_running_batch_give_what_they_give_alone(scheduler, e
     for key in one_by_one:  # each joins a batch of another width, mid-run
         running(scheduler, keeper)
         jobs[key] = scheduler.submit(prompts(engine)[key[0]], 2, sp(**SETTINGS[key[1]]))
-        wait_for(lambda: jobs[key].admitted_at is not None, "the job to join")
+        wait_for(lambda job=jobs[key]: job.admitted_at is not None, "the job to join")
     joined = {key: job.wait() for key, job in jobs.items()}
     keeper.wait()
     assert len({job.admitted_at for job in jobs.values()}) == len(jobs)  # joined one by one
