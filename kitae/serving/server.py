@@ -164,7 +164,6 @@ class ChatService:
                  default_max_tokens: int = 512, json_attempts: int = 3, max_batch: int = 64):
         self.engine = HFEngine(model, tokenizer)
         self.gate, self.model_lock = WeightGate(), threading.Lock()
-        self.scheduler = BatchScheduler(self.engine, self.gate, self.model_lock, max_batch)
         self.decoder = ConstrainedDecoder(model, tokenizer, model_lock=self.model_lock)
         self.name, self.default_max_tokens, self.json_attempts = name, default_max_tokens, json_attempts
         self.max_context = max_context or getattr(model.config, "max_position_embeddings", None) or 4096
@@ -173,6 +172,7 @@ class ChatService:
         self.vocab_size = model.get_input_embeddings().weight.shape[0]
         self.eos_ids = eos_token_ids(model, tokenizer)
         self._reload_lock = threading.Lock()
+        self.scheduler = BatchScheduler(self.engine, self.gate, self.model_lock, max_batch)  # starts its thread
 
     def close(self) -> None:
         """Stop the batching scheduler (requests still queued get an error)."""
