@@ -4,6 +4,7 @@ Layout (one folder per part of the system):
     kitae/data        dataset loading and validation, the bundled task
     kitae/rollout     rollout engines: generate G completions per prompt with per-token log-probs
     kitae/graders     graders: score a group of samples for one item (the hosted RFT grader guide, OpenAI grader schema)
+    kitae/sandbox     where untrusted code runs (python and code graders, test generators): bubblewrap, rlimits
     kitae/judge       LLM judges: the group judge, score_model, label_model, their client and checks
     kitae/rewards     reward shaping functions (the GRPO-zero recipe's five rewards, Kimi's length reward), reward models
     kitae/algorithms  advantage estimators, policy losses, KL estimators and controllers

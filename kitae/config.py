@@ -4,17 +4,25 @@
 
 Unknown keys raise ``ConfigError("optim.lrr: unknown key; did you mean 'lr'?")``; values are checked against the
 field's type (``optim.lr: expected a number, got 'fast'``). `--set a.b=c` values are parsed as YAML.
+
+Every YAML kitae reads (configs, `--set` values, grader specs, curate recipes) goes through :func:`safe_load`:
+``yaml.safe_load`` with limits, so a file nested 50,000 levels deep or an alias bomb (anchors that expand to
+billions of values) is a ConfigError naming the file and line, not a RecursionError or gigabytes of memory.
+Error messages show values through :func:`short_repr`, never in full.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import reprlib
 import types
 import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+from yaml.composer import ComposerError
+from yaml.constructor import ConstructorError
 
 from kitae.errors import ConfigError
 from kitae.registry import closest
@@ -63,9 +71,9 @@ def convert(tp: Any, value: Any, path: str) -> Any:
         raise errors[0]
     if origin is typing.Literal:
         if value not in args:
-            hint = closest(str(value), [str(a) for a in args])
+            hint = closest(value, [str(a) for a in args]) if isinstance(value, str) else None
             extra = f"; did you mean '{hint}'?" if hint else ""
-            raise ConfigError(path, f"got {value!r}; expected one of {', '.join(map(str, args))}{extra}")
+            raise ConfigError(path, f"got {short_repr(value)}; expected one of {', '.join(map(str, args))}{extra}")
         return value
     if dataclasses.is_dataclass(tp):
         return from_dict(tp, value, path)
@@ -85,15 +93,15 @@ def convert(tp: Any, value: Any, path: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, float) and value.is_integer():
                 return int(value)
-            raise ConfigError(path, f"expected an integer, got {value!r}")
+            raise ConfigError(path, f"expected an integer, got {short_repr(value)}")
         return value
     if tp is bool:
         if not isinstance(value, bool):
-            raise ConfigError(path, f"expected true or false, got {value!r}")
+            raise ConfigError(path, f"expected true or false, got {short_repr(value)}")
         return value
     if tp is str:
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise ConfigError(path, f"expected a string, got {value!r}")
+            raise ConfigError(path, f"expected a string, got {short_repr(value)}")
         return str(value)
     return value
 
@@ -104,7 +112,7 @@ def _number(value: Any, path: str) -> float:
             return float(value)  # YAML reads 1e-5 as a string
         except ValueError:
             pass
-    raise ConfigError(path, f"expected a number, got {value!r}")
+    raise ConfigError(path, f"expected a number, got {short_repr(value)}")
 
 
 def _join(path: str, key: Any) -> str:
@@ -123,21 +131,125 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
             if not isinstance(node.get(part), dict):
                 node[part] = {}
             node = node[part]
-        node[parts[-1]] = yaml.safe_load(raw) if raw != "" else ""
+        try:
+            node[parts[-1]] = safe_load(raw, f"--set {key}") if raw != "" else ""
+        except yaml.YAMLError as exc:
+            raise ConfigError(key, f"not valid YAML: {exc}") from None
     return data
 
 
 def read_yaml(path: str | Path) -> dict:
     path = Path(path)
-    if not path.exists():
-        raise ConfigError(str(path), "config file not found")
+    if not path.is_file():
+        raise ConfigError(str(path), "config file not found" if not path.exists() else "not a file")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = safe_load(read_text(path, str(path)), str(path)) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(str(path), f"not valid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(str(path), "the config must be a mapping at the top level")
     return data
+
+
+def read_text(path: Path, where: str) -> str:
+    """A UTF-8 text file's contents; other bytes are a ConfigError naming the line."""
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(where, f"line {line}: not UTF-8 text (byte 0x{raw[exc.start]:02x}); "
+                          "save the file as UTF-8") from None
+
+
+# ---- YAML with limits ------------------------------------------------------------------------
+MAX_YAML_DEPTH = 100  # nesting levels, counted through aliases; configs use under 10
+MAX_YAML_NODES = 100_000  # values in a document once every alias is expanded; configs use a few hundred
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that stops composing beyond MAX_YAML_DEPTH levels, before Python's recursion limit."""
+
+    def __init__(self, stream: str, name: str):
+        super().__init__(stream)
+        self.name = name  # marks in error messages say this instead of "<unicode string>"
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self._depth >= MAX_YAML_DEPTH:
+            raise ComposerError(None, None, f"nested deeper than {MAX_YAML_DEPTH} levels", self.peek_event().start_mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def safe_load(text: str, name: str = "<text>") -> Any:
+    """``yaml.safe_load`` that refuses documents nested deeper than MAX_YAML_DEPTH or whose aliases expand to
+    more than MAX_YAML_NODES values, and recursive aliases. Raises yaml.YAMLError (with file and line)."""
+    loader = _BoundedLoader(text, name)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expansion(node)
+        try:
+            return loader.construct_document(node)
+        except (ValueError, OverflowError) as exc:  # e.g. an integer of more than 4300 digits
+            raise ConstructorError(None, None, f"cannot read a value: {exc}", None) from None
+    finally:
+        loader.dispose()
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """Count the values and the depth of the document as if every alias were copied out, without copying.
+
+    An alias is the node of its anchor, shared, so each node is measured once: (values, levels) per node id.
+    """
+    measured: dict[int, tuple[int, int] | None] = {}  # None: being measured (an alias back to it is a cycle)
+
+    def measure(node: yaml.Node, depth: int) -> tuple[int, int]:
+        if id(node) in measured:
+            known = measured[id(node)]
+            if known is None:
+                raise ComposerError(None, None, "an alias refers to a node that contains it", node.start_mark)
+            if depth + known[1] > MAX_YAML_DEPTH:
+                raise ComposerError(None, None, f"aliases make it nested deeper than {MAX_YAML_DEPTH} levels",
+                                    node.start_mark)
+            return known
+        if depth >= MAX_YAML_DEPTH:
+            raise ComposerError(None, None, f"aliases make it nested deeper than {MAX_YAML_DEPTH} levels",
+                                node.start_mark)
+        measured[id(node)] = None
+        if isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        else:
+            children = []
+        values, levels = 1, 1
+        for child in children:
+            v, lv = measure(child, depth + 1)
+            values, levels = values + v, max(levels, lv + 1)
+            if values > MAX_YAML_NODES:
+                raise ComposerError(None, None, f"aliases expand it to more than {MAX_YAML_NODES:,} values; anchors "
+                                    "(&name, *name) are for sharing small pieces", node.start_mark)
+        measured[id(node)] = (values, levels)
+        return values, levels
+
+    measure(root, 0)
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxset, _REPR.maxtuple = 3, 4, 4, 4, 4
+_REPR.maxstring, _REPR.maxother, _REPR.maxlong = 60, 60, 60
+
+
+def short_repr(value: Any, limit: int = 60) -> str:
+    """repr(value) cut to `limit` characters, without ever building the full repr of a huge value."""
+    text = _REPR.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def to_dict(obj: Any) -> Any:

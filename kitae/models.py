@@ -1,15 +1,18 @@
 """Loading models and tokenizers, and where the bundled ones live.
 
 The bundled base model ships inside the package (kitae/assets/models/kitae-tiny-base), so the main job runs on
-a fresh machine with no download. Nothing here ever contacts a model hub for the bundled assets.
+a fresh machine with no download. kitae never downloads models: every model path goes through
+:func:`resolve_model_path` (or :func:`local_model_folder`), which refuses a Hub id, a bare name or a missing
+folder with one clear error before transformers is asked for anything, so nothing ever contacts a model hub.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
-from kitae.errors import KitaeError
+from kitae.errors import ConfigError
 
 ASSETS = Path(__file__).parent / "assets"
 BUNDLED_MODEL = ASSETS / "models" / "kitae-tiny-base"
@@ -17,16 +20,43 @@ BUNDLED_RM = ASSETS / "models" / "kitae-tiny-rm"
 BUNDLED_DATA = ASSETS / "data" / "arith"
 
 
-def resolve_model_path(path: str | Path | None) -> str:
-    """`None` or "bundled" -> the bundled base model; a local folder as is; anything else is passed on."""
+NEVER_DOWNLOADS = "kitae never downloads models"
+_BUILD = {BUNDLED_MODEL: "scripts/build_base_model.py", BUNDLED_RM: "scripts/build_reward_model.py"}
+
+
+def resolve_model_path(path: str | Path | None, key: str = "model", adapter: bool = False) -> str:
+    """`None`, "bundled" or "kitae-tiny-base" -> the bundled base model; a local model folder as given.
+
+    Anything else raises ConfigError under `key` (the flag or config field that named it) before any model
+    library is asked: see :func:`local_model_folder`.
+    """
     if path is None or str(path) in ("bundled", "kitae-tiny-base"):
-        if not (BUNDLED_MODEL / "config.json").exists():
-            raise KitaeError(
-                f"the bundled model is missing at {BUNDLED_MODEL}; rebuild it with "
-                "`python scripts/build_base_model.py`"
-            )
-        return str(BUNDLED_MODEL)
-    return str(path)
+        path = BUNDLED_MODEL
+    return local_model_folder(path, key, adapter)
+
+
+def local_model_folder(path: str | Path, key: str = "model", adapter: bool = False) -> str:
+    """`path` when it is a folder holding config.json (with `adapter`, adapter_config.json also counts: a LoRA
+    adapter); otherwise ConfigError ``KEY: no model folder at 'PATH'; kitae never downloads models (...)``."""
+    folder = Path(path)
+    names = ("config.json", "adapter_config.json") if adapter else ("config.json",)
+    if folder.is_dir() and any((folder / name).is_file() for name in names):
+        return str(path)
+    raise ConfigError(key, f"no model folder at {str(path)!r}; {NEVER_DOWNLOADS} ({_why(folder, names)})")
+
+
+def _why(folder: Path, names: tuple[str, ...]) -> str:
+    text = str(folder)
+    if folder in _BUILD:
+        return f"the bundled model is missing; rebuild it with `python {_BUILD[folder]}`"
+    if folder.is_dir():
+        return f"the folder has no {' or '.join(names)}"
+    if folder.exists():
+        return "that is a file; give the folder that holds config.json and the weights"
+    if re.fullmatch(r"[\w.-]+/[\w.-]+", text) and not text.startswith("."):
+        return (f"'{text}' looks like a Hub model id: download it yourself, e.g. `hf download {text} --local-dir "
+                f"models/{folder.name}`, and give that folder")
+    return "give a local folder holding config.json, or 'bundled'"
 
 
 def load_tokenizer(path: str | Path | None) -> Any:
@@ -36,7 +66,7 @@ def load_tokenizer(path: str | Path | None) -> Any:
     """
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(resolve_model_path(path))
+    tok = AutoTokenizer.from_pretrained(resolve_model_path(path, adapter=True))
     tok.padding_side = "left"
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token or "<|endoftext|>"

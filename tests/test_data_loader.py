@@ -77,3 +77,87 @@ def test_missing_file_and_empty_file(tmp_path):
 def test_write_jsonl_round_trip(tmp_path):
     write_jsonl(tmp_path / "out" / "x.jsonl", [GOOD])
     assert load_prompts(tmp_path / "out" / "x.jsonl")[0]["messages"] == GOOD["messages"]
+
+
+# ---- hostile files: each a DataError naming file, row or line, and field --------------------------
+@pytest.mark.parametrize(
+    "line, field",
+    [
+        ('{"prompt": "bad \\ud800 here"}', "prompt"),  # a lone JSON surrogate escape
+        ('{"messages": [{"role": "user", "content": "\\udfff"}]}', "messages[0].content"),
+        ('{"prompt": "q", "reference_answer": "4\\ud83d"}', "reference_answer"),  # half of a surrogate pair
+        ('{"prompt": "q", "meta": {"tags": ["ok", "\\ud800"]}}', "meta.tags[1]"),  # extra fields reach graders
+        ('{"prompt": "q", "\\ud800": 1}', "\\ud800"),  # in a key
+    ],
+)
+def test_lone_surrogate_names_file_row_and_field(tmp_path, line, field):
+    path = _jsonl(tmp_path, [GOOD, line])
+    with pytest.raises(DataError) as err:
+        load_prompts(path)
+    msg = str(err.value)
+    assert str(path) in msg and "row 2" in msg and f"field '{field}'" in msg and "surrogate" in msg
+    msg.encode("utf-8")  # the message itself is printable
+
+
+def test_surrogate_pair_escapes_are_fine(tmp_path):
+    rows = load_prompts(_jsonl(tmp_path, ['{"prompt": "\\ud83d\\ude00"}']))
+    assert rows[0]["messages"][0]["content"] == "😀"
+
+
+def test_lone_surrogate_in_an_in_memory_dataset():
+    rows = _Rows(["prompt"], [{"prompt": "a"}, {"prompt": "b\ud800"}])  # Arrow cannot hold one; Python objects can
+    with pytest.raises(DataError, match="row 2, field 'prompt': a lone surrogate"):
+        load_prompts(rows)
+
+
+class _Rows(list):
+    """An in-memory dataset as load_prompts sees one (column_names and iteration)."""
+
+    def __init__(self, columns, rows):
+        super().__init__(rows)
+        self.column_names = columns
+
+
+def test_non_utf8_jsonl_names_the_line(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b'{"prompt": "ok"}\n\n{"prompt": "caf\xe9"}\n')
+    with pytest.raises(DataError) as err:
+        load_prompts(path)
+    msg = str(err.value)
+    assert str(path) in msg and "row 3" in msg and "UTF-8" in msg and "0xe9" in msg
+
+
+def test_non_utf8_and_broken_json_file(tmp_path):
+    path = tmp_path / "d.json"
+    path.write_bytes(b'[{"prompt": "ok"},\n {"prompt": "caf\xe9"}]')
+    with pytest.raises(DataError, match="line 2: not UTF-8"):
+        load_prompts(path)
+    path.write_text('[{"prompt": "ok"},\n {"prompt": ]')
+    with pytest.raises(DataError, match="not valid JSON .* line 2"):
+        load_prompts(path)
+
+
+def test_utf8_bom_is_accepted(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"prompt": "ok"}\n')
+    assert load_prompts(path)[0]["messages"][0]["content"] == "ok"
+
+
+def test_deeply_nested_json_row(tmp_path):
+    path = _jsonl(tmp_path, [GOOD, '{"prompt": "q", "x": ' + "[" * 100_000 + "]" * 100_000 + "}"])
+    with pytest.raises(DataError, match="row 2: .*nested too deeply"):
+        load_prompts(path)
+
+
+def test_garbage_parquet_and_datasets_folder(tmp_path):
+    path = tmp_path / "d.parquet"
+    path.write_bytes(b"this is not a parquet file at all")
+    with pytest.raises(DataError) as err:
+        load_prompts(path)
+    assert str(path) in str(err.value) and "not a readable Parquet file" in str(err.value)
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    (folder / "state.json").write_text("{broken")
+    with pytest.raises(DataError) as err:
+        load_prompts(folder)
+    assert str(folder) in str(err.value) and "save_to_disk" in str(err.value)

@@ -11,6 +11,7 @@ One optimizer step of GRPO-style training uses them like this (shapes in comment
     adv = adv.reshape(-1)                                      # [B] one per sequence, group-major order
     masks = [truncation_mask(reasons, m) for reasons, m in micro_masks]   # optional overlong filtering
     norm = Normalizer.from_masks(masks)                        # full-batch counts, once per step
+    # several processes (DDP): norm = norm.over_processes(lambda t: accelerator.reduce(t, "sum"), world_size)
     for mb, mask in zip(micro_batches, masks):
         inp = LossInputs(logp=mb.logp, old_logp=mb.old_logp, advantages=mb.adv, mask=mask)
         loss, metrics = policy_loss("grpo", inp, LossConfig(), norm)

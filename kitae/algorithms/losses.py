@@ -39,7 +39,9 @@ multiplies every loss's per-token policy term before the KL term is added. For t
 losses this weighs each sequence's loss by the mean weight of its tokens.
 
 Aggregation (:func:`aggregate`) divides by the :class:`Normalizer`'s full optimizer-batch counts, never by
-the micro-batch's own, so micro-batch losses sum to the full-batch loss: gradient accumulation is exact.
+the micro-batch's own, so micro-batch losses sum to the full-batch loss: gradient accumulation is exact. In
+multi-process runs the counts are summed over the processes (:meth:`Normalizer.over_processes`), so the
+averaged gradient is the full-batch gradient however the tokens split across processes.
 Padding positions (mask 0) may hold any value, even -inf; they never reach the loss or its gradient.
 
 Metrics (plain floats, means over this micro-batch's counted tokens; weight by ``num_tokens`` to combine):
@@ -115,36 +117,66 @@ def key_path(field_name: str, path: str = "algorithm") -> str:
 class Normalizer:
     """Full optimizer-batch counts, so micro-batch losses SUM to the full-batch loss.
 
-    Build it once per optimizer step from every micro-batch's mask (this process) and hand the same object
-    to every micro-batch's :func:`policy_loss`; then ``backward()`` each micro-batch loss without rescaling.
+    Build it once per optimizer step from every micro-batch's mask and hand the same object to every
+    micro-batch's :func:`policy_loss`; then ``backward()`` each micro-batch loss without rescaling.
+
+    In a multi-process run each process holds part of the batch and DDP *averages* the gradients, so the
+    counts must be those of the whole batch over all processes, and each process's share is multiplied by the
+    number of processes (:meth:`over_processes`). A token's weight then does not depend on how the tokens split
+    across processes: the gradient is the single-process full-batch gradient (TRL's ``dapo`` normalization).
     """
 
-    num_sequences: int  # sequences in the whole optimizer batch (all micro-batches, this process)
+    num_sequences: int  # sequences with a counted token in the whole optimizer batch (micro-batches, processes)
     num_tokens: int  # counted tokens in the whole optimizer batch
+    num_rows: int | None = None  # every row, masked ones included (Dr. GRPO's divisor); None: num_sequences
+    processes: int = 1  # processes whose gradients DDP averages
+
+    def __post_init__(self) -> None:
+        if self.num_rows is None:
+            self.num_rows = self.num_sequences
 
     @classmethod
     def from_masks(cls, masks: Sequence[torch.Tensor]) -> "Normalizer":
-        """Counts over micro-batch masks [b, T]; a sequence counts when it has at least one counted token
-        (so a truncated sample zeroed by :func:`truncation_mask` drops out of the mean too).
+        """Counts over micro-batch masks [b, T]. A sequence counts when it has at least one counted token (so
+        a truncated sample zeroed by :func:`truncation_mask` drops out of the mean); a row always counts.
 
         >>> Normalizer.from_masks([torch.tensor([[1.0, 1.0, 0.0]]), torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])])
-        Normalizer(num_sequences=2, num_tokens=3)
+        Normalizer(num_sequences=2, num_tokens=3, num_rows=3, processes=1)
         """
         seqs = sum(int((m.sum(dim=-1) > 0).sum()) for m in masks)
         tokens = sum(int(m.sum()) for m in masks)
-        return cls(num_sequences=seqs, num_tokens=tokens)
+        rows = sum(int(m.shape[0]) for m in masks)
+        return cls(num_sequences=seqs, num_tokens=tokens, num_rows=rows)
+
+    def over_processes(self, reduce_sum: Callable[[torch.Tensor], torch.Tensor], processes: int) -> "Normalizer":
+        """This process's counts summed over all `processes` (``reduce_sum`` all-reduces a tensor with a sum,
+        e.g. ``lambda t: accelerator.reduce(t, "sum")``). Every process must call it (a collective call).
+
+        >>> Normalizer(2, 5, 3).over_processes(lambda t: t * 2, 2)  # two processes with equal counts
+        Normalizer(num_sequences=4, num_tokens=10, num_rows=6, processes=2)
+        """
+        if processes == 1:
+            return self
+        counts = torch.tensor([self.num_sequences, self.num_tokens, self.num_rows], dtype=torch.long)
+        seqs, tokens, rows = (int(c) for c in reduce_sum(counts).tolist())
+        return Normalizer(num_sequences=seqs, num_tokens=tokens, num_rows=rows, processes=processes)
+
+    def divisor(self, count: int) -> float:
+        """What one process divides its sum by: the batch's count over the processes (their average is then
+        the full-batch mean)."""
+        return max(count, 1) / self.processes
 
 
 # ---- aggregation ------------------------------------------------------------------------------------------
 @AGGREGATIONS.register("seq_mean_token_mean")
 def _seq_mean_token_mean(v: torch.Tensor, m: torch.Tensor, norm: Normalizer, max_len: int | None) -> torch.Tensor:
     per_seq = (v * m).sum(dim=-1) / m.sum(dim=-1).clamp(min=1.0)  # [B] token mean of each sequence
-    return per_seq.sum() / max(norm.num_sequences, 1)
+    return per_seq.sum() / norm.divisor(norm.num_sequences)
 
 
 @AGGREGATIONS.register("token_mean")
 def _token_mean(v: torch.Tensor, m: torch.Tensor, norm: Normalizer, max_len: int | None) -> torch.Tensor:
-    return (v * m).sum() / max(norm.num_tokens, 1)
+    return (v * m).sum() / norm.divisor(norm.num_tokens)
 
 
 @AGGREGATIONS.register("seq_sum_constant")
@@ -152,7 +184,7 @@ def _seq_sum_constant(v: torch.Tensor, m: torch.Tensor, norm: Normalizer, max_le
     if not max_len:
         raise ConfigError(key_path("max_completion_length"), "aggregation 'seq_sum_constant' (Dr. GRPO) "
                           "needs it: pass the rollout's max completion length (sampling.max_new_tokens)")
-    return (v * m).sum() / max_len / max(norm.num_sequences, 1)
+    return (v * m).sum() / max_len / norm.divisor(norm.num_rows)
 
 
 def aggregate(
@@ -166,9 +198,11 @@ def aggregate(
 
     seq_mean_token_mean: sum_i (sum_t v m / len_i) / norm.num_sequences
     token_mean:          sum(v m) / norm.num_tokens
-    seq_sum_constant:    sum_i (sum_t v m / max_completion_length) / norm.num_sequences
+    seq_sum_constant:    sum_i (sum_t v m / max_completion_length) / norm.num_rows    (masked rows count too)
 
-    Example: v [[1, 3], [5, 0]], mask [[1, 1], [1, 0]], norm (2 seqs, 3 tokens), max len 4 ->
+    each multiplied by ``norm.processes`` (DDP averages the processes' gradients; see :class:`Normalizer`).
+
+    Example: v [[1, 3], [5, 0]], mask [[1, 1], [1, 0]], norm (2 seqs, 3 tokens, 2 rows), max len 4 ->
     seq_mean_token_mean (2 + 5)/2 = 3.5; token_mean 9/3 = 3; seq_sum_constant (4/4 + 5/4)/2 = 1.125.
     """
     fn = AGGREGATIONS.get(mode, path=key_path("aggregation"))

@@ -5,6 +5,7 @@
     kitae curate difficulty --data train.jsonl --out curated/difficulty.jsonl -n 10 --drop-solved
     kitae curate hackable   --data train.jsonl --out curated/hackable.jsonl --drop
     kitae curate balance    --data curated/difficulty.jsonl --out curated/balanced.jsonl --bands hard=1,medium=1,easy=1
+    kitae curate testcases  --data kitae/assets/data/code/problems.jsonl --out curated/code.jsonl
     kitae curate run --steps format,dedupe,difficulty,balance --data train.jsonl --out curated/
     kitae curate run --recipe recipe.yaml
 
@@ -26,9 +27,9 @@ MODEL_HELP = "Model folder; default: the bundled tiny base model."
 
 
 def register(app: typer.Typer) -> None:
-    curate = typer.Typer(help="Curate a prompt set before RL: format, dedupe, difficulty, hackable, balance.",
-                         no_args_is_help=True)
-    for command in (format_, dedupe, difficulty, hackable, balance, run):
+    curate = typer.Typer(help="Curate a prompt set before RL: format, dedupe, difficulty, hackable, balance, "
+                              "and test cases for coding problems.", no_args_is_help=True)
+    for command in (format_, dedupe, difficulty, hackable, balance, testcases, run):
         curate.command(command.__name__.rstrip("_"))(command)
     app.add_typer(curate, name="curate")
 
@@ -166,6 +167,28 @@ def balance(
     settings = {"domains": _mix(domains, "--domains"), "bands": _mix(bands, "--bands"), "band_field": band_field,
                 "domain_field": domain_field, "size": size, "seed": seed}
     _single("balance", data, out, settings, set_, quiet)
+
+
+def testcases(
+    data: Path = Data, out: Path = Out,
+    cases: int = typer.Option(50, help="Test inputs to generate per problem (Kimi k1.5: 50)."),
+    solutions: int = typer.Option(10, help="Reference solutions sampled per problem (Kimi k1.5: 10)."),
+    agree: int = typer.Option(7, help="Keep a case when at least this many solutions agree on its output (7)."),
+    min_pass: int = typer.Option(9, help="Keep a problem when at least this many solutions pass every kept case (9)."),
+    time_limit: float = typer.Option(2.0, help="CPU seconds per case and program."),
+    workers: int = typer.Option(2, help="Sandboxes running at once."),
+    seed: int = typer.Option(0, help="Seed for sampling the solutions."),
+    sandbox: str = typer.Option("bwrap", help="bwrap (isolated), or none: unisolated, only for code you trust."),
+    set_: list[str] = Set, quiet: bool = Quiet,
+) -> None:
+    """Test cases for coding problems, from each row's CYaRon generator, kept where its solutions agree.
+
+    A problem stays when most solutions pass its cases (Kimi k1.5: 50 cases, 10 solutions, 7 agree, 9 pass).
+    Generators and solutions run in the sandbox.
+    """
+    settings = {"cases": cases, "solutions": solutions, "agree": agree, "min_pass": min_pass,
+                "time_limit": time_limit, "workers": workers, "seed": seed, "sandbox": sandbox}
+    _single("testcases", data, out, settings, set_, quiet)
 
 
 # ---- chains ------------------------------------------------------------------------------------

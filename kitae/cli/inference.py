@@ -27,10 +27,13 @@ def chat(
     raw: bool = typer.Option(False, help="Print the raw completion with its end marker and finish reason."),
 ) -> None:
     """Answer one prompt the way the GRPO-zero recipe's inference code does: ChatML, stop at <|im_end|>."""
+    from kitae.models import resolve_model_path
+
+    path = resolve_model_path(model, "--model")  # before torch is imported: a wrong path fails at once
     from kitae.rollout.base import SamplingParams
     from kitae.rollout.hf import HFEngine
 
-    engine = HFEngine.from_pretrained(model)
+    engine = HFEngine.from_pretrained(path)
     sp = SamplingParams(temperature, top_p, 0, repetition_penalty, max_new_tokens, seed=seed)
     [[c]] = engine.generate([to_messages(prompt, system)], 1, sp)
     if raw:
@@ -55,6 +58,9 @@ def generate(
     limit: Optional[int] = typer.Option(None, help="Only the first N prompts."),
 ) -> None:
     """Sample K completions per prompt. Output rows are {"item": row, "samples": [...]}, ready for `kitae grade`."""
+    from kitae.models import resolve_model_path
+
+    model_path = resolve_model_path(model, "--model")  # before torch is imported: a wrong path fails at once
     from tqdm import tqdm
 
     from kitae.data.loader import load_prompts, write_jsonl
@@ -62,7 +68,7 @@ def generate(
     from kitae.rollout.hf import HFEngine
 
     rows = load_prompts(data)[:limit]
-    engine = HFEngine.from_pretrained(model)
+    engine = HFEngine.from_pretrained(model_path)
     out_rows = []
     with tqdm(total=len(rows), desc="generate", unit="prompt") as bar:
         for start in range(0, len(rows), batch_prompts):

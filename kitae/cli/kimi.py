@@ -82,10 +82,13 @@ def eval_models(
     from kitae.graders import build_grader
     from kitae.l2s.compare import (ModelReport, efficiency_plot, evaluate_model, format_table, mark_frontier,
                                    parse_model_arg, unique_names, write_results)
+    from kitae.models import resolve_model_path
 
+    parsed = [parse_model_arg(m) for m in model]
+    for _, path in parsed:  # every model before any work, so the third one's typo does not waste the first's
+        resolve_model_path(path, "--model")
     g = build_grader(grader, "--grader")
     rows = _rows(data, limit)
-    parsed = [parse_model_arg(m) for m in model]
     reports = []
     try:
         for name, (_, path) in zip(unique_names([n for n, _ in parsed]), parsed):
@@ -116,14 +119,16 @@ def merge(
 ) -> None:
     """Average the weights of models (Kimi k1.5 long2short model merging); LoRA adapters are merged first."""
     from kitae.errors import ConfigError
-    from kitae.l2s.merge import merge_models, normalize_weights
     from kitae.models import resolve_model_path
 
+    paths = [resolve_model_path(m, "--model", adapter=True) for m in models]  # before torch is imported
+    base = base and resolve_model_path(base, "--base")
     try:
         w = [float(x) for x in weights.split(",")] if weights else None
     except ValueError:
         raise ConfigError("--weights", f"expected numbers separated by commas, got {weights!r}") from None
-    paths = [resolve_model_path(m) for m in models]
+    from kitae.l2s.merge import merge_models, normalize_weights
+
     merge_models(paths, out, w, base)
     shown = ", ".join(f"{m} x {x:.3g}" for m, x in zip(models, normalize_weights(w, len(models))))
     typer.echo(f"merged {shown} -> {out}")
@@ -133,11 +138,13 @@ def _sample(model, samples, data, grader, n, temperature, max_new_tokens, limit,
     from kitae.errors import ConfigError
     from kitae.graders import build_grader
     from kitae.l2s.selection import read_samples, sample_groups
+    from kitae.models import resolve_model_path
 
     if (model is None) == (samples is None):
         raise ConfigError("--model", "give --model (sample now) or --samples (per-sample results of `kitae eval`)")
     if samples is not None:
         return read_samples(samples)
+    model = resolve_model_path(model, "--model")
     if data is None:
         raise ConfigError("--data", "give the prompt set to sample from")
     g = build_grader(grader, "--grader")
@@ -235,7 +242,7 @@ def sft(
     from kitae.models import resolve_model_path
 
     settings = _settings(epochs, lr, batch_size, max_steps, max_length, seed)
-    metrics = run_sft(resolve_model_path(model), data, out, settings)
+    metrics = run_sft(resolve_model_path(model, "--model"), data, out, settings)
     typer.echo(f"SFT done: loss {metrics.get('train_loss', float('nan')):.4f} -> {out}")
 
 
@@ -256,6 +263,6 @@ def dpo(
     from kitae.models import resolve_model_path
 
     settings = _settings(epochs, lr, batch_size, max_steps, max_length, seed)
-    metrics = run_dpo(resolve_model_path(model), data, out, settings, beta)
+    metrics = run_dpo(resolve_model_path(model, "--model"), data, out, settings, beta)
     typer.echo(f"DPO done: loss {metrics.get('train_loss', float('nan')):.4f}, "
                f"reward accuracy {metrics.get('rewards/accuracies', float('nan')):.3f} -> {out}")

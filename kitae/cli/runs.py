@@ -72,15 +72,23 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"started   {fmt_time(summary['started_at'])}   updated {fmt_time(summary['updated_at'])}"
         + (f"   finished {fmt_time(summary['finished_at'])}" if summary["finished_at"] else ""),
         f"steps     {'-' if summary['steps'] is None else summary['steps']}",
+        *_sandbox_lines(summary.get("unsandboxed") or []),
         "",
         *_metric_lines(summary["metrics"], summary["steps"]),
         "",
         *_eval_lines(summary),
+        *_event_lines(summary.get("events") or []),
     ]
     if summary["final"]:
         lines += ["", "final summary", *_indent(yaml.safe_dump(summary["final"], sort_keys=False, allow_unicode=True))]
     lines += ["", "config", *_indent(yaml.safe_dump(summary["config"], sort_keys=False, allow_unicode=True))]
     return "\n".join(lines).rstrip()
+
+
+def _sandbox_lines(paths: list[str]) -> list[str]:
+    if not paths:
+        return []
+    return [f"sandbox   none at {', '.join(paths)}: this run ran untrusted code WITHOUT isolation"]
 
 
 def _metric_lines(metrics: dict[str, dict[str, Any]], last_step: int | None) -> list[str]:
@@ -102,6 +110,17 @@ def _eval_lines(summary: dict[str, Any]) -> list[str]:
         e = summary[f"{label}_eval"]
         others = "  ".join(f"{k} {fmt_number(v)}" for k, v in e["metrics"].items() if k != "score")
         lines.append(f"  {label:<6}  step {e['step']:<6}  score {fmt_number(e['score'])}   {others}")
+    return lines
+
+
+def _event_lines(events: list[dict[str, Any]]) -> list[str]:
+    """Resumes, restarts, skipped checkpoints and config changes, oldest first."""
+    if not events:
+        return []
+    width = max(len(e["kind"]) for e in events)
+    lines = ["", f"events ({len(events)})"]
+    for e in events:
+        lines.append(f"  {fmt_time(e['logged_at'])}  step {e['step']:<6}  {e['kind'].ljust(width)}  {e['message']}")
     return lines
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import signal
-from pathlib import Path
 from typing import Optional
 
 import typer
@@ -63,14 +62,13 @@ def serve_rm(
 ) -> None:
     """Serve a local reward model (AutoModelForSequenceClassification) for `type: reward_model` graders."""
     from kitae.errors import ConfigError
+    from kitae.models import local_model_folder
     from kitae.rewards.reward_model import LocalRewardModel, resolve_rm_path
     from kitae.rewards.server import make_server
     from kitae.serving.http import HttpLimits
 
     token = _token(token, host, "let anyone on the network use this reward model")
-    path = resolve_rm_path(model)
-    if not Path(path).is_dir():
-        raise ConfigError("--model", f"no model folder at {path!r}; kitae never downloads models")
+    path = local_model_folder(resolve_rm_path(model), "--model")
     if dtype not in ("float32", "bfloat16", "float16"):
         raise ConfigError("--dtype", f"expected float32, bfloat16 or float16, got {dtype!r}")
     scorer = LocalRewardModel(path, batch_size=batch_size, max_length=max_length, device=device, dtype=dtype)
@@ -134,10 +132,13 @@ def serve_model(
 
     Concurrent requests share one continuously batched decoder (kitae/serving/server.py).
     """
+    from kitae.models import resolve_model_path
+
+    token = _token(token, host, "let anyone on the network use this model")
+    resolve_model_path(model, "--model")  # before torch is imported: a wrong path fails at once
     from kitae.serving.http import HttpLimits
     from kitae.serving.server import load_service, make_server
 
-    token = _token(token, host, "let anyone on the network use this model")
     service = load_service(None if model == "bundled" else model, name, device, dtype, max_context=max_context,
                            default_max_tokens=max_tokens, max_batch=max_batch)
     server = make_server(service, host, port, quiet=not verbose, token=token, limits=HttpLimits.from_mb(max_body_mb))

@@ -16,36 +16,58 @@ def register(app: typer.Typer) -> None:
 def train(
     config: Optional[Path] = typer.Argument(None, help="YAML config (see examples/zero.yaml)."),
     set_: list[str] = typer.Option([], "--set", help="Override a config value: --set optim.lr=1e-5 (repeatable)."),
-    resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the run in this folder (runs/NAME)."),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the run in this folder (runs/NAME) from "
+                                          "its newest complete checkpoint."),
+    allow_config_change: bool = typer.Option(
+        False, "--allow-config-change", help="With --resume: apply config.yaml edits and --set values that differ "
+        "from the run's saved config (without it they are refused). Each change is recorded in the run's events. "
+        "The model, its dtype, LoRA, seed, training data and sampler never change on resume."),
+    resume_from_scratch: bool = typer.Option(
+        False, "--resume-from-scratch", help="With --resume: restart the run at step 0 (e.g. when no checkpoint is "
+        "usable). The history so far (a copy of run.db) and the checkpoints/ folder are first put in "
+        "runs/NAME/restarts/TIME/; the restart is recorded in the run's events."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
     """Train with GRPO (or a variant) on the rewards in CONFIG; progress bar, run store, checkpoints, evals.
 
+    Before the model loads, everything else is checked: the config, every grader spec and reward function
+    (`module:function`, found in the current folder or the config file's folder), the data, and that every
+    prompt plus max_new_tokens fits the model's context.
     The run lives in runs/NAME: config.yaml, run.db (metrics, every group of samples, evals) and checkpoints/.
-    Ctrl-C saves a checkpoint and stops; `kitae train --resume runs/NAME` continues with its history intact.
+    Ctrl-C saves a checkpoint and stops; `kitae train --resume runs/NAME` continues with its history intact,
+    from the newest complete checkpoint (a broken newer one is skipped and named). It refuses, before the model
+    loads, when no checkpoint is usable or when the config differs from the run's saved one; `kitae runs show`
+    lists resumes, restarts, skipped checkpoints and config changes.
     """
     from kitae.errors import KitaeError
     from kitae.trainer.config import load_train_config
+    from kitae.trainer.preflight import preflight
 
+    if resume is None and (resume_from_scratch or allow_config_change):
+        flag = "--resume-from-scratch" if resume_from_scratch else "--allow-config-change"
+        raise KitaeError(f"{flag} goes with --resume runs/NAME")
     if resume is not None:
         saved = resume / "config.yaml"
         if not saved.exists():
             raise KitaeError(f"{resume}: no config.yaml here; is this a run folder (runs/NAME)?")
-        cfg = load_train_config(saved, list(set_))
+        config = config or saved  # a CONFIG given with --resume is compared with the run's saved one
+        cfg = load_train_config(config, list(set_))
         cfg.output_dir, cfg.name = str(resume.parent), resume.name
     elif config is None:
         raise KitaeError("give a config file (e.g. examples/zero.yaml) or --resume runs/NAME")
     else:
         cfg = load_train_config(config, list(set_))
-    _run(cfg, resume is not None, quiet)
+    checked = preflight(cfg, config.parent)  # every check that does not need the weights, before they load
+    _run(cfg, resume is not None, quiet, checked, allow_config_change=allow_config_change,
+         resume_from_scratch=resume_from_scratch)
 
 
-def _run(cfg, resume: bool, quiet: bool) -> None:
+def _run(cfg, resume: bool, quiet: bool, checked=None, **resume_options: bool) -> None:
     from tqdm import tqdm
 
     from kitae.trainer.loop import Trainer
 
-    trainer = Trainer(cfg, resume=resume)
+    trainer = Trainer(cfg, resume=resume, checked=checked, **resume_options)
     show = trainer.acc.is_main_process and not quiet
     bar = tqdm(total=cfg.optim.steps, initial=trainer.start_step, desc=cfg.name, unit="step", disable=not show)
 

@@ -7,6 +7,7 @@ Steps, each runnable alone or chained, each writing a new dataset plus a report 
     difficulty   pass rate of n samples from the current model (Kimi: 10 at a high temperature)
     hackable     answers the model guesses with no reasoning (Kimi: N = 8)
     balance      domain and difficulty-band tags, resampled to a target mix
+    testcases    test cases for coding problems: generated, cross-checked by reference solutions (in the sandbox)
 
 From Python::
 

@@ -57,7 +57,10 @@ class DifficultyConfig(SampledStepConfig):
 
 
 def validate_sampling(cfg: Any, path: str) -> None:
+    from kitae.models import resolve_model_path
+
     at = lambda k: f"{path}.{k}" if path else k  # noqa: E731
+    resolve_model_path(cfg.model, at("model"))  # a missing folder fails here, before any prompt is read
     if cfg.n < 1:
         raise ConfigError(at("n"), f"need at least one sample per prompt, got {cfg.n}")
     if cfg.batch_prompts < 1:

@@ -12,6 +12,7 @@ whole content, normalized (NFKC, casefold, surrounding punctuation and polite en
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 
@@ -28,11 +29,13 @@ def normalize_text(text: str) -> str:
 
 
 def _as_number(text: str) -> float | None:
+    """A finite number, or None: "inf", "nan" and "1e999" are not numbers an answer can be close to."""
     text = normalize_text(text).replace("−", "-").replace(",", "")
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         return None
+    return value if math.isfinite(value) else None
 
 
 def extract_number(text: str) -> float | None:

@@ -6,7 +6,10 @@ A row is a prompt for RL:
      "difficulty": "easy", "lang": "ja", ...}                  # optional; extra fields go to graders as item.FIELD
 A plain `"prompt": "..."` string is accepted in place of `messages` (TRL's standard format).
 
-Bad rows raise DataError naming the file, the row (1-based) and the field, and what to do about it.
+Bad rows raise DataError naming the file, the row (1-based) and the field, and what to do about it. So do bad
+files (bytes that are not UTF-8, a file that is not Parquet, JSON nested too deeply; a JSONL error names the
+line) and text that cannot be encoded (a lone surrogate such as the JSON escape ``"\\ud800"`` without its pair),
+which would otherwise crash the tokenizer or the run store later.
 """
 
 from __future__ import annotations
@@ -30,46 +33,94 @@ def load_prompts(source: str | Path | Any, require_reference: bool = False, spli
     return out
 
 
-def _read(source: Any, split: str | None) -> tuple[str, Iterable[dict]]:
+def _read(source: Any, split: str | None) -> tuple[str, Iterable[Any]]:
+    """(the name errors use, the rows)."""
     if hasattr(source, "column_names") and hasattr(source, "__iter__"):  # a datasets.Dataset
         return "<datasets.Dataset>", list(source)
     path = Path(source)
     if not path.exists():
         raise DataError(str(path), None, None, "file not found; pass a .jsonl, .parquet or a datasets folder")
     if path.is_dir():
-        import datasets
-
-        ds = datasets.load_from_disk(str(path))
-        if isinstance(ds, datasets.DatasetDict):
-            ds = ds[split or next(iter(ds))]
-        return str(path), list(ds)
+        return str(path), _read_datasets_folder(path, split)
     if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        return str(path), pq.read_table(path).to_pylist()
+        return str(path), _read_parquet(path)
     if path.suffix == ".json":
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(data, list):
-            raise DataError(str(path), None, None, "a .json file must hold a list of rows; use .jsonl for one per line")
-        return str(path), data
+        return str(path), _read_json(path)
     return str(path), list(_read_jsonl(path))
 
 
-def _read_jsonl(path: Path) -> Iterable[dict]:
-    with path.open(encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
+def _read_datasets_folder(path: Path, split: str | None) -> list[dict]:
+    import datasets
+
+    try:
+        ds = datasets.load_from_disk(str(path))
+    except Exception as exc:  # datasets raises FileNotFoundError, JSONDecodeError, ArrowInvalid, ... for a bad folder
+        raise DataError(str(path), None, None, f"not a dataset folder saved with save_to_disk ({_first_line(exc)}); "
+                        "pass a .jsonl or .parquet file or such a folder") from None
+    if isinstance(ds, datasets.DatasetDict):
+        ds = ds[split or next(iter(ds))]
+    return list(ds)
+
+
+def _read_parquet(path: Path) -> list[dict]:
+    import pyarrow
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(path).to_pylist()
+    except (pyarrow.ArrowException, OSError) as exc:
+        raise DataError(str(path), None, None, f"not a readable Parquet file ({_first_line(exc)})") from None
+
+
+def _read_json(path: Path) -> list:
+    text = _decode(path.read_bytes(), str(path))
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(str(path), None, None, f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except RecursionError:
+        raise DataError(str(path), None, None, "not valid JSON here: nested too deeply") from None
+    if not isinstance(data, list):
+        raise DataError(str(path), None, None, "a .json file must hold a list of rows; use .jsonl for one per line")
+    return data
+
+
+def _read_jsonl(path: Path) -> Iterable[Any]:
+    """The row of each non-blank line; errors name the line."""
+    with path.open("rb") as f:
+        for i, raw in enumerate(f, 1):
+            line = _decode(raw, str(path), i)
             if not line.strip():
                 continue
             try:
                 yield json.loads(line)
             except json.JSONDecodeError as exc:
                 raise DataError(str(path), i, None, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+            except RecursionError:
+                raise DataError(str(path), i, None, "not valid JSON here: nested too deeply") from None
+
+
+def _decode(raw: bytes, file: str, row: int | None = None) -> str:
+    """UTF-8 text (a byte order mark at the start of the file is dropped); other bytes are a DataError."""
+    try:
+        return raw.decode("utf-8-sig" if row in (None, 1) else "utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        where = f"line {line}: " if row is None else ""
+        raise DataError(file, row, None, f"{where}not UTF-8 text (byte 0x{raw[exc.start]:02x} at byte "
+                        f"{exc.start + 1}); save the file as UTF-8") from None
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__
 
 
 def validate_row(row: Any, file: str, n: int, require_reference: bool = False) -> dict:
     """A checked copy of one row, with `messages` always present and `reference_answer` a string."""
     if not isinstance(row, dict):
         raise DataError(file, n, None, f"expected a JSON object, got {type(row).__name__}")
+    _check_text(row, file, n)
     row = dict(row)
     if "messages" not in row:
         if isinstance(row.get("prompt"), str):
@@ -90,6 +141,36 @@ def validate_row(row: Any, file: str, n: int, require_reference: bool = False) -
         if key in row and row[key] is not None and not isinstance(row[key], (str, int, float)):
             raise DataError(file, n, key, f"expected a string label, got {type(row[key]).__name__}")
     return row
+
+
+def _check_text(row: dict, file: str, n: int) -> None:
+    """Every string in the row (keys too, at any depth) must be encodable text: a lone surrogate is not."""
+    todo: list[tuple[str, Any]] = [("", row)]
+    while todo:  # a loop, not recursion: rows may nest as deep as JSON allows
+        field, value = todo.pop()
+        if isinstance(value, str):
+            _check_string(value, file, n, field)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                name = _printable(str(key))
+                if isinstance(key, str):
+                    _check_string(key, file, n, f"{field}.{name}" if field else name)
+                todo.append((f"{field}.{name}" if field else name, item))
+        elif isinstance(value, (list, tuple)):
+            todo += [(f"{field}[{j}]", item) for j, item in enumerate(value)]
+
+
+def _check_string(text: str, file: str, n: int, field: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(text[exc.start])
+        raise DataError(file, n, field, f"a lone surrogate (U+{code:04X}) at character {exc.start + 1} is not text "
+                        "(a JSON \\ud800-style escape without its pair); fix or drop the row") from None
+
+
+def _printable(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _check_messages(messages: Any, file: str, n: int) -> None:

@@ -13,6 +13,16 @@ where ``columns`` are the dataset's other columns, one value per completion, plu
 - :func:`as_reward_function` turns any kitae grader or mix into such a function (so TRL users can adopt
   kitae's graders alone). TRL lays a batch out as consecutive copies of each prompt; consecutive rows with
   the same prompt and columns are graded as one group, so group graders see their group.
+
+TRL decodes completions with ``skip_special_tokens=True``, so the text it passes has lost the end-of-turn
+marker (``<|im_end|>``) and any stray template token, and TRL passes no finish reason. Given the tokenizer,
+:func:`as_reward_function` rebuilds from ``completion_ids`` (which keep the end token) the sample a kitae
+rollout would have made: ``output_text`` decoded with special tokens kept, ``finish_reason`` ("stop" when the
+ids end with the tokenizer's end-of-sequence token or ``<|im_end|>``, or stop short of
+``max_completion_length``; else "length"), ``completion_tokens`` (the ids, end token included, as kitae
+counts them), ``max_completion_length`` and the training ``step`` (TRL's ``global_step + 1``, kitae's 1-based
+step). So template, reward_model, overlong, soft_overlong and length grade a TRL completion exactly as kitae
+grades the same completion.
 """
 
 from __future__ import annotations
@@ -20,8 +30,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
+import numbers
+import warnings
 from typing import Any, Callable
 
+from kitae.chat import IM_END
+from kitae.errors import ConfigError
 from kitae.graders.base import Grade, Grader, Item, Sample, run_sync
 from kitae.graders.template import output_text
 
@@ -61,10 +75,12 @@ class CallableGrader(Grader):
 
 
 def _to_grade(value: Any, name: str) -> Grade:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if value is None:
         return Grade(score=None)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return Grade.abstain(error=f"reward function {name} returned {value!r}, not a number")
+    if not math.isfinite(value):  # TRL writes None as NaN inside its trainer; a function should return None
+        return Grade.abstain(error=f"reward function {name} returned {float(value)!r}, not a finite number")
     return Grade(score=float(value))
 
 
@@ -72,23 +88,32 @@ def grader_from_callable(fn: Callable[..., Any], name: str | None = None) -> Gra
     """Wrap ``fn(prompts, completions, completion_ids=None, **columns) -> list[float|None]`` (sync or async).
 
     The item's ``prompt`` (or ``messages``) is the prompt; its other fields are passed as columns.
-    A conversational prompt (a message list) gets conversational completions, as TRL does.
+    A conversational prompt (a message list) gets conversational completions, as TRL does. None abstains;
+    a value that is not a number, or is NaN or ±infinity, abstains with an error saying so (counted).
     """
     return CallableGrader(fn, name)
 
 
 # ---- Grader -> TRL reward function ----------------------------------------------------------------
-def as_reward_function(grader: Grader, name: str | None = None, asynchronous: bool = False) -> Callable[..., Any]:
+def as_reward_function(grader: Grader, name: str | None = None, asynchronous: bool = False, *,
+                       tokenizer: Any = None, max_completion_length: int | None = None) -> Callable[..., Any]:
     """A TRL reward function that grades with ``grader``; abstentions are None (TRL masks them).
+
+    Pass ``tokenizer`` (the trainer's ``processing_class``) and ``max_completion_length`` (``args``' value):
+    with them each completion is graded as kitae's own rollout would present it (end marker, finish reason,
+    token count; see the module docstring). Without a tokenizer the graders see TRL's text, which has no
+    ``<|im_end|>``: template, reward_model (its template gate) and the length rules then misjudge every
+    completion, so a warning says so the first time TRL passes ``completion_ids``.
 
     When TRL passes ``log_metric``, each sub-score's batch mean is logged as ``{name}/{sub}``; with
     ``log_extra``, the per-sample reason (or error) becomes a column ``{name}_reason`` of the completions table.
     """
     label = name or grader.name or grader.type_name
+    restore = _SampleBuilder(tokenizer, max_completion_length, label)
 
     async def reward(prompts: list, completions: list, completion_ids: list | None = None, **kwargs: Any):
         columns = {k: v for k, v in kwargs.items() if k not in TRL_EXTRA_KWARGS}
-        groups = _groups(prompts, completions, completion_ids, columns)
+        groups = _groups(prompts, completions, completion_ids, columns, restore, kwargs.get("trainer_state"))
         results = await asyncio.gather(*(grader.agrade_group(item, samples) for item, samples in groups))
         grades = [g for group in results for g in group]
         _log(label, grades, kwargs)
@@ -105,17 +130,87 @@ def as_reward_function(grader: Grader, name: str | None = None, asynchronous: bo
     return reward_sync
 
 
-def _groups(prompts: list, completions: list, completion_ids: list | None,
-            columns: dict[str, list]) -> list[tuple[Item, list[Sample]]]:
+class _SampleBuilder:
+    """One TRL completion -> the sample kitae's rollout would have made of it."""
+
+    def __init__(self, tokenizer: Any, max_completion_length: int | None, label: str):
+        bad = isinstance(max_completion_length, bool) or not isinstance(max_completion_length, int)
+        if max_completion_length is not None and (bad or max_completion_length < 1):
+            raise ConfigError("as_reward_function.max_completion_length", "expected a positive integer (GRPOConfig's "
+                              f"max_completion_length), got {max_completion_length!r}")
+        self.tokenizer, self.max_len, self.label = tokenizer, max_completion_length, label
+        self.end_ids = _end_ids(tokenizer) if tokenizer is not None else set()
+        self.warned = False
+
+    def __call__(self, completion: Any, ids: list[int] | None, step: int | None) -> Sample:
+        sample: Sample = {"output_text": _completion_text(completion)}
+        if self.max_len is not None:
+            sample["max_completion_length"] = self.max_len
+        if step is not None:
+            sample["step"] = step
+        if ids is None:
+            return sample
+        ids = [int(i) for i in ids]
+        sample["completion_ids"] = ids
+        sample["completion_tokens"] = len(ids)
+        if self.tokenizer is None:
+            self._warn_once()
+            return sample
+        # TRL ends a completion at its first end-of-sequence token or at max_completion_length.
+        stopped = bool(ids) and ids[-1] in self.end_ids
+        if self.max_len is not None and len(ids) < self.max_len:
+            stopped = True  # an end token of the model's generation config that the tokenizer does not name
+        sample["finish_reason"] = "stop" if stopped else "length"
+        sample["output_text"] = self._text(completion, ids, stopped)
+        return sample
+
+    def _text(self, completion: Any, ids: list[int], stopped: bool) -> str:
+        if _is_single_turn(completion):
+            return self.tokenizer.decode(ids, skip_special_tokens=False)
+        # A tool loop: the ids also hold the tool results; keep TRL's text and put back the end token.
+        end = self.tokenizer.decode(ids[-1:], skip_special_tokens=False) if stopped and ids[-1] in self.end_ids else ""
+        return _completion_text(completion) + end
+
+    def _warn_once(self) -> None:
+        if not self.warned:
+            self.warned = True
+            warnings.warn(
+                f"reward function {self.label!r}: TRL passed completion_ids but as_reward_function got no tokenizer, "
+                "so completions lack their <|im_end|> and finish reason; template, reward_model and the length "
+                "rules misjudge them. Pass tokenizer=<the trainer's processing_class> and max_completion_length.",
+                stacklevel=3,
+            )
+
+
+def _end_ids(tokenizer: Any) -> set[int]:
+    """The tokenizer's end-of-sequence id and, when it is one token, ``<|im_end|>``'s: the ids TRL stops at."""
+    ids = {tokenizer.eos_token_id} if isinstance(tokenizer.eos_token_id, int) else set()
+    im_end = tokenizer.convert_tokens_to_ids(IM_END)
+    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
+        ids.add(im_end)
+    return ids
+
+
+def _is_single_turn(completion: Any) -> bool:
+    return not isinstance(completion, list) or len(completion) <= 1
+
+
+def _trl_step(trainer_state: Any) -> int | None:
+    """kitae's 1-based step of the step TRL is generating for (TRL's global_step counts finished steps)."""
+    step = getattr(trainer_state, "global_step", None)
+    return step + 1 if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def _groups(prompts: list, completions: list, completion_ids: list | None, columns: dict[str, list],
+            restore: _SampleBuilder, trainer_state: Any = None) -> list[tuple[Item, list[Sample]]]:
     groups: list[tuple[Item, list[Sample]]] = []
+    step = _trl_step(trainer_state)
     for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
         item: Item = {k: v[i] for k, v in columns.items()}
         item["prompt"] = prompt
         if isinstance(prompt, list):
             item.setdefault("messages", prompt)
-        sample: Sample = {"output_text": _completion_text(completion)}
-        if completion_ids is not None:
-            sample["completion_ids"] = completion_ids[i]
+        sample = restore(completion, None if completion_ids is None else completion_ids[i], step)
         if groups and groups[-1][0] == item:
             groups[-1][1].append(sample)
         else:

@@ -5,7 +5,7 @@ reference (numbers exactly, text normalized), else 0.0. The bundled arithmetic t
 
 ``math``: ``math_verify.verify(gold, answer)``, gold first (the comparison is asymmetric on purpose).
 math-verify's own timeouts use signals and fail off the main thread, so they are disabled and the
-comparison runs in a worker process (see :mod:`kitae.graders.sandbox`) with a wall-clock ``timeout``
+comparison runs in a worker process (see :mod:`kitae.sandbox.worker`) with a wall-clock ``timeout``
 (default 5 s); a timeout or parse failure abstains with an error instead of hanging or crashing the caller.
 
     {type: math}                             # sample vs item.reference_answer
@@ -20,9 +20,9 @@ from typing import Any
 from kitae.data.answers import answers_match
 from kitae.graders.base import Grade, Item, Sample
 from kitae.graders.pair import PairGrader
-from kitae.graders.sandbox import SandboxError, Worker
 from kitae.graders.spec import SpecReader, register_grader
 from kitae.graders.template import as_text
+from kitae.sandbox.worker import SandboxError, Worker
 
 
 @register_grader("answer")

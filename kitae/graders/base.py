@@ -8,7 +8,9 @@ A sample is a dict. ``output_text`` is always there; rollouts also give ``finish
 lazily by templates when the text parses as JSON.
 
 Graders never raise out of :meth:`Grader.grade_group` / :meth:`Grader.agrade_group`: an exception becomes
-``Grade(score=None, error=...)`` (an abstention), which the trainer masks and counts.
+``Grade(score=None, error=...)`` (an abstention), which the trainer masks and counts. Those two methods also
+check every score: one that is not a finite number (NaN, ±infinity, a string) becomes an abstention with an
+error saying so, and a non-finite sub-score becomes None, so no such value reaches training or the run store.
 
 Two kinds:
 - per-sample graders override :meth:`Grader.grade_sample` (or the async :meth:`Grader.agrade_sample`);
@@ -20,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,11 +102,43 @@ class Grader:
         if len(grades) != len(samples):
             msg = f"grader returned {len(grades)} grades for {len(samples)} samples"
             return [Grade.abstain(error=msg) for _ in samples]
-        return grades
+        return [checked(g) for g in grades]
 
     def grade_group(self, item: Item, samples: list[Sample]) -> list[Grade]:
         """Synchronous entry point; safe to call from code that has no event loop running."""
         return run_sync(self.agrade_group(item, samples))
+
+
+def is_finite_number(value: Any) -> bool:
+    """A real number (numpy scalars included) that is neither NaN nor infinite; bools are not."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def checked(grade: Grade) -> Grade:
+    """The grade, or an abstention when its score is not a finite number; non-finite sub-scores become None.
+    A numpy score becomes a plain float.
+
+    ``min(10.0, nan)`` is 10.0: a NaN clipped into range is the top reward, so nothing downstream may see one.
+    """
+    subs = grade.sub_scores
+    if any(_non_finite(v) for v in subs.values()):
+        subs = {k: None if _non_finite(v) else v for k, v in subs.items()}
+    score = grade.score
+    if score is None or is_finite_number(score):
+        plain = score if score is None or type(score) in (int, float) else float(score)
+        if subs is grade.sub_scores and plain is score:
+            return grade
+        return dataclasses.replace(grade, score=plain, sub_scores=subs)
+    if _non_finite(score):
+        error = f"score {float(score)!r} is not a finite number"
+    else:
+        error = f"score {score!r} is not a number"
+    error += f"; {grade.error}" if grade.error else ""
+    return Grade(score=None, sub_scores=subs, reason=grade.reason, error=error)
+
+
+def _non_finite(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isfinite(value)
 
 
 def run_sync(coro):

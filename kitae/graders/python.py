@@ -6,14 +6,18 @@
           return float(sample["output_text"].strip() == item["reference_answer"])
 
 ``sample`` has ``output_text`` (up to the end-of-turn marker), ``output_json`` (the parsed output, or None)
-and the sample's other fields; ``item`` is the dataset row. The code runs in a separate ``python -I``
-process (see :mod:`kitae.graders.sandbox`) with a wall-clock ``timeout`` per sample (default 10 s), a CPU
-``cpu_seconds`` budget (default 5 s), an address-space limit ``memory_mb`` (default 1024), a scrubbed
-environment, and no sockets or subprocesses. A crash, timeout, exception or non-number becomes the sample's
-``error`` (the grade abstains); it never stops the caller. ``image_tag`` (OpenAI's runtime image) is accepted
-and ignored. ``pass_threshold`` (OpenAI's) leaves the score as ``grade`` returned it and adds
-``sub_scores.passed``: 1 when the score is at least the threshold, else 0. One worker serves the grader's samples one at a time and is restarted after a failure, so
-module-level state in ``source`` persists between samples of a healthy worker.
+and the sample's other fields; ``item`` is the dataset row. The code runs in a ``python -I`` process inside
+the sandbox (:mod:`kitae.sandbox`: no network, no view of the machine's files, processes or environment,
+a private /tmp) with a wall-clock ``timeout`` per sample (default 10 s), a CPU ``cpu_seconds`` budget
+(default 5 s), an address-space limit ``memory_mb`` (default 1024), at most 32 processes, and files of at
+most 64 MB (prints count). ``sandbox: none`` runs it unisolated, for code you trust on a machine without
+user namespaces; runs that do say so. A crash, timeout, exception, non-number, NaN or infinity becomes the
+sample's ``error`` (the grade abstains); it never stops the caller. ``image_tag`` (OpenAI's runtime image) is
+accepted and ignored: the code sees this machine's Python and its packages. ``pass_threshold`` (OpenAI's)
+leaves the score as ``grade`` returned it and adds ``sub_scores.passed``: 1 when the score is at least the
+threshold, else 0. One worker serves the grader's samples one at a time and is restarted after a failure, so
+module-level state in ``source`` persists between samples of a healthy worker; processes a grade starts end
+with it.
 """
 
 from __future__ import annotations
@@ -25,20 +29,22 @@ from typing import Any
 
 from kitae.errors import ConfigError
 from kitae.graders.base import Grade, Grader, Item, Sample
-from kitae.graders.sandbox import SandboxError, Worker
 from kitae.graders.spec import SpecReader, register_grader
 from kitae.graders.template import TemplateError, output_json, output_text
+from kitae.sandbox import KINDS, Sandbox, open_sandbox
+from kitae.sandbox.worker import SandboxError, Worker
 
 
 @register_grader("python")
 class PythonGrader(Grader):
-    """OpenAI python grader: grade(sample, item) in a limited subprocess (no network)."""
+    """OpenAI python grader: grade(sample, item) in a sandboxed, limited process (no network)."""
 
     def __init__(self, source: str, timeout: float = 10.0, cpu_seconds: float = 5.0, memory_mb: int = 1024,
-                 pass_threshold: float | None = None):
+                 pass_threshold: float | None = None, sandbox: Sandbox | None = None):
         self.source, self.pass_threshold = source, pass_threshold
+        self.sandbox = sandbox if sandbox is not None else Sandbox()
         self.worker = Worker("python", timeout_s=timeout, memory_mb=memory_mb, cpu_seconds=cpu_seconds,
-                             source=source)
+                             sandbox=self.sandbox, source=source)
 
     @classmethod
     def from_spec(cls, spec: dict, path: str) -> "PythonGrader":
@@ -46,20 +52,24 @@ class PythonGrader(Grader):
         source = r.text("source")
         _check_source(source, r.at("source"))
         r.text("image_tag", None)
-        grader = cls(source, timeout=r.number("timeout", 10.0, minimum=0.1),
-                     cpu_seconds=r.number("cpu_seconds", 5.0, minimum=0.1),
-                     memory_mb=r.integer("memory_mb", 1024, minimum=64),
-                     pass_threshold=r.number("pass_threshold", None, nullable=True))
+        timeout = r.number("timeout", 10.0, minimum=0.1)
+        cpu_seconds = r.number("cpu_seconds", 5.0, minimum=0.1)
+        memory_mb = r.integer("memory_mb", 1024, minimum=64)
+        pass_threshold = r.number("pass_threshold", None, nullable=True)
+        kind = r.choice("sandbox", list(KINDS), "bwrap")
         r.finish()
-        return grader
+        return cls(source, timeout=timeout, cpu_seconds=cpu_seconds, memory_mb=memory_mb,
+                   pass_threshold=pass_threshold, sandbox=open_sandbox(kind, r.at("sandbox")))
 
     def grade_sample(self, item: Item, sample: Sample) -> Grade:
         try:
             value = self.worker.call({"sample": sandbox_sample(sample), "item": item})
         except SandboxError as exc:
             return Grade.abstain(error=f"python grader: {exc}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             return Grade.abstain(error=f"python grader: grade() returned {value!r}, not a number")
+        if not math.isfinite(value):
+            return Grade.abstain(error=f"python grader: grade() returned {value!r}, not a finite number")
         return Grade(score=float(value)).mark_passed(self.pass_threshold)
 
     async def agrade_sample(self, item: Item, sample: Sample) -> Grade:
@@ -67,6 +77,7 @@ class PythonGrader(Grader):
 
     def close(self) -> None:
         self.worker.close()
+        self.sandbox.close()
 
 
 def sandbox_sample(sample: Sample) -> dict[str, Any]:

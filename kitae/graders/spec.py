@@ -2,7 +2,7 @@
 
 A spec is a dict (or a YAML/JSON file or string) with a ``type`` and that type's fields, in the OpenAI
 grader schema where OpenAI has the type (``string_check``, ``text_similarity``, ``python``, ``multi``) and
-in kitae's own words otherwise (``numeric``, ``format``, ``math``, ``answer``, ``weighted``, ``gate``)::
+in kitae's own words otherwise (``numeric``, ``format``, ``math``, ``answer``, ``code``, ``weighted``, ``gate``)::
 
     type: weighted
     graders:
@@ -20,6 +20,7 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from kitae.config import read_text, safe_load, short_repr
 from kitae.errors import ConfigError
 from kitae.registry import Registry, closest, unknown_name_message
 
@@ -118,8 +119,10 @@ class SpecReader:
         value = self.raw(key, default)
         if value is default:
             return value
+        if not isinstance(value, str):  # never str() a value that may be large (a list an alias expanded)
+            raise ConfigError(self.at(key), f"expected one of {', '.join(choices)}, got {_show(value)}")
         if value not in choices:
-            raise ConfigError(self.at(key), unknown_name_message(key, str(value), list(choices)))
+            raise ConfigError(self.at(key), unknown_name_message(key, value, list(choices)))
         return value
 
     def items(self, key: str, default: Any = _REQUIRED) -> Any:
@@ -155,8 +158,7 @@ class SpecReader:
 
 
 def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return short_repr(value)
 
 
 # ---- loading and building ------------------------------------------------------------------------
@@ -185,11 +187,12 @@ def load_spec(spec: dict | str | Path, path: str = "grader") -> dict[str, Any]:
 def _load_file(file: Path, path: str) -> dict[str, Any]:
     if not _is_file(file):
         raise ConfigError(path, f"grader spec file {str(file)!r} does not exist")
+    where = f"{path} ({file})"
     try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path} ({file})", f"cannot read the grader spec file: {exc}") from None
-    return _unwrap(_parse_text(text, f"{path} ({file})"), path)
+        text = read_text(file, where)  # other bytes than UTF-8: a ConfigError naming the line
+    except OSError as exc:
+        raise ConfigError(where, f"cannot read the grader spec file: {exc}") from None
+    return _unwrap(_parse_text(text, where, str(file)), path)
 
 
 def _is_file(name: str | Path) -> bool:
@@ -204,11 +207,11 @@ def _looks_inline(text: str) -> bool:
     return text.startswith(("{", "[")) or ": " in text
 
 
-def _parse_text(text: str, where: str) -> Any:
+def _parse_text(text: str, where: str, name: str = "<inline spec>") -> Any:
     import yaml  # YAML is a superset of the JSON specs are written in
 
     try:
-        return yaml.safe_load(text)
+        return safe_load(text, name)  # with limits on nesting and aliases (kitae.config)
     except yaml.YAMLError as exc:
         raise ConfigError(where, f"not valid YAML/JSON: {exc}") from None
 
@@ -256,6 +259,7 @@ _BUILTIN = {
     "answer": "kitae.graders.answer:AnswerGrader",
     "math": "kitae.graders.answer:MathGrader",
     "python": "kitae.graders.python:PythonGrader",
+    "code": "kitae.graders.code:CodeGrader",
     "multi": "kitae.graders.combine:MultiGrader",
     "weighted": "kitae.graders.combine:WeightedGrader",
     "gate": "kitae.graders.combine:GateGrader",

@@ -24,7 +24,9 @@ Replies are asked for as JSON (``{"result": number}`` / ``{"label": one of label
 ``response_format`` where the server has it) and read tolerantly: that JSON, a bare number, or text that is
 exactly one label (any case) or names exactly one label. As in OpenAI, output that is not a number scores 0
 (even when ``range`` starts above 0), and a label outside ``labels`` scores 0; both say why in ``reason`` and
-count in ``counters``. A call that fails after its retries abstains (``score=None`` with the error).
+count in ``counters``. A number that is NaN or ±infinity (``1e999``) is not clipped into ``range``: the
+sample abstains with an error (counted as ``non_finite``). A call that fails after its retries abstains
+(``score=None`` with the error).
 ``input`` items may carry OpenAI's ``type: message``; ``content`` takes OpenAI's text forms: a string, one
 text part (``{type: input_text, text: ...}``; ``output_text`` and ``text`` too) or a list of strings and text
 parts, joined with nothing between them. Image and audio parts are refused (the judge client sends text).
@@ -32,6 +34,7 @@ parts, joined with nothing between them. Image and audio parts are refused (the 
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from dataclasses import asdict, dataclass
@@ -53,6 +56,7 @@ class ModelGraderCounters:
     samples: int = 0
     scored: int = 0
     unreadable: int = 0  # non-numeric output / not one of the labels (scored 0)
+    non_finite: int = 0  # a number that is NaN or ±infinity (abstained)
     abstained: int = 0  # the call failed
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -110,7 +114,7 @@ class ModelGrader(ClientGrader):
         c = self.counters
         return {"judge_calls": float(c.samples), "judge_cached_calls": float(c.cached_calls),
                 "judge_tokens": float(c.prompt_tokens + c.completion_tokens), "judge_unreadable": float(c.unreadable),
-                "judge_abstained_samples": float(c.abstained)}
+                "judge_abstained_samples": float(c.abstained), "judge_non_finite": float(c.non_finite)}
 
 
 @register_grader("score_model")
@@ -142,6 +146,9 @@ class ScoreModelGrader(ModelGrader):
             self._count(unreadable=1)
             return Grade(score=0.0, reason=f"non-numeric output scores 0: {_excerpt(text)}").mark_passed(
                 self.pass_threshold)
+        if not math.isfinite(value):  # clipping would make infinity the top score: abstain instead
+            self._count(non_finite=1)
+            return Grade.abstain(error=f"model said {value}, not a finite number").mark_passed(self.pass_threshold)
         lo, hi = self.range
         score = min(hi, max(lo, value))
         note = f"model said {value:g}" + (f", clipped to {score:g}" if score != value else "")

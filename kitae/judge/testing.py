@@ -19,12 +19,22 @@ chat.completion with ``usage``), or a raw ``body`` (any JSON, or a string sent a
 criterion -> value) and a reason; ``mutate`` edits the reply object first (drop an entry, put a value out of
 range...). ``reject_formats`` makes the server answer HTTP 400 to those ``response_format`` types, as servers
 without structured output do. Token counts in ``usage`` are approximate: words and punctuation marks.
+
+From a shell, a stand-in group judge to try the plumbing with no model (docs/judge.md's quick start)::
+
+    python -m kitae.judge.testing --port 8000 [--name scripted-judge] [--score 3]
+
+It prints ``kitae.judge.testing: serving NAME on http://127.0.0.1:PORT`` (the free port with ``--port 0``),
+then gives every sample it is shown ``--score`` on every criterion, until Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
+import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -87,13 +97,13 @@ class ScriptedServer:
     """See the module docstring. Use as a context manager, or call ``close()``."""
 
     def __init__(self, script: list[Entry] | None = None, default: Entry | None = None, model: str = "scripted-judge",
-                 reject_formats: tuple[str, ...] = ()):
+                 reject_formats: tuple[str, ...] = (), port: int = 0):
         self.script, self.default = list(script or []), default or judge_brain()
         self.model, self.reject_formats = model, reject_formats
         self.requests: list[dict[str, Any]] = []
         self.in_flight = self.max_in_flight = 0
         self._lock, self._stop = threading.Lock(), threading.Event()
-        self.server = LoopbackServer(("127.0.0.1", 0), self._handler())
+        self.server = LoopbackServer(("127.0.0.1", port), self._handler())
         self.port = self.server.server_address[1]
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -178,3 +188,36 @@ class ScriptedServer:
                 pass
 
         return Handler
+
+
+# ---- python -m kitae.judge.testing ----------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    """Serve a stand-in group judge on the loopback interface; see the module docstring."""
+    parser = argparse.ArgumentParser(
+        prog="python -m kitae.judge.testing",
+        description="A scripted stand-in for an LLM judge (no model): every sample gets the same score on every "
+                    "criterion. It shows the judge's requests and replies flowing, not a judgement.")
+    parser.add_argument("--port", type=int, default=8000, help="port on 127.0.0.1; 0 picks a free one (printed)")
+    parser.add_argument("--name", default="scripted-judge", help="the model name it reports")
+    parser.add_argument("--score", type=int, default=3, choices=range(1, 6), metavar="1-5",
+                        help="the value every criterion gets, on the judge's default 1-5 scale")
+    args = parser.parse_args(argv)
+    try:
+        server = ScriptedServer(default=judge_brain(lambda text: args.score), model=args.name, port=args.port)
+    except OSError as exc:
+        print(f"python -m kitae.judge.testing: cannot listen on 127.0.0.1:{args.port}: {exc.strerror or exc}; "
+              "choose another port (--port 0 picks a free one)", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"kitae.judge.testing: serving {server.model} on http://127.0.0.1:{server.port}", flush=True)
+    try:
+        stop.wait()
+    finally:
+        server.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -37,7 +37,7 @@ def normalize_weights(weights: list[float] | None, n: int) -> list[float]:
 
 def load_full_model(path: str | Path, base: str | None = None) -> Any:
     """A causal LM from a model folder, or from a LoRA adapter folder merged into its base model."""
-    from kitae.models import load_causal_lm
+    from kitae.models import load_causal_lm, resolve_model_path
 
     path = Path(path)
     adapter_cfg = path / "adapter_config.json"
@@ -48,6 +48,8 @@ def load_full_model(path: str | Path, base: str | None = None) -> Any:
     base_path = base or json.loads(adapter_cfg.read_text()).get("base_model_name_or_path")
     if not base_path:
         raise KitaeError(f"{path}: a LoRA adapter without base_model_name_or_path; pass --base")
+    if not base:
+        base_path = resolve_model_path(base_path, f"{adapter_cfg} base_model_name_or_path (or pass --base)")
     model = peft.PeftModel.from_pretrained(load_causal_lm(base_path), str(path))
     return model.merge_and_unload()
 

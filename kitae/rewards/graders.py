@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import math
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -221,7 +222,8 @@ class RewardModelCounters:
     samples: int = 0  # samples graded
     scored: int = 0  # samples the reward model scored
     gated: int = 0  # samples kept from the reward model by the template gate
-    abstained: int = 0  # samples that got None because the reward model failed
+    abstained: int = 0  # samples that got None because the reward model failed or gave no finite score
+    non_finite: int = 0  # samples whose score was NaN, ±infinity or not a number at all (also in abstained)
     failed_calls: int = 0  # reward-model calls (one per group) that failed
     last_error: str | None = None
 
@@ -252,7 +254,8 @@ class RewardModelGrader(Grader):
         include_system: false   # show system turns to the RM (the recipe used user + assistant only)
         end_marker: "<|im_end|>"
 
-    A failing reward model never raises: the group's ungated samples get None and ``counters`` count it.
+    A failing reward model never raises: the group's ungated samples get None and ``counters`` count it; a
+    score that is NaN, ±infinity or not a number makes its sample abstain with that error (``non_finite``).
     """
 
     needs_group = True
@@ -314,12 +317,13 @@ class RewardModelGrader(Grader):
         return [g for g in grades if g is not None]
 
     def _shape(self, score: float | str, chars: int) -> Grade:
-        if isinstance(score, str):  # the error message of a failed call
+        if isinstance(score, str):  # why there is no score: a failed call, NaN, infinity
             return Grade(None, {"gated": 0.0, "rm_score": None}, error=score)
         return to_grade(quality_reward(score, chars, self.quality))
 
     async def _score_or_none(self, item: Item, contents: list[str]) -> list[float | str]:
-        """Scores, or the error message for every content when the reward model failed (counted)."""
+        """Scores, or (counted) the error message for every content when the reward model failed and for each
+        score that is not a finite number."""
         try:
             convs = [conversation_for_rm(item, c, self.include_system) for c in contents]
             scorer = await asyncio.to_thread(lambda: self.scorer)
@@ -335,8 +339,23 @@ class RewardModelGrader(Grader):
             self.counters.abstained += len(contents)
             self.counters.last_error = message
             return [message] * len(contents)
-        self.counters.scored += len(contents)
-        return [float(s) for s in scores]
+        values = [_finite_score(s) for s in scores]
+        bad = [v for v in values if isinstance(v, str)]
+        self.counters.scored += len(values) - len(bad)
+        if bad:
+            self.counters.non_finite += len(bad)
+            self.counters.abstained += len(bad)
+            self.counters.last_error = bad[-1]
+        return values
+
+
+def _finite_score(score: Any) -> float | str:
+    """The score as a float, or why it is none: NaN and ±infinity are not clipped into range, they abstain."""
+    try:
+        value = float(score)
+    except (TypeError, ValueError):
+        return f"reward model returned {score!r}, not a number"
+    return value if math.isfinite(value) else f"reward model returned {value!r}, not a finite number"
 
 
 def _scorer_factory(r: SpecReader) -> Callable[[], Any]:

@@ -2,7 +2,8 @@
 
 The GRPO-zero recipe: only template-compliant completions are scored (gate); reward = 1.0 × RM score clipped to ±10; the
 length factor applies to positive scores only (a short answer earns less, but a bad short answer is not let
-off); when the reward model fails the reward is None (masked: it does not enter the advantage).
+off); when the reward model fails the reward is None (masked: it does not enter the advantage). kitae also masks a
+score that is NaN or ±infinity instead of clipping it (``min(10, nan)`` is 10).
 
 kitae's reading (spec fields of ``type: reward_model`` besides the model's own, see kitae/rewards/graders.py):
 
@@ -18,6 +19,7 @@ not empty) but not min_chars; clipping comes before the length factor, so the re
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from kitae.rewards.common import Reward, length_factor
@@ -38,7 +40,8 @@ def gated_reward(violation: str, cfg: QualityConfig = QualityConfig()) -> Reward
 
 
 def quality_reward(rm_score: float | None, chars: int, cfg: QualityConfig = QualityConfig()) -> Reward:
-    """Shape one RM score: scale, clip to ±clip, length factor on positive values; None stays None.
+    """Shape one RM score: scale, clip to ±clip, length factor on positive values; None stays None, and so
+    does a score that is NaN or ±infinity (never clipped into range).
 
     >>> quality_reward(25.0, chars=50).score  # clipped to 10, then × 50/100
     5.0
@@ -47,6 +50,8 @@ def quality_reward(rm_score: float | None, chars: int, cfg: QualityConfig = Qual
     """
     if rm_score is None:
         return Reward(None, {"gated": 0.0, "rm_score": None}, "reward model failed")
+    if not math.isfinite(rm_score):  # min(clip, nan) is clip: a NaN would become the top reward
+        return Reward(None, {"gated": 0.0, "rm_score": None}, f"reward model score {rm_score} is not a finite number")
     value = max(-cfg.clip, min(cfg.clip, cfg.scale * rm_score))
     factor = length_factor(chars, cfg.full_chars) if value > 0 else 1.0
     metrics = {"gated": 0.0, "rm_score": float(rm_score), "length_factor": factor}

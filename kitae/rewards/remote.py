@@ -36,6 +36,7 @@ requests, retries, timeouts, HTTP and connection errors, bad replies and failed 
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -78,30 +79,35 @@ def _expect(ok: bool, what: str) -> None:
         raise RewardModelError(f"unexpected reply: {what}")
 
 
+def _score(value: Any) -> float:
+    """One served score; null (how a strict-JSON server sends NaN) is NaN, which the grader then refuses."""
+    return math.nan if value is None else float(value)
+
+
 def _parse_kitae(reply: Any, n: int) -> list[float]:
     _expect(isinstance(reply, dict) and isinstance(reply.get("scores"), list), "no 'scores' list")
-    return [float(s) for s in reply["scores"]]
+    return [_score(s) for s in reply["scores"]]
 
 
 def _parse_sglang(reply: Any, n: int) -> list[float]:
     rows = [reply] if isinstance(reply, dict) else reply
     _expect(isinstance(rows, list) and all(isinstance(r, dict) and r.get("embedding") for r in rows),
             "expected a list of {'embedding': [score, ...]}")
-    return [float(r["embedding"][0]) for r in rows]
+    return [_score(r["embedding"][0]) for r in rows]
 
 
 def _parse_vllm_classify(reply: Any, n: int) -> list[float]:
     _expect(isinstance(reply, dict) and isinstance(reply.get("data"), list), "no 'data' list")
     rows = sorted(reply["data"], key=lambda r: r.get("index", 0))
     _expect(all(isinstance(r.get("probs"), list) and r["probs"] for r in rows), "a row without 'probs'")
-    return [float(r["probs"][0]) for r in rows]
+    return [_score(r["probs"][0]) for r in rows]
 
 
 def _pooled_score(data: Any) -> float:
     while isinstance(data, list):  # [[per-token values], ...] -> last token; [score, ...] -> first label
         _expect(bool(data), "empty pooling data")
         data = data[-1] if isinstance(data[0], list) else data[0]
-    return float(data)
+    return _score(data)
 
 
 def _parse_vllm_pooling(reply: Any, n: int) -> list[float]:

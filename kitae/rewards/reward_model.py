@@ -68,7 +68,9 @@ class LocalRewardModel:
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        self.path = resolve_rm_path(path)
+        from kitae.models import local_model_folder
+
+        self.path = local_model_folder(resolve_rm_path(path))  # never a Hub lookup
         self.batch_size, self.max_length, self.label_index = batch_size, max_length, label_index
         self.tokenizer = AutoTokenizer.from_pretrained(self.path)
         self.tokenizer.truncation_side = "left"

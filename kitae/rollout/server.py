@@ -284,13 +284,19 @@ class ServerEngine(HFEngine):
         self.stats = RolloutStats()
         self._last_wait_log = 0.0
 
+    @staticmethod
+    def check_servers(sampling: Any) -> dict[str, str | None]:
+        """The trainer's pre-flight (kitae.trainer.preflight): every replica of ``sampling`` (a SamplingConfig)
+        answers, before the model loads; URL -> served model name."""
+        return preflight(sampling.servers, min(30.0, sampling.server_timeout), sampling.api_key_env)
+
     @classmethod
-    def from_config(cls, model: Any, tokenizer: Any, sampling: Any, run_dir: Any) -> "ServerEngine":
-        """The engine of ``sampling`` (a SamplingConfig): asks every replica first (:func:`preflight`), so a bad
-        URL fails before the trainer loads its model."""
+    def from_config(cls, model: Any, tokenizer: Any, sampling: Any, run_dir: Any,
+                    served_models: dict[str, str | None] | None = None) -> "ServerEngine":
+        """The engine of ``sampling``; ``served_models`` from :meth:`check_servers` (asked here when not given)."""
         from kitae.rollout.sync import build_sync
 
-        names = preflight(sampling.servers, min(30.0, sampling.server_timeout), sampling.api_key_env)
+        names = served_models if served_models is not None else cls.check_servers(sampling)
         tracked = sampling.sync != "none"
         return cls(model, tokenizer, sampling.servers, api=sampling.server_api, timeout=sampling.server_timeout,
                    down_secs=sampling.server_down_secs, max_wait=sampling.server_max_wait,

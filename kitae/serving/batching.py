@@ -204,10 +204,6 @@ class BatchScheduler:
             self._cond.notify_all()
         return job
 
-    def running(self) -> int:
-        """Rows in the batch now."""
-        return len(self._batch.rows)
-
     def close(self, timeout: float = 10.0) -> None:
         with self._cond:
             self._stopped = True
@@ -269,7 +265,7 @@ class BatchScheduler:
             self._complete(job)
         if len(keep) < len(batch.rows):
             self._select(keep)
-        if batch.rows:
+        if self._batch.rows:
             self._decode(nxt[keep] if len(keep) < len(nxt) else nxt)
 
     def _finish_reason(self, row: _Row) -> str | None:

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-import json
 import socket
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Protocol
 
+from kitae.jsonsafe import dumps as to_json
 from kitae.serving.requests import RequestError, parse_json
 
 TOKEN_ENV = "KITAE_SERVE_TOKEN"
@@ -119,7 +119,7 @@ def json_handler(service: JsonService, quiet: bool = True, token: str | None = N
         timeout = limits.read_timeout_s  # on every socket read: a silent client cannot hold a thread
 
         def _send(self, status: int, payload: Any) -> None:
-            data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+            data = to_json(payload).encode("utf-8")
             try:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")

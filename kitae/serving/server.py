@@ -164,7 +164,6 @@ class ChatService:
                  default_max_tokens: int = 512, json_attempts: int = 3, max_batch: int = 64):
         self.engine = HFEngine(model, tokenizer)
         self.gate, self.model_lock = WeightGate(), threading.Lock()
-        self.scheduler = BatchScheduler(self.engine, self.gate, self.model_lock, max_batch)
         self.decoder = ConstrainedDecoder(model, tokenizer, model_lock=self.model_lock)
         self.name, self.default_max_tokens, self.json_attempts = name, default_max_tokens, json_attempts
         self.max_context = max_context or getattr(model.config, "max_position_embeddings", None) or 4096
@@ -173,6 +172,7 @@ class ChatService:
         self.vocab_size = model.get_input_embeddings().weight.shape[0]
         self.eos_ids = eos_token_ids(model, tokenizer)
         self._reload_lock = threading.Lock()
+        self.scheduler = BatchScheduler(self.engine, self.gate, self.model_lock, max_batch)  # starts its thread
 
     def close(self) -> None:
         """Stop the batching scheduler (requests still queued get an error)."""
@@ -367,9 +367,7 @@ def load_service(model: str | None, name: str | None = None, device: str = "cpu"
     from kitae.errors import ConfigError
     from kitae.models import load_causal_lm, load_tokenizer, resolve_model_path
 
-    path = resolve_model_path(model)
-    if not Path(path).is_dir():
-        raise ConfigError("--model", f"no model folder at {path!r}; kitae never downloads models")
+    path = resolve_model_path(model, "--model")
     if dtype not in ("float32", "bfloat16", "float16"):
         raise ConfigError("--dtype", f"expected float32, bfloat16 or float16, got {dtype!r}")
     loaded = load_causal_lm(path, dtype, device)

@@ -16,6 +16,7 @@ from typing import Any, Iterator
 
 from kitae.errors import ConfigError
 from kitae.registry import unknown_name_message
+from kitae.sandbox import unsandboxed
 from kitae.store.records import (
     EvalRow,
     GroupRow,
@@ -25,7 +26,6 @@ from kitae.store.records import (
     from_json,
     prompt_key,
 )
-from kitae.store.schema import SCHEMA_VERSION
 from kitae.store.status import effective_status
 
 # order name -> ORDER BY; ties go to the newest step, so the worst groups of a long run are recent ones.
@@ -53,6 +53,7 @@ class RunReader:
     _lock: threading.RLock
     run_dir: Path
     stale_after: float
+    version: int
 
     _snapshot_depth = 0
 
@@ -104,6 +105,14 @@ class RunReader:
         with self._read() as db:
             return db.execute("SELECT max(step) FROM metrics").fetchone()[0]
 
+    def last_logged_step(self) -> int | None:
+        """The highest step with anything logged for it (metrics, groups or an eval); None when nothing is."""
+        with self._read() as db:
+            return db.execute(
+                "SELECT max(s) FROM (SELECT max(step) AS s FROM metrics UNION ALL SELECT max(step) FROM groups "
+                "UNION ALL SELECT max(step) FROM evals)"
+            ).fetchone()[0]
+
     def brief(self) -> RunSummary:
         """The one-line summary that `kitae runs list` shows."""
         with self._read() as db:
@@ -127,8 +136,9 @@ class RunReader:
         with self._read() as db:
             row = self._run_row(db)
             evals = db.execute("SELECT count(*) FROM evals").fetchone()[0]
+            config = from_json(row["config"])
             return {
-                "schema_version": SCHEMA_VERSION,
+                "schema_version": self.version,
                 "name": row["name"],
                 "path": str(self.run_dir),
                 "status": self._status(row),
@@ -144,7 +154,10 @@ class RunReader:
                 "first_eval": self._eval_dict(db, "ASC"),
                 "latest_eval": self._eval_dict(db, "DESC"),
                 "final": from_json(row["summary"]),
-                "config": from_json(row["config"]),
+                "config": config,
+                # where the config ran code without isolation (`sandbox: none`): shown wherever the run is
+                "unsandboxed": unsandboxed(config),
+                "events": self._events(db),
             }
 
     def _latest_metrics(self, db: sqlite3.Connection) -> dict[str, dict[str, Any]]:
@@ -267,6 +280,19 @@ class RunReader:
             )
             for r in rows
         ]
+
+    # ---- events --------------------------------------------------------------------------------
+    def events(self) -> list[dict[str, Any]]:
+        """What happened to the run itself (resumes, restarts, skipped checkpoints, config changes), oldest
+        first: ``{step, kind, message, data, logged_at}`` each."""
+        with self._read() as db:
+            return self._events(db)
+
+    def _events(self, db: sqlite3.Connection) -> list[dict[str, Any]]:
+        if self.version < 2:  # written by an older kitae, read as it is: no events table
+            return []
+        rows = db.execute("SELECT step, kind, message, data, logged_at FROM events ORDER BY id")
+        return [{"step": r[0], "kind": r[1], "message": r[2], "data": from_json(r[3]), "logged_at": r[4]} for r in rows]
 
     # ---- evals --------------------------------------------------------------------------------
     def evals(self, limit: int | None = None, offset: int = 0) -> list[EvalRow]:

@@ -20,6 +20,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from kitae.jsonsafe import dumps
+
 
 @dataclass
 class SampleRecord:
@@ -139,7 +141,23 @@ def scalar(value: Any) -> float | None:
 
 
 def to_json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=str)
+    """JSON text that every reader (SQLite's json_extract included) accepts: NaN and ±infinity become null,
+    text becomes valid UTF-8 (:func:`valid_text`); anything else JSON lacks is written as its str()."""
+    return valid_text(dumps(value, default=str))
+
+
+def valid_text(text: str) -> str:
+    """`text` as SQLite can store it: a lone surrogate ("\\ud800", which UTF-8 cannot encode and which
+    grader errors and decoded bytes can carry) becomes U+FFFD; a split surrogate pair becomes its character.
+
+    >>> valid_text("ok\\ud800")
+    'ok\\ufffd'
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
 
 
 def from_json(text: str | None) -> Any:
@@ -148,4 +166,4 @@ def from_json(text: str | None) -> Any:
 
 def prompt_key(prompt: str) -> str:
     """A short fixed-size key for a prompt, so "the same prompt across steps" is an index lookup."""
-    return hashlib.sha1(prompt.encode("utf-8")).hexdigest()[:16]
+    return hashlib.sha1(valid_text(prompt).encode("utf-8")).hexdigest()[:16]

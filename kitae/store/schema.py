@@ -1,4 +1,4 @@
-"""The run.db schema (version 1), the connection settings and the version check.
+"""The run.db schema (version 2), the connection settings and the version check.
 
 The schema is the contract between training and the web page, documented in docs/run_store.md. Any change
 to a table bumps SCHEMA_VERSION, updates that document and adds a migration to MIGRATIONS; a kitae that
@@ -7,17 +7,23 @@ meets a newer database refuses to open it instead of misreading it.
 Connections use WAL journaling, so readers (the web page, `kitae runs`) read while the trainer writes, and
 `synchronous=FULL`, so a committed step survives a killed process and a lost machine alike; one fsync per
 step is noise next to a training step.
+
+Readers open run.db read-only (``mode=ro``), so a run on read-only storage can be shown. Where SQLite cannot
+keep its shared-memory file (run.db-shm) beside a read-only run.db, the database is opened ``immutable``: it
+cannot change under the reader, because nothing can write there.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 from typing import Callable
+from urllib.parse import quote
 
 from kitae.errors import KitaeError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 10_000
 
 SCHEMA = """
@@ -92,20 +98,66 @@ CREATE TABLE eval_samples (
     data         TEXT NOT NULL,
     PRIMARY KEY (step, sample_index)
 ) WITHOUT ROWID;
+CREATE TABLE events (
+    id        INTEGER PRIMARY KEY,
+    step      INTEGER NOT NULL,
+    kind      TEXT NOT NULL,
+    message   TEXT NOT NULL,
+    data      TEXT NOT NULL,
+    logged_at REAL NOT NULL
+);
 """
+EVENTS_TABLE = SCHEMA[SCHEMA.index("CREATE TABLE events") :]
+
+
+def _add_events(conn: sqlite3.Connection) -> None:
+    """Version 2: the events table (resumes, restarts, skipped checkpoints, config changes)."""
+    conn.execute(EVENTS_TABLE.strip().rstrip(";"))
 
 # version v -> function that upgrades a database at version v to v + 1, inside one transaction.
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _add_events}
 
 
-def connect(db_path: Path) -> sqlite3.Connection:
-    """A connection in autocommit mode; callers group writes with explicit BEGIN IMMEDIATE ... COMMIT."""
-    conn = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
-    conn.row_factory = sqlite3.Row
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+def connect(db_path: Path, read_only: bool = False) -> sqlite3.Connection:
+    """A connection in autocommit mode; callers group writes with explicit BEGIN IMMEDIATE ... COMMIT.
+
+    ``read_only``: for readers; works on read-only storage too (see the module docstring)."""
+    if read_only:
+        return _connect_read_only(db_path)
+    conn = _sqlite(str(db_path))
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = FULL")
     return conn
+
+
+def _sqlite(target: str, uri: bool = False) -> sqlite3.Connection:
+    conn = sqlite3.connect(target, uri=uri, isolation_level=None, check_same_thread=False,
+                           timeout=BUSY_TIMEOUT_MS / 1000)
+    conn.row_factory = sqlite3.Row
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    return conn
+
+
+def _connect_read_only(db_path: Path) -> sqlite3.Connection:
+    url = "file:" + quote(str(Path(db_path).resolve()))
+    conn = _sqlite(url + "?mode=ro", uri=True)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # SQLite opens lazily: fail here, not later
+        return conn
+    except sqlite3.OperationalError:  # a WAL database whose -shm file cannot be created here
+        conn.close()
+        if os.access(Path(db_path).parent, os.W_OK):
+            raise
+    except sqlite3.DatabaseError:  # not a database at all: read_version says so
+        return conn
+    wal = db_path.with_name(db_path.name + "-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        raise KitaeError(
+            f"{db_path}: the last steps of this run are in {wal.name}, which SQLite can read only with "
+            f"{db_path.name}-shm beside it, and this folder is read-only; copy the run folder to writable "
+            "storage to read it"
+        )
+    return _sqlite(url + "?immutable=1", uri=True)
 
 
 def create_schema(conn: sqlite3.Connection) -> None:
@@ -127,15 +179,16 @@ def read_version(conn: sqlite3.Connection, db_path: Path) -> int:
     return int(row["value"])
 
 
-def check_version(conn: sqlite3.Connection, db_path: Path) -> None:
-    """Upgrade an older database in place; refuse a newer one with a message that says what to do."""
+def check_version(conn: sqlite3.Connection, db_path: Path, upgrade: bool = True) -> int:
+    """Upgrade an older database in place (unless ``upgrade`` is False: a reader reads it as it is); refuse a
+    newer one with a message that says what to do. Returns the version the database is at now."""
     version = read_version(conn, db_path)
     if version > SCHEMA_VERSION:
         raise KitaeError(
             f"{db_path}: run store schema version {version} is newer than this kitae reads "
             f"(up to {SCHEMA_VERSION}); upgrade kitae (pip install -U kitae) to open this run"
         )
-    while version < SCHEMA_VERSION:
+    while upgrade and version < SCHEMA_VERSION:
         if version not in MIGRATIONS:
             raise KitaeError(f"{db_path}: run store schema version {version} is unknown; cannot upgrade it")
         conn.execute("BEGIN IMMEDIATE")
@@ -143,3 +196,4 @@ def check_version(conn: sqlite3.Connection, db_path: Path) -> None:
         version += 1
         conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
         conn.execute("COMMIT")
+    return version

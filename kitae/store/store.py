@@ -1,7 +1,7 @@
 """RunStore: one run's SQLite database, runs/NAME/run.db, written by the trainer and read by everyone else.
 
 Modelled on trackio: the storage is the contract and the writer's API is small (create, log_*, finish).
-Every ``log_*`` call, ``truncate_after`` and ``finish`` is one transaction, so a reader sees a step whole or
+Every ``log_*`` call, ``change_config``, ``truncate_after`` and ``finish`` is one transaction, so a reader sees a step whole or
 not at all and a trainer killed with SIGKILL leaves every committed step readable. The reading half of the
 API lives in :mod:`kitae.store.reader`.
 
@@ -23,24 +23,33 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from kitae.errors import KitaeError
 from kitae.registry import closest
 from kitae.store.reader import RunReader
-from kitae.store.records import GroupRecord, SampleRecord, group_stats, prompt_key, scalar, to_json
-from kitae.store.schema import check_version, connect, create_schema
+from kitae.registry import unknown_name_message
+from kitae.store.records import GroupRecord, SampleRecord, group_stats, prompt_key, scalar, to_json, valid_text
+from kitae.store.schema import SCHEMA_VERSION, check_version, connect, create_schema
 from kitae.store.status import FINAL_STATUSES, STALE_AFTER_S, this_host
 
 DB_NAME = "run.db"
+EVENT_KINDS = (
+    "resumed",  # training went on from a checkpoint; the steps logged after it were removed, to be redone
+    "restarted",  # --resume-from-scratch: back to step 0; the earlier history was copied aside first
+    "checkpoint_skipped",  # a checkpoint was incomplete or unreadable; an older one was used
+    "config_changed",  # the config changed on resume (data: the changed fields, old and new)
+)
 
 
 class RunStore(RunReader):
     """A handle on runs/NAME/run.db. Use :meth:`create` for a new run and :meth:`open` for an existing one."""
 
-    def __init__(self, run_dir: Path, conn: sqlite3.Connection, stale_after: float = STALE_AFTER_S):
+    def __init__(self, run_dir: Path, conn: sqlite3.Connection, stale_after: float = STALE_AFTER_S,
+                 version: int = SCHEMA_VERSION):
         self.run_dir = run_dir
         self.stale_after = stale_after
+        self.version = version  # the database's schema version (a reader leaves an older one as it is)
         self._conn = conn
         self._lock = threading.RLock()
 
@@ -67,19 +76,22 @@ class RunStore(RunReader):
         return store
 
     @classmethod
-    def open(cls, run_dir: str | Path, stale_after: float = STALE_AFTER_S) -> "RunStore":
-        """Open an existing run, to resume it or to read it. Raises KitaeError naming the runs that exist."""
+    def open(cls, run_dir: str | Path, stale_after: float = STALE_AFTER_S, read_only: bool = False) -> "RunStore":
+        """Open an existing run, to resume it or to read it. Raises KitaeError naming the runs that exist.
+
+        ``read_only``: for readers (`kitae runs`, the web page); also works on read-only storage, and leaves a
+        database written by an older kitae as it is instead of upgrading it."""
         run_dir = Path(run_dir)
         db_path = run_dir / DB_NAME
         if not db_path.is_file():
             raise run_not_found(run_dir.parent, run_dir.name)
-        conn = connect(db_path)
+        conn = connect(db_path, read_only=read_only)
         try:
-            check_version(conn, db_path)
+            version = check_version(conn, db_path, upgrade=not read_only)
         except BaseException:
             conn.close()
             raise
-        return cls(run_dir, conn, stale_after)
+        return cls(run_dir, conn, stale_after, version)
 
     def close(self) -> None:
         with self._lock:
@@ -93,12 +105,12 @@ class RunStore(RunReader):
 
     # ---- writing ------------------------------------------------------------------------------
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _write(self) -> Iterator["_Writer"]:
         """One transaction; it also refreshes the heartbeat, so a logging trainer is a live trainer."""
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
-                yield self._conn
+                yield _Writer(self._conn)
                 self._conn.execute("UPDATE run SET heartbeat_at = ? WHERE id = 1", (time.time(),))
             except BaseException:
                 self._conn.execute("ROLLBACK")
@@ -133,7 +145,7 @@ class RunStore(RunReader):
             for group in groups:
                 self._replace_group(db, int(step), group)
 
-    def _replace_group(self, db: sqlite3.Connection, step: int, group: GroupRecord) -> None:
+    def _replace_group(self, db: "_Writer", step: int, group: GroupRecord) -> None:
         key = (step, group.group_index)
         old = db.execute("SELECT id FROM groups WHERE step = ? AND group_index = ?", key).fetchone()
         if old is not None:
@@ -165,6 +177,39 @@ class RunStore(RunReader):
                 [(int(step), i, to_json(sample)) for i, sample in enumerate(samples)],
             )
 
+    def log_event(self, step: int, kind: str, message: str, data: dict | None = None) -> None:
+        """Something that happened to the run itself (one of EVENT_KINDS) when it stood at `step`, with a
+        one-line message for people. Events are never truncated: they are the run's own history."""
+        with self._write() as db:
+            self._insert_event(db, step, kind, message, data or {})
+
+    def change_config(self, step: int, config: dict, message: str, changes: list[dict]) -> None:
+        """The config changed on resume from `step`: save the new config and a "config_changed" event listing
+        `changes` (``{"field", "old", "new"}`` each), in one transaction."""
+        with self._write() as db:
+            db.execute("UPDATE run SET config = ? WHERE id = 1", (to_json(config),))
+            self._insert_event(db, step, "config_changed", message, {"changes": changes})
+
+    @staticmethod
+    def _insert_event(db: sqlite3.Connection, step: int, kind: str, message: str, data: dict) -> None:
+        if kind not in EVENT_KINDS:
+            raise KitaeError(unknown_name_message("event kind", kind, list(EVENT_KINDS)))
+        db.execute(
+            "INSERT INTO events (step, kind, message, data, logged_at) VALUES (?, ?, ?, ?, ?)",
+            (int(step), kind, message, to_json(data), time.time()),
+        )
+
+    def backup(self, dest: str | Path) -> None:
+        """Copy the whole database, consistently, to `dest` (a new file), e.g. before a restart from step 0."""
+        dest = Path(dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        target = sqlite3.connect(dest)
+        try:
+            with self._lock:
+                self._conn.backup(target)
+        finally:
+            target.close()
+
     def truncate_after(self, step: int) -> None:
         """Delete every row logged for a step after `step`: resuming from checkpoint step-N calls it with N."""
         with self._write() as db:
@@ -180,6 +225,24 @@ class RunStore(RunReader):
                 "UPDATE run SET status = ?, finished_at = ?, summary = ? WHERE id = 1",
                 (status, time.time(), None if summary is None else to_json(summary)),
             )
+
+
+class _Writer:
+    """The connection as a write transaction hands it out: every text parameter is made valid UTF-8 first
+    (:func:`valid_text`), so no text the trainer passes on (a completion, a grader's error) can fail a write."""
+
+    def __init__(self, conn: sqlite3.Connection):
+        self._conn = conn
+
+    def execute(self, sql: str, params: tuple | list = ()) -> sqlite3.Cursor:
+        return self._conn.execute(sql, _valid(params))
+
+    def executemany(self, sql: str, rows: Iterable[tuple | list]) -> sqlite3.Cursor:
+        return self._conn.executemany(sql, (_valid(row) for row in rows))
+
+
+def _valid(params: tuple | list) -> tuple:
+    return tuple(valid_text(p) if isinstance(p, str) else p for p in params)
 
 
 def _numbers(step: int, metrics: dict[str, Any]) -> dict[str, float | None]:

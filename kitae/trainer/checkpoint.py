@@ -2,15 +2,23 @@
 
 `model/` is HF `save_pretrained` (the LoRA adapter alone for LoRA runs) plus the tokenizer; `state.pt` holds the
 optimizer, scheduler, KL controller, prompt sampler and RNG states and the step. A checkpoint is written to a
-temporary folder and renamed into place, so a run killed mid-save never leaves a half checkpoint behind.
+temporary folder (step-000123.tmp) and renamed into place, so a run killed mid-save never leaves a half
+checkpoint behind; the next save or resume removes such a stale .tmp folder.
+
+A checkpoint can still be damaged afterwards (a file deleted, a disk that filled up, a copy cut short), so
+resuming takes the newest one that passes :func:`checkpoint_problem` and whose state.pt loads
+(:func:`find_checkpoint`), and names each newer one it skipped and why.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
 import shutil
+import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +26,18 @@ import numpy as np
 import torch
 
 _NAME = re.compile(r"^step-(\d+)$")
+_TMP = re.compile(r"^step-\d+\.tmp$")
+STATE_KEYS = ("optimizer", "scheduler", "sampler", "kl", "rng", "step")
+# model/ of a full model, then of a LoRA adapter: the weight files save_pretrained writes, in the order looked for
+MODEL_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+
+
+@dataclass
+class Checkpoint:
+    step: int
+    path: Path
+    state: dict[str, Any] | None  # state.pt, loaded once; dropped after the trainer restored it
 
 
 def checkpoint_dir(run_dir: Path, step: int) -> Path:
@@ -41,6 +61,109 @@ def latest_checkpoint(run_dir: Path) -> tuple[int, Path] | None:
     return found[-1] if found else None
 
 
+def checkpoint_folders(run_dir: Path) -> list[tuple[int, Path]]:
+    """Every checkpoints/step-N folder, complete or not, oldest first."""
+    root = run_dir / "checkpoints"
+    if not root.is_dir():
+        return []
+    return sorted((int(m.group(1)), p) for p in root.iterdir() if (m := _NAME.match(p.name)) and p.is_dir())
+
+
+def find_checkpoint(run_dir: Path) -> tuple[Checkpoint | None, list[tuple[Path, str]]]:
+    """The newest checkpoint that is complete, with its state.pt loaded; and each newer one, with why it was
+    skipped. (None, [...]) when no checkpoint is usable."""
+    skipped: list[tuple[Path, str]] = []
+    for step, path in reversed(checkpoint_folders(run_dir)):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            state, problem = _load_checked(path, step)
+            if problem is None:
+                return Checkpoint(step, path, state), skipped
+        skipped.append((path, problem))
+    return None, skipped
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    """Why the checkpoint folder `path` cannot be resumed from, or None. Cheap but real: the files are there
+    and each weight file is as long as its own header says (state.pt is checked by loading it)."""
+    if not (path / "state.pt").is_file():
+        return "state.pt is missing"
+    model = path / "model"
+    if not model.is_dir():
+        return "model/ is missing"
+    adapter = (model / "adapter_config.json").is_file()
+    if not adapter and not (model / "config.json").is_file():
+        return "model/config.json is missing"
+    names = ADAPTER_WEIGHTS if adapter else MODEL_WEIGHTS
+    found = next((model / n for n in names if (model / n).is_file()), None)
+    if found is None:
+        return f"model/ has no weights (none of {', '.join(names)})"
+    if found.name.endswith(".index.json"):
+        return _sharded_problem(found)
+    return _weights_problem(found)
+
+
+def _sharded_problem(index: Path) -> str | None:
+    try:
+        shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return f"model/{index.name} cannot be read ({type(exc).__name__}: {exc})"
+    for name in shards:
+        shard = index.parent / name
+        problem = f"model/{name} (listed in {index.name}) is missing" if not shard.is_file() else _weights_problem(shard)
+        if problem:
+            return problem
+    return None
+
+
+def _weights_problem(file: Path) -> str | None:
+    """A safetensors file must be exactly as long as its header says; a .bin file (a zip) must open."""
+    name, size = f"model/{file.name}", file.stat().st_size
+    if file.suffix != ".safetensors":
+        if not zipfile.is_zipfile(file):
+            return f"{name} cannot be read (not a complete torch file)"
+        return None
+    with file.open("rb") as f:
+        head = f.read(8)
+        n = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if n < 0 or 8 + n > size:
+            return f"{name} is cut short ({size} bytes, not even its header)"
+        try:
+            header = json.loads(f.read(n))
+            end = max((int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"), default=0)
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+            return f"{name} cannot be read (bad header: {exc})"
+    if 8 + n + end != size:
+        short = "is cut short" if 8 + n + end > size else "has trailing bytes"
+        return f"{name} {short} ({size} bytes; its header describes {8 + n + end})"
+    return None
+
+
+def _load_checked(path: Path, step: int) -> tuple[dict[str, Any] | None, str | None]:
+    try:
+        state = load_state(path)
+    except Exception as exc:  # noqa: BLE001 - any unreadable state.pt is a reason to skip the checkpoint
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return None, f"state.pt cannot be loaded ({type(exc).__name__}{': ' + first if first else ''})"
+    if not isinstance(state, dict):
+        return None, f"state.pt cannot be loaded (holds a {type(state).__name__}, not a checkpoint state)"
+    missing = [k for k in STATE_KEYS if k not in state]
+    if missing:
+        return None, f"state.pt lacks {', '.join(missing)}"
+    if state["step"] != step:
+        return None, f"state.pt is for step {state['step']}, not {step}"
+    return state, None
+
+
+def remove_stale_tmp(run_dir: Path) -> list[Path]:
+    """Remove the step-N.tmp folders that a save interrupted by a crash or a full disk left behind."""
+    root = run_dir / "checkpoints"
+    stale = [p for p in root.iterdir() if _TMP.match(p.name)] if root.is_dir() else []
+    for p in stale:
+        shutil.rmtree(p, ignore_errors=True)
+    return stale
+
+
 def rng_state() -> dict[str, Any]:
     return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
 
@@ -54,7 +177,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
 def save_checkpoint(run_dir: Path, step: int, model: Any, tokenizer: Any, state: dict[str, Any], keep: int) -> Path:
     final = checkpoint_dir(run_dir, step)
     tmp = final.with_name(final.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    remove_stale_tmp(run_dir)  # this step's own, and any an earlier failed save left
     tmp.mkdir(parents=True)
     model.save_pretrained(tmp / "model")
     tokenizer.save_pretrained(tmp / "model")

@@ -126,6 +126,9 @@ class AlgorithmConfig:
     dynamic_sampling: DynamicSampling = field(default_factory=DynamicSampling)
     mask_truncated: bool = False  # DAPO overlong filtering
     reset_optimizer: bool = False  # Kimi k1.5: fresh optimizer state each iteration
+    max_steps_without_reward: int | None = 3  # after this many steps in a row in which no sample got a reward
+    # (every component abstained or failed on every sample), save a checkpoint and stop with an error; 0 or null:
+    # never stop
     # engine server: per-token weight min(pi_train_old / pi_server, tis_cap) on the loss (truncated importance
     # sampling, kitae/algorithms/mismatch.py); null = no weight (the ratio still uses the trainer's log-probs)
     tis_cap: float | None = 2.0
@@ -135,6 +138,9 @@ class AlgorithmConfig:
             self.advantage = "dr_grpo" if self.loss == "kimi" else "grpo"
         if self.mu < 1:
             raise ConfigError(f"{path}.mu", "must be at least 1")
+        if self.max_steps_without_reward is not None and self.max_steps_without_reward < 0:
+            raise ConfigError(f"{path}.max_steps_without_reward",
+                              f"must be 0 or more (0 or null: never stop), got {self.max_steps_without_reward}")
         if self.tis_cap is not None and self.tis_cap < 1:
             raise ConfigError(f"{path}.tis_cap", f"must be >= 1 (or null for no correction), got {self.tis_cap}: "
                               "a cap below 1 would shrink every token's weight")

@@ -12,8 +12,9 @@ early; ``algorithm.reset_optimizer`` starts each iteration with fresh optimizer 
 descent step is the policy that sampled the batch: its log-probs come from the engine as ``old_logp``.
 
 Departures from the papers, all configurable: no reference model unless the KL weight is non-zero (DAPO, Dr.
-GRPO and Kimi drop it); a reward of None is masked (TRL's rule); in multi-process runs (accelerate) the loss is
-normalized per process and DDP averages the gradients.
+GRPO and Kimi drop it); a reward of None is masked (TRL's rule). In multi-process runs (accelerate) the loss is
+normalized by the whole batch's counts over all processes (as TRL's ``dapo``), so the gradient DDP averages is
+the single-process full-batch gradient.
 """
 
 from __future__ import annotations
@@ -34,31 +35,39 @@ from kitae.algorithms.advantages import compute_advantages, dynamic_sampling_kee
 from kitae.algorithms.kl import AdaptiveKLController, FixedKLController, kl_estimate, masked_entropy
 from kitae.algorithms.losses import LossConfig, LossInputs, Normalizer, policy_loss
 from kitae.algorithms.mismatch import mismatch_metrics, tis_weight
-from kitae.data.loader import load_prompts
-from kitae.errors import ConfigError
-from kitae.graders import build_grader
-from kitae.graders.base import Grade, Grader
-from kitae.models import load_causal_lm, load_tokenizer
-from kitae.registry import unknown_name_message
+from kitae.errors import ConfigError, KitaeError
+from kitae.graders.base import Grade, Grader, is_finite_number
+from kitae.models import load_causal_lm
 from kitae.rollout.base import ENGINES, Completion, SamplingParams
 from kitae.rollout.partial import PartialRollouts
 from kitae.store import GroupRecord, RunStore, SampleRecord
 from kitae.trainer.batch import TrainBatch, build_batch, token_logps
-from kitae.trainer.checkpoint import latest_checkpoint, load_state, save_checkpoint, set_rng_state
-from kitae.trainer.config import TrainConfig, resolve_data_path
+from kitae.trainer.checkpoint import save_checkpoint, set_rng_state
+from kitae.trainer.config import TrainConfig
 from kitae.trainer.evaluate import evaluate, sample_dict
 from kitae.trainer.loggers import make_loggers
-from kitae.trainer.rewards import GroupScores, RewardComponent, build_components, counter_deltas, score_groups
+from kitae.trainer.preflight import Checked, preflight
+from kitae.trainer.resume import ResumePlan, plan_resume, record_resume
+from kitae.trainer.rewards import GroupScores, RewardComponent, counter_deltas, last_problems, no_reward_message, score_groups
 from kitae.trainer.samplers import SAMPLERS
 
 
 class Trainer:
-    """Owns the model, optimizer, engine, rewards and run store of one run. `train()` runs it."""
+    """Owns the model, optimizer, engine, rewards and run store of one run. `train()` runs it.
 
-    def __init__(self, cfg: TrainConfig, resume: bool = False, on_step: Callable[[int, dict], None] | None = None):
+    ``resume``: go on from the run's newest complete checkpoint (kitae.trainer.resume: what is refused and what
+    is recorded); ``allow_config_change`` applies config fields that differ from the run's saved config;
+    ``resume_from_scratch`` restarts the run at step 0, keeping its earlier history aside. ``checked``: what
+    :func:`kitae.trainer.preflight.preflight` built for `cfg`; run here when not given, so every config, grader,
+    data and length error comes before the model loads."""
+
+    def __init__(self, cfg: TrainConfig, resume: bool = False, on_step: Callable[[int, dict], None] | None = None,
+                 checked: Checked | None = None, allow_config_change: bool = False,
+                 resume_from_scratch: bool = False):
         from accelerate import Accelerator
         from accelerate.utils import set_seed
 
+        checked = checked or preflight(cfg)
         self.cfg = cfg
         self.on_step = on_step
         self.acc = Accelerator(cpu=not torch.cuda.is_available())
@@ -66,24 +75,24 @@ class Trainer:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.run_dir = cfg.run_dir
-        ckpt = latest_checkpoint(self.run_dir) if resume else None
-        self.start_step = ckpt[0] if ckpt else 0
-        self.tokenizer = load_tokenizer(cfg.model.path)
-        self.engine = self._server_engine()  # asks its servers first: a bad URL fails before the model loads
-        model = self._load_model(ckpt[1] / "model" if ckpt else None)
+        # before the model loads: a resume that cannot go on as asked fails in seconds, naming why
+        self.resume_plan = plan_resume(cfg, allow_config_change, resume_from_scratch) if resume else None
+        ckpt = self.resume_plan.checkpoint if self.resume_plan else None
+        self.start_step = ckpt.step if ckpt else 0
+        self.tokenizer = checked.tokenizer
+        model = self._load_model(ckpt.path / "model" if ckpt else None)
         self.ref_model = self._load_ref_model(model)
         params = [p for p in model.parameters() if p.requires_grad]
         o = cfg.optim
         optimizer = torch.optim.AdamW(params, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self._lr_factor)
         self.model, self.optimizer = self.acc.prepare(model, optimizer)
-        self.engine = self.engine or ENGINES.get(cfg.sampling.engine, "sampling.engine")(self.policy, self.tokenizer)
-        self.components = build_components(cfg.rewards) + self._repeat_component()
-        self.eval_grader = build_grader(cfg.eval.grader, "eval.grader")
-        self.train_rows = load_prompts(resolve_data_path(cfg.data.train))
-        self.eval_rows = self._eval_rows()
+        self.engine = self._make_engine(checked)
+        self.components = checked.components + self._repeat_component()
+        self.eval_grader = checked.eval_grader
+        self.train_rows, self.eval_rows = checked.train_rows, checked.eval_rows
         self.sampler = self._make_sampler()
-        self.pass_component = self._pass_component()
+        self.pass_component = checked.pass_component
         self.partial = self._make_partial()
         kl = cfg.algorithm.kl
         self.kl_ctl = (
@@ -91,8 +100,9 @@ class Trainer:
         )
         self.loss_cfg = self._loss_config()
         if ckpt:
-            self._restore(load_state(ckpt[1]))
-        self.store = self._open_store(resume, ckpt) if self.acc.is_main_process else None
+            self._restore(ckpt.state, self.resume_plan)
+            ckpt.state = None  # restored: its tensors are not held twice
+        self.store = self._open_store() if self.acc.is_main_process else None
         self.loggers = make_loggers(cfg.logging.report_to if self.store else [], self.run_dir, cfg.to_dict())
         self._stop_requested = False
         self._mismatch_metrics: dict[str, float] = {}  # server engine: this step's sampler/trainer gap
@@ -103,11 +113,14 @@ class Trainer:
     def policy(self):
         return self.acc.unwrap_model(self.model) if hasattr(self, "model") else None
 
-    def _server_engine(self):
-        """An engine with a ``from_config`` (the server engine) built before the model loads; None otherwise."""
+    def _make_engine(self, checked: Checked):
+        """The rollout engine; one with a ``from_config`` (the server engine) gets the sampling settings and the
+        servers pre-flight found answering."""
         cls = ENGINES.get(self.cfg.sampling.engine, "sampling.engine")
         build = getattr(cls, "from_config", None)
-        return build(None, self.tokenizer, self.cfg.sampling, self.run_dir) if build else None
+        if build is None:
+            return cls(self.policy, self.tokenizer)
+        return build(self.policy, self.tokenizer, self.cfg.sampling, self.run_dir, checked.servers)
 
     def _load_model(self, checkpoint_model: Path | None):
         cfg = self.cfg.model
@@ -149,18 +162,6 @@ class Trainer:
         return cls(len(self.train_rows), seed=self.cfg.seed, shuffle=self.cfg.data.shuffle, rows=self.train_rows,
                    **options)
 
-    def _pass_component(self) -> str | None:
-        """The reward component whose score makes each prompt's pass rate for the sampler (None: not needed)."""
-        sc, names = self.cfg.data.sampler, [c.name for c in self.components]
-        if sc.correct is not None and sc.correct not in names:
-            raise ConfigError("data.sampler.correct", unknown_name_message("reward component", sc.correct, names))
-        if sc.correct is None and sc.name != "uniform":
-            if "correct" not in names:
-                raise ConfigError("data.sampler.correct", f"the {sc.name} sampler needs pass rates: name the reward "
-                                  f"component that says a sample is correct (one of {', '.join(names)})")
-            return "correct"
-        return sc.correct
-
     def _make_partial(self) -> PartialRollouts | None:
         pc = self.cfg.sampling.partial
         if pc is None:
@@ -194,31 +195,28 @@ class Trainer:
         lc = LossConfig(
             eps_low=a.eps_low, eps_high=a.eps_high, aggregation=a.aggregation,
             max_completion_length=self.cfg.sampling.max_new_tokens,
-            kl_coef=self.kl_ctl.value if a.kl.where == "loss" else 0.0,
+            kl_coef=self._kl_coef_in_loss(),
             kl_estimator=a.kl.estimator, kimi_tau=a.kimi_tau, gspo_eps_low=a.gspo_eps_low,
             gspo_eps_high=a.gspo_eps_high, cispo_eps_high=a.cispo_eps_high,
         )
         lc.validate("algorithm")
         return lc
 
-    def _eval_rows(self) -> list[dict]:
-        if not self.cfg.data.eval:
-            return []
-        rows = load_prompts(resolve_data_path(self.cfg.data.eval))
-        return rows[: self.cfg.eval.limit] if self.cfg.eval.limit else rows
 
-    def _open_store(self, resume: bool, ckpt) -> RunStore:
-        cfg_path = self.run_dir / "config.yaml"
-        if resume:
+    def _kl_coef_in_loss(self) -> float:
+        return self.kl_ctl.value if self.cfg.algorithm.kl.where == "loss" else 0.0
+
+    def _open_store(self) -> RunStore:
+        if self.resume_plan is not None:
             store = RunStore.open(self.run_dir)
-            store.truncate_after(self.start_step)  # steps after the checkpoint are redone: none lost, none twice
+            record_resume(store, self.resume_plan, self.cfg)  # trims the steps to redo; records what happened
             store.mark_running()
             return store
         store = RunStore.create(self.run_dir, name=self.cfg.name, config=self.cfg.to_dict(), model=self.cfg.model.path)
-        cfg_path.write_text(yaml.safe_dump(self.cfg.to_dict(), sort_keys=False, allow_unicode=True))
+        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(self.cfg.to_dict(), sort_keys=False, allow_unicode=True))
         return store
 
-    def _restore(self, state: dict[str, Any]) -> None:
+    def _restore(self, state: dict[str, Any], plan: ResumePlan) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.sampler.load_state_dict(state["sampler"])
@@ -226,12 +224,26 @@ class Trainer:
             self.partial.load_state_dict(state["partial"])
         self.kl_ctl.load_state_dict(state["kl"])
         set_rng_state(state["rng"])
+        self._apply_optim_config()
+        if plan.changed("algorithm.kl.coef"):
+            self.kl_ctl.value = float(self.cfg.algorithm.kl.coef)  # a new coefficient from here on
+        self.loss_cfg.kl_coef = self._kl_coef_in_loss()  # the restored coefficient, from the first resumed step
+
+    def _apply_optim_config(self) -> None:
+        """The config's optimizer settings over the restored ones: the same values unless the config changed on
+        resume, when a new lr, betas or weight decay (and schedule) take effect from the next step."""
+        o = self.cfg.optim
+        groups = self.optimizer.param_groups
+        factor = self._lr_factor(self.scheduler.last_epoch)  # LambdaLR: lr = base lr * factor(last_epoch)
+        for g in groups:
+            g.update(lr=o.lr * factor, initial_lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
+        self.scheduler.base_lrs = [o.lr] * len(groups)
 
     # ---- the loop -----------------------------------------------------------------------------
     def train(self) -> dict[str, Any]:
         """Run until `optim.steps`; returns the final summary. Ctrl-C (or SIGTERM) saves and stops cleanly."""
         old_handlers = self._install_signal_handlers()
-        status = "crashed"
+        status, error = "crashed", None
         try:
             self._sync_weights(self.start_step, force=True)  # the servers sample with this run's weights
             if self.start_step == 0 and self.eval_rows:
@@ -252,11 +264,15 @@ class Trainer:
                 self.save(step)
             status = "stopped" if self._stop_requested else "finished"
             return self.summary(status)
+        except BaseException as exc:  # recorded with the run, so `kitae runs show` says why it crashed
+            error = str(exc) if isinstance(exc, KitaeError) else f"{type(exc).__name__}: {exc}"
+            raise
         finally:
             self._restore_signal_handlers(old_handlers)
             self.loggers.close()
             if self.store is not None:
-                self.store.finish(status, self.summary(status) if status != "crashed" else None)
+                final = self.summary(status) if status != "crashed" else {"status": status, "error": error}
+                self.store.finish(status, final)
                 self.store.close()
 
     @staticmethod
@@ -318,7 +334,21 @@ class Trainer:
             self.loss_cfg.kl_coef = self.kl_ctl.value if self.cfg.algorithm.kl.where == "loss" else 0.0
         records = self._group_records(rows, groups, scores, rewards, valid, adv)
         self._log(step, metrics, records)
+        self._stop_without_reward(step, metrics["invalid_rate"], scores)
         return metrics
+
+    def _stop_without_reward(self, step: int, invalid_rate: float, scores: list[GroupScores]) -> None:
+        """After `algorithm.max_steps_without_reward` steps in a row in which no sample got a reward (a grader
+        failing on every sample, a reward server down), save a checkpoint and stop with an error: a run that
+        trains on nothing must not end as "finished". `invalid_rate` is the mean over processes, so every
+        process decides alike."""
+        limit = self.cfg.algorithm.max_steps_without_reward
+        count = getattr(self, "_steps_without_reward", 0) + 1 if invalid_rate >= 1.0 else 0
+        self._steps_without_reward = count
+        if not limit or count < limit:
+            return
+        self.save(step)
+        raise KitaeError(no_reward_message(count, step, last_problems(self.components, scores), self.run_dir))
 
     def _collect(self, step: int) -> tuple[list[dict], list[list[Completion]], list[GroupScores]]:
         """Prompts, completions and scores for this step (DAPO dynamic sampling when enabled)."""
@@ -411,11 +441,11 @@ class Trainer:
 
     @staticmethod
     def _reward_tensor(scores: list[GroupScores]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Total rewards [num_groups, G] (0 where invalid) and validity [num_groups, G]."""
+        """Total rewards [num_groups, G] (0 where invalid) and validity [num_groups, G]; only a finite total is valid."""
         vals = [[math.nan if t is None else t for t in gs.totals] for gs in scores]
         r = torch.tensor(vals, dtype=torch.float32)
-        valid = ~torch.isnan(r)
-        return torch.nan_to_num(r, nan=0.0), valid
+        valid = torch.isfinite(r)
+        return torch.where(valid, r, torch.zeros_like(r)), valid
 
     def _to_batch(self, completions, rewards, valid, groups) -> TrainBatch:
         a = self.cfg.algorithm
@@ -488,7 +518,8 @@ class Trainer:
         cfg = self.cfg
         mbs = cfg.optim.micro_batch_size
         chunks = [slice(s, s + mbs) for s in range(0, len(batch), mbs)]
-        norm = Normalizer.from_masks([batch.mask])  # sequences with no counted token drop out
+        local = Normalizer.from_masks([batch.mask])  # sequences with no counted token drop out
+        norm = local.over_processes(lambda t: self.acc.reduce(t.to(self.acc.device), "sum"), self.acc.num_processes)
         self.model.train()
         agg: dict[str, float] = {}
         grad_norms = []
@@ -508,7 +539,7 @@ class Trainer:
                 tokens = float(mb.mask.sum())
                 for k, v in m.items():  # token-weighted mean over micro-batches and passes
                     if k != "num_tokens":
-                        agg[k] = agg.get(k, 0.0) + float(v) * tokens / max(1, norm.num_tokens) / mu
+                        agg[k] = agg.get(k, 0.0) + float(v) * tokens / max(1, local.num_tokens) / mu
             grad_norms.append(float(self.acc.clip_grad_norm_(self.model.parameters(), cfg.optim.max_grad_norm)))
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
@@ -516,8 +547,10 @@ class Trainer:
 
     # ---- metrics and logging ------------------------------------------------------------------
     def _reward_metrics(self, scores: list[GroupScores], completions: list[Completion]) -> dict[str, float]:
+        """Reward statistics of the step. Only finite numbers count (graders abstain on others; should one slip
+        through, statistics.pstdev would raise on it at every step, resumed or not)."""
         totals = [t for gs in scores for t in gs.totals]
-        valid = [t for t in totals if t is not None]
+        valid = [t for t in totals if is_finite_number(t)]
         m: dict[str, float] = {
             "reward": statistics.fmean(valid) if valid else math.nan,
             "reward_std": statistics.pstdev(valid) if len(valid) > 1 else 0.0,
@@ -531,7 +564,7 @@ class Trainer:
         }
         for comp in self.components:
             grades = [g for gs in scores for g in gs.grades[comp.name]]
-            got = [g.score for g in grades if g.score is not None]
+            got = [g.score for g in grades if is_finite_number(g.score)]
             m[f"reward/{comp.name}"] = statistics.fmean(got) if got else math.nan
             m[f"grader/{comp.name}/abstain_rate"] = 1 - len(got) / len(grades)
             m[f"grader/{comp.name}/error_rate"] = statistics.fmean(g.error is not None for g in grades)

@@ -2,6 +2,7 @@
 
     total_i = Σ_c w_c · r_{c,i}   over the components c that did not abstain on sample i
     a sample on which every component abstained has no reward: it is marked invalid and gets advantage 0.
+    Only finite scores count (graders abstain on NaN and infinities), and weight-0 components only log.
 
 Every component's scores, reasons and errors are kept per sample, so nothing is summed away before it reaches
 the run store. Weight 0 logs a component without training on it.
@@ -16,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kitae.errors import ConfigError
-from kitae.graders.base import Grade, Grader
+from kitae.graders.base import Grade, Grader, is_finite_number
+from kitae.store.records import valid_text
 from kitae.trainer.config import RewardConfig
 
 
@@ -61,17 +63,20 @@ def import_callable(target: str, path: str) -> Any:
 
 
 def combine(grades: dict[str, list[Grade]], weights: dict[str, float]) -> list[float | None]:
-    """Weighted sum per sample over the components that did not abstain (None when all abstained)."""
+    """Weighted sum per sample over the components that did not abstain (None when all abstained, and when
+    finite scores sum past the largest float: a reward is always a finite number). A weight-0 component only
+    logs: its score alone is no reward, so it cannot turn an abstention into a reward of 0.
+
+    >>> combine({"a": [Grade(1.0), Grade(None)], "b": [Grade(0.5), Grade(None)]}, {"a": 1.0, "b": 2.0})
+    [2.0, None]
+    """
     n = len(next(iter(grades.values())))
     totals: list[float | None] = []
     for i in range(n):
-        parts = [(weights[c], g[i].score) for c, g in grades.items() if _is_number(g[i].score)]
-        totals.append(sum(w * s for w, s in parts) if parts else None)
+        parts = [(weights[c], g[i].score) for c, g in grades.items() if weights[c] and is_finite_number(g[i].score)]
+        total = sum(w * s for w, s in parts) if parts else None
+        totals.append(total if total is None or math.isfinite(total) else None)
     return totals
-
-
-def _is_number(x: Any) -> bool:
-    return x is not None and not (isinstance(x, float) and math.isnan(x))
 
 
 async def _score_all(components: list[RewardComponent], items: list[dict], groups: list[list[dict]]):
@@ -92,6 +97,35 @@ def score_groups(
         per = {c.name: flat[g * len(components) + k] for k, c in enumerate(components)}
         out.append(GroupScores(per, combine(per, weights)))
     return out
+
+
+def last_problems(components: list[RewardComponent], scores: list[GroupScores]) -> dict[str, str]:
+    """Per component, why its last sample of the step has no score: the grader's error, else its reason."""
+    out = {}
+    for c in components:
+        grades = [g for gs in scores for g in gs.grades[c.name] if g.score is None]
+        last = grades[-1] if grades else None
+        why = (last.error or last.reason) if last is not None else None
+        out[c.name] = why or ("abstained without saying why" if last is not None else "scored (weight 0: logs only)")
+    return out
+
+
+def no_reward_message(steps: int, last_step: int, problems: dict[str, str], run_dir: Any) -> str:
+    """The error that stops a run in which no sample got a reward for ``steps`` steps in a row."""
+    first = last_step - steps + 1
+    span = f"step {last_step}" if steps == 1 else f"steps {first}-{last_step}"
+    lines = [f"no sample got a reward in {span}: every reward component abstained or failed on every sample, so "
+             f"training learned nothing (algorithm.max_steps_without_reward: {steps}). Each component's last error:"]
+    lines += [f"  {name}: {_short(why)}" for name, why in problems.items()]
+    lines.append(f"Fix the rewards (the run page, `kitae ui`, shows every sample's errors), then continue from the "
+                 f"checkpoint of step {last_step} with `kitae train --resume {run_dir}`; "
+                 f"algorithm.max_steps_without_reward: 0 never stops.")
+    return "\n".join(lines)
+
+
+def _short(text: str, limit: int = 300) -> str:
+    text = " ".join(valid_text(text).split())  # printable, one line
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def grader_counters(grader: Grader, prefix: str = "") -> dict[str, float]:

@@ -135,7 +135,7 @@ def open_named_run(runs_dir: Path, name: str) -> RunStore:
     """The run called `name` directly under `runs_dir`; never a path elsewhere on the disk."""
     if "/" in name or "\\" in name or name in ("", ".", "..") or not (runs_dir / name / DB_NAME).is_file():
         raise ApiError(404, str(run_not_found(runs_dir, name)))
-    return RunStore.open(runs_dir / name)
+    return RunStore.open(runs_dir / name, read_only=True)  # the page never writes run.db (labels are a sidecar)
 
 
 # ---- the runs list --------------------------------------------------------------------------------

@@ -14,8 +14,6 @@ Security, because model output and run folders are not for everyone:
 from __future__ import annotations
 
 import hmac
-import json
-import math
 import mimetypes
 import socket
 import sys
@@ -30,7 +28,7 @@ from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 from kitae.errors import KitaeError
 from kitae.serving.requests import RequestError, parse_json
-from kitae.serving.http import HttpLimits, bearer_token, is_loopback, linger, read_body, token_matches
+from kitae.serving.http import HttpLimits, bearer_token, is_loopback, linger, read_body, to_json, token_matches
 from kitae.serving.http import check_bind as serving_check_bind
 from kitae.web.api import ApiError, Download, Query, dispatch
 
@@ -242,21 +240,3 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the http.server signature
         if not self.server.quiet:
             super().log_message(format, *args)
-
-
-def to_json(payload: Any) -> str:
-    """JSON for the browser: NaN and infinities (not JSON) become null."""
-    try:
-        return json.dumps(payload, ensure_ascii=False, allow_nan=False)
-    except ValueError:
-        return json.dumps(_finite(payload), ensure_ascii=False, allow_nan=False)
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value

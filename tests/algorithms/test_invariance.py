@@ -65,3 +65,60 @@ def test_per_micro_batch_normalizer_would_break_it(aggregation):
     full_loss, _ = run("grpo", cfg, inp, [B])
     loss, _ = run("grpo", cfg, inp, [4, 4], per_micro_norm=True)
     assert abs(loss - full_loss) > 1e-3
+
+
+# ---- several processes: DDP averages the processes' gradients -------------------------------------------
+def counts(norm: Normalizer) -> torch.Tensor:
+    return torch.tensor([norm.num_sequences, norm.num_tokens, norm.num_rows])
+
+
+def run_processes(name, cfg, inp, shares, global_counts=True):
+    """Gradient d loss / d logp as DDP makes it: each simulated process normalizes its rows, backward, and the
+    processes' gradients are averaged. The all-reduce of the counts is a sum over the shares' masks."""
+    local = [Normalizer.from_masks([inp.mask[sl]]) for sl in shares]
+    total = sum(counts(n) for n in local)
+    grads = []
+    for sl, norm in zip(shares, local):
+        if global_counts:
+            norm = norm.over_processes(lambda t: total.clone(), len(shares))
+        mb = LossInputs(inp.logp[sl], inp.old_logp[sl], inp.advantages[sl], inp.mask[sl], inp.ref_logp[sl])
+        loss, _ = policy_loss(name, mb, cfg, norm)
+        loss.backward()
+        grads.append(inp.logp.grad.clone())
+        inp.logp.grad = None
+    return sum(grads) / len(grads)
+
+
+@pytest.mark.parametrize("name", POLICY_LOSSES.names())
+@pytest.mark.parametrize("cfg", CFGS, ids=[c.aggregation for c in CFGS])
+def test_processes_with_uneven_token_counts_give_the_full_batch_gradient(name, cfg):
+    inp = batch()
+    inp.mask[0] = 0.0  # a row masked out entirely (a truncated sample under overlong filtering)
+    _, full_grad = run(name, cfg, inp, [B])
+    grad = run_processes(name, cfg, inp, [slice(0, 3), slice(3, 8)])  # 3 rows (1 masked), 5 tokens | 5 rows, 20
+    torch.testing.assert_close(grad, full_grad, atol=1e-6, rtol=0)
+    assert full_grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("aggregation", ["seq_mean_token_mean", "token_mean", "seq_sum_constant"])
+def test_per_process_counts_would_break_it(aggregation):
+    # control: each process normalizing by its own counts weights a token by how the batch was split
+    cfg = LossConfig(aggregation=aggregation, max_completion_length=T)
+    inp = batch()
+    inp.mask[0] = 0.0
+    _, full_grad = run("grpo", cfg, inp, [B])
+    grad = run_processes("grpo", cfg, inp, [slice(0, 3), slice(3, 8)], global_counts=False)
+    assert (grad - full_grad).abs().max() > 1e-3
+
+
+def test_over_processes_sums_the_counts_and_records_the_process_count():
+    norm = Normalizer(num_sequences=2, num_tokens=5, num_rows=3)
+    seen = []
+
+    def all_reduce_sum(t):
+        seen.append(t.tolist())
+        return t + torch.tensor([1, 7, 1])  # the other process: 1 sequence, 7 tokens, 1 row
+
+    assert norm.over_processes(all_reduce_sum, 2) == Normalizer(3, 12, 4, processes=2)
+    assert seen == [[2, 5, 3]]
+    assert norm.over_processes(all_reduce_sum, 1) is norm  # one process: nothing to reduce

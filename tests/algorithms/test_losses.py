@@ -91,6 +91,14 @@ AGGREGATE_CASES = [
     ("seq_mean_token_mean", Normalizer(4, 6), (2 + 5) / 4),
     ("token_mean", Normalizer(4, 6), 9 / 6),
     ("seq_sum_constant", Normalizer(4, 6), (4 / 4 + 5 / 4) / 4),
+    # ... whose 2 other rows are masked out entirely: Dr. GRPO's constant still counts them
+    ("seq_mean_token_mean", Normalizer(2, 3, num_rows=4), (2 + 5) / 2),
+    ("token_mean", Normalizer(2, 3, num_rows=4), 9 / 3),
+    ("seq_sum_constant", Normalizer(2, 3, num_rows=4), (4 / 4 + 5 / 4) / 4),
+    # one of 2 processes whose gradients DDP averages: the batch's counts, its share times 2
+    ("seq_mean_token_mean", Normalizer(4, 6, processes=2), (2 + 5) / 4 * 2),
+    ("token_mean", Normalizer(4, 6, processes=2), 9 / 6 * 2),
+    ("seq_sum_constant", Normalizer(4, 6, processes=2), (4 / 4 + 5 / 4) / 4 * 2),
 ]
 
 
@@ -142,6 +150,18 @@ def test_dr_grpo_aggregates_with_the_constant():
     assert policy_loss("dr_grpo", two_sequences(), cfg, Normalizer(2, 3))[0].item() == pytest.approx(0.125)
     with pytest.raises(ConfigError, match="max_completion_length"):
         policy_loss("dr_grpo", two_sequences(), LossConfig(), Normalizer(2, 3))
+
+
+def test_dr_grpo_divides_by_every_row_masked_ones_included():
+    """Dr. GRPO's divisor is a constant: rows x max_completion_length, as TRL's dr_grpo (per_token_loss.size(0)).
+    A row masked out entirely (overlong filtering) adds nothing to the sum but still counts in the divisor."""
+    inp = two_sequences()
+    masked_row = LossInputs(logp=torch.zeros(1, 2), old_logp=torch.zeros(1, 2), advantages=torch.tensor([5.0]),
+                            mask=torch.zeros(1, 2))
+    norm = Normalizer.from_masks([inp.mask, masked_row.mask])
+    assert (norm.num_sequences, norm.num_tokens, norm.num_rows) == (2, 3, 3)
+    loss, _ = policy_loss("dr_grpo", inp, LossConfig(max_completion_length=4), norm)
+    assert loss.item() == pytest.approx((-2 / 4 + 3 / 4) / 3)  # 3 rows, not the 2 with counted tokens
 
 
 def gspo_inputs() -> LossInputs:

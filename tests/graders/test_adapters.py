@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import warnings
 from collections import defaultdict
 
 import pytest
 
+from kitae.errors import ConfigError
 from kitae.graders import GRADERS, Grade, Grader, as_reward_function, build_grader, grader_from_callable, register_grader
 
 
@@ -22,13 +24,12 @@ class TrlLogs:
 
 
 def test_a_grader_as_a_trl_reward_function():
-    reward = as_reward_function(build_grader({"type": "numeric"}), "num")
+    reward = as_reward_function(build_grader({"type": "numeric"}), "num")  # no ids: TRL's text as it is
     logs = TrlLogs()
     # TRL's batch: each prompt repeated num_generations (2) times, dataset columns repeated alongside
     out = reward(
         prompts=["rate?", "rate?", "capital?", "capital?"],
         completions=["5%", "9%", "Paris", "Lyon"],
-        completion_ids=[[1], [2], [3], [4]],
         reference_answer=["5%", "5%", "Paris", "Paris"],
         **logs.kwargs(),
     )
@@ -120,7 +121,8 @@ def test_async_callable():
     "returned, scores, error",
     [
         ([None, 0.5], [None, 0.5], None),  # None abstains
-        ([float("nan"), 1], [None, 1.0], None),  # TRL's NaN is an abstention too
+        ([float("nan"), 1], [None, 1.0], "returned nan, not a finite number"),  # abstains, counted as an error
+        ([float("inf"), -float("inf")], [None, None], "returned inf, not a finite number"),
         ([1.0], [None, None], "grader returned 1 grades for 2 samples"),
         (["high", 1.0], [None, 1.0], "returned 'high', not a number"),
         (RuntimeError("boom"), [None, None], "RuntimeError: boom"),
@@ -138,22 +140,99 @@ def test_callable_results_and_failures(returned, scores, error):
         assert any(error in (g.error or "") for g in grades)
 
 
-@pytest.mark.slow
-def test_a_real_grpo_trainer_step_with_a_kitae_reward(tmp_path):
-    pytest.importorskip("trl")
-    from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
+# ---- what TRL strips, restored from completion_ids ---------------------------------------------------
+# A real GRPOTrainer step with every grader type: tests/graders/test_trl_grpo.py.
+@pytest.fixture(scope="module")
+def tokenizer():
+    from kitae.models import load_tokenizer
 
-    from tests.tiny import tiny_llama, tiny_tokenizer
+    return load_tokenizer(None)  # the bundled tokenizer: <|im_end|> is its end-of-sequence token
 
-    tok = tiny_tokenizer()
-    reward = as_reward_function(build_grader({"type": "numeric"}), "num")
-    dataset = Dataset.from_list([{"prompt": "what is 12+35?", "reference_answer": "47"}] * 4)
-    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4,
-                      max_completion_length=8, max_steps=1, report_to="none", use_cpu=True, logging_steps=1,
-                      save_strategy="no")
-    trainer = GRPOTrainer(model=tiny_llama(len(tok)), processing_class=tok, reward_funcs=[reward], args=args,
-                          train_dataset=dataset)
-    trainer.train()
-    logged = trainer.state.log_history[0]
-    assert "rewards/num/mean" in logged and 0.0 <= logged["rewards/num/mean"] <= 1.0
+
+def trl_call(reward, tokenizer, texts: list[str], **kwargs):
+    """Call `reward` as TRL does: ids up to the first end token, text decoded without special tokens."""
+    ids = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
+    completions = [tokenizer.decode(i, skip_special_tokens=True) for i in ids]
+    return reward(prompts=["12+35?"] * len(texts), completions=completions, completion_ids=ids,
+                  reference_answer=["47"] * len(texts), **kwargs)
+
+
+class Recorder(Grader):
+    """Keeps the samples it is given."""
+
+    def __init__(self):
+        self.samples = []
+
+    def grade_sample(self, item, sample):
+        self.samples.append(sample)
+        return Grade(score=0.0)
+
+
+@pytest.mark.parametrize(
+    "text, finish, output_text",
+    [
+        ("47<|im_end|>", "stop", "47<|im_end|>"),  # ended its turn: the end marker is back
+        ("47です", "length", "47です"),  # 3 tokens = max_completion_length, no end token: cut
+        ("答えは2です。<|endoftext|><|im_start|>user", "length", "答えは2です。<|endoftext|><|im_start|>user"),  # stray tokens kept
+        ("47", "stop", "47"),  # 2 tokens < 3: TRL stopped it at an end token of the generation config
+    ],
+)
+def test_completion_ids_restore_the_end_marker_and_finish_reason(tokenizer, text, finish, output_text):
+    recorder = Recorder()
+    trl_call(as_reward_function(recorder, tokenizer=tokenizer, max_completion_length=3), tokenizer, [text],
+             trainer_state=type("State", (), {"global_step": 4})())
+    (sample,) = recorder.samples
+    assert sample["output_text"] == output_text and sample["finish_reason"] == finish
+    assert sample["completion_tokens"] == len(tokenizer.encode(text, add_special_tokens=False))
+    assert sample["max_completion_length"] == 3
+    assert sample["step"] == 5  # TRL's global_step counts finished steps; kitae's steps start at 1
+
+
+def test_without_max_completion_length_the_end_token_decides(tokenizer):
+    recorder = Recorder()
+    trl_call(as_reward_function(recorder, tokenizer=tokenizer), tokenizer, ["47<|im_end|>", "47"])
+    assert [s["finish_reason"] for s in recorder.samples] == ["stop", "length"]
+    assert "max_completion_length" not in recorder.samples[0]
+
+
+@pytest.mark.parametrize(
+    "spec, scores",
+    [
+        ({"type": "template", "min_chars": 0, "full_chars": 0}, [1.0, -5.0]),  # was -5 for both
+        ({"type": "overlong"}, [0.0, -1.5]),  # abstained for both
+        ({"type": "soft_overlong", "cache_tokens": 1}, [0.0, -1.0]),  # abstained for both
+        ({"type": "length"}, [0.5, -0.5]),  # the shorter correct one gains, in tokens
+    ],
+)
+def test_rules_that_need_the_end_marker_and_the_length(tokenizer, spec, scores):
+    reward = as_reward_function(build_grader(spec), tokenizer=tokenizer, max_completion_length=4)
+    assert trl_call(reward, tokenizer, ["47<|im_end|>", "48です。"]) == pytest.approx(scores)  # 3 tokens, 4 (cut)
+
+
+def test_a_tool_loop_keeps_trls_text_and_gets_its_end_marker_back(tokenizer):
+    """With tools, TRL's completion is several messages and the ids hold the tool results too."""
+    recorder = Recorder()
+    reward = as_reward_function(recorder, tokenizer=tokenizer, max_completion_length=50)
+    ids = tokenizer.encode("call<|im_end|>tool says 47<|im_end|>47<|im_end|>", add_special_tokens=False)
+    turns = [{"role": "assistant", "content": "call"}, {"role": "tool", "content": "tool says 47"},
+             {"role": "assistant", "content": "47"}]
+    reward(prompts=[[{"role": "user", "content": "hi"}]], completions=[turns], completion_ids=[ids])
+    assert recorder.samples[0]["output_text"] == "calltool says 4747<|im_end|>"
+    assert recorder.samples[0]["finish_reason"] == "stop"
+
+
+def test_without_a_tokenizer_a_warning_says_what_will_be_misjudged():
+    recorder = Recorder()
+    reward = as_reward_function(recorder, "mine")
+    with pytest.warns(UserWarning, match="reward function 'mine'.*Pass tokenizer="):
+        reward(prompts=["p"], completions=["47"], completion_ids=[[22, 25]])
+    assert recorder.samples[0] == {"output_text": "47", "completion_ids": [22, 25], "completion_tokens": 2}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        reward(prompts=["p"], completions=["47"], completion_ids=[[22, 25]])  # once is enough
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "8"])
+def test_a_bad_max_completion_length_is_refused(bad):
+    with pytest.raises(ConfigError, match="as_reward_function.max_completion_length: expected a positive integer"):
+        as_reward_function(build_grader({"type": "answer"}), max_completion_length=bad)

@@ -122,6 +122,9 @@ def test_format_spec_errors(spec, message):
         ("The capital is Paris.", "Paris", 1.0),
         ("Lyon", "Paris", 0.0),
         ("1,200", "1200", 1.0),
+        ("5", "1e999", 0.0),  # a reference that overflows to infinity is no number: not within 1e-9·inf of 5
+        ("47", "inf", 0.0),  # "inf" and "nan" are words here, not numbers every answer is close to
+        ("the limit is inf", "inf", 1.0),
     ],
 )
 def test_answer_grader(output, reference, expected):

@@ -82,6 +82,18 @@ def test_score_model(reply, range_, score, reason):
     assert grader.stats()["unreadable"] == (1 if "non-numeric" in reason else 0)
 
 
+@pytest.mark.parametrize("reply, said", [('{"result": NaN}', "nan"), ("1e999", "inf"), ('{"score": -Infinity}', "-inf")])
+def test_score_model_reply_that_is_not_a_finite_number_abstains(reply, said):
+    """Clipping would turn infinity into the top of the range (and NaN into its bottom): abstain instead."""
+    with ScriptedServer(default=Reply(content=reply)) as server:
+        grader = build_grader(score_spec(server, range=[0, 1], pass_threshold=0.5))
+        grade = grader.grade_group(ITEM, [{"output_text": "47"}])[0]
+    assert (grade.score, grade.sub_scores) == (None, {"passed": None})
+    assert grade.error == f"model said {said}, not a finite number"
+    stats = grader.stats()
+    assert (stats["non_finite"], stats["unreadable"], grader.metrics()["judge_non_finite"]) == (1, 0, 1)
+
+
 def test_score_model_pass_threshold_and_sampling_params():
     with ScriptedServer(default=Reply(content="0.6")) as server:
         spec = score_spec(server, pass_threshold=0.5,

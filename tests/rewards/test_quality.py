@@ -19,6 +19,9 @@ from kitae.rewards.quality import QualityConfig, quality_reward
         (4.0, 1, QualityConfig(full_chars=0), 4.0),  # length factor off
         (0.0, 1, QualityConfig(), 0.0),
         (None, 50, QualityConfig(), None),  # the reward model failed: masked
+        (float("nan"), 50, QualityConfig(), None),  # NaN is no score: masked, never min(10, nan) = 10
+        (float("inf"), 50, QualityConfig(), None),  # nor is infinity: never clipped to +10 ...
+        (float("-inf"), 50, QualityConfig(), None),  # ... or -10
     ],
 )
 def test_quality_reward(rm, chars, cfg, score):
@@ -56,7 +59,7 @@ def test_grader_gates_scales_and_shows_user_and_assistant_turns():
     assert len(rm.seen) == 2
     assert rm.seen[1] == [{"role": "user", "content": "首都は?"}, {"role": "assistant", "content": "東京です。"}]
     assert grader.counters.as_dict() == {
-        "samples": 5, "scored": 2, "gated": 3, "abstained": 0, "failed_calls": 0, "last_error": None}
+        "samples": 5, "scored": 2, "gated": 3, "abstained": 0, "non_finite": 0, "failed_calls": 0, "last_error": None}
 
 
 def test_grader_without_gate_scores_everything_and_can_show_system():
@@ -80,3 +83,29 @@ def test_failing_model_abstains_and_counts():
     assert grades[1].score == 0.0  # gated ones are unaffected
     assert grader.counters.failed_calls == 1 and grader.counters.abstained == 1
     assert grader.stats()["last_error"] == "reward model failed: RuntimeError: CUDA out of memory"
+
+
+class FixedRM:
+    """Gives these scores, in order, whatever it is shown."""
+
+    def __init__(self, scores):
+        self.scores = scores
+
+    def score(self, conversations):
+        return self.scores[: len(conversations)]
+
+
+def test_non_finite_scores_abstain_with_a_counted_error():
+    grader = RewardModelGrader(FixedRM([float("nan"), float("inf"), float("-inf"), 3.0, None]))
+    grades = grader.grade_group(ITEM, [{"output_text": f"答え{i}です。<|im_end|>"} for i in range(5)])
+    assert [g.score for g in grades[:4]] == [None, None, None, pytest.approx(3.0 * 0.06)]  # 6 characters of 100
+    assert [g.error for g in grades[:3]] == [
+        "reward model returned nan, not a finite number",
+        "reward model returned inf, not a finite number",
+        "reward model returned -inf, not a finite number",
+    ]
+    assert grades[4].score is None and grades[4].error == "reward model returned None, not a number"
+    assert all(g.sub_scores["rm_score"] is None for g in grades if g.score is None)
+    c = grader.counters
+    assert (c.samples, c.scored, c.non_finite, c.abstained, c.failed_calls) == (5, 1, 4, 4, 0)
+    assert c.last_error == "reward model returned None, not a number"

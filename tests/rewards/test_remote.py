@@ -198,3 +198,82 @@ def test_connection_refused_abstains_in_the_grader(scripted):
     stats = grader.stats()
     assert (stats["failed_calls"], stats["abstained"], stats["gated"]) == (1, 1, 1)
     assert (stats["client_connection_errors"], stats["client_retries"]) == (2, 1)
+
+
+# ---- scores that are not finite numbers: abstain, never clipped into ±10 ---------------------------
+@pytest.mark.parametrize(
+    "protocol, reply",
+    [  # what each server would send for the scores NaN, Infinity, -Infinity, 2.0 (Python's json writes them)
+        ("kitae", {"scores": [float("nan"), float("inf"), float("-inf"), 2.0]}),
+        ("sglang", [{"embedding": [v]} for v in (float("nan"), float("inf"), float("-inf"), 2.0)]),
+        ("vllm-classify", {"data": [{"index": i, "probs": [v]}
+                                    for i, v in enumerate((float("nan"), float("inf"), float("-inf"), 2.0))]}),
+    ],
+)
+def test_a_server_sending_nan_or_infinity_makes_those_samples_abstain(scripted, protocol, reply):
+    server = scripted([(200, reply, 0.0)])
+    grader = build_grader({"type": "reward_model", "url": server.url, "protocol": protocol, "retries": 0,
+                           "full_chars": 0})
+    assert "NaN" in json.dumps(reply) and "Infinity" in json.dumps(reply)  # the wire really carries them
+    samples = [{"output_text": f"answer {i}<|im_end|>"} for i in range(4)]
+    grades = grader.grade_group({"messages": CONVS[0][:1]}, samples)
+    assert [g.score for g in grades] == [None, None, None, 2.0]
+    assert [g.error for g in grades[:3]] == [f"reward model returned {v}, not a finite number"
+                                             for v in ("nan", "inf", "-inf")]
+    stats = grader.stats()
+    assert (stats["scored"], stats["non_finite"], stats["abstained"], stats["failed_calls"]) == (1, 3, 3, 0)
+
+
+@pytest.fixture(scope="module")
+def nan_rm(tmp_path_factory) -> str:
+    """A real reward model whose score head is NaN: every score it gives is NaN."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    from tests.rewards.conftest import build_random_rm
+
+    folder = build_random_rm(tmp_path_factory.mktemp("nan-rm"))
+    model = AutoModelForSequenceClassification.from_pretrained(folder)
+    with torch.no_grad():
+        model.score.weight.fill_(float("nan"))
+    model.save_pretrained(folder)
+    return folder
+
+
+def test_a_local_and_a_served_reward_model_giving_nan_abstain(nan_rm):
+    """`kitae serve rm`'s server on loopback, in front of a real model that outputs NaN, and the same model
+    loaded locally: neither NaN becomes the +10 that min(10, nan) would give."""
+    server = make_server(LocalRewardModel(nan_rm), port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        specs = [{"type": "reward_model", "url": url, "retries": 0}, {"type": "reward_model", "model": nan_rm}]
+        for spec in specs:
+            grader = build_grader(spec)
+            grades = grader.grade_group({"messages": CONVS[0][:1]}, [{"output_text": "47です。<|im_end|>"}] * 2)
+            assert [g.score for g in grades] == [None, None], spec
+            assert grades[0].error == "reward model returned nan, not a finite number"
+            assert grader.stats()["non_finite"] == 2
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_serve_rm_replies_are_strict_json_when_the_model_gives_nan(nan_rm):
+    """NaN is not JSON: a served score that is not a number goes out as null, which any client can parse."""
+    import httpx
+
+    server = make_server(LocalRewardModel(nan_rm), port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1/score"
+        reply = httpx.post(url, json={"texts": ["a", "b"]}, timeout=30)
+
+        def refuse(name):
+            raise ValueError(f"not JSON: {name}")
+
+        body = json.loads(reply.text, parse_constant=refuse)
+        assert reply.status_code == 200 and body["scores"] == [None, None]
+    finally:
+        server.shutdown()
+        server.server_close()

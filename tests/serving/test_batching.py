@@ -54,11 +54,18 @@ def running(sched: BatchScheduler, job) -> None:
     wait_for(lambda: job.admitted_at is not None and sched.steps > job.admitted_at + 1, "the job to run")
 
 
+def submit_beside(sched: BatchScheduler, job, *args, **kw):
+    """Submit while ``job`` runs: the model lock keeps the batch from stepping between the check and the submit."""
+    running(sched, job)
+    with sched.model_lock:
+        assert not job.done.is_set(), "the running job ended before the next one was sent; make it longer"
+        return sched.submit(*args, **kw)
+
+
 # ---- interleaving ----------------------------------------------------------------------------------------
 def long_then_short(sched: BatchScheduler, engine):
     long = sched.submit(prompts(engine)[0], 2, sp(temperature=1.0, max_new_tokens=300, stop=[]))
-    running(sched, long)
-    short = sched.submit(prompts(engine)[1], 2, sp(temperature=0, max_new_tokens=3, stop=[]))
+    short = submit_beside(sched, long, prompts(engine)[1], 2, sp(temperature=0, max_new_tokens=3, stop=[]))
     return long, short, short.wait(), long.wait()
 
 
@@ -118,13 +125,13 @@ def test_requests_submitted_together_give_what_they_give_alone(scheduler, engine
 
 
 def test_requests_joining_a_running_batch_give_what_they_give_alone(scheduler, engine):
-    one_by_one = alone(scheduler, engine)
-    keeper = scheduler.submit(prompts(engine)[3], 1, sp(temperature=1.0, max_new_tokens=400, stop=[]))
+    keys = [(k % len(TEXTS), k % len(SETTINGS)) for k in range(8)]  # every prompt, every setting
+    one_by_one = {key: value for key, value in alone(scheduler, engine).items() if key in keys}
+    keeper = scheduler.submit(prompts(engine)[3], 1, sp(temperature=1.0, max_new_tokens=800, stop=[]))
     jobs = {}
-    for key in one_by_one:  # each joins a batch of another width, mid-run
-        running(scheduler, keeper)
-        jobs[key] = scheduler.submit(prompts(engine)[key[0]], 2, sp(**SETTINGS[key[1]]))
-        wait_for(lambda: jobs[key].admitted_at is not None, "the job to join")
+    for key in keys:  # each joins a batch of another width, mid-run
+        jobs[key] = submit_beside(scheduler, keeper, prompts(engine)[key[0]], 2, sp(**SETTINGS[key[1]]))
+        wait_for(lambda job=jobs[key]: job.admitted_at is not None, "the job to join")
     joined = {key: job.wait() for key, job in jobs.items()}
     keeper.wait()
     assert len({job.admitted_at for job in jobs.values()}) == len(jobs)  # joined one by one
@@ -207,10 +214,12 @@ def test_a_reload_waits_for_jobs_in_flight_and_holds_new_ones(engine):
                 events.append(("reload", long.done.is_set()))
                 gate.bump()
 
-        thread = threading.Thread(target=reload)
-        thread.start()
-        wait_for(lambda: gate.reloading, "the reload to wait")
-        late = sched.submit(prompts(engine)[1], 1, sp(temperature=0, max_new_tokens=3))
+        with sched.model_lock:  # the batch does not step until the reload waits
+            assert not long.done.is_set()
+            thread = threading.Thread(target=reload)
+            thread.start()
+            wait_for(lambda: gate.reloading, "the reload to wait")
+            late = sched.submit(prompts(engine)[1], 1, sp(temperature=0, max_new_tokens=3))
         thread.join(120)
         late.wait(120)
     finally:

@@ -90,6 +90,16 @@ def test_show_for_people(app, runs_dir):
         assert expected in out, expected
 
 
+def test_show_says_when_code_ran_without_a_sandbox(app, tmp_path):
+    config = {"rewards": [{"name": "tests", "grader": {"type": "code", "sandbox": "none"}},
+                          {"name": "style", "grader": {"type": "python", "source": "..."}}]}
+    RunStore.create(tmp_path / "unboxed", name="unboxed", config=config, model="tiny").close()
+    out = CliRunner().invoke(app, ["runs", "show", "unboxed", "--runs", str(tmp_path)]).output
+    assert "sandbox   none at rewards[0].grader: this run ran untrusted code WITHOUT isolation" in out
+    as_json = CliRunner().invoke(app, ["runs", "show", "unboxed", "--runs", str(tmp_path), "--json"]).output
+    assert json.loads(as_json)["unsandboxed"] == ["rewards[0].grader"]
+
+
 def test_show_json_for_scripts(app, runs_dir):
     result = CliRunner().invoke(app, ["runs", "show", "gsm8k-a", "--runs", str(runs_dir), "--json"])
     assert result.exit_code == 0, result.output
@@ -99,6 +109,7 @@ def test_show_json_for_scripts(app, runs_dir):
     assert summary["metrics"]["kl"] == {"step": 3, "value": 0.003}
     assert summary["first_eval"]["score"] == 0.125 and summary["latest_eval"]["metrics"]["accuracy"] == 0.4
     assert summary["config"] == {"lr": 1e-6} and summary["final"] == {"best_eval": 0.375}
+    assert summary["unsandboxed"] == []
 
 
 def test_show_accepts_a_run_folder_path(app, runs_dir):
@@ -117,3 +128,19 @@ def test_show_unknown_run_raises_with_did_you_mean(app, runs_dir):
 @pytest.mark.parametrize("value, text", [(None, "-"), (0.75, "0.75"), (0.0021, "0.0021"), (123456.0, "1.235e+05")])
 def test_fmt_number(value, text):
     assert fmt_number(value) == text
+
+
+def test_show_lists_what_happened_to_the_run(app, tmp_path):
+    with RunStore.create(tmp_path / "r", name="r", config={"optim": {"lr": 1e-3}}, model="tiny") as s:
+        s.log_metrics(4, {"reward": 0.5})
+        s.log_event(2, "checkpoint_skipped", "checkpoints/step-000004: state.pt is missing")
+        s.change_config(2, {"optim": {"lr": 5e-4}}, "optim.lr: 0.001 → 0.0005",
+                        [{"field": "optim.lr", "old": 1e-3, "new": 5e-4}])
+    result = CliRunner().invoke(app, ["runs", "show", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    at = lines.index("events (2)")
+    assert lines[at + 1].split()[2:] == ["step", "2", "checkpoint_skipped", "checkpoints/step-000004:", "state.pt",
+                                         "is", "missing"]
+    assert lines[at + 2].split()[2:] == ["step", "2", "config_changed", "optim.lr:", "0.001", "→", "0.0005"]
+    assert "lr: 0.0005" in result.output  # the config shown is the one training went on with

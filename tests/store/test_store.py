@@ -186,3 +186,61 @@ def test_open_missing_run_names_the_runs_that_exist(store):
     runs_dir = store.run_dir.parent
     with pytest.raises(KitaeError, match=r"no run 'dmeo' .*did you mean 'demo'\? \(runs: demo\)"):
         RunStore.open(runs_dir / "dmeo")
+
+
+# ---- events: what happened to the run itself (resumes, restarts, config changes) --------------------------
+def test_events_round_trip_in_order_and_survive_truncate(store):
+    store.log_metrics(4, {"reward": 1.0})
+    store.log_event(2, "resumed", "resumed from checkpoints/step-000002", {"checkpoint": "step-000002"})
+    store.change_config(2, {"lr": 5e-7, "group_size": 4}, "optim.lr: 1e-06 → 5e-07",
+                        [{"field": "lr", "old": 1e-6, "new": 5e-7}])
+    store.truncate_after(2)  # the steps after the checkpoint are redone; what happened to the run is kept
+    store = reopen(store)
+    events = store.events()
+    assert [(e["step"], e["kind"]) for e in events] == [(2, "resumed"), (2, "config_changed")]
+    assert events[0]["data"] == {"checkpoint": "step-000002"} and events[0]["logged_at"] > 0
+    assert events[1]["data"] == {"changes": [{"field": "lr", "old": 1e-6, "new": 5e-7}]}
+    assert store.config == {"lr": 5e-7, "group_size": 4}  # the saved config is the one training goes on with
+    assert store.summary()["events"] == events
+    store.close()
+
+
+def test_log_event_refuses_an_unknown_kind(store):
+    with pytest.raises(KitaeError, match="unknown event kind 'resumd'; did you mean 'resumed'"):
+        store.log_event(1, "resumd", "x")
+
+
+def _as_version_1(store: RunStore) -> None:
+    """Turn a fresh run.db back into schema version 1 (no events table), as an older kitae wrote it."""
+    store._conn.execute("DROP TABLE events")
+    store._conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    store.close()
+
+
+def test_a_version_1_database_is_upgraded_when_opened_for_writing(store):
+    store.log_metrics(1, {"reward": 0.5})
+    _as_version_1(store)
+    with RunStore.open(store.run_dir) as s:
+        assert s.summary()["schema_version"] == SCHEMA_VERSION == 2
+        s.log_event(1, "resumed", "resumed from checkpoints/step-000001")
+        assert [e["kind"] for e in s.events()] == ["resumed"] and s.metrics() == {"reward": [(1, 0.5)]}
+
+
+def test_a_version_1_database_is_read_as_it_is_by_a_reader(store):
+    store.log_metrics(1, {"reward": 0.5})
+    _as_version_1(store)
+    with RunStore.open(store.run_dir, read_only=True) as s:
+        assert s.summary()["schema_version"] == 1 and s.events() == [] and s.summary()["events"] == []
+    conn = sqlite3.connect(store.run_dir / "run.db")  # and reading did not upgrade it
+    assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "1"
+    conn.close()
+
+
+def test_backup_copies_the_whole_history(store, tmp_path):
+    store.log_metrics(1, {"reward": 0.5})
+    store.log_groups(1, [make_group(0, [1.0, 0.0])])
+    store.backup(tmp_path / "old" / "run.db")
+    store.truncate_after(0)
+    with RunStore.open(tmp_path / "old", read_only=True) as old:
+        assert old.metrics() == {"reward": [(1, 0.5)]} and old.count_groups() == 1
+    assert store.metrics() == {}

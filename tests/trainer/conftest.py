@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -27,6 +28,15 @@ REWARDS = textwrap.dedent(
         if os.environ.get("RANK", "0") == "1":
             return [1.0 for _ in completions]
         return [-len(c[0]["content"]) / 10 for c in completions]
+
+    def down(prompts, completions, completion_ids=None, **kw):  # a reward service, down until TINY_REWARDS_UP is set
+        import os
+        if not os.environ.get("TINY_REWARDS_UP"):
+            raise ConnectionError("reward service down: \\udcff")  # with a lone surrogate, as decoded bytes can be
+        return [-len(c[0]["content"]) / 10 for c in completions]
+
+    def silent(prompts, completions, completion_ids=None, **kw):  # abstains on every sample, says nothing
+        return [None for _ in completions]
 
     def flaky(prompts, completions, completion_ids=None, **kw):
         if "1" in prompts[0][-1]["content"]:
@@ -84,3 +94,13 @@ def rewards_on_path(tiny_assets, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(tiny_assets) + ":" + str(Path(__file__).resolve().parents[2]))
     yield
     sys.modules.pop("tiny_rewards", None)
+
+
+@pytest.fixture
+def corrupt_model(tiny_assets, tmp_path) -> Path:
+    """The tiny model's folder with a weights file that is not safetensors: loading it fails, so an error about
+    anything else proves it came before the model loaded."""
+    folder = tmp_path / "corrupt-model"
+    shutil.copytree(tiny_assets / "model", folder)
+    (folder / "model.safetensors").write_bytes(b"\x00" * 64 + b"not a safetensors file")
+    return folder

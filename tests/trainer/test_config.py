@@ -15,6 +15,13 @@ def test_minimal_config_gets_defaults_and_a_component_name():
     assert cfg.model.path == "bundled"
     assert cfg.algorithm.loss == "grpo" and cfg.sampling.group_size == 8
     assert cfg.rewards[0].name == "answer"
+    assert cfg.algorithm.max_steps_without_reward == 3
+
+
+@pytest.mark.parametrize("value, expected", [("0", 0), ("null", None), ("10", 10)])  # 0 and null: never stop
+def test_max_steps_without_reward(value, expected):
+    cfg = load_train_config(data=MINIMAL, overrides=[f"algorithm.max_steps_without_reward={value}"])
+    assert cfg.algorithm.max_steps_without_reward == expected
 
 
 def test_overrides_are_parsed_as_yaml():
@@ -35,6 +42,7 @@ def test_overrides_are_parsed_as_yaml():
         (["optim.prompts_per_step=0"], "optim.prompts_per_step: must be at least 1"),
         (["model.lora=3"], "model.lora: expected a mapping"),
         (["nonsense"], "an override looks like key.path=value"),
+        (["algorithm.max_steps_without_reward=-1"], "algorithm.max_steps_without_reward: must be 0 or more"),
     ],
 )
 def test_bad_values_name_the_key_path(overrides, message):

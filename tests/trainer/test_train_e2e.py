@@ -154,15 +154,44 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_cleanly(tiny_assets, tmp_path, rewa
 
 
 def launch_two_processes(cfg, *args: str) -> None:
-    """``kitae train`` in two real processes (torch.distributed, gloo). ``--multi_gpu`` is accelerate's switch for
-    several processes; without it, on a machine without GPUs, accelerate starts one process."""
+    """``kitae train`` in two real processes (torch.distributed, gloo)."""
+    accelerate_launch("kitae.cli.main", "train", str(cfg), "-q", *args)
+
+
+def accelerate_launch(module: str, *args: str) -> None:
+    """``python -m module args`` in two real processes (torch.distributed, gloo). ``--multi_gpu`` is accelerate's
+    switch for several processes; without it, on a machine without GPUs, accelerate starts one process."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     out = subprocess.run(
         [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-         "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "kitae.cli.main", "train", str(cfg), "-q", *args],
+         "--mixed_precision", "no", "--dynamo_backend", "no", "-m", module, *args],
         capture_output=True, text=True, timeout=300, env=env,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_two_processes_with_uneven_token_counts_step_with_the_full_batch_gradient(tiny_assets, tmp_path, rewards_on_path):
+    """The trainer's own _optimize on 8 rows: in one process, and split over two processes that hold 23 and 6
+    counted tokens (and one masked row). Every loss and aggregation gives the one-process gradient, because the
+    loss is normalized by the whole batch's counts (token_mean: tokens; Dr. GRPO: every row) over all
+    processes; each process normalizing by its own counts would weight a token by where it landed."""
+    from tests.trainer.grad_probe import LOSSES
+
+    over = {"optim.micro_batch_size": 2, "optim.max_grad_norm": 1e9, "data.eval": None}  # no clipping hides a scale
+    cfg_one, cfg_two = (write_config(tiny_assets, tmp_path / run, **over) for run in ("one", "two"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    one = subprocess.run([sys.executable, "-m", "tests.trainer.grad_probe", str(cfg_one), str(tmp_path / "one.pt")],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert one.returncode == 0, one.stdout[-3000:] + one.stderr[-3000:]
+    accelerate_launch("tests.trainer.grad_probe", str(cfg_two), str(tmp_path / "two.pt"))
+    single, split = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
+    assert sorted(split) == sorted(LOSSES)
+    for name in LOSSES:
+        for g1, g2 in zip(single[name]["grad"], split[name]["grad"], strict=True):
+            torch.testing.assert_close(g2, g1, atol=1e-6, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
+        assert split[name]["loss"] == pytest.approx(single[name]["loss"], abs=1e-6)
+        assert max(float(g.abs().max()) for g in single[name]["grad"]) > 1e-3  # a gradient worth comparing
 
 
 @pytest.mark.slow

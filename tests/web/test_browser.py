@@ -222,3 +222,23 @@ def test_tick_labels(serve, runs_dir, page, ticks, labels):
     page.goto(serve(runs_dir).url)
     page.wait_for_function("() => window.KPlot !== undefined")
     assert page.evaluate("ticks => ticks.map(KPlot.tickFormat(ticks))", ticks) == labels
+
+
+def test_a_run_that_ran_code_without_a_sandbox_says_so(serve, tmp_path, page):
+    from kitae.store import RunStore
+
+    runs = tmp_path / "runs"
+    for name, sandbox in (("boxed", "bwrap"), ("unboxed", "none")):
+        config = {"rewards": [{"name": "tests", "grader": {"type": "code", "sandbox": sandbox}}]}
+        with RunStore.create(runs / name, name=name, config=config, model="tiny-llama") as store:
+            store.log_metrics(1, {"reward": 0.5})
+            store.finish()
+    s = serve(runs)
+    page.goto(s.url + "#/run/unboxed")
+    banner = page.wait_for_selector(".unsandboxed")
+    assert banner.inner_text() == ("sandbox: none at rewards[0].grader: this run ran untrusted code "
+                                   "without isolation")
+    screenshot(page, "run-unsandboxed")
+    page.goto(s.url + "#/run/boxed")
+    page.wait_for_selector(".run-head h1")
+    assert page.locator(".unsandboxed").count() == 0

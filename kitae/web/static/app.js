@@ -179,6 +179,8 @@
       summary ? h("p", {class: "muted"}, `model ${summary.model || "–"} · `, h("span", {class: "steps"},
         `${summary.steps ?? 0} steps`), " · started " + time(summary.started_at)
         + (summary.finished_at ? ` · finished ${time(summary.finished_at)}` : "")) : null,
+      summary?.unsandboxed?.length ? h("p", {class: "unsandboxed", role: "alert"},
+        `sandbox: none at ${summary.unsandboxed.join(", ")}: this run ran untrusted code without isolation`) : null,
       h("nav", {class: "tabs"}, tabs.map(([name, href]) =>
         h("a", {href, class: name === active ? "active" : ""}, name))));
   }

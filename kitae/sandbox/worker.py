@@ -1,10 +1,12 @@
-"""Run grading code in a separate, limited Python process (OpenAI's python grader; math-verify's timeouts).
+"""A long-lived grading process that answers JSON requests (OpenAI's python grader; math-verify's timeouts).
 
-A :class:`Worker` is one long-lived ``python -I`` process running ``_worker.py``: it gets a scrubbed
-environment (no API keys), an address-space limit, a CPU-time budget per request and, for user code, an
-audit hook that refuses sockets and subprocesses. The parent enforces a wall-clock limit per request by
-killing the process group. Every failure (a crash, a timeout, an exception in the code) raises
-:class:`SandboxError`; the worker is restarted on the next request.
+A :class:`Worker` is one ``python -I`` process running ``_worker.py``, started once and reused for every
+request. With a :class:`~kitae.sandbox.isolation.Sandbox` (the python grader) it runs inside it: no network,
+no view of the machine, rlimits for memory, processes and file size, and every process a request started is
+killed when the request ends. Without one (math-verify, trusted code) it is a plain process with a scrubbed
+environment and an address-space limit. Either way the worker sets a CPU-time budget per request and the
+parent a wall-clock limit, killing the whole process tree past it. Every failure (a crash, a timeout, an
+exception in the code) raises :class:`SandboxError`; the worker is restarted on the next request.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import selectors
-import signal
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -23,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from kitae.errors import KitaeError
+from kitae.sandbox.isolation import Limits, Sandbox
+from kitae.sandbox.process import exit_cause, kill, returncode_of
 
 WORKER = Path(__file__).with_name("_worker.py")
 
@@ -32,15 +36,23 @@ class SandboxError(KitaeError):
 
 
 class Worker:
+    """``Worker(mode, ...).call(request)`` -> the value; ``close()`` ends the process (and its sandbox)."""
+
     def __init__(self, mode: str, timeout_s: float = 10.0, memory_mb: int | None = 1024,
-                 cpu_seconds: float | None = None, block_network: bool = True, **config: Any):
-        self.config = {"mode": mode, "memory_mb": memory_mb, "cpu_seconds": cpu_seconds,
-                       "block_network": block_network, **config}
+                 cpu_seconds: float | None = None, block_network: bool = True, sandbox: Sandbox | None = None,
+                 processes: int = 32, **config: Any):
+        self.sandbox = sandbox
+        self.limits = Limits(wall_seconds=timeout_s, cpu_seconds=None, memory_mb=memory_mb or 1024,
+                             processes=processes)
+        # Inside a sandbox prlimit sets the address space; the worker itself only budgets CPU per request.
+        self.config = {"mode": mode, "memory_mb": None if sandbox else memory_mb, "cpu_seconds": cpu_seconds,
+                       "block_network": block_network, "reap_strays": bool(sandbox and sandbox.isolated), **config}
         self.timeout_s = timeout_s
         self._proc: subprocess.Popen | None = None
         self._stderr = None
+        self._workdir: str | None = None
         self._lock = threading.Lock()
-        self._finalizer = weakref.finalize(self, _kill, [None])
+        self._finalizer = weakref.finalize(self, _cleanup, [None], None)
 
     def call(self, request: dict[str, Any]) -> Any:
         """The worker's value for ``request``; SandboxError on any failure."""
@@ -57,18 +69,25 @@ class Worker:
     def _start(self) -> None:
         self._stop()
         self._stderr = tempfile.TemporaryFile()
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"}
-        self._proc = subprocess.Popen(
-            [sys.executable, "-I", str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self._stderr, env=env, start_new_session=True, cwd=tempfile.gettempdir(),
-        )
+        self._proc = self._spawn()
         self._finalizer.detach()
-        self._finalizer = weakref.finalize(self, _kill, [self._proc])
+        self._finalizer = weakref.finalize(self, _cleanup, [self._proc], self._workdir)
         self._send(self.config)
         reply = self._receive(max(self.timeout_s, 30.0), "starting")  # imports (sympy) can be slow
         if not reply.get("ok"):
             self._stop()
             raise SandboxError(reply.get("error", "worker failed to start"))
+
+    def _spawn(self) -> subprocess.Popen:
+        pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": self._stderr}
+        if self.sandbox is None:
+            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"}
+            return subprocess.Popen([sys.executable, "-I", str(WORKER)], env=env, start_new_session=True,
+                                    cwd=tempfile.gettempdir(), **pipes)
+        self._workdir = tempfile.mkdtemp(prefix="kitae-worker-")
+        workdir = Path(self._workdir)
+        shutil.copy(WORKER, workdir / WORKER.name)
+        return self.sandbox.spawn([sys.executable, "-I", WORKER.name], workdir, self.limits, **pipes)
 
     def _exchange(self, request: dict[str, Any]) -> Any:
         self._send(request)
@@ -91,27 +110,32 @@ class Worker:
             raise SandboxError(f"timed out after {timeout_s:g}s while {doing} (wall-clock limit)")
         if not line:
             raise self._died(f"while {doing}")
-        return json.loads(line)
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError:
+            self._stop()
+            raise SandboxError(f"the grader process wrote something other than its reply while {doing}") from None
 
     def _died(self, when: str) -> SandboxError:
-        code = self._proc.wait()
+        kill(self._proc)  # its group too; a process that has exited keeps its own status
+        code = returncode_of(self._proc, self.sandbox) if self.sandbox else self._proc.returncode
         tail = self._stderr_tail()
         self._stop()
-        cause = {-signal.SIGXCPU: "exceeded its CPU-time limit", -signal.SIGKILL: "was killed (memory?)"}.get(
-            code, f"exited with status {code}")
-        return SandboxError(f"grader process {cause} {when}" + (f": {tail}" if tail else ""))
+        return SandboxError(f"grader process {exit_cause(code)} {when}" + (f": {tail}" if tail else ""))
 
     def _stderr_tail(self) -> str:
         if self._stderr is None:
             return ""
-        self._stderr.seek(0)
+        self._stderr.seek(0, os.SEEK_END)
+        self._stderr.seek(max(0, self._stderr.tell() - 4096))
         lines = self._stderr.read().decode(errors="replace").strip().splitlines()
         return lines[-1][:300] if lines else ""
 
     def _stop(self) -> None:
         if self._proc is not None:
-            _kill([self._proc])
+            _cleanup([self._proc], self._workdir)
             self._proc = None
+            self._workdir = None
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None
@@ -133,23 +157,10 @@ def _readline(stream, deadline: float) -> bytes | None:
         return buf
 
 
-def _kill(procs: list) -> None:
+def _cleanup(procs: list, workdir: str | None) -> None:
     proc = procs[0]
-    if proc is None or proc.poll() is not None:
-        if proc is not None:
-            _close_pipes(proc)
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
-    proc.wait()
-    _close_pipes(proc)
+    if proc is not None:
+        kill(proc)
+    if workdir is not None:
+        shutil.rmtree(workdir, ignore_errors=True)
 
-
-def _close_pipes(proc: subprocess.Popen) -> None:
-    for stream in (proc.stdin, proc.stdout):
-        try:
-            stream.close()
-        except (OSError, ValueError):
-            pass

@@ -1,14 +1,15 @@
 """A grading worker process: JSON lines in on stdin, JSON lines out, one request at a time.
 
-Started by kitae.graders.sandbox as ``python -I _worker.py`` (a standalone script: it imports nothing
+Started by kitae.sandbox.worker as ``python -I _worker.py`` (a standalone script: it imports nothing
 from kitae). The first line configures it; it answers {"ok": true} once ready, then one line per request:
 {"ok": true, "value": ...} or {"ok": false, "error": "..."}.
 
-Modes: "python" runs a user's ``grade(sample, item)`` (OpenAI's python grader) under resource limits and
-an audit hook that refuses sockets and new processes; "math" answers math-verify comparisons with its
-signal-based timeouts disabled (the parent enforces the wall-clock limit by killing this process).
-This is containment for mistakes (an endless loop, a huge allocation, a stray HTTP call), not a security
-boundary against hostile code.
+Modes: "python" runs a user's ``grade(sample, item)`` (OpenAI's python grader) with a CPU budget per request
+and an audit hook that refuses sockets and new processes (a courtesy error for honest mistakes: the
+security boundary is the sandbox around this process, which ctypes cannot talk its way out of); "math"
+answers math-verify comparisons with its signal-based timeouts disabled (the parent enforces the wall-clock
+limit by killing this process). Inside a sandbox ("reap_strays") every other process of the sandbox is
+killed after each request, so nothing a grade started outlives it.
 """
 
 import json
@@ -80,6 +81,21 @@ def _math_handler(config):
     return compare
 
 
+def _reap_strays():
+    """Kill every process of the sandbox but this one and its init (a grade's daemons, setsid children).
+
+    kill(-1) reaches every process this one may signal: only ever sent inside a pid namespace, where pid 1 is
+    bubblewrap's init; anywhere else it would hit the whole machine, so it checks first.
+    """
+    try:
+        with open("/proc/1/cmdline", "rb") as f:
+            if not f.read().startswith(b"bwrap"):
+                return
+        os.kill(-1, 9)
+    except OSError:  # nothing left to kill, or no /proc
+        pass
+
+
 def _plain(value):
     """numpy scalars and other number-likes as floats, so the reply is JSON."""
     if not isinstance(value, (int, float, str, bool, list, dict, type(None))) and hasattr(value, "__float__"):
@@ -113,9 +129,12 @@ def main():
         if config.get("cpu_seconds"):
             _cpu_budget(config["cpu_seconds"])
         try:
-            reply({"ok": True, "value": _plain(handle(request))})
+            message = {"ok": True, "value": _plain(handle(request))}
         except BaseException as exc:
-            reply({"ok": False, "error": _error(exc)})
+            message = {"ok": False, "error": _error(exc)}
+        if config.get("reap_strays"):
+            _reap_strays()
+        reply(message)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,302 @@
+"""How untrusted code is started: inside bubblewrap, or (only when a spec says ``sandbox: none``) as a plain process.
+
+A :class:`Sandbox` turns a command into one that runs isolated (``bwrap``):
+
+- new user, pid, network, IPC, UTS and cgroup namespaces: no network at all (only its own loopback), no view of
+  other processes (its /proc shows the sandbox alone), no signal reaches anything outside;
+- a new root holding only the system (``/usr`` and its links, the dynamic linker's files) and the Python
+  installation, read-only; the work folder at ``/work`` (read-only unless the caller asks to write, e.g. to
+  compile); a private, size-limited ``/tmp`` and ``/dev/shm``; the root itself read-only;
+- a clean, explicit environment (``PATH``, ``HOME=/tmp``, ``LANG``, one BLAS thread): nothing of the parent's;
+- rlimits set inside (``prlimit``): CPU seconds, address space, file size, no core files, and processes
+  (RLIMIT_NPROC). The kernel counts processes per user namespace, so the cap holds per sandbox, and a fork
+  bomb stops there. It exempts uid 0, so when kitae runs as root the code runs as ``nobody`` (65534): bwrap
+  joins a user namespace that maps both uids and switches, then ``unshare --user`` gives each run its own count;
+- ``--die-with-parent`` and a new session; when its first process ends, the pid namespace ends, and with it
+  every process the code started (daemons, ``setsid`` children). Callers kill the whole tree by killing bwrap.
+
+``none`` runs the same command with the same rlimits and a clean environment, in the work folder, without
+namespaces: the code sees the machine (files, network, other processes) and a process that calls ``setsid``
+escapes the kill. It exists for code you trust on machines without user namespaces, and says so wherever
+the run is shown (``kitae runs show``, the run page).
+
+Where bwrap cannot run (not installed, user namespaces disabled, too old), building a sandbox raises
+:class:`SandboxUnavailable` saying why and how to fix it; nothing falls back to ``none`` silently.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+
+from kitae.errors import KitaeError
+
+KINDS = ("bwrap", "none")
+NOBODY = 65534
+INSIDE_WORKDIR = "/work"
+INSIDE_PATH = "/usr/local/bin:/usr/bin:/bin"
+# The dynamic linker's configuration; the rest of /etc stays outside.
+ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime")
+SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# As root: become nobody (no capabilities, no new privileges), then a user namespace of its own, in which the
+# kernel counts this sandbox's processes apart from every other sandbox's.
+DROP_ROOT = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",
+             "--no-new-privs", "--", "unshare", "--user", "--"]
+
+FIX = ("Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; 0.8 or newer) and allow user namespaces "
+       "(Debian: sysctl kernel.unprivileged_userns_clone=1; Ubuntu 24.04: sysctl "
+       "kernel.apparmor_restrict_unprivileged_userns=0; Docker: --security-opt seccomp=unconfined "
+       "--security-opt apparmor=unconfined). Only for code you trust: set `sandbox: none` in the spec to run it "
+       "without isolation.")
+
+
+class SandboxUnavailable(KitaeError):
+    """bubblewrap cannot isolate code on this machine; the message says why and how to fix it."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one sandboxed command. Per process (rlimits) except ``processes`` and the wall clock.
+
+    ``cpu_seconds`` None leaves CPU time to the caller (a long-lived worker sets its own budget per request).
+    A sandbox can use at most ``processes`` x ``memory_mb`` of memory: rlimits bound each process, not their sum.
+    """
+
+    wall_seconds: float = 10.0
+    cpu_seconds: float | None = 10.0
+    memory_mb: int = 1024
+    processes: int = 32
+    file_mb: int = 64
+
+    def prlimit(self) -> list[str]:
+        """The ``prlimit`` command that applies these limits to what follows it."""
+        mb = 1024 * 1024
+        args = ["prlimit", f"--as={self.memory_mb * mb}", f"--fsize={self.file_mb * mb}",
+                f"--nproc={self.processes}", "--core=0"]
+        if self.cpu_seconds is not None:
+            soft = max(1, round(self.cpu_seconds))  # whole seconds; SIGXCPU at soft, SIGKILL a second later
+            args.append(f"--cpu={soft}:{soft + 1}")
+        return args + ["--"]
+
+
+class Sandbox:
+    """Starts commands isolated (``kind="bwrap"``) or, when asked for by name, unisolated (``kind="none"``).
+
+        sandbox = Sandbox()                                   # SandboxUnavailable if bwrap cannot run here
+        proc = sandbox.spawn([sys.executable, "main.py"], workdir, Limits(wall_seconds=2), stdout=PIPE)
+        ...
+        kitae.sandbox.process.kill(proc)                      # the whole sandbox, and waits until it is gone
+
+    :func:`kitae.sandbox.process.run` does this with a wall clock and capped output. Paths in the command are
+    relative to the work folder (the current directory inside) or absolute system paths (``sys.executable``,
+    ``/usr/bin/g++``): what is visible inside is the system, the Python installation and ``extra_paths``.
+    """
+
+    def __init__(self, kind: str = "bwrap", extra_paths: tuple[str, ...] = (), check: bool = True):
+        if kind not in KINDS:
+            raise ValueError(f"sandbox kind {kind!r}: one of {', '.join(KINDS)}")
+        self.kind = kind
+        self.extra_paths = tuple(extra_paths)
+        self._userns: int | None = None
+        self._finalizer = None
+        self._lock = threading.Lock()  # graders start sandboxes from several threads
+        if kind == "bwrap" and check:
+            problem = bwrap_problem()
+            if problem:
+                raise SandboxUnavailable(f"bubblewrap cannot isolate code on this machine: {problem}. {FIX}")
+
+    @property
+    def isolated(self) -> bool:
+        return self.kind == "bwrap"
+
+    @property
+    def drops_root(self) -> bool:
+        """As root the code runs as nobody, so the kernel counts (and caps) its processes."""
+        return self.isolated and os.geteuid() == 0
+
+    # ---- commands --------------------------------------------------------------------------------------
+    def command(self, argv: list[str], workdir: Path, limits: Limits, writable: bool = False) -> list[str]:
+        """The full command line that runs ``argv`` in ``workdir`` under ``limits``."""
+        if not self.isolated:
+            return limits.prlimit() + list(argv)
+        inner = limits.prlimit() + list(argv)
+        if self.drops_root:
+            inner = DROP_ROOT + inner
+        return self._bwrap_args(workdir, limits, writable) + ["--"] + inner
+
+    def spawn(self, argv: list[str], workdir: Path, limits: Limits, writable: bool = False,
+              **pipes) -> subprocess.Popen:
+        """Start ``argv`` in the sandbox (``pipes``: stdin/stdout/stderr for Popen).
+
+        Under bwrap the process carries ``sandbox_init``, a pidfd of the sandbox's pid 1: it becomes readable only
+        once every process of the namespace is gone, so :func:`kitae.sandbox.process.kill` can wait for that.
+        """
+        self.prepare(workdir)
+        cmd, kwargs = self.command(argv, workdir, limits, writable), self.popen_kwargs(workdir)
+        if not self.isolated:
+            return subprocess.Popen(cmd, **kwargs, **pipes)
+        info_read, info_write = os.pipe()
+        kwargs["pass_fds"] = (*kwargs.get("pass_fds", ()), info_write)
+        try:
+            proc = subprocess.Popen([cmd[0], "--info-fd", str(info_write), *cmd[1:]], **kwargs, **pipes)
+        finally:
+            os.close(info_write)
+        proc.sandbox_init = _init_pidfd(info_read)
+        return proc
+
+    def popen_kwargs(self, workdir: Path) -> dict:
+        """What subprocess.Popen needs besides the command: environment, folder, session, passed fds."""
+        if not self.isolated:
+            tmp = Path(workdir) / ".tmp"
+            tmp.mkdir(exist_ok=True)
+            return {"env": clean_env(home=str(tmp)), "cwd": str(workdir), "start_new_session": True}
+        kwargs = {"env": {"PATH": INSIDE_PATH}, "cwd": "/", "start_new_session": True}
+        if self.drops_root:
+            kwargs["pass_fds"] = (self._userns_fd(),)
+        return kwargs
+
+    def prepare(self, workdir: Path) -> None:
+        """Let the code reach the work folder: as root, hand it to nobody (it stays deletable by root)."""
+        if self.drops_root:
+            for path in [workdir, *Path(workdir).rglob("*")]:
+                os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._finalizer is not None:
+                self._finalizer()
+                self._finalizer = None
+                self._userns = None
+
+    # ---- bubblewrap ------------------------------------------------------------------------------------
+    def _bwrap_args(self, workdir: Path, limits: Limits, writable: bool) -> list[str]:
+        tmp_bytes = str(limits.file_mb * 1024 * 1024)
+        args = [shutil.which("bwrap") or "bwrap"]
+        if self.drops_root:  # set up as root of `root_userns()`, then DROP_ROOT switches to nobody
+            args += ["--userns", str(self._userns_fd()), "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        else:
+            args += ["--unshare-user"]
+        args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+                 "--die-with-parent", "--new-session", "--hostname", "sandbox"]
+        args += system_binds(self.extra_paths)
+        args += ["--proc", "/proc", "--dev", "/dev",
+                 "--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
+                 "--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/tmp",
+                 "--bind" if writable else "--ro-bind", str(Path(workdir).resolve()), INSIDE_WORKDIR,
+                 "--remount-ro", "/", "--chdir", INSIDE_WORKDIR, "--clearenv"]
+        for key, value in clean_env(home="/tmp").items():
+            args += ["--setenv", key, value]
+        return args
+
+    def _userns_fd(self) -> int:
+        with self._lock:
+            if self._userns is None:
+                self._userns = root_userns()
+                self._finalizer = weakref.finalize(self, os.close, self._userns)
+            return self._userns
+
+
+def _init_pidfd(info_read: int) -> int | None:
+    """A pidfd of the sandbox's init, from what bwrap writes to --info-fd ({"child-pid": N, ...})."""
+    import json
+
+    with os.fdopen(info_read, "rb") as info:
+        text = info.read()
+    try:
+        return os.pidfd_open(int(json.loads(text)["child-pid"]))
+    except (ValueError, KeyError, TypeError, ProcessLookupError, OSError):
+        return None  # bwrap failed before it started one; its stderr says why
+
+
+def clean_env(home: str) -> dict[str, str]:
+    """The whole environment the code gets: nothing inherited from the parent."""
+    return {"PATH": INSIDE_PATH, "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8", "OMP_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def system_binds(extra_paths: tuple[str, ...] = ()) -> list[str]:
+    """Read-only binds: /usr with the top-level links into it, the linker's /etc files, Python, extras."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for link in SYSTEM_LINKS:
+        if os.path.islink(link):
+            args += ["--symlink", os.readlink(link), link]
+        elif os.path.isdir(link):
+            args += ["--ro-bind", link, link]
+    args += ["--perms", "0755", "--dir", "/etc"]
+    for path in ETC_FILES:
+        args += ["--ro-bind-try", path, path]
+    for root in _outside_usr(python_roots() + [str(p) for p in extra_paths]):
+        for parent in reversed(Path(root).parents[:-1]):  # else bwrap makes parents 0700: nobody could enter
+            args += ["--perms", "0755", "--dir", str(parent)]
+        args += ["--ro-bind", root, root]
+    return args
+
+
+def python_roots() -> list[str]:
+    """The Python installation the sandboxed interpreter needs: its prefixes (stdlib, site-packages)."""
+    roots = {sys.base_prefix, sys.prefix, sys.exec_prefix, str(Path(sys.executable).resolve().parent.parent)}
+    return sorted(roots | {str(Path(r).resolve()) for r in roots})  # a symlinked prefix: both paths
+
+
+def _outside_usr(paths: list[str]) -> list[str]:
+    """Paths not already inside /usr or inside one another, outermost first."""
+    keep: list[str] = []
+    for path in sorted(set(paths), key=len):
+        if path == "/" or not os.path.exists(path):
+            continue
+        if any(path == k or path.startswith(k.rstrip("/") + "/") for k in ["/usr", *keep]):
+            continue
+        keep.append(path)
+    return keep
+
+
+def root_userns() -> int:
+    """A user namespace mapping uids and gids 0 and 65534 to themselves (as root only); an fd to it.
+
+    bwrap joins it with --userns and sets the sandbox up as its root, so it may read what root can (to bind
+    the Python installation, wherever it lives: a root-only /root does not stop it); DROP_ROOT then switches
+    to 65534 for the code.
+    """
+    holder = subprocess.Popen(["unshare", "--user", "--", "sh", "-c", "echo ready; exec sleep 600"],
+                              stdout=subprocess.PIPE)
+    try:
+        if holder.stdout.readline() != b"ready\n":
+            raise SandboxUnavailable(f"unshare --user failed to start. {FIX}")
+        for name in ("uid_map", "gid_map"):
+            Path(f"/proc/{holder.pid}/{name}").write_text(f"0 0 1\n{NOBODY} {NOBODY} 1\n")
+        return os.open(f"/proc/{holder.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+
+
+@functools.cache
+def bwrap_problem() -> str | None:
+    """Why bwrap cannot run a sandboxed command here, or None when it can (checked once per process)."""
+    for tool in ("bwrap", "prlimit") + (("setpriv", "unshare") if os.geteuid() == 0 else ()):
+        if shutil.which(tool) is None:
+            return f"`{tool}` is not installed"
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="kitae-sandbox-check-") as tmp:
+        probe = Sandbox("bwrap", check=False)
+        try:
+            probe.prepare(Path(tmp))
+            argv = probe.command(["/bin/true"], Path(tmp), Limits(wall_seconds=30, cpu_seconds=5))
+            done = subprocess.run(argv, **probe.popen_kwargs(Path(tmp)), capture_output=True, timeout=30)
+        except (OSError, subprocess.SubprocessError, SandboxUnavailable) as exc:
+            return f"{type(exc).__name__}: {exc}"
+        finally:
+            probe.close()
+    if done.returncode != 0:
+        return (done.stderr.decode(errors="replace").strip() or f"exit status {done.returncode}")[:500]
+    return None

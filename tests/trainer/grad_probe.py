@@ -1,0 +1,69 @@
+"""Run by tests/trainer/test_train_e2e.py, in one process or under ``accelerate launch`` in two:
+
+    python -m tests.trainer.grad_probe CONFIG OUT
+
+builds the Trainer of CONFIG and runs its real ``_optimize`` on one fixed batch of 8 rows once per loss; each
+process takes its share of the rows (process 0 the four long ones, process 1 the four short ones, one of
+them masked out entirely). Process 0 saves to OUT, per loss, the gradient the optimizer would have stepped with
+(after DDP averaged it) and the loss averaged over processes, as the trainer logs it. The optimizer never
+steps, so every loss sees the same weights.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from kitae.rollout.base import Completion
+from kitae.trainer.batch import build_batch, token_logps
+from kitae.trainer.config import load_train_config
+from kitae.trainer.loop import Trainer
+
+LOSSES = ["grpo", "dapo", "dr_grpo", "cispo", "gspo", "kimi"]
+PROMPT, COMPLETION_LENGTHS = 5, [6, 6, 5, 6, 1, 2, 1, 2]  # tokens: 23 on process 0, 6 on process 1
+ADVANTAGES = [1.0, -0.5, 0.8, -1.2, 2.0, -1.5, 0.7, 1.1]
+MASKED = 6  # a row that does not count (overlong filtering): Dr. GRPO's constant still counts it
+
+
+def full_batch(trainer: Trainer):
+    g = torch.Generator().manual_seed(0)
+    vocab = trainer.policy.config.vocab_size
+    completions = [
+        Completion(text="", prompt_ids=torch.randint(3, vocab, (PROMPT,), generator=g).tolist(),
+                   completion_ids=torch.randint(3, vocab, (n,), generator=g).tolist(), logprobs=[0.0] * n,
+                   finish_reason="stop")
+        for n in COMPLETION_LENGTHS
+    ]
+    counted = [i != MASKED for i in range(len(completions))]
+    batch = build_batch(completions, ADVANTAGES, trainer.tokenizer.pad_token_id, counted)
+    with torch.no_grad():  # old log-probs = the current policy's: ratio 1, nothing clipped
+        batch.old_logp = token_logps(trainer.policy, batch, trainer.cfg.sampling.temperature)[0] * batch.mask
+    return batch
+
+
+def main(config: str, out: str) -> None:
+    trainer = Trainer(load_train_config(config))
+    acc = trainer.acc
+    batch = full_batch(trainer)
+    share = len(batch) // acc.num_processes
+    local = batch.select(slice(acc.process_index * share, (acc.process_index + 1) * share))
+    grads: list[list[torch.Tensor]] = []
+
+    def capture(*args, **kwargs):  # instead of stepping: keep the (DDP-averaged) gradient
+        grads.append([p.grad.detach().clone() for p in trainer.model.parameters()])
+
+    trainer.optimizer.step = capture
+    results = {}
+    for name in LOSSES:
+        trainer.cfg.algorithm.loss = name
+        trainer.loss_cfg = trainer._loss_config()
+        metrics = trainer._reduce(trainer._optimize(local))
+        results[name] = {"grad": grads.pop(), "loss": metrics["loss"]}
+    if acc.is_main_process:
+        torch.save(results, out)
+    acc.wait_for_everyone()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
