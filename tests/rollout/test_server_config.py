@@ -47,3 +47,14 @@ def test_tis_cap(cap, ok):
     else:
         with pytest.raises(ConfigError, match=r"^algorithm.tis_cap: must be >= 1"):
             load(SERVER, {"tis_cap": cap})
+
+
+def test_resume_takes_new_server_addresses_without_allow_config_change(tmp_path):
+    from kitae.trainer.resume import check_config_changes, config_changes
+
+    old = load(SERVER).to_dict()
+    moved = load({**SERVER, "servers": ["http://127.0.0.1:9001", "http://127.0.0.1:9002"], "server_timeout": 60})
+    check_config_changes(config_changes(old, moved.to_dict()), allow=False, run_dir=tmp_path)  # no error
+    other = load({**SERVER, "sync_every": 2, "max_staleness": 1}).to_dict()  # how the run trains: still asked
+    with pytest.raises(ConfigError, match="allow-config-change"):
+        check_config_changes(config_changes(old, other), allow=False, run_dir=tmp_path)
