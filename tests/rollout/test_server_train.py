@@ -62,6 +62,7 @@ def test_two_replicas_weights_in_step_and_one_killed_mid_run(tiny_assets, tmp_pa
     for step, m in enumerate(seen, start=1):
         assert m["policy_version"] == step - 1  # sampled by the weights pushed after the step before
         assert m["mismatch/logp_abs_diff_max"] < 1e-4 and m["mismatch/tis_clip_frac"] == 0
+        assert m["ratio_mean"] == pytest.approx(1.0, abs=1e-6)  # old log-probs: the trainer's own, same batches
         assert m["sync_secs"] > 0 and m["rollout/stale_dropped"] == 0
     assert seen[2]["rollout/replicas_down"] == 1  # step 3 found the dead replica and went on with the other
 
