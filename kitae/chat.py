@@ -7,7 +7,7 @@ several tokens for a tokenizer that does not know it as a special token. Prompts
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
@@ -22,7 +22,8 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
-Message = dict[str, str]
+Message = dict[str, Any]  # {"role", "content"}; content is a string, or text and image parts (kitae.data.loader)
+IMAGE_MARK = "[image]"
 
 
 def to_messages(prompt: str | list[Message], system: str | None = None) -> list[Message]:
@@ -31,6 +32,26 @@ def to_messages(prompt: str | list[Message], system: str | None = None) -> list[
     if system and not (messages and messages[0].get("role") == "system"):
         messages = [{"role": "system", "content": system}] + messages
     return messages
+
+
+def content_text(content: Any, image: str | Callable[[dict], str] = IMAGE_MARK) -> str:
+    """A turn's content as text: a string as is; parts joined, each image part shown as `image` (a string, or
+    a function of the part).
+
+    >>> content_text([{"type": "image", "image": "/data/a.png"}, {"type": "text", "text": "How many?"}])
+    '[image]How many?'
+    """
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return "" if content is None else str(content)
+    mark = image if callable(image) else (lambda part: image)
+    return "".join(p.get("text", "") if p.get("type") == "text" else mark(p) for p in content if isinstance(p, dict))
+
+
+def has_images(messages: list[Message]) -> bool:
+    return any(isinstance(m.get("content"), list) and any(p.get("type") == "image" for p in m["content"])
+               for m in messages)
 
 
 def chatml(messages: list[Message], add_generation_prompt: bool = True) -> str:

@@ -17,21 +17,26 @@ from kitae.errors import ConfigError
 ASSETS = Path(__file__).parent / "assets"
 BUNDLED_MODEL = ASSETS / "models" / "kitae-tiny-base"
 BUNDLED_RM = ASSETS / "models" / "kitae-tiny-rm"
+BUNDLED_VL = ASSETS / "models" / "kitae-tiny-vl"
 BUNDLED_DATA = ASSETS / "data" / "arith"
 
 
 NEVER_DOWNLOADS = "kitae never downloads models"
-_BUILD = {BUNDLED_MODEL: "scripts/build_base_model.py", BUNDLED_RM: "scripts/build_reward_model.py"}
+_BUILD = {BUNDLED_MODEL: "scripts/build_base_model.py", BUNDLED_RM: "scripts/build_reward_model.py",
+          BUNDLED_VL: "scripts/build_vision_model.py"}
 
 
 def resolve_model_path(path: str | Path | None, key: str = "model", adapter: bool = False) -> str:
-    """`None`, "bundled" or "kitae-tiny-base" -> the bundled base model; a local model folder as given.
+    """`None`, "bundled" or "kitae-tiny-base" -> the bundled base model; "kitae-tiny-vl" -> the bundled
+    vision-language model; a local model folder as given.
 
     Anything else raises ConfigError under `key` (the flag or config field that named it) before any model
     library is asked: see :func:`local_model_folder`.
     """
     if path is None or str(path) in ("bundled", "kitae-tiny-base"):
         path = BUNDLED_MODEL
+    elif str(path) == "kitae-tiny-vl":
+        path = BUNDLED_VL
     return local_model_folder(path, key, adapter)
 
 
@@ -74,9 +79,47 @@ def load_tokenizer(path: str | Path | None) -> Any:
 
 
 def load_causal_lm(path: str | Path | None, dtype: str = "float32", device: str = "cpu") -> Any:
+    """The model at `path`: a causal LM, or a vision-language model (:func:`is_vision_model`) through
+    ``AutoModelForImageTextToText``, which is a causal LM over text and image tokens."""
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
-    model = AutoModelForCausalLM.from_pretrained(resolve_model_path(path), dtype=torch_dtype)
+    folder = resolve_model_path(path)
+    auto = AutoModelForImageTextToText if is_vision_model(folder) else AutoModelForCausalLM
+    model = auto.from_pretrained(folder, dtype=torch_dtype)
     return model.to(device)
+
+
+# ---- vision-language models ---------------------------------------------------------------------------
+def is_vision_model(path: str | Path | None) -> bool:
+    """Whether the model folder holds a vision-language model: its config.json has a ``vision_config``
+    (LLaVA, Idefics3/SmolVLM, Qwen2-VL, Gemma 3, ...)."""
+    import json
+
+    try:
+        config = json.loads((Path(resolve_model_path(path)) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, ConfigError):
+        return False
+    return isinstance(config, dict) and isinstance(config.get("vision_config"), dict)
+
+
+def load_processor(path: str | Path | None) -> Any:
+    """The processor of a vision-language model folder (``AutoProcessor``), its tokenizer set up as
+    :func:`load_tokenizer` sets one up."""
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(resolve_model_path(path))
+    tok = processor.tokenizer
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token or "<|endoftext|>"
+    return processor
+
+
+def language_targets(model: Any, names: list[str]) -> list[str] | str:
+    """LoRA target modules: `names` as given for a text model; for a vision-language model a pattern that
+    matches those names inside the language part only (its vision tower has q_proj, v_proj, ... too)."""
+    if getattr(model.config, "vision_config", None) is None:
+        return names
+    return rf".*language_model.*\.({'|'.join(re.escape(n) for n in names)})"

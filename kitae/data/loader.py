@@ -6,6 +6,15 @@ A row is a prompt for RL:
      "difficulty": "easy", "lang": "ja", ...}                  # optional; extra fields go to graders as item.FIELD
 A plain `"prompt": "..."` string is accepted in place of `messages` (TRL's standard format).
 
+Images: a turn's content may be a list of parts, OpenAI's (``{"type": "text", "text": ...}``,
+``{"type": "image_url", "image_url": {"url": PATH | file://... | data:image/...}}``) or HF's
+(``{"type": "image", "image": PATH}``; a bare ``{"type": "image"}`` takes the next entry of the row's
+``images`` list, TRL's vision format). Relative paths are relative to the data file's folder. Each image is
+checked on load (kitae.data.images: the file exists, is a readable image, not too large). A checked row's
+image parts are ``{"type": "image", "image": REF}`` (REF an absolute path or the data URL) and ``row["images"]``
+lists the REFs in order (graders read it as ``{{item.images}}``). Content that is a list of text parts only
+becomes one string.
+
 Bad rows raise DataError naming the file, the row (1-based) and the field, and what to do about it. So do bad
 files (bytes that are not UTF-8, a file that is not Parquet, JSON nested too deeply; a JSONL error names the
 line) and text that cannot be encoded (a lone surrogate such as the JSON escape ``"\\ud800"`` without its pair),
@@ -18,6 +27,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
+from kitae.data.images import ImageError, check_image, resolve_ref
 from kitae.errors import DataError
 
 ROLES = ("system", "user", "assistant")
@@ -27,7 +37,8 @@ def load_prompts(source: str | Path | Any, require_reference: bool = False, spli
     """Load and validate a prompt set. `source` is a .jsonl/.json/.parquet file, a `datasets` folder
     (saved with `save_to_disk`), or an in-memory `datasets.Dataset`."""
     name, rows = _read(source, split)
-    out = [validate_row(row, name, i + 1, require_reference) for i, row in enumerate(rows)]
+    base = None if name.startswith("<") else Path(name) if Path(name).is_dir() else Path(name).parent
+    out = [validate_row(row, name, i + 1, require_reference, base) for i, row in enumerate(rows)]
     if not out:
         raise DataError(name, None, None, "the dataset has no rows")
     return out
@@ -116,8 +127,10 @@ def _first_line(exc: Exception) -> str:
     return text[0][:200] if text else type(exc).__name__
 
 
-def validate_row(row: Any, file: str, n: int, require_reference: bool = False) -> dict:
-    """A checked copy of one row, with `messages` always present and `reference_answer` a string."""
+def validate_row(row: Any, file: str, n: int, require_reference: bool = False,
+                 base_dir: str | Path | None = None) -> dict:
+    """A checked copy of one row, with `messages` always present and `reference_answer` a string. Image paths
+    resolve against `base_dir` (the data file's folder; the current folder when None)."""
     if not isinstance(row, dict):
         raise DataError(file, n, None, f"expected a JSON object, got {type(row).__name__}")
     _check_text(row, file, n)
@@ -130,6 +143,11 @@ def validate_row(row: Any, file: str, n: int, require_reference: bool = False) -
         else:
             raise DataError(file, n, "messages", "missing; give a list of {role, content} turns or a 'prompt' string")
     _check_messages(row["messages"], file, n)
+    row["messages"], images = _with_images(row, file, n, base_dir)
+    if images:
+        row["images"] = images
+    elif "images" in row and not row["images"]:
+        del row["images"]
     ref = row.get("reference_answer")
     if ref is None and require_reference:
         raise DataError(file, n, "reference_answer", "missing; this run's graders compare against a reference answer")
@@ -182,14 +200,82 @@ def _check_messages(messages: Any, file: str, n: int) -> None:
             raise DataError(file, n, field, "expected an object with 'role' and 'content'")
         if m.get("role") not in ROLES:
             raise DataError(file, n, f"{field}.role", f"got {m.get('role')!r}; use one of {', '.join(ROLES)}")
-        if not isinstance(m.get("content"), str):
-            raise DataError(file, n, f"{field}.content", "expected a string")
+        if not isinstance(m.get("content"), (str, list)):
+            raise DataError(file, n, f"{field}.content", "expected a string or a list of text and image parts")
     if messages[-1]["role"] != "user":
         raise DataError(
             file, n, f"messages[{len(messages) - 1}].role",
             "the last turn must be the user's: the model answers it (drop the assistant answer, "
             "or move it to 'reference_answer')",
         )
+
+
+TEXT_PARTS = ("text", "input_text")
+IMAGE_PARTS = ("image_url", "input_image", "image")
+
+
+def _with_images(row: dict, file: str, n: int, base_dir: str | Path | None) -> tuple[list[dict], list[str]]:
+    """(messages with each content normalized, the image references in order); see the module docstring."""
+    given = row.get("images")
+    if given is not None and not isinstance(given, list):
+        raise DataError(file, n, "images", f"expected a list of image paths, got {type(given).__name__}")
+    pending = list(given or [])  # TRL's format: {"type": "image"} placeholders take these in order
+    images: list[str] = []
+    messages = []
+    for j, m in enumerate(row["messages"]):
+        content = m["content"]
+        if isinstance(content, list):
+            content = _content_parts(content, file, n, f"messages[{j}].content", base_dir, pending, images)
+        messages.append({**m, "content": content})
+    placed = len(given or []) - len(pending)  # taken by bare {"type": "image"} parts
+    if pending and (placed or not images):  # (a checked row's list repeats its parts' images: nothing left over)
+        raise DataError(file, n, "images", f"{len(pending)} image(s) not placed: the messages have fewer "
+                        "{\"type\": \"image\"} parts than the 'images' list has entries")
+    return messages, images
+
+
+def _content_parts(parts: list, file: str, n: int, field: str, base_dir, pending: list, images: list[str]):
+    """One turn's content parts: a string when they are all text, else text and {type: image, image: REF}."""
+    if not parts:
+        raise DataError(file, n, field, "an empty list of parts; give at least one text or image part")
+    out: list[dict] = []
+    for k, part in enumerate(parts):
+        at = f"{field}[{k}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in TEXT_PARTS:
+            if not isinstance(part.get("text"), str):
+                raise DataError(file, n, f"{at}.text", "expected a string")
+            out.append({"type": "text", "text": part["text"]})
+        elif kind in IMAGE_PARTS:
+            raw, where = _image_source(part, at, pending, file, n)
+            try:
+                ref = resolve_ref(raw, base_dir)
+                check_image(ref)
+            except ImageError as exc:
+                raise DataError(file, n, where, str(exc)) from None
+            images.append(ref)
+            out.append({"type": "image", "image": ref})
+        else:
+            raise DataError(file, n, f"{at}.type", f"got {kind!r}; use 'text', 'image_url' (OpenAI) or 'image' (HF)")
+    if not images or all(p["type"] == "text" for p in out):
+        return "".join(p["text"] for p in out)
+    return out
+
+
+def _image_source(part: dict, at: str, pending: list, file: str, n: int) -> tuple[Any, str]:
+    """(what names the image, the field an error names) for one image part."""
+    if part["type"] in ("image_url", "input_image"):
+        url = part.get("image_url")
+        if isinstance(url, dict):
+            return url.get("url"), f"{at}.image_url.url"
+        return url, f"{at}.image_url"
+    for key in ("image", "url", "path"):
+        if part.get(key) is not None:
+            return part[key], f"{at}.{key}"
+    if not pending:
+        raise DataError(file, n, at, "an {\"type\": \"image\"} part without \"image\": PATH, and the row's "
+                        "'images' list has no entry left for it")
+    return pending.pop(0), "images"
 
 
 def write_jsonl(path: str | Path, rows: Iterable[dict]) -> None:

@@ -10,6 +10,9 @@ processed_logprobs`` when top-k, top-p and the penalty are off; its default raw 
 temperature). This is the
 quantity the trainer recomputes for the current policy, so the two form a proper importance ratio.
 
+Image prompts (a vision-language model): the in-process engine samples them (kitae.rollout.vision), and each
+Completion carries its prompt's image tensors (``image_inputs``) for the policy update.
+
 Keep this interface small: the in-process engine (``hf``) and the inference-server engine (``server``,
 kitae.rollout.server) implement the same `generate`.
 Partial rollouts (kitae.rollout.partial) also need ``generate_tokens(prompt_ids, n, sampling)``: the same, from
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from kitae.chat import END_OF_TEXT, IM_END, Message
 from kitae.registry import Registry
@@ -62,6 +65,9 @@ class Completion:
     logprobs: list[float]  # one per completion token
     finish_reason: str  # "stop" | "length" | "repeat"
     earlier_tokens: int = 0  # partial rollouts: leading completion tokens sampled in earlier iterations
+    # vision-language models: the processor's image tensors of the prompt ({"pixel_values": [n_images, C, H, W],
+    # ...}, dim 0 per image or patch), shared by the samples of one prompt; the policy update feeds them again
+    image_inputs: dict[str, Any] | None = None
 
     @property
     def num_tokens(self) -> int:

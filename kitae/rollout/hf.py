@@ -49,9 +49,11 @@ class HFEngine:
         return self.generate_tokens([self.encode_prompt(m) for m in prompts], n, sampling)
 
     def generate_tokens(
-        self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams
+        self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams,
+        image_inputs: list[dict[str, torch.Tensor] | None] | None = None,
     ) -> list[list[Completion]]:
-        """`generate` from token ids; partial rollouts continue a trajectory by passing prompt + its tokens so far."""
+        """`generate` from token ids; partial rollouts continue a trajectory by passing prompt + its tokens so far.
+        ``image_inputs``: per prompt, the image tensors a vision-language model reads with it (kitae.rollout.vision)."""
         gen = None
         if sampling.seed is not None:
             gen = torch.Generator(device=self.device).manual_seed(sampling.seed)
@@ -61,7 +63,8 @@ class HFEngine:
         self.model.eval()
         try:
             for start in range(0, len(prompt_ids), per_chunk):
-                flat += self._generate_batch(prompt_ids[start : start + per_chunk], n, sampling, gen)
+                images = image_inputs[start : start + per_chunk] if image_inputs is not None else None
+                flat += self._generate_batch(prompt_ids[start : start + per_chunk], n, sampling, gen, images)
         finally:
             self.model.train(was_training)
         return [flat[i * n : (i + 1) * n] for i in range(len(prompt_ids))]
@@ -73,7 +76,8 @@ class HFEngine:
     # ---- decoding loop --------------------------------------------------------------------------
     @torch.no_grad()
     def _generate_batch(
-        self, prompt_ids: list[list[int]], n: int, sp: SamplingParams, gen: torch.Generator | None
+        self, prompt_ids: list[list[int]], n: int, sp: SamplingParams, gen: torch.Generator | None,
+        image_inputs: list[dict[str, torch.Tensor] | None] | None = None,
     ) -> list[Completion]:
         dev = self.device
         input_ids, attn = left_pad(prompt_ids, self.tokenizer.pad_token_id, dev)  # [P, L]
@@ -81,8 +85,9 @@ class HFEngine:
         from transformers import DynamicCache
 
         cache = DynamicCache()
+        images = batch_image_inputs(image_inputs, dev) if image_inputs is not None else {}  # read at prefill only
         out = self.model(
-            input_ids=input_ids, attention_mask=attn, position_ids=pos, cache=cache, logits_to_keep=1
+            input_ids=input_ids, attention_mask=attn, position_ids=pos, cache=cache, logits_to_keep=1, **images
         )
         cache = out.cache
         if n > 1:  # prefill once per prompt, then one cache row per sample
@@ -143,6 +148,7 @@ class HFEngine:
                 completion_ids=tokens[i],
                 logprobs=logps[i],
                 finish_reason=finish[i] or "length",
+                image_inputs=image_inputs[rows[i]] if image_inputs is not None else None,
             )
             for i in range(B)
         ]
@@ -196,6 +202,13 @@ def repeat_period(tokens: list[int], max_period: int, min_count: int, min_span: 
         if tokens[-1] == tokens[-1 - p] and tokens[n - span : n - p] == tokens[n - span + p :]:
             return p
     return None
+
+
+def batch_image_inputs(per_row: list[dict[str, torch.Tensor] | None], device) -> dict[str, torch.Tensor]:
+    """The image tensors of several prompts as one model input: each key's tensors concatenated along dim 0
+    (images or patches) in row order, the order in which the rows' image tokens appear in the batch."""
+    rows = [r for r in per_row if r]
+    return {k: torch.cat([r[k] for r in rows]).to(device) for k in (rows[0] if rows else {})}
 
 
 def left_pad(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:

@@ -2,6 +2,7 @@
 
 Sequences are prompt + completion, right-padded. Position t of the shifted layout predicts token t+1, so a
 completion token at index p of its sequence lives at column p-1 of the [B, L-1] tensors below.
+Rows of a vision-language model carry their prompt's image tensors (``image_inputs``), fed with the ids.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from kitae.rollout.base import Completion
+from kitae.rollout.hf import batch_image_inputs
 
 
 @dataclass
@@ -22,6 +24,8 @@ class TrainBatch:
     advantages: torch.Tensor  # [B]
     ref_logp: torch.Tensor | None = None  # [B, L-1] reference policy's log-probs, when KL is on
     is_weight: torch.Tensor | None = None  # [B, L-1] server engine: truncated importance weights of the sampler
+    # vision-language models: per row, its prompt's image tensors (Completion.image_inputs; None for a text row)
+    image_inputs: list[dict[str, torch.Tensor] | None] | None = None
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -31,8 +35,22 @@ class TrainBatch:
         weight = self.is_weight[idx] if self.is_weight is not None else None
         return TrainBatch(
             self.input_ids[idx], self.attention_mask[idx], self.mask[idx], self.old_logp[idx], self.advantages[idx], ref,
-            weight,
+            weight, _select_rows(self.image_inputs, idx),
         )
+
+    def model_inputs(self) -> dict[str, torch.Tensor]:
+        """The image tensors of the rows, as the model takes them with ``input_ids`` (none for text)."""
+        if self.image_inputs is None:
+            return {}
+        return batch_image_inputs(self.image_inputs, self.input_ids.device)
+
+
+def _select_rows(rows: list | None, idx: slice | torch.Tensor) -> list | None:
+    if rows is None:
+        return None
+    if isinstance(idx, slice):
+        return rows[idx]
+    return [rows[i] for i in torch.as_tensor(idx).reshape(-1).tolist()]
 
 
 def build_batch(completions: list[Completion], advantages: list[float], pad_id: int, counted: list[bool]) -> TrainBatch:
@@ -50,7 +68,8 @@ def build_batch(completions: list[Completion], advantages: list[float], pad_id: 
         if counted[i] and t:
             mask[i, p - 1 : p - 1 + t] = 1.0
             old[i, p - 1 : p - 1 + t] = torch.tensor(c.logprobs)
-    return TrainBatch(ids, attn, mask, old, torch.tensor(advantages, dtype=torch.float32))
+    images = [c.image_inputs for c in completions] if any(c.image_inputs for c in completions) else None
+    return TrainBatch(ids, attn, mask, old, torch.tensor(advantages, dtype=torch.float32), image_inputs=images)
 
 
 def token_logps(model, batch: TrainBatch, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,9 +86,9 @@ def token_logps(model, batch: TrainBatch, temperature: float = 1.0) -> tuple[tor
     keep = L - start  # positions start .. L-1; the last one (predicting past the end) is dropped below
     try:
         out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False,
-                    logits_to_keep=keep)
+                    logits_to_keep=keep, **batch.model_inputs())
     except TypeError:  # a model without logits_to_keep: all positions
-        out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+        out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, **batch.model_inputs())
     logits = out.logits[:, :-1].float()  # [B, K, V]
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature

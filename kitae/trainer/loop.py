@@ -37,10 +37,12 @@ from kitae.algorithms.losses import LossConfig, LossInputs, Normalizer, policy_l
 from kitae.algorithms.mismatch import mismatch_metrics, tis_weight
 from kitae.errors import ConfigError, KitaeError
 from kitae.graders.base import Grade, Grader, is_finite_number
-from kitae.models import load_causal_lm
+from kitae.chat import content_text
+from kitae.models import language_targets, load_causal_lm
 from kitae.rollout.base import ENGINES, Completion, SamplingParams
 from kitae.rollout.partial import PartialRollouts
 from kitae.store import GroupRecord, RunStore, SampleRecord
+from kitae.store.images import RunImages
 from kitae.trainer.batch import TrainBatch, build_batch, token_logps
 from kitae.trainer.checkpoint import save_checkpoint, set_rng_state
 from kitae.trainer.config import TrainConfig
@@ -80,6 +82,8 @@ class Trainer:
         ckpt = self.resume_plan.checkpoint if self.resume_plan else None
         self.start_step = ckpt.step if ckpt else 0
         self.tokenizer = checked.tokenizer
+        self.processor = checked.processor  # vision-language models; None for text
+        self._run_images = RunImages(self.run_dir)
         model = self._load_model(ckpt.path / "model" if ckpt else None)
         self.ref_model = self._load_ref_model(model)
         params = [p for p in model.parameters() if p.requires_grad]
@@ -117,6 +121,10 @@ class Trainer:
         """The rollout engine; one with a ``from_config`` (the server engine) gets the sampling settings and the
         servers pre-flight found answering."""
         cls = ENGINES.get(self.cfg.sampling.engine, "sampling.engine")
+        if self.processor is not None:  # pre-flight allows only the in-process engine here
+            from kitae.rollout.vision import VisionEngine
+
+            return VisionEngine(self.policy, self.tokenizer, self.processor)
         build = getattr(cls, "from_config", None)
         if build is None:
             return cls(self.policy, self.tokenizer)
@@ -137,7 +145,7 @@ class Trainer:
             else:
                 lc = peft.LoraConfig(
                     r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                    target_modules=lora.target_modules, task_type="CAUSAL_LM",
+                    target_modules=language_targets(model, lora.target_modules), task_type="CAUSAL_LM",
                 )
                 model = peft.get_peft_model(model, lc)
         if cfg.gradient_checkpointing:
@@ -621,9 +629,11 @@ class Trainer:
                         errors={n: g.error for n, g in grades.items()},
                     )
                 )
-            user = [m["content"] for m in row["messages"] if m["role"] == "user"]
-            extra = {k: v for k, v in row.items() if k not in ("messages", "reference_answer")}
-            out.append(GroupRecord(user[-1] if user else "", row["messages"], row.get("reference_answer"), extra, samples, gi))
+            messages, extra = row["messages"], {k: v for k, v in row.items() if k not in ("messages", "reference_answer")}
+            if row.get("images"):  # the page shows them from the run's folder (kitae.store.images)
+                messages, extra["images"] = self._run_images.stored_row(messages, row["images"])
+            user = [content_text(m["content"], _image_mark) for m in messages if m["role"] == "user"]
+            out.append(GroupRecord(user[-1] if user else "", messages, row.get("reference_answer"), extra, samples, gi))
         return out
 
     def _log(self, step: int, metrics: dict[str, float], records: list[GroupRecord]) -> None:
@@ -673,7 +683,8 @@ class Trainer:
                 "partial": self.partial.state_dict() if self.partial is not None else None,
                 "kl": self.kl_ctl.state_dict(),
             }
-            save_checkpoint(self.run_dir, step, self.policy, self.tokenizer, state, self.cfg.logging.keep_checkpoints)
+            save_checkpoint(self.run_dir, step, self.policy, self.processor or self.tokenizer, state,
+                            self.cfg.logging.keep_checkpoints)
         self.acc.wait_for_everyone()
 
     def summary(self, status: str) -> dict[str, Any]:
@@ -705,6 +716,16 @@ def _mask_earlier_segments(batch: TrainBatch, completions: list[Completion]) -> 
 
 
 def _to_device(batch: TrainBatch, device) -> TrainBatch:
-    return TrainBatch(*(t.to(device) if t is not None else None for t in (
+    out = TrainBatch(*(t.to(device) if t is not None else None for t in (
         batch.input_ids, batch.attention_mask, batch.mask, batch.old_logp, batch.advantages, batch.ref_logp,
         batch.is_weight)))
+    if batch.image_inputs is not None:  # the rows of a group share one dict: move each once
+        moved = {id(x): {k: v.to(device) for k, v in x.items()} for x in batch.image_inputs if x is not None}
+        out.image_inputs = [moved[id(x)] if x is not None else None for x in batch.image_inputs]
+    return out
+
+
+def _image_mark(part: dict) -> str:
+    """How a stored prompt's text shows an image: by its stored file name, so prompts that differ only in
+    their picture stay apart ("the same prompt across steps" matches on this text)."""
+    return f"[image {str(part.get('image', ''))[:12]}]"

@@ -44,6 +44,7 @@ class Checked:
     train_rows: list[dict]
     eval_rows: list[dict]  # already cut to eval.limit
     servers: dict[str, str | None] | None = None  # engine server: each replica's URL -> its served model name
+    processor: Any = None  # a vision-language model's processor (kitae.models.load_processor); None for text
 
     def close(self) -> None:
         for grader in [c.grader for c in self.components] + [self.eval_grader]:
@@ -56,7 +57,7 @@ def preflight(cfg: TrainConfig, config_dir: str | Path | None = None) -> Checked
     `config_dir`: the folder of the config file, put on the import path with the current folder.
     """
     from kitae.graders import build_grader
-    from kitae.models import load_tokenizer, resolve_model_path
+    from kitae.models import is_vision_model, load_processor, load_tokenizer, resolve_model_path
     from kitae.trainer.rewards import build_components
 
     model_path = resolve_model_path(cfg.model.path, "model.path")
@@ -70,9 +71,11 @@ def preflight(cfg: TrainConfig, config_dir: str | Path | None = None) -> Checked
         train_file, train_rows = _load(cfg.data.train, None)
         eval_file, eval_rows = _load(cfg.data.eval, cfg.eval.limit)
         tokenizer = load_tokenizer(model_path)
+        processor = load_processor(model_path) if is_vision_model(model_path) else None
+        check_images(cfg, processor, [(train_file, train_rows), (eval_file, eval_rows)])
         context = model_context(model_path)
         if context is not None:
-            encode = prompt_encoder(cfg.sampling.engine, tokenizer)
+            encode = prompt_encoder(cfg.sampling.engine, tokenizer, processor)
             check_lengths(train_rows, train_file, encode, context, cfg.sampling.max_new_tokens,
                           "sampling.max_new_tokens")
             eval_key = "eval.max_new_tokens" if cfg.eval.max_new_tokens else "sampling.max_new_tokens"
@@ -83,7 +86,27 @@ def preflight(cfg: TrainConfig, config_dir: str | Path | None = None) -> Checked
         for grader in built:
             grader.close()
         raise
-    return Checked(model_path, tokenizer, components, eval_grader, pass_name, train_rows, eval_rows, servers)
+    return Checked(model_path, tokenizer, components, eval_grader, pass_name, train_rows, eval_rows, servers,
+                   processor)
+
+
+def check_images(cfg: TrainConfig, processor: Any, sets: list[tuple[str, list[dict]]]) -> None:
+    """Image prompts need a vision-language model, which samples in this process (the ``hf`` engine, whole
+    trajectories); a text model gets a DataError naming the first row with an image."""
+    if processor is None:
+        for file, rows in sets:
+            for i, row in enumerate(rows):
+                if row.get("images"):
+                    raise DataError(file, i + 1, "messages", f"has an image, but model.path {cfg.model.path!r} is "
+                                    "a text model; give a vision-language model (e.g. model.path: kitae-tiny-vl) or "
+                                    "drop the image rows")
+        return
+    if cfg.sampling.engine != "hf":
+        raise ConfigError("sampling.engine", f"{cfg.sampling.engine!r}: a vision-language model samples in this "
+                          "process for now; use the hf engine")
+    if cfg.sampling.partial is not None:
+        raise ConfigError("sampling.partial", "partial rollouts take text models only for now (a continued "
+                          "trajectory would need its images again); remove sampling.partial")
 
 
 def check_servers(cfg: TrainConfig) -> dict[str, str | None] | None:
@@ -141,9 +164,15 @@ def model_context(model_path: str) -> int | None:
     return None
 
 
-def prompt_encoder(engine: str, tokenizer: Any):
-    """The prompt token ids of a row's messages, exactly as the rollout engine makes them."""
+def prompt_encoder(engine: str, tokenizer: Any, processor: Any = None):
+    """The prompt token ids of a row's messages, exactly as the rollout engine makes them (image tokens
+    included, for a vision-language model)."""
     from kitae.rollout.base import ENGINES
+
+    if processor is not None:
+        from kitae.rollout.vision import VisionEngine
+
+        return VisionEngine(None, tokenizer, processor).encode_prompt
 
     return ENGINES.get(engine, "sampling.engine")(None, tokenizer).encode_prompt
 
