@@ -20,6 +20,7 @@ all N samples together and scores each sample on every criterion; the scores are
     reference: "{{item.reference_answer}}" # null: no reference answer in the prompt
     input: "{{sample.output_text}}"        # what of each sample the judge reads
     max_sample_chars: 6000                 # longer samples are cut (and the cut is said)
+    images: true                           # show the judge the prompt's images (item.images) as image parts
     response_format: auto                  # auto | json_schema | json_object | none (client.py)
 
 What a grade holds: ``score`` = Σ wᶜ·scaledᶜ / Σ wᶜ (weight 0 logs a criterion without counting it),
@@ -49,13 +50,14 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from kitae.data.images import ImageError, to_data_url
 from kitae.errors import ConfigError
 from kitae.graders.base import Grade, Item, Sample
 from kitae.graders.spec import SpecReader, register_grader
 from kitae.graders.template import Template, TemplateError
 from kitae.judge.client import ChatClient, ChatError, ClientGrader, read_client
 from kitae.judge.parse import KINDS, Entry, JudgeOutputError, parse_judgement
-from kitae.judge.prompt import (DEFAULT_CRITERIA, DEFAULT_NAMES, Criterion, clip_text, make_tag,
+from kitae.judge.prompt import (DEFAULT_CRITERIA, DEFAULT_NAMES, Criterion, clip_text, image_parts, make_tag,
                                 render_conversation, reply_schema, sample_ids, system_prompt, user_prompt)
 
 
@@ -73,6 +75,7 @@ class JudgeConfig:
     reference: Template | None = field(default_factory=lambda: Template("{{item.reference_answer}}"))
     input: Template = field(default_factory=lambda: Template("{{sample.output_text}}"))
     max_sample_chars: int = 6000
+    images: bool = True
 
     def tokens_for(self, n: int) -> int:
         return self.max_tokens or 256 + 160 * n
@@ -135,6 +138,7 @@ class Group:
     conversation: str
     reference: str | None
     texts: list[str]
+    images: list[str] = field(default_factory=list)  # data URLs of the conversation's images, in order
 
 
 @register_grader("judge")
@@ -161,7 +165,7 @@ class GroupJudgeGrader(ClientGrader):
             seed=optional_int(r, "seed"), max_tokens=optional_int(r, "max_tokens", minimum=1),
             shuffle=r.flag("shuffle", True), reference=read_reference(r),
             input=r.template("input", "{{sample.output_text}}"),
-            max_sample_chars=r.integer("max_sample_chars", 6000, minimum=0),
+            max_sample_chars=r.integer("max_sample_chars", 6000, minimum=0), images=r.flag("images", True),
         )
         r.finish()
         return cls(client.build(), config)
@@ -173,7 +177,7 @@ class GroupJudgeGrader(ClientGrader):
         self._count(groups=1, samples=len(samples))
         try:
             group = self.prepare(item, samples)
-        except TemplateError as exc:
+        except (TemplateError, ImageError) as exc:
             return self._abstain(len(samples), str(exc))
         orders = []  # one call per distinct order (a group of one has a single order)
         for c in range(self.config.calls):
@@ -191,8 +195,9 @@ class GroupJudgeGrader(ClientGrader):
         texts = [clip_text(cfg.input.render(item, s), cfg.max_sample_chars) for s in samples]
         reference = None if cfg.reference is None else cfg.reference.render(item, {})
         conversation = render_conversation(item)
-        blob = json.dumps([conversation, reference, texts, cfg.seed], ensure_ascii=False)
-        return Group(hashlib.sha256(blob.encode("utf-8")).hexdigest(), conversation, reference, texts)
+        images = [to_data_url(ref) for ref in item.get("images") or []] if cfg.images else []
+        blob = json.dumps([conversation, reference, texts, cfg.seed, images], ensure_ascii=False)
+        return Group(hashlib.sha256(blob.encode("utf-8")).hexdigest(), conversation, reference, texts, images)
 
     def order(self, group: Group, call: int) -> list[int]:
         """The display order of call ``call``: original index of the sample shown at each position."""
@@ -215,9 +220,9 @@ class GroupJudgeGrader(ClientGrader):
         feedback: str | None = None
         for attempt in range(cfg.parse_retries + 1):
             tag = make_tag(random.Random(f"{group.key}:{call}:{attempt}"), shown + [group.conversation])
-            messages = [{"role": "system", "content": system},
-                        {"role": "user", "content": user_prompt(group.conversation, group.reference, shown, tag,
-                                                                feedback)}]
+            text = user_prompt(group.conversation, group.reference, shown, tag, feedback)
+            user = [{"type": "text", "text": text}] + image_parts(group.images) if group.images else text
+            messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
             try:
                 reply = await self.client.chat(messages, schema=schema, schema_name="judgement",
                                                temperature=cfg.temperature, seed=cfg.seed,

@@ -29,7 +29,10 @@ sample abstains with an error (counted as ``non_finite``). A call that fails aft
 (``score=None`` with the error).
 ``input`` items may carry OpenAI's ``type: message``; ``content`` takes OpenAI's text forms: a string, one
 text part (``{type: input_text, text: ...}``; ``output_text`` and ``text`` too) or a list of strings and text
-parts, joined with nothing between them. Image and audio parts are refused (the judge client sends text).
+parts, joined with nothing between them. Image parts (``{type: input_image, image_url: TEMPLATE}``, or OpenAI
+chat's ``{type: image_url, image_url: {url: TEMPLATE}}``) send images: the template renders to a path, a data URL or
+an http(s) URL, or to a list of them (``"{{item.images}}"``: every image of the prompt row), and each path goes to
+the model as a data URL (a missing or unreadable image makes the sample abstain). Audio parts are refused.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import threading
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from kitae.data.images import ImageError, resolve_ref, to_data_url
 from kitae.errors import ConfigError
 from kitae.graders.base import Grade, Item, Sample
 from kitae.graders.spec import SpecReader, _show, register_grader
@@ -87,7 +91,7 @@ class ModelGrader(ClientGrader):
     async def agrade_sample(self, item: Item, sample: Sample) -> Grade:
         try:
             messages = [{"role": role, "content": t.render(item, sample)} for role, t in self.messages]
-        except TemplateError as exc:
+        except (TemplateError, ImageError) as exc:
             return Grade.abstain(error=str(exc))
         self._count(samples=1)
         try:
@@ -246,10 +250,67 @@ def read_input(r: SpecReader) -> list[tuple[str, Template]]:
         if m.raw("type", "message") != "message":
             raise ConfigError(f"{path}.type", f"only 'message' items are supported, got {m.raw('type')!r}")
         role = m.choice("role", list(ROLES))
-        content = read_content(m.raw("content"), f"{path}.content")
+        raw = m.raw("content")
+        if _has_image_part(raw):
+            out.append((role, PartsTemplate(raw, f"{path}.content")))
+        else:
+            out.append((role, Template(read_content(raw, f"{path}.content"), f"{path}.content")))
         m.finish()
-        out.append((role, Template(content, f"{path}.content")))
     return out
+
+
+IMAGE_PARTS = ("input_image", "image_url")
+
+
+def _has_image_part(content: Any) -> bool:
+    parts = content if isinstance(content, list) else [content]
+    return any(isinstance(p, dict) and p.get("type") in IMAGE_PARTS for p in parts)
+
+
+class PartsTemplate:
+    """Message content with image parts: renders to OpenAI chat content parts, text and ``image_url``."""
+
+    def __init__(self, content: Any, path: str):
+        self.parts: list[tuple[str, Template]] = []  # ("text" | "image", template)
+        for j, part in enumerate(content if isinstance(content, list) else [content]):
+            at = f"{path}[{j}]" if isinstance(content, list) else path
+            if isinstance(part, dict) and part.get("type") in IMAGE_PARTS:
+                p = SpecReader(part, at)
+                p.raw("type")
+                url = p.raw("image_url")
+                if part["type"] == "image_url" and isinstance(url, dict):
+                    u = SpecReader(url, f"{at}.image_url")
+                    url = u.text("url")
+                    u.raw("detail", None)
+                    u.finish()
+                if not isinstance(url, str) or not url:
+                    raise ConfigError(f"{at}.image_url", "expected a template of an image path or URL, e.g. "
+                                      "'{{item.images[0]}}' or '{{item.images}}'")
+                p.raw("detail", None)  # OpenAI's detail level: accepted, not sent
+                p.finish()
+                self.parts.append(("image", Template(url, f"{at}.image_url")))
+            else:
+                self.parts.append(("text", Template(_part_text(part, at), at)))
+
+    def render(self, item: Item, sample: Sample) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for kind, template in self.parts:
+            if kind == "text":
+                out.append({"type": "text", "text": template.render(item, sample)})
+                continue
+            value = template.value(item, sample)
+            for ref in value if isinstance(value, list) else [value]:
+                out.append({"type": "image_url", "image_url": {"url": image_url(ref)}})
+        return out
+
+
+def image_url(ref: Any) -> str:
+    """What the model server is sent for an image: a web URL as is, anything else as a data URL."""
+    if not isinstance(ref, str):
+        raise ImageError(f"an image part rendered to {type(ref).__name__}, not an image path or URL")
+    if ref.startswith(("http://", "https://")):
+        return ref
+    return to_data_url(ref if ref.startswith("data:") else resolve_ref(ref, None))
 
 
 TEXT_PARTS = ("input_text", "output_text", "text")

@@ -22,6 +22,8 @@ import string
 from dataclasses import dataclass
 from typing import Any
 
+from kitae.chat import content_text
+
 Message = dict[str, Any]
 TAG_CHARS = string.ascii_letters + string.digits
 
@@ -96,12 +98,25 @@ def system_prompt(criteria: tuple[Criterion, ...], scale: tuple[int, int], rubri
 
 
 def render_conversation(item: dict[str, Any]) -> str:
+    """The conversation as text; its k-th image (1-based) shows as ``[image k]``, and the judge gets the image
+    itself as an image part labelled the same way (:func:`image_parts`)."""
     messages = item.get("messages")
     if isinstance(messages, list) and messages:
-        return "\n\n".join(f"[{m.get('role', '?')}]\n{m.get('content', '')}" for m in messages if isinstance(m, dict))
+        count = iter(range(1, 1 << 30))
+        mark = lambda part: f"[image {next(count)}]"  # noqa: E731
+        return "\n\n".join(f"[{m.get('role', '?')}]\n{content_text(m.get('content', ''), mark)}" for m in messages
+                           if isinstance(m, dict))
     if isinstance(item.get("prompt"), str):
         return f"[user]\n{item['prompt']}"
     return "(not given)"
+
+
+def image_parts(urls: list[str]) -> list[Message]:
+    """OpenAI content parts showing the conversation's images, each after a text part naming it."""
+    parts: list[Message] = []
+    for k, url in enumerate(urls, 1):
+        parts += [{"type": "text", "text": f"[image {k}]"}, {"type": "image_url", "image_url": {"url": url}}]
+    return parts
 
 
 def clip_text(text: str, max_chars: int) -> str:
@@ -140,11 +155,17 @@ def reply_schema(n: int, criteria: tuple[Criterion, ...], scale: tuple[int, int]
             "additionalProperties": False}
 
 
+def _text_of(content: Any) -> str:
+    if isinstance(content, list):
+        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return str(content)
+
+
 _SAMPLE = re.compile(r"^<<<SAMPLE (S\d+) (\w+)>>>\n(.*?)\n<<<END \1 \2>>>$", re.S | re.M)
 
 
 def read_samples(messages: list[Message]) -> list[tuple[str, str]]:
     """(display id, text) of each sample in a judge request, in display order."""
-    text = "\n".join(str(m.get("content", "")) for m in messages if m.get("role") == "user")
+    text = "\n".join(_text_of(m.get("content", "")) for m in messages if m.get("role") == "user")
     tag = re.search(r"^TAG: (\w+)$", text, re.M)
     return [(sid, body) for sid, t, body in _SAMPLE.findall(text) if tag is None or t == tag.group(1)]

@@ -19,6 +19,7 @@ with 10,000 steps and 100,000 samples answers as fast as a small one.
     GET  /api/runs/NAME/label_queue?after=K    the next group worth labeling
     GET  /api/runs/NAME/agreement?grader=G     your labels against the grader
     GET  /api/runs/NAME/labeled.jsonl          your labeled groups, as `kitae grader validate` data
+    GET  /api/runs/NAME/images/FILE            an image of the run's image prompts (runs/NAME/images/FILE only)
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from urllib.parse import parse_qs
 from kitae.errors import DataError, KitaeError
 from kitae.registry import Registry
 from kitae.store import DB_NAME, GROUP_FILTERS, GROUP_ORDERS, GroupRow, RunStore, list_runs
+from kitae.store.images import content_type, image_file
 from kitae.store.records import prompt_key
 from kitae.store.store import run_not_found
 from kitae.web import labels as label_store
@@ -52,6 +54,7 @@ class Download:
     filename: str
     data: bytes
     content_type: str
+    inline: bool = False  # shown in the page (an image), not saved
 
 
 class ApiError(KitaeError):
@@ -310,6 +313,17 @@ def labeled_rows(store: RunStore, query: Query) -> Download:
     text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
     name = re.sub(r"[^A-Za-z0-9._-]", "_", store.run_dir.name)  # a header is latin-1, a run name need not be
     return Download(f"{name}-labeled.jsonl", text.encode("utf-8"), "application/x-ndjson")
+
+
+@route("image", "GET", "/runs/{run}/images/{name}")
+def image(store: RunStore, query: Query, name: str) -> Download:
+    """A stored image of the run (kitae.store.images): only a content-addressed file name of its images
+    folder is served; any other name, a path, or a link out of the folder is a 404."""
+    try:
+        file = image_file(store.run_dir, name)
+    except KitaeError as exc:
+        raise ApiError(404, str(exc)) from None
+    return Download(name, file.read_bytes(), content_type(name), inline=True)
 
 
 @route("agreement", "GET", "/runs/{run}/agreement")

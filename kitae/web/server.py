@@ -207,8 +207,9 @@ class Handler(BaseHTTPRequestHandler):
         body = self._check_post() if method == "POST" else None
         answer = dispatch(self.server.runs_dir, method, path, Query(query), body)
         if isinstance(answer, Download):
+            how = "inline" if answer.inline else "attachment"
             self._send(200, answer.data, answer.content_type,
-                       headers={"Content-Disposition": f'attachment; filename="{answer.filename}"'})
+                       headers={"Content-Disposition": f'{how}; filename="{answer.filename}"'})
         else:
             self._json(200, answer)
 

@@ -308,7 +308,7 @@
     const rows = res.groups.map((g) => h("tr", {class: "link-row", dataset: {group: g.id}, onclick: () => {
       location.hash = runLink(run, `/group/${g.id}`);
     }}, h("td", {class: "num"}, g.step), h("td", {class: "num"}, g.group_index),
-    h("td", null, h("a", {href: runLink(run, `/group/${g.id}`)}, clip(g.prompt, 140))),
+    h("td", null, thumbs(run, groupImages(g), "mini"), h("a", {href: runLink(run, `/group/${g.id}`)}, clip(g.prompt, 140))),
     h("td", {class: "num"}, fmt(g.reward_mean)), h("td", {class: "num"}, fmt(g.reward_std)),
     h("td", {class: "num"}, `${g.n_scored}/${g.n_samples}`), h("td", {class: "num"}, g.n_truncated || "")));
     put(app, runHeader(run, summary, "groups"),
@@ -354,20 +354,49 @@
         + `${g.n_samples} scored · ${g.n_truncated} truncated`),
       h("div", {class: "links"}, h("a", {href: runLink(run, `/prompt/${g.id}`)}, "this prompt across steps"),
         h("a", {href: runLink(run, `/label${query({group: g.id})}`)}, "label this group yourself")),
-      promptBlock(g),
+      promptBlock(g, run),
       h("div", {class: "controls"}, h("label", null, h("input", {type: "checkbox", onchange: (ev) => {
         byReward = ev.target.checked; drawSamples();
       }}), " sort by reward")),
-      list);
+      groupImages(g).length ? h("div", {class: "with-images"}, thumbs(run, groupImages(g), "beside"), list) : list);
     drawSamples();
   }
 
-  function promptBlock(g) {
+  function promptBlock(g, run) {
     const extra = Object.keys(g.item || {}).length ? h("details", null, h("summary", null, "dataset fields"),
       h("pre", null, JSON.stringify(g.item, null, 2))) : null;
     return h("section", {class: "card prompt-block"},
-      h("h3", null, "prompt"), h("pre", {class: "text prompt"}, g.prompt),
+      h("h3", null, "prompt"), thumbs(run, groupImages(g)), h("pre", {class: "text prompt"}, g.prompt),
       h("h3", null, "reference answer"), h("pre", {class: "text reference"}, g.reference ?? "(none)"), extra);
+  }
+
+  // ---- images of image prompts ---------------------------------------------------------------------
+  // A stored group names its images by file name (item.images); the server sends only files of the run's
+  // own images folder (GET /api/runs/RUN/images/FILE). Names go into the URL encoded, never into markup.
+  function groupImages(g) {
+    const names = (g.item || {}).images;
+    return Array.isArray(names) ? names.filter((n) => typeof n === "string") : [];
+  }
+
+  function imageUrl(run, name) {
+    return `/api/runs/${enc(run)}/images/${enc(name)}`;
+  }
+
+  function thumbs(run, names, cls) {
+    if (!run || !names.length) return null;
+    return h("div", {class: "thumbs" + (cls ? " " + cls : "")}, names.map((name, k) => h("img", {
+      class: "thumb", src: imageUrl(run, name), alt: `image ${k + 1} of the prompt`, title: "click to enlarge",
+      dataset: {image: name}, onclick: (ev) => { ev.stopPropagation(); ev.preventDefault(); enlarge(run, name); }})));
+  }
+
+  function enlarge(run, name) {
+    const close = () => { box.remove(); document.removeEventListener("keydown", onKey); };
+    const onKey = (ev) => { if (ev.key === "Escape") close(); };
+    const box = h("div", {class: "lightbox", role: "dialog", onclick: close},
+      h("img", {src: imageUrl(run, name), alt: "the image, enlarged"}), h("p", null, "click or press Escape to close"));
+    document.addEventListener("keydown", onKey);
+    window.addEventListener("hashchange", close, {once: true});
+    document.body.appendChild(box);
   }
 
   // A sample with its text on the left and, beside it, every component's score, reason, error and
@@ -557,7 +586,7 @@
       draw();
       await on.saved();
     };
-    put(box, h("h2", null, `Step ${g.step}, group ${g.group_index}`), promptBlock(g),
+    put(box, h("h2", null, `Step ${g.step}, group ${g.group_index}`), promptBlock(g, run),
       h("p", {class: "muted"}, "1 = bad … 5 = great; only the order within a group matters to GRPO."), cards,
       h("div", {class: "controls sticky"},
         h("button", {type: "button", class: "primary", onclick: save}, "Save my scores"),
