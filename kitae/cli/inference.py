@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from kitae.chat import IM_END, split_at_end, to_messages
+from kitae.cli.options import threads_option
 
 
 def register(app: typer.Typer) -> None:
@@ -25,11 +26,14 @@ def chat(
     max_new_tokens: int = typer.Option(1024, help="Stop after this many new tokens."),
     seed: Optional[int] = typer.Option(None, help="Random seed for reproducible sampling."),
     raw: bool = typer.Option(False, help="Print the raw completion with its end marker and finish reason."),
+    threads: Optional[int] = threads_option(),
 ) -> None:
     """Answer one prompt the way the GRPO-zero recipe's inference code does: ChatML, stop at <|im_end|>."""
     from kitae.rollout.base import SamplingParams
     from kitae.rollout.hf import HFEngine
+    from kitae.threads import set_threads
 
+    set_threads(threads, model)
     engine = HFEngine.from_pretrained(model)
     sp = SamplingParams(temperature, top_p, 0, repetition_penalty, max_new_tokens, seed=seed)
     [[c]] = engine.generate([to_messages(prompt, system)], 1, sp)
@@ -41,8 +45,8 @@ def chat(
 
 
 def generate(
-    data: Path = typer.Option(..., "--data", help="Prompt set (.jsonl, .parquet or a datasets folder)."),
-    out: Path = typer.Option(..., "--out", help="Where to write one JSON row per prompt with its samples."),
+    data: Path = typer.Option(..., "--data", "-d", help="Prompt set (.jsonl, .parquet or a datasets folder)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Where to write one JSON row per prompt with its samples."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Model folder; default: the bundled model."),
     n: int = typer.Option(4, "-n", help="Completions per prompt."),
     temperature: float = typer.Option(1.0, help="Sampling temperature (0 = greedy)."),
@@ -53,6 +57,7 @@ def generate(
     batch_prompts: int = typer.Option(16, help="Prompts per generation batch."),
     seed: int = typer.Option(0, help="Random seed."),
     limit: Optional[int] = typer.Option(None, help="Only the first N prompts."),
+    threads: Optional[int] = threads_option(),
 ) -> None:
     """Sample K completions per prompt. Output rows are {"item": row, "samples": [...]}, ready for `kitae grade`."""
     from tqdm import tqdm
@@ -60,8 +65,10 @@ def generate(
     from kitae.data.loader import load_prompts, write_jsonl
     from kitae.rollout.base import SamplingParams
     from kitae.rollout.hf import HFEngine
+    from kitae.threads import set_threads
 
     rows = load_prompts(data)[:limit]
+    set_threads(threads, model)
     engine = HFEngine.from_pretrained(model)
     out_rows = []
     with tqdm(total=len(rows), desc="generate", unit="prompt") as bar:

@@ -18,6 +18,9 @@ from pathlib import Path
 
 import typer
 
+from kitae.cli.options import threads_option
+from kitae.threads import set_threads
+
 serve_app = typer.Typer(help="Serve models over HTTP: `serve rm` (a reward model), `serve model` (a chat model).",
                         no_args_is_help=True)
 
@@ -38,6 +41,7 @@ def serve_rm(
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     name: str = typer.Option(None, "--name", help="Model name reported to clients (default: the folder name)."),
     verbose: bool = typer.Option(False, "--verbose", help="Log every request to stderr."),
+    threads: int = threads_option(),
 ) -> None:
     """Serve a local reward model (AutoModelForSequenceClassification) for `type: reward_model` graders."""
     from kitae.errors import ConfigError
@@ -49,6 +53,7 @@ def serve_rm(
         raise ConfigError("--model", f"no model folder at {path!r}; kitae never downloads models")
     if dtype not in ("float32", "bfloat16", "float16"):
         raise ConfigError("--dtype", f"expected float32, bfloat16 or float16, got {dtype!r}")
+    set_threads(threads, path)
     scorer = LocalRewardModel(path, batch_size=batch_size, max_length=max_length, device=device, dtype=dtype)
     _serve(make_server(scorer, host, port, name, quiet=not verbose), "rm", name or scorer.name)
 
@@ -84,10 +89,12 @@ def serve_model(
     device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu or cuda:1."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     verbose: bool = typer.Option(False, "--verbose", help="Log every request to stderr."),
+    threads: int = threads_option(),
 ) -> None:
     """Serve a local model with the OpenAI chat API (a local judge for `type: judge`; kitae/serving/server.py)."""
     from kitae.serving.server import load_service, make_server
 
+    set_threads(threads, model)
     service = load_service(None if model == "bundled" else model, name, device, dtype, max_context=max_context,
                            default_max_tokens=max_tokens)
     _serve(make_server(service, host, port, quiet=not verbose), "model", service.name)

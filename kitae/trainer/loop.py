@@ -42,6 +42,7 @@ from kitae.registry import unknown_name_message
 from kitae.rollout.base import ENGINES, Completion, SamplingParams
 from kitae.rollout.partial import PartialRollouts
 from kitae.store import GroupRecord, RunStore, SampleRecord
+from kitae.threads import set_threads
 from kitae.trainer.batch import TrainBatch, build_batch, token_logps
 from kitae.trainer.checkpoint import latest_checkpoint, load_state, save_checkpoint, set_rng_state
 from kitae.trainer.config import TrainConfig, resolve_data_path
@@ -54,6 +55,11 @@ from kitae.trainer.samplers import SAMPLERS
 class Trainer:
     """Owns the model, optimizer, engine, rewards and run store of one run. `train()` runs it."""
 
+    # Console hooks (kitae.cli.train sets them): on_eval_start(step, prompts) returns a progress(prompts done)
+    # callback for the evaluation's own bar; on_eval(step, metrics, seconds) follows each evaluation.
+    on_eval_start: Callable[[int, int], Callable[[int], None]] | None = None
+    on_eval: Callable[[int, dict, float], None] | None = None
+
     def __init__(self, cfg: TrainConfig, resume: bool = False, on_step: Callable[[int, dict], None] | None = None):
         from accelerate import Accelerator
         from accelerate.utils import set_seed
@@ -62,8 +68,7 @@ class Trainer:
         self.on_step = on_step
         self.acc = Accelerator(cpu=not torch.cuda.is_available())
         set_seed(cfg.seed)
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+        set_threads(cfg.threads, cfg.model.path, option="threads")  # threads: N, else the rule for the model's size
         self.run_dir = cfg.run_dir
         ckpt = latest_checkpoint(self.run_dir) if resume else None
         self.start_step = ckpt[0] if ckpt else 0
@@ -564,9 +569,14 @@ class Trainer:
                 temperature=e.temperature, max_new_tokens=e.max_new_tokens or self.cfg.sampling.max_new_tokens,
                 seed=self.cfg.seed + 12345,
             )
-            metrics, samples = evaluate(self.engine, self.eval_rows, self.eval_grader, e.k, sp, e.pass_threshold)
+            progress = self.on_eval_start(step, len(self.eval_rows)) if self.on_eval_start else None
+            t0 = time.perf_counter()
+            metrics, samples = evaluate(self.engine, self.eval_rows, self.eval_grader, e.k, sp, e.pass_threshold,
+                                        progress=progress)
             self.store.log_eval(step, metrics, samples)
             self.loggers.log_eval(step, metrics)
+            if self.on_eval:
+                self.on_eval(step, metrics, time.perf_counter() - t0)
         self.acc.wait_for_everyone()
         return metrics
 
