@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+import warnings
 
 import typer
 
@@ -54,7 +56,11 @@ def _root(
 
 
 def _quiet_libraries() -> None:
-    """Hide transformers' per-file progress bars; kitae prints its own progress."""
+    """Hide transformers' and datasets' progress bars (kitae prints its own progress) and the deprecation
+    warnings a dependency raises about its own internals (TRL's configs still pass transformers'
+    `gradient_checkpointing`): a person running kitae can do nothing about them."""
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    warnings.filterwarnings("ignore", message=r".*`gradient_checkpointing` is deprecated", category=FutureWarning)
     try:
         from transformers.utils import logging as hf_logging
 

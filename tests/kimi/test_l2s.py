@@ -210,6 +210,23 @@ def test_eval_shortest_pairs_sft_dpo_end_to_end(long_model_dir, tmp_path):
         assert (out / "tokenizer_config.json").exists()
 
 
+def test_l2s_output_has_no_dependency_warnings_or_bars(long_model_dir, tmp_path):
+    """`kitae l2s sft` as a user runs it: TRL's deprecation warnings (transformers' gradient_checkpointing) and
+    datasets' map bars stay out of its output."""
+    import subprocess
+    import sys
+
+    rows = [{"prompt": [{"role": "user", "content": "hi"}], "completion": [{"role": "assistant", "content": "47"}]}]
+    (tmp_path / "s.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows * 4))
+    proc = subprocess.run([sys.executable, "-m", "kitae.cli.main", "l2s", "sft", "-m", str(long_model_dir / "model"),
+                           "-d", str(tmp_path / "s.jsonl"), "-o", str(tmp_path / "out"), "--max-steps", "1",
+                           "--batch-size", "2"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "SFT done: loss" in proc.stdout
+    assert "Warning" not in proc.stdout + proc.stderr and "gradient_checkpointing" not in proc.stderr
+    assert "Tokenizing train dataset" not in proc.stderr
+
+
 def test_merge_cli_and_its_errors(two_models, tmp_path):
     r = runner.invoke(app, ["merge", str(two_models / "a"), str(two_models / "b"), "--out", str(tmp_path / "m"),
                             "--weights", "1,1"])
