@@ -117,6 +117,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     threads = [int(t) for t in args.threads.split(",")]
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
     tok = load_tokenizer(None)
     print(f"cpus: {os.cpu_count()}  torch {torch.__version__}  load average before: {os.getloadavg()[0]:.2f}")
     head = f"{'model':>6} {'params':>12} {'work':>7} " + " ".join(f"{f'{t} thr tok/s':>13}" for t in threads)
@@ -129,7 +132,7 @@ def main() -> None:
             tokens, fn = WORK[work](engine, size)
             with torch.inference_mode(work != "train"):
                 secs = measure(fn, threads, args.repeats)
-            rates = " ".join(f"{tokens / secs[t]:>13.0f}" for t in threads)
+            rates = " ".join(f"{tokens / secs[t]:>13.1f}" for t in threads)
             ratios = "  ".join(f"{secs[threads[0]] / secs[t]:>7.2f}x" for t in threads[1:])
             print(f"{size:>6} {params:>12,} {work:>7} {rates}  {ratios}", flush=True)
     print(f"load average after: {os.getloadavg()[0]:.2f}")

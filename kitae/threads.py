@@ -1,18 +1,18 @@
 """How many torch CPU threads a command uses: one rule for every command that runs a model.
 
 torch starts with one thread per core. For the small matrices of a small model the threads spend more time
-meeting each other than multiplying, and on a machine other programs are using a thread that waits for a
-descheduled sibling stalls the whole operation: measured with ``benchmarks/threads.py`` (numbers and the
-reasoning in docs/threads.md), one thread beats two for the bundled 2M model and the 20M one, and is never far behind
-below about 100M parameters. So:
+waiting for each other than multiplying, and on a machine other programs are using, a thread that waits for a
+descheduled sibling stalls the whole product. ``benchmarks/threads.py`` measured it on this project's 2-core
+machine while it was busy (numbers in docs/threads.md): one thread beat two at 2M, 20M and 100M parameters, by
+3x to 30x. So:
 
     parameters < ONE_THREAD_BELOW      -> 1 thread
-    otherwise                          -> the cores this process may use (divided among the processes of a
-                                          multi-process run on one machine)
+    otherwise                          -> the cores the 1-minute load average leaves free (at least 1), shared
+                                          among the processes of a multi-process run on this machine
 
 The user always has the last word: ``--threads N`` on every command that runs a model, ``threads: N`` in a
 training config or a curation recipe. The size comes from the weights' file headers (safetensors), read
-before anything loads; a model whose size cannot be read gets torch's default.
+before anything loads; a model whose size cannot be read keeps torch's default.
 """
 
 from __future__ import annotations

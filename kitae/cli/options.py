@@ -6,8 +6,8 @@ from typing import Any
 
 import typer
 
-THREADS_HELP = ("Torch CPU threads. Default: chosen from the model's size (one thread below 100M parameters, "
-                "where more lose on a busy machine; see docs/threads.md).")
+THREADS_HELP = ("Torch CPU threads. Default: 1 for a model under 10M parameters, else the cores the load average "
+                "leaves free (docs/threads.md).")
 
 
 def threads_option() -> Any:
