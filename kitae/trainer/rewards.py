@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import importlib
 import math
+import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,9 +53,13 @@ def build_components(cfgs: list[RewardConfig]) -> list[RewardComponent]:
 
 
 def import_callable(target: str, path: str) -> Any:
+    """`module:function`; the module may be a file in the working directory (my_rewards.py), as with
+    ``python -m``, which the installed `kitae` command does not put on the import path by itself."""
     module, _, attr = target.partition(":")
     if not module or not attr:
         raise ConfigError(path, f"expected 'module:function', got {target!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())  # last: an installed module of the same name still wins
     try:
         return getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as exc:
