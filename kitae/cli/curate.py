@@ -113,7 +113,10 @@ def _interrupted(step: str, out: Path, total: int) -> None:
     from kitae.curate.sampling import prompts_done
 
     progress = _progress_path(out)
-    if step in SAMPLED:
+    if step in SAMPLED and not prompts_done(progress):
+        typer.echo(f"\n[{step}] stopped (Ctrl-C) before its first batch of prompts was done; nothing was saved.",
+                   err=True)
+    elif step in SAMPLED:
         done = prompts_done(progress)
         typer.echo(f"\n[{step}] stopped (Ctrl-C) after {done} of {total} prompts; their samples are saved in "
                    f"{progress}. Run the same command again to resume from there (--restart starts over).",

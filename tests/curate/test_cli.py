@@ -144,3 +144,15 @@ def test_difficulty_interrupted_says_where_it_stopped_and_a_rerun_resumes(tmp_pa
     assert again.returncode == 0, again.stderr
     assert f"[difficulty] resuming: {done} of {len(rows)} prompts are already in {progress}" in again.stderr
     assert len(read(out)) == len(rows) and len(progress.read_text().splitlines()) == 1 + len(rows)
+
+
+def test_interrupted_before_any_prompt_says_nothing_was_saved(tmp_path, capsys):
+    import typer
+
+    from kitae.cli.curate import _interrupted
+
+    with pytest.raises(typer.Exit) as stop:
+        _interrupted("difficulty", tmp_path / "d.jsonl", 1354)
+    assert stop.value.exit_code == 130
+    assert capsys.readouterr().err.strip() == (
+        "[difficulty] stopped (Ctrl-C) before its first batch of prompts was done; nothing was saved.")
