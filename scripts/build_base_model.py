@@ -265,8 +265,11 @@ cosine schedule, seed {seed}; {train_min:.1f} min on {threads} CPU thread(s). Fi
 Everything above is also in `build_info.json`.
 
 ## Baseline on the bundled test split ({n_test} prompts)
-Sampling at temperature 1.0, top_p 1.0, at most 48 new tokens, stop at `<|im_end|>`. Compliance is
-`kitae.chat.is_template_compliant`, accuracy is `kitae.data.answers.answers_match`.
+One sample per prompt with `model.generate` at temperature 1.0 (torch seed {seed}), top_p 1.0, at most 48 new
+tokens, stop at `<|im_end|>`. Compliance is `kitae.chat.is_template_compliant`, accuracy is
+`kitae.data.answers.answers_match`. Measured otherwise (kitae's engine, several samples per prompt, another
+seed) the numbers move by a few points: the kitae README's table of this model's held-out numbers gives each
+setting.
 
 | slice | n | compliance (T=1) | accuracy (T=1) | compliance (greedy) | accuracy (greedy) |
 |---|---|---|---|---|---|
