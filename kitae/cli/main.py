@@ -58,9 +58,10 @@ def _root(
 def _quiet_libraries() -> None:
     """Hide transformers' and datasets' progress bars (kitae prints its own progress) and the deprecation
     warnings a dependency raises about its own internals (TRL's configs still pass transformers'
-    `gradient_checkpointing`): a person running kitae can do nothing about them."""
+    `gradient_checkpointing`, its trainers call `gradient_checkpointing_enable` and friends): a person running kitae
+    can do nothing about them."""
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
-    warnings.filterwarnings("ignore", message=r".*`gradient_checkpointing` is deprecated", category=FutureWarning)
+    warnings.filterwarnings("ignore", message=r".*`\w*gradient_checkpointing\w*` is deprecated", category=FutureWarning)
     try:
         from transformers.utils import logging as hf_logging
 
