@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -234,7 +235,7 @@ def test_minimal_config_as_written(user_dir):
     small = " --set optim.steps=2 --set optim.prompts_per_step=1 --set sampling.max_new_tokens=4 --set eval.k=1"
     train = sh(command_for("kitae train my.yaml") + small, user_dir)
     assert "run my-run finished after 2 steps  (runs/my-run)" in train.stdout
-    saved = json.loads(json.dumps(__import__("yaml").safe_load((user_dir / "runs/my-run/config.yaml").read_text())))
+    saved = yaml.safe_load((user_dir / "runs/my-run/config.yaml").read_text())
     assert saved["optim"]["lr"] == 5e-5 and saved["sampling"]["group_size"] == 16
     assert [r["name"] for r in saved["rewards"]] == ["correct", "format", "mine"]
     resume = sh(command_for("kitae train --resume runs/my-run"), user_dir)
