@@ -278,7 +278,7 @@ class TrainConfig:
     name: str = "run"
     output_dir: str = "runs"
     seed: int = 0
-    threads: int | None = None  # torch CPU threads per process; None = torch's default (1 is best for tiny models)
+    threads: int | None = None  # torch CPU threads per process; None = kitae.threads' rule for the model's size
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     rewards: list[RewardConfig] = field(default_factory=list)
@@ -292,6 +292,8 @@ class TrainConfig:
         self.algorithm.validate("algorithm")  # also when the section was left out and built by default
         if not self.rewards:
             raise ConfigError("rewards", "give at least one reward component (a grader spec or a function)")
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError("threads", f"must be at least 1 (leave it out to pick by model size), got {self.threads}")
         if self.sampling.group_size < 2:
             raise ConfigError("sampling.group_size", "GRPO compares samples of one prompt: use at least 2")
         for key in ("steps", "prompts_per_step", "micro_batch_size"):

@@ -43,6 +43,7 @@ from kitae.rollout.base import ENGINES, Completion, SamplingParams
 from kitae.rollout.partial import PartialRollouts
 from kitae.store import GroupRecord, RunStore, SampleRecord
 from kitae.store.images import RunImages
+from kitae.threads import set_threads
 from kitae.trainer.batch import TrainBatch, build_batch, token_logps
 from kitae.trainer.checkpoint import save_checkpoint, set_rng_state
 from kitae.trainer.config import TrainConfig
@@ -63,6 +64,11 @@ class Trainer:
     :func:`kitae.trainer.preflight.preflight` built for `cfg`; run here when not given, so every config, grader,
     data and length error comes before the model loads."""
 
+    # Console hooks (kitae.cli.train sets them): on_eval_start(step, prompts) returns a progress(prompts done)
+    # callback for the evaluation's own bar; on_eval(step, metrics, seconds) follows each evaluation.
+    on_eval_start: Callable[[int, int], Callable[[int], None]] | None = None
+    on_eval: Callable[[int, dict, float], None] | None = None
+
     def __init__(self, cfg: TrainConfig, resume: bool = False, on_step: Callable[[int, dict], None] | None = None,
                  checked: Checked | None = None, allow_config_change: bool = False,
                  resume_from_scratch: bool = False):
@@ -74,8 +80,7 @@ class Trainer:
         self.on_step = on_step
         self.acc = Accelerator(cpu=not torch.cuda.is_available())
         set_seed(cfg.seed)
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+        set_threads(cfg.threads, cfg.model.path, option="threads")  # threads: N, else the rule for the model's size
         self.run_dir = cfg.run_dir
         # before the model loads: a resume that cannot go on as asked fails in seconds, naming why
         self.resume_plan = plan_resume(cfg, allow_config_change, resume_from_scratch) if resume else None
@@ -658,10 +663,14 @@ class Trainer:
                 temperature=e.temperature, max_new_tokens=e.max_new_tokens or self.cfg.sampling.max_new_tokens,
                 seed=self.cfg.seed + 12345,
             )
+            progress = self.on_eval_start(step, len(self.eval_rows)) if self.on_eval_start else None
+            t0 = time.perf_counter()
             metrics, samples = evaluate(self._eval_engine(), self.eval_rows, self.eval_grader, e.k, sp,
-                                        e.pass_threshold)
+                                        e.pass_threshold, progress=progress)
             self.store.log_eval(step, metrics, samples)
             self.loggers.log_eval(step, metrics)
+            if self.on_eval:
+                self.on_eval(step, metrics, time.perf_counter() - t0)
         self.acc.wait_for_everyone()
         return metrics
 
