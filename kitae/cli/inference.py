@@ -33,11 +33,11 @@ def chat(
 
     path = resolve_model_path(model, "--model")  # before torch is imported: a wrong path fails at once
     from kitae.rollout.base import SamplingParams
-    from kitae.rollout.hf import HFEngine
+    from kitae.rollout.vision import load_engine
     from kitae.threads import set_threads
 
     set_threads(threads, path)
-    engine = HFEngine.from_pretrained(path)
+    engine = load_engine(path)
     sp = SamplingParams(temperature, top_p, 0, repetition_penalty, max_new_tokens, seed=seed)
     [[c]] = engine.generate([to_messages(prompt, system)], 1, sp)
     if raw:
@@ -70,12 +70,12 @@ def generate(
 
     from kitae.data.loader import load_prompts, write_jsonl
     from kitae.rollout.base import SamplingParams
-    from kitae.rollout.hf import HFEngine
+    from kitae.rollout.vision import load_engine
     from kitae.threads import set_threads
 
     rows = load_prompts(data)[:limit]
     set_threads(threads, model_path)
-    engine = HFEngine.from_pretrained(model_path)
+    engine = load_engine(model_path)
     out_rows = []
     with tqdm(total=len(rows), desc="generate", unit="prompt") as bar:
         for start in range(0, len(rows), batch_prompts):

@@ -58,11 +58,11 @@ def evaluate_model(
     model, released afterwards. ``progress(n)`` is called after each batch with the prompts done."""
     import torch
 
-    from kitae.rollout.hf import HFEngine
+    from kitae.rollout.vision import load_engine
     from kitae.trainer.evaluate import evaluate
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    engine = HFEngine.from_pretrained(path, device=device)
+    engine = load_engine(path, device=device)
     return evaluate(engine, rows, grader, k, sampling, pass_threshold, batch_prompts, progress)
 
 

@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from kitae.chat import chatml
+from kitae.chat import chatml, content_text
 
 Message = dict[str, str]
 
@@ -46,7 +46,8 @@ def conversation_for_rm(item: dict[str, Any], answer: str, include_system: bool 
     if not isinstance(messages, list):
         raise ValueError("item has no 'messages' list to show the reward model")
     roles = ("system", "user", "assistant") if include_system else ("user", "assistant")
-    turns = [{"role": m["role"], "content": m["content"]} for m in messages if m.get("role") in roles]
+    # a text reward model reads an image prompt's text, each image shown as [image]
+    turns = [{"role": m["role"], "content": content_text(m["content"])} for m in messages if m.get("role") in roles]
     return turns + [{"role": "assistant", "content": answer}]
 
 

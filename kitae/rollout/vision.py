@@ -19,7 +19,7 @@ import torch
 
 from kitae.chat import Message, has_images
 from kitae.data.images import open_image
-from kitae.models import load_causal_lm, load_processor
+from kitae.models import is_vision_model, load_causal_lm, load_processor
 from kitae.rollout.base import Completion, SamplingParams
 from kitae.rollout.hf import HFEngine
 
@@ -58,3 +58,10 @@ class VisionEngine(HFEngine):
         ids = enc["input_ids"][0].tolist()
         # per-image tensors only (dim 0 = images or patches); per-token ones would not follow the rows' padding
         return ids, {k: v for k, v in enc.items() if isinstance(v, torch.Tensor) and k not in PER_TOKEN}
+
+
+def load_engine(path: str | None, dtype: str = "float32", device: str = "cpu", **kw) -> HFEngine:
+    """The in-process engine for the model folder at `path`: a VisionEngine for a vision-language model (its
+    config has a ``vision_config``), an HFEngine for a text model."""
+    cls = VisionEngine if is_vision_model(path) else HFEngine
+    return cls.from_pretrained(path, dtype=dtype, device=device, **kw)
