@@ -1,6 +1,6 @@
 """Build kitae-tiny-vl: the bundled tiny *base* vision-language model, its processor, and the bundled vision task.
 
-    python scripts/build_vision_model.py                      # full build (~20-25 min on 1 CPU thread)
+    python scripts/build_vision_model.py                      # full build (19 min of CPU time on 1 thread)
     python scripts/build_vision_model.py --eval-only kitae/assets/models/kitae-tiny-vl
 
 What it does, seeded end to end:
@@ -311,8 +311,8 @@ picture each; assistant turns are a mixture: {mixture}; answers are wrong with p
 picture (with its question) appears in the corpus.
 
 Training: {steps} steps x {batch} conversations (up to {seq} tokens each), AdamW lr {lr}, cosine schedule, seed
-{seed}; {train_min:.1f} min on {threads} CPU thread(s). Final training loss {loss:.3f}. Everything above is also
-in `build_info.json`.
+{seed}; {train_min:.1f} min of wall time on {threads} CPU thread(s) (timings vary with the machine's load).
+Final training loss {loss:.3f}. Everything above is also in `build_info.json`.
 
 ## Baseline on the bundled test split ({n_test} prompts)
 Sampling at temperature 1.0, top_p 1.0, at most 32 new tokens, stop at `<|im_end|>`. Compliance is

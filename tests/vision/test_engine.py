@@ -33,6 +33,24 @@ def test_logprobs_equal_a_separate_forward_with_the_same_images(vl_engine, visio
     assert ((blind - batch.old_logp) * batch.mask).abs().max() > 0.05
 
 
+def test_logprobs_equal_the_model_called_directly_on_each_picture(vl_engine, vision_rows):
+    """Outside kitae's batching: the processor makes each row's pixels from its file, the model reads prompt plus
+    sample in one call, and log_softmax at the sampled tokens gives the engine's numbers (each row its own image)."""
+    from kitae.data.images import open_image
+
+    rows = vision_rows[:4]
+    groups = vl_engine.generate([r["messages"] for r in rows], 2, SamplingParams(1.0, max_new_tokens=8, seed=3))
+    for row, group in zip(rows, groups):
+        pixels = vl_engine.processor.image_processor(open_image(row["images"][0]), return_tensors="pt")
+        for c in group:
+            ids = torch.tensor([c.prompt_ids + c.completion_ids])  # [1, P+T]
+            with torch.no_grad():
+                logits = vl_engine.model(input_ids=ids, pixel_values=pixels["pixel_values"]).logits[0]  # [P+T, V]
+            P, T = len(c.prompt_ids), len(c.completion_ids)
+            direct = torch.log_softmax(logits[P - 1 : P + T - 1], -1).gather(-1, ids[0, P:, None])[:, 0]  # [T]
+            assert torch.allclose(direct, torch.tensor(c.logprobs), atol=1e-4)
+
+
 def test_a_batch_of_8_samples_greedily_what_each_prompt_alone_does(vl_engine, vision_rows):
     rows = vision_rows[:8]  # questions of different lengths: left padding differs per row
     assert len({len(vl_engine.encode_prompt(r["messages"])) for r in rows}) > 1

@@ -44,6 +44,7 @@ def config(tmp_path, **over) -> str:
     return str(path)
 
 
+@pytest.mark.slow  # trains (2 steps, about a second): in the default run, out of -m "not slow"
 def test_grpo_on_image_prompts_stores_images_and_saves_a_vision_checkpoint(tmp_path):
     from kitae.trainer.loop import Trainer
 
