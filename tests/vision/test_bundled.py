@@ -11,6 +11,7 @@ from kitae.models import BUNDLED_VL, is_vision_model
 from kitae.trainer.config import resolve_data_path
 
 DATA = BUNDLED_VL.parents[1] / "data" / "vision"
+README = BUNDLED_VL.parents[3] / "README.md"
 
 
 def test_the_model_is_small_and_the_task_images_few_megabytes():
@@ -45,6 +46,8 @@ def test_it_loads_with_auto_classes_offline_and_reads_chatml_with_images(vl_engi
         same = model(input_ids=torch.tensor([ids]), **images).logits
         engine = vl_engine.model(input_ids=torch.tensor([ids]), **images).logits
     assert torch.allclose(same, engine)
+    params = f"{sum(p.numel() for p in model.parameters()):,}"  # the size the README and the model card give
+    assert params in (BUNDLED_VL / "README.md").read_text() and params in README.read_text()
 
 
 def test_the_held_out_split_shares_no_picture_with_training():
