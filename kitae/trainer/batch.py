@@ -2,11 +2,17 @@
 
 Sequences are prompt + completion, right-padded. Position t of the shifted layout predicts token t+1, so a
 completion token at index p of its sequence lives at column p-1 of the [B, L-1] tensors below.
+
+The update runs over micro-batches of rows of similar length (:func:`micro_batches`), each cut to its own
+longest row, so short samples do not pay for the long ones' padding; with the optimizer-batch Normalizer the
+gradient is the same however the rows are grouped (kitae.algorithms.losses).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
@@ -31,6 +37,24 @@ class TrainBatch:
             self.input_ids[idx], self.attention_mask[idx], self.mask[idx], self.old_logp[idx], self.advantages[idx], ref
         )
 
+    def trimmed(self) -> "TrainBatch":
+        """The same rows without the padding columns right of the longest row (the rows are right-padded)."""
+        attended = self.attention_mask.any(dim=0).nonzero()
+        L = self.input_ids.shape[1]
+        width = min(L, max(2, int(attended[-1]) + 1 if len(attended) else 2))
+        if width == L:
+            return self
+
+        def cut(t: torch.Tensor | None) -> torch.Tensor | None:  # [B, L] and [B, L-1] columns; [B] stays
+            return t if t is None or t.dim() < 2 else t[:, : width - (L - t.shape[1])]
+
+        return TrainBatch(*(cut(getattr(self, f.name)) for f in dataclasses.fields(self)))
+
+    def padded_tokens(self) -> tuple[int, int]:
+        """(positions the forward computes, those of them that are padding)."""
+        total = self.input_ids.numel()
+        return total, total - int(self.attention_mask.sum())
+
 
 def build_batch(completions: list[Completion], advantages: list[float], pad_id: int, counted: list[bool]) -> TrainBatch:
     """Tensors for the policy update. `counted[i]` False drops sample i from the loss (e.g. truncated)."""
@@ -48,6 +72,48 @@ def build_batch(completions: list[Completion], advantages: list[float], pad_id: 
             mask[i, p - 1 : p - 1 + t] = 1.0
             old[i, p - 1 : p - 1 + t] = torch.tensor(c.logprobs)
     return TrainBatch(ids, attn, mask, old, torch.tensor(advantages, dtype=torch.float32))
+
+
+# What one more micro-batch costs, in padded tokens: its own forward and backward calls (measured in
+# docs/performance.md); :func:`plan_micro_batches` splits a batch only where that saves more padding.
+MICRO_BATCH_OVERHEAD_TOKENS = 32
+
+
+def plan_micro_batches(
+    lengths: Sequence[int], max_rows: int, overhead_tokens: int = MICRO_BATCH_OVERHEAD_TOKENS
+) -> list[list[int]]:
+    """Row indices of each micro-batch: the rows sorted by length, longest first, cut into runs of at most
+    ``max_rows`` so that the computed positions (each run's rows x its longest row) plus ``overhead_tokens`` per
+    run are fewest (dynamic programming over the cut points).
+
+    >>> plan_micro_batches([10, 50, 12, 48], max_rows=4, overhead_tokens=8)  # 2 x 50 + 2 x 12 + 16 < 4 x 50 + 8
+    [[1, 3], [2, 0]]
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    longest = [lengths[i] for i in order]  # longest[i]: the width of a run that starts at sorted row i
+    best, cut = [0] + [0] * len(order), [0] * (len(order) + 1)
+    for end in range(1, len(order) + 1):
+        options = ((best[s] + longest[s] * (end - s) + overhead_tokens, s) for s in range(max(0, end - max_rows), end))
+        best[end], cut[end] = min(options)
+    runs, end = [], len(order)
+    while end > 0:
+        runs.append(order[cut[end]:end])
+        end = cut[end]
+    return runs[::-1]
+
+
+def micro_batch_rows(batch: "TrainBatch", max_rows: int, rows: Sequence[int] | None = None) -> list[list[int]]:
+    """Row indices of ``batch`` (or of its ``rows`` only) per micro-batch: :func:`plan_micro_batches` over
+    the rows' lengths (prompt + completion)."""
+    rows = list(range(len(batch))) if rows is None else list(rows)
+    lengths = batch.attention_mask[rows].sum(dim=-1).tolist() if rows else []
+    return [[rows[i] for i in run] for run in plan_micro_batches(lengths, max_rows)]
+
+
+def micro_batches(batch: "TrainBatch", max_rows: int, rows: Sequence[int] | None = None) -> list["TrainBatch"]:
+    """``batch`` (or only its ``rows``) as micro-batches of similar-length rows, each trimmed to its longest."""
+    return [batch.select(torch.tensor(r, device=batch.input_ids.device)).trimmed()
+            for r in micro_batch_rows(batch, max_rows, rows)]
 
 
 def token_logps(model, batch: TrainBatch, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:

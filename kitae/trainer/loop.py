@@ -33,14 +33,14 @@ import yaml
 
 from kitae.algorithms.advantages import compute_advantages, dynamic_sampling_keep
 from kitae.algorithms.kl import AdaptiveKLController, FixedKLController, kl_estimate, masked_entropy
-from kitae.algorithms.losses import LossConfig, LossInputs, Normalizer, policy_loss
+from kitae.algorithms.losses import LossConfig, LossInputs, Normalizer, policy_loss, rows_without_gradient
 from kitae.errors import ConfigError, KitaeError
 from kitae.graders.base import Grade, Grader, is_finite_number
 from kitae.models import load_causal_lm
 from kitae.rollout.base import ENGINES, Completion, SamplingParams
 from kitae.rollout.partial import PartialRollouts
 from kitae.store import GroupRecord, RunStore, SampleRecord
-from kitae.trainer.batch import TrainBatch, build_batch, token_logps
+from kitae.trainer.batch import TrainBatch, build_batch, micro_batch_rows, micro_batches, token_logps
 from kitae.trainer.checkpoint import save_checkpoint, set_rng_state
 from kitae.trainer.config import TrainConfig
 from kitae.trainer.evaluate import evaluate, sample_dict
@@ -451,31 +451,30 @@ class Trainer:
     @torch.no_grad()
     def _ref_logps(self, batch: TrainBatch) -> torch.Tensor:
         temp = self.cfg.sampling.temperature
-        out = []
-        for start in range(0, len(batch), self.cfg.optim.micro_batch_size):
-            mb = batch.select(slice(start, start + self.cfg.optim.micro_batch_size))
+        out = torch.zeros_like(batch.old_logp)  # [B, L-1]
+        for rows in micro_batch_rows(batch, self.cfg.optim.micro_batch_size):
+            mb = batch.select(torch.tensor(rows, device=out.device)).trimmed()
             if self.ref_model == "adapter-disabled":
                 with self.policy.disable_adapter():
-                    out.append(token_logps(self.model, mb, temp)[0])
+                    logp = token_logps(self.model, mb, temp)[0]
             else:
-                out.append(token_logps(self.ref_model, mb, temp)[0])
-        return torch.cat(out)
+                logp = token_logps(self.ref_model, mb, temp)[0]
+            out[rows, : logp.shape[1]] = logp  # [b, w-1] of the trimmed rows
+        return out
 
     def _optimize(self, batch: TrainBatch) -> dict[str, float]:
-        """`mu` optimizer steps over the batch, each accumulating gradients over micro-batches."""
+        """`mu` optimizer steps over the batch, each accumulating gradients over the micro-batches of
+        :meth:`_update_plan` (rows that cannot change the gradient left out)."""
         cfg = self.cfg
-        mbs = cfg.optim.micro_batch_size
-        chunks = [slice(s, s + mbs) for s in range(0, len(batch), mbs)]
-        local = Normalizer.from_masks([batch.mask])  # sequences with no counted token drop out
-        norm = local.over_processes(lambda t: self.acc.reduce(t.to(self.acc.device), "sum"), self.acc.num_processes)
+        norm, chunks, plan = self._update_plan(batch)
         self.model.train()
         agg: dict[str, float] = {}
         grad_norms = []
         loss_sum = 0.0
         mu = cfg.algorithm.mu
+        trained_tokens = max(1.0, sum(float(mb.mask.sum()) for mb in chunks))
         for _ in range(mu):
-            for i, sl in enumerate(chunks):
-                mb = batch.select(sl)
+            for i, mb in enumerate(chunks):
                 sync = self.acc.no_sync(self.model) if i < len(chunks) - 1 else nullcontext()
                 with sync:
                     logp, logits = token_logps(self.model, mb, cfg.sampling.temperature)
@@ -485,13 +484,41 @@ class Trainer:
                 loss_sum += float(loss.detach()) / mu  # micro-batch losses sum to the batch loss
                 m["entropy"] = float(masked_entropy(logits.detach(), mb.mask[:, -logits.shape[1] :]))
                 tokens = float(mb.mask.sum())
-                for k, v in m.items():  # token-weighted mean over micro-batches and passes
+                for k, v in m.items():  # token-weighted mean over the trained rows and passes
                     if k != "num_tokens":
-                        agg[k] = agg.get(k, 0.0) + float(v) * tokens / max(1, local.num_tokens) / mu
+                        agg[k] = agg.get(k, 0.0) + float(v) * tokens / trained_tokens / mu
+            if not chunks:  # every row skipped: step with the full batch's gradient, exactly zero
+                _zero_grads(self.model)
             grad_norms.append(float(self.acc.clip_grad_norm_(self.model.parameters(), cfg.optim.max_grad_norm)))
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
-        return {**agg, "loss": loss_sum, "grad_norm": statistics.fmean(grad_norms)}
+        return {**agg, "loss": loss_sum, "grad_norm": statistics.fmean(grad_norms), **plan}
+
+    def _update_plan(self, batch: TrainBatch) -> tuple[Normalizer, list[TrainBatch], dict[str, float]]:
+        """What the update runs: the Normalizer of the whole batch (every row, skipped or not, over all
+        processes: the aggregation divides by the full batch's counts), the micro-batches of the rows that can
+        change the gradient (similar lengths together, each trimmed: kitae.trainer.batch.micro_batches), and
+        ``skipped_rows`` and ``pad_frac`` (padding share of the positions the forward computes)."""
+        local = Normalizer.from_masks([batch.mask])  # sequences with no counted token drop out
+        norm = local.over_processes(lambda t: self.acc.reduce(t.to(self.acc.device), "sum"), self.acc.num_processes)
+        skip = self._rows_to_skip(batch)  # [B]
+        rows = (~skip).nonzero().flatten().tolist()
+        if not rows and self.acc.num_processes > 1:  # each process runs a backward, or DDP's all-reduce waits
+            rows = [int(batch.attention_mask.sum(dim=-1).argmin())]  # the shortest row; it adds exactly 0
+        chunks = micro_batches(batch, self.cfg.optim.micro_batch_size, rows)
+        computed = sum(mb.padded_tokens()[0] for mb in chunks)
+        padded = sum(mb.padded_tokens()[1] for mb in chunks)
+        stats = {"skipped_rows": float(len(batch) - len(rows)), "pad_frac": padded / computed if computed else 0.0}
+        return norm, chunks, stats
+
+    def _rows_to_skip(self, batch: TrainBatch) -> torch.Tensor:
+        """[B] bool: rows left out of the update (kitae.algorithms.losses.rows_without_gradient). With an
+        adaptive KL coefficient, only rows with no counted token: the controller follows the KL of every row."""
+        if not self.cfg.optim.skip_zero_advantage:
+            return torch.zeros(len(batch), dtype=torch.bool, device=batch.mask.device)
+        if self.cfg.algorithm.kl.adaptive is not None:
+            return batch.mask.sum(dim=-1) == 0
+        return rows_without_gradient(self.cfg.algorithm.loss, batch.advantages, batch.mask, self.loss_cfg)
 
     # ---- metrics and logging ------------------------------------------------------------------
     def _reward_metrics(self, scores: list[GroupScores], completions: list[Completion]) -> dict[str, float]:
@@ -639,6 +666,14 @@ def _mask_earlier_segments(batch: TrainBatch, completions: list[Completion]) -> 
     for i, c in enumerate(completions):
         p = len(c.prompt_ids)
         batch.mask[i, p - 1 : p - 1 + c.earlier_tokens] = 0.0  # [L-1] columns of those tokens
+
+
+def _zero_grads(model) -> None:
+    """Zero gradients where there are none yet, so that the optimizer steps (momentum, weight decay) as it
+    would after a backward whose gradient is all zero."""
+    for p in model.parameters():
+        if p.requires_grad and p.grad is None:
+            p.grad = torch.zeros_like(p)
 
 
 def _to_device(batch: TrainBatch, device) -> TrainBatch:

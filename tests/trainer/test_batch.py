@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from kitae.algorithms import masked_entropy
 from kitae.rollout.base import Completion
-from kitae.trainer.batch import build_batch, token_logps
+from kitae.trainer.batch import build_batch, micro_batches, plan_micro_batches, token_logps
 from tests.tiny import tiny_llama
 
 
@@ -56,3 +57,28 @@ def test_temperature_scales_the_logits():
     logits = model(input_ids=batch.input_ids).logits[:, :-1] / 2.0
     want = logits.gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1) - torch.logsumexp(logits, -1)
     torch.testing.assert_close(token_logps(model, batch, temperature=2.0)[0][:, 1:], want[:, 1:])
+
+
+# ---- micro-batches of similar length ------------------------------------------------------------------------
+@pytest.mark.parametrize("lengths, max_rows, overhead, want", [
+    ([10, 50, 12, 48], 4, 8, [[1, 3], [2, 0]]),  # 2 x 50 + 2 x 12 + 2 x 8 = 140 < 4 x 50 + 8 = 208
+    ([10, 50, 12, 48], 4, 100, [[1, 3, 2, 0]]),  # splitting costs more than the 76 padded positions it saves
+    ([7, 7, 7, 7, 7], 2, 1, [[0], [1, 2], [3, 4]]),  # equal lengths: only max_rows cuts
+    ([30, 5, 29, 6, 28], 8, 10, [[0, 2, 4], [3, 1]]),  # longest first, sorted within a run
+    ([], 4, 8, []),
+])
+def test_plan_micro_batches(lengths, max_rows, overhead, want):
+    assert plan_micro_batches(lengths, max_rows, overhead) == want
+
+
+def test_micro_batches_keep_every_row_once_trimmed_to_their_longest():
+    rows = [completion([1] * p, [2] * t) for p, t in [(3, 9), (5, 1), (2, 10), (4, 2), (3, 0)]]
+    batch = build_batch(rows, [0.5, -0.5, 1.0, -1.0, 0.0], pad_id=0, counted=[True] * 5)
+    batch.ref_logp = torch.randn(batch.mask.shape)
+    parts = micro_batches(batch, max_rows=2, rows=[0, 1, 2, 3])  # row 4 left out
+    assert sorted(float(a) for mb in parts for a in mb.advantages) == [-1.0, -0.5, 0.5, 1.0]
+    for mb in parts:
+        width = int(mb.attention_mask.sum(-1).max())
+        assert mb.input_ids.shape[1] == width and mb.mask.shape[1] == mb.ref_logp.shape[1] == width - 1
+    assert [mb.input_ids.shape[1] for mb in parts] == [12, 6]  # (12, 12) and (6, 6): no padding left
+    assert sum(mb.padded_tokens()[1] for mb in parts) == 0 < batch.padded_tokens()[1]
