@@ -227,6 +227,20 @@ def test_an_edited_config_is_refused_field_by_field_before_the_model_loads(run, 
     assert _steps(run) == [1, 2, 3, 4]
 
 
+def test_a_config_file_given_with_resume_is_compared_not_ignored(run, corrupt_model, tmp_path):
+    """`kitae train CONFIG --resume RUN`: CONFIG is what the run would go on with, so its differences from the
+    run's saved config are refused like an edited config.yaml (it used to be silently ignored)."""
+    _point_model_at(run, str(corrupt_model))
+    other = yaml.safe_load((run / "config.yaml").read_text())
+    other["optim"]["lr"] = 5e-4
+    (tmp_path / "other.yaml").write_text(yaml.safe_dump(other))
+    done = _cli(str(tmp_path / "other.yaml"), "--resume", str(run))
+    assert done.returncode == 2, done.stdout + done.stderr
+    err = " ".join(done.stderr.split())
+    assert "optim.lr: 0.001 → 0.0005" in err and "--allow-config-change" in err
+    assert _steps(run) == [1, 2, 3, 4]
+
+
 def test_allowed_config_changes_are_applied_and_recorded(run):
     _edit(run, **{"optim.lr": 5e-4})
     trainer = _resume(run, "sampling.group_size=3", "optim.steps=5", allow_config_change=True)
