@@ -40,7 +40,17 @@ from kitae.models import load_causal_lm
 from kitae.rollout.base import ENGINES, Completion, SamplingParams
 from kitae.rollout.partial import PartialRollouts
 from kitae.store import GroupRecord, RunStore, SampleRecord
-from kitae.trainer.batch import TrainBatch, build_batch, micro_batch_rows, micro_batches, token_logps
+from kitae.trainer.batch import (
+    PackedBatch,
+    TrainBatch,
+    attention_weight,
+    build_batch,
+    micro_batch_rows,
+    micro_batches,
+    packed_logps,
+    packed_micro_batches,
+    token_logps,
+)
 from kitae.trainer.checkpoint import save_checkpoint, set_rng_state
 from kitae.trainer.config import TrainConfig
 from kitae.trainer.evaluate import evaluate, sample_dict
@@ -472,17 +482,19 @@ class Trainer:
         grad_norms = []
         loss_sum = 0.0
         mu = cfg.algorithm.mu
-        trained_tokens = max(1.0, sum(float(mb.mask.sum()) for mb in chunks))
+        trained_tokens = max(1.0, sum(float(mb.rows.mask.sum() if isinstance(mb, PackedBatch) else mb.mask.sum())
+                                      for mb in chunks))
         for _ in range(mu):
             for i, mb in enumerate(chunks):
                 sync = self.acc.no_sync(self.model) if i < len(chunks) - 1 else nullcontext()
                 with sync:
-                    logp, logits = token_logps(self.model, mb, cfg.sampling.temperature)
+                    logp, logits, logits_mask = self._logps(mb)
+                    mb = mb.rows if isinstance(mb, PackedBatch) else mb
                     inp = LossInputs(logp, mb.old_logp, mb.advantages, mb.mask, mb.ref_logp)
                     loss, m = policy_loss(cfg.algorithm.loss, inp, self.loss_cfg, norm)
                     self.acc.backward(loss)
                 loss_sum += float(loss.detach()) / mu  # micro-batch losses sum to the batch loss
-                m["entropy"] = float(masked_entropy(logits.detach(), mb.mask[:, -logits.shape[1] :]))
+                m["entropy"] = float(masked_entropy(logits.detach(), logits_mask))
                 tokens = float(mb.mask.sum())
                 for k, v in m.items():  # token-weighted mean over the trained rows and passes
                     if k != "num_tokens":
@@ -494,22 +506,39 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
         return {**agg, "loss": loss_sum, "grad_norm": statistics.fmean(grad_norms), **plan}
 
-    def _update_plan(self, batch: TrainBatch) -> tuple[Normalizer, list[TrainBatch], dict[str, float]]:
+    def _update_plan(self, batch: TrainBatch) -> tuple[Normalizer, list[PackedBatch | TrainBatch], dict[str, float]]:
         """What the update runs: the Normalizer of the whole batch (every row, skipped or not, over all
         processes: the aggregation divides by the full batch's counts), the micro-batches of the rows that can
-        change the gradient (similar lengths together, each trimmed: kitae.trainer.batch.micro_batches), and
-        ``skipped_rows`` and ``pad_frac`` (padding share of the positions the forward computes)."""
+        change the gradient, and ``skipped_rows`` and ``pad_frac`` (padding share of the positions the forward
+        computes). The samples of one prompt are packed into one sequence that computes their common prefix
+        once, where that costs less (kitae.trainer.batch.pack); sequences of similar length share a
+        micro-batch. A model whose attention takes no block mask gets rows of similar length, each micro-batch
+        trimmed to its longest (kitae.trainer.batch.micro_batches)."""
         local = Normalizer.from_masks([batch.mask])  # sequences with no counted token drop out
         norm = local.over_processes(lambda t: self.acc.reduce(t.to(self.acc.device), "sum"), self.acc.num_processes)
         skip = self._rows_to_skip(batch)  # [B]
         rows = (~skip).nonzero().flatten().tolist()
         if not rows and self.acc.num_processes > 1:  # each process runs a backward, or DDP's all-reduce waits
             rows = [int(batch.attention_mask.sum(dim=-1).argmin())]  # the shortest row; it adds exactly 0
-        chunks = micro_batches(batch, self.cfg.optim.micro_batch_size, rows)
+        mbs, config = self.cfg.optim.micro_batch_size, self.policy.config
+        if _takes_block_masks(config):
+            chunks = packed_micro_batches(batch, rows, self.cfg.sampling.group_size, mbs, attention_weight(config))
+        else:
+            chunks = micro_batches(batch, mbs, rows)
         computed = sum(mb.padded_tokens()[0] for mb in chunks)
         padded = sum(mb.padded_tokens()[1] for mb in chunks)
         stats = {"skipped_rows": float(len(batch) - len(rows)), "pad_frac": padded / computed if computed else 0.0}
         return norm, chunks, stats
+
+    def _logps(self, mb: PackedBatch | TrainBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Log-probs [b, L-1] of the micro-batch's rows under the policy, and logits with the mask of the
+        tokens they predict (for the entropy)."""
+        temp = self.cfg.sampling.temperature
+        if isinstance(mb, PackedBatch):
+            logp, logits = packed_logps(self.model, mb, temp)  # logits [N, V] of the counted tokens
+            return logp, logits, logits.new_ones(logits.shape[0])
+        logp, logits = token_logps(self.model, mb, temp)  # logits [b, K, V] of the last K columns
+        return logp, logits, mb.mask[:, -logits.shape[1] :]
 
     def _rows_to_skip(self, batch: TrainBatch) -> torch.Tensor:
         """[B] bool: rows left out of the update (kitae.algorithms.losses.rows_without_gradient). With an
@@ -666,6 +695,11 @@ def _mask_earlier_segments(batch: TrainBatch, completions: list[Completion]) -> 
     for i, c in enumerate(completions):
         p = len(c.prompt_ids)
         batch.mask[i, p - 1 : p - 1 + c.earlier_tokens] = 0.0  # [L-1] columns of those tokens
+
+
+def _takes_block_masks(config) -> bool:
+    """Whether the model's attention accepts a 4D boolean mask (sdpa and eager do; flash attention does not)."""
+    return getattr(config, "_attn_implementation", None) in (None, "sdpa", "eager")
 
 
 def _zero_grads(model) -> None:

@@ -28,13 +28,18 @@ MASKED = 6  # a row that does not count (overlong filtering): Dr. GRPO's constan
 
 
 def full_batch(trainer: Trainer, zero_rows: tuple[int, ...] = ()):
+    """Two groups of four samples: rows 0-3 share a prompt, rows 4-7 another and their first sampled token, so
+    rows 4 and 6 (one token each) are all prefix."""
     g = torch.Generator().manual_seed(0)
     vocab = trainer.policy.config.vocab_size
+    prompts = [torch.randint(3, vocab, (PROMPT,), generator=g).tolist() for _ in range(2)]
+    tokens = [torch.randint(3, vocab, (n,), generator=g).tolist() for n in COMPLETION_LENGTHS]
+    for i in (5, 6, 7):
+        tokens[i][0] = tokens[4][0]
     completions = [
-        Completion(text="", prompt_ids=torch.randint(3, vocab, (PROMPT,), generator=g).tolist(),
-                   completion_ids=torch.randint(3, vocab, (n,), generator=g).tolist(), logprobs=[0.0] * n,
+        Completion(text="", prompt_ids=prompts[i // 4], completion_ids=t, logprobs=[0.0] * len(t),
                    finish_reason="stop")
-        for n in COMPLETION_LENGTHS
+        for i, t in enumerate(tokens)
     ]
     counted = [i != MASKED for i in range(len(completions))]
     advantages = [0.0 if i in zero_rows else a for i, a in enumerate(ADVANTAGES)]

@@ -7,7 +7,15 @@ import torch
 
 from kitae.algorithms import masked_entropy
 from kitae.rollout.base import Completion
-from kitae.trainer.batch import build_batch, micro_batches, plan_micro_batches, token_logps
+from kitae.trainer.batch import (
+    build_batch,
+    micro_batches,
+    pack,
+    packed_logps,
+    plan_families,
+    plan_micro_batches,
+    token_logps,
+)
 from tests.tiny import tiny_llama
 
 
@@ -82,3 +90,46 @@ def test_micro_batches_keep_every_row_once_trimmed_to_their_longest():
         assert mb.input_ids.shape[1] == width and mb.mask.shape[1] == mb.ref_logp.shape[1] == width - 1
     assert [mb.input_ids.shape[1] for mb in parts] == [12, 6]  # (12, 12) and (6, 6): no padding left
     assert sum(mb.padded_tokens()[1] for mb in parts) == 0 < batch.padded_tokens()[1]
+
+
+# ---- packing: the samples of one prompt in one sequence, their common prefix once --------------------------
+def group_batch():
+    prompt = [1, 2, 3, 4, 5]
+    rows = [completion(prompt, t) for t in ([6, 7, 8], [6, 7, 9, 10], [6], [6, 7, 8])]  # all share 6: prefix 6
+    rows += [completion([1, 2, 9], t) for t in ([3, 4], [5])]  # another prompt
+    return build_batch(rows, [0.0] * 6, pad_id=0, counted=[True] * 6)
+
+
+def test_packed_logps_equal_each_row_alone():
+    model = tiny_llama(64).eval()
+    batch = group_batch()
+    packed = pack(batch, [[0, 1, 2, 3], [4, 5]])
+    # [1..5 6] + [7 8] + [7 9 10] + [] + [7 8]; [1 2 9] + [3 4] + [5]: 12 and 6 positions instead of 32
+    assert packed.input_ids[0].tolist() == [1, 2, 3, 4, 5, 6, 7, 8, 7, 9, 10, 7, 8]
+    assert packed.position_ids[0].tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 6, 7, 8, 6, 7]
+    assert packed.padded_tokens() == (26, 26 - 19)
+    logp, logits = packed_logps(model, packed)
+    want, _ = token_logps(model, batch)
+    torch.testing.assert_close(logp * packed.rows.mask, want[:, : logp.shape[1]] * packed.rows.mask, atol=1e-5, rtol=0)
+    assert logits.shape == (int(batch.mask.sum()), 64)
+
+
+def test_a_packed_row_never_sees_the_other_rows():
+    model = tiny_llama(64).eval()
+    batch = group_batch()
+    before, _ = packed_logps(model, pack(batch, [[0, 1, 2, 3]]))
+    batch.input_ids[1, 7:9] = torch.tensor([11, 12])  # row 1's own tokens change
+    after, _ = packed_logps(model, pack(batch, [[0, 1, 2, 3]]))
+    torch.testing.assert_close(after[[0, 2, 3]], before[[0, 2, 3]], atol=1e-6, rtol=0)
+    assert not torch.allclose(after[1], before[1])
+
+
+def test_families_pack_only_where_that_costs_less():
+    batch = group_batch()
+    assert plan_families(batch, range(6), group_size=4, max_rows=8) == [[0, 1, 2, 3], [4, 5]]
+    assert plan_families(batch, range(6), group_size=4, max_rows=3) == [[0, 1, 2], [3], [4, 5]]
+    # a one-token prompt before 8 tokens each: 33 positions packed instead of 36, but with attention that dear
+    # one sequence of 33 costs more (33 + 33^2) than four of 9 (4 x (9 + 9^2))
+    long_tails = build_batch([completion([1], [2 + k] * 8) for k in range(4)], [0.0] * 4, pad_id=0, counted=[True] * 4)
+    assert plan_families(long_tails, range(4), group_size=4, max_rows=8) == [[0, 1, 2, 3]]
+    assert plan_families(long_tails, range(4), group_size=4, max_rows=8, attention=1.0) == [[0], [1], [2], [3]]
