@@ -74,3 +74,14 @@ def test_user_facing_text_names_sources_not_seed_files():
            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
            if re.search(r"\bseed 00\d|\bthe seed's\b|shared/(reference|seeds)", line, re.I)]
     assert bad == []
+
+
+def test_the_command_starts_without_importing_torch_or_transformers():
+    """`kitae --help` and errors that need no model must not pay seconds of imports (a bad path answers at once)."""
+    code = ("import sys; from kitae.cli import main\n"
+            "sys.argv = ['kitae', '--version']\n"
+            "try:\n    main.main()\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"

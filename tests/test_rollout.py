@@ -102,6 +102,7 @@ def test_chunked_batches_match_one_batch(engine):
         ([0.0, 0.0, 0.0, 10.0], 0, 0.9, [False, False, False, True]),  # one token holds >99.9% of the mass
         ([0.0, 0.0, 0.0, 0.0], 0, 0.5, [True, True, False, False]),  # uniform: two tokens reach 0.5
         ([1.0, 2.0, 3.0, 4.0], 0, 1.0, [True, True, True, True]),  # no filtering
+        ([1.0, 2.0, 3.0, 4.0], 0, 0.0, [False, False, False, True]),  # top_p 0 (OpenAI allows it): the top token
     ],
 )
 def test_top_k_top_p_filter(scores, top_k, top_p, kept):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import typer
@@ -54,14 +55,12 @@ def _root(
 
 
 def _quiet_libraries() -> None:
-    """Hide transformers' per-file progress bars; kitae prints its own progress."""
-    try:
-        from transformers.utils import logging as hf_logging
+    """Hide transformers' per-file progress bars and advice; kitae prints its own progress.
 
-        hf_logging.disable_progress_bar()
-        hf_logging.set_verbosity_error()
-    except ImportError:
-        pass
+    Set through the environment (read when a library is first imported), so a command that never loads a model
+    does not pay for importing transformers (seconds) just to silence it."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 def main() -> None:

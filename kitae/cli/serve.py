@@ -1,7 +1,8 @@
 """`kitae serve ...`: serve models over HTTP on the loopback interface.
 
 `kitae serve rm` serves a reward model (for `type: reward_model` graders); `kitae serve model` serves a causal
-LM with the OpenAI chat API (for `type: judge`).
+LM with the OpenAI chat API (for `type: judge`) and vLLM's completions API with continuous batching and a weight
+reload endpoint (a rollout server for the `server` engine).
 
     kitae serve rm --model bundled --port 8000
     # then, in a grader spec:  {type: reward_model, url: "http://127.0.0.1:8000"}
@@ -31,7 +32,8 @@ TOKEN_HELP = (f"Access token every request must send as 'Authorization: Bearer T
 BODY_HELP = "Largest request body in MB; larger ones get HTTP 413."
 
 
-serve_app = typer.Typer(help="Serve models over HTTP: `serve rm` (a reward model), `serve model` (a chat model).",
+serve_app = typer.Typer(help="Serve models over HTTP: `serve rm` (a reward model), `serve model` (a judge or a "
+                             "rollout server).",
                         no_args_is_help=True)
 
 
@@ -113,20 +115,34 @@ def serve_model(
     max_context: int = typer.Option(None, "--max-context", min=16,
                                     help="Prompt + completion tokens (default: the model's max_position_embeddings)."),
     max_tokens: int = typer.Option(512, "--max-tokens", min=1, help="Completion tokens when a request gives none."),
+    max_batch: int = typer.Option(64, "--max-batch", min=1,
+                                  help="Samples decoded together (continuous batching: requests join the running "
+                                       "batch); 1 = one request at a time."),
     max_body_mb: float = typer.Option(DEFAULT_MAX_BODY_MB, "--max-body-mb", min=0.001, help=BODY_HELP),
     device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu or cuda:1."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     verbose: bool = typer.Option(False, "--verbose", help="Log every request to stderr."),
 ) -> None:
-    """Serve a local model with the OpenAI chat API (a local judge for `type: judge`; kitae/serving/server.py)."""
+    """Serve a local causal LM: a judge (`type: judge`) or a rollout server (`sampling.engine: server`).
+
+    POST /v1/chat/completions: OpenAI chat, with JSON-schema constrained output.
+    POST /v1/completions: vLLM's; token-id prompts, n, per-token log-probs and token ids.
+    POST /update_weights_from_disk: SGLang's; {"model_path": FOLDER} loads its safetensors.
+    GET /health (with weight_version), GET /v1/models.
+
+    Concurrent requests share one continuously batched decoder (kitae/serving/server.py).
+    """
     from kitae.models import resolve_model_path
 
+    token = _token(token, host, "let anyone on the network use this model")
     resolve_model_path(model, "--model")  # before torch is imported: a wrong path fails at once
     from kitae.serving.http import HttpLimits
     from kitae.serving.server import load_service, make_server
 
-    token = _token(token, host, "let anyone on the network use this model")
     service = load_service(None if model == "bundled" else model, name, device, dtype, max_context=max_context,
-                           default_max_tokens=max_tokens)
+                           default_max_tokens=max_tokens, max_batch=max_batch)
     server = make_server(service, host, port, quiet=not verbose, token=token, limits=HttpLimits.from_mb(max_body_mb))
-    _serve(server, "model", service.name)
+    try:
+        _serve(server, "model", service.name)
+    finally:
+        service.close()

@@ -19,6 +19,7 @@ sample that loops (its tail is one short block repeated, :func:`repeat_period`) 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -99,7 +100,7 @@ class HFEngine:
         tokens: list[list[int]] = [[] for _ in range(B)]
         logps: list[list[float]] = [[] for _ in range(B)]
         finish: list[str | None] = [None] * B
-        stops = self._stops(tuple(sp.stop))
+        stops = self.stop_ids(tuple(sp.stop))
 
         for step in range(sp.max_new_tokens):
             nxt, lp = sample_next(logits, sp, seen, gen)  # [A], [A]
@@ -109,7 +110,7 @@ class HFEngine:
             for j, (row, tok, l) in enumerate(zip(active.tolist(), nxt.tolist(), lp.tolist())):
                 tokens[row].append(tok)
                 logps[row].append(l)
-                if self._hit_stop(tokens[row], stops):
+                if self.hit_stop(tokens[row], stops):
                     finish[row] = "stop"
                 elif sp.repeat_min_count and repeat_period(
                     tokens[row], sp.repeat_max_period, sp.repeat_min_count, sp.repeat_min_span
@@ -139,7 +140,7 @@ class HFEngine:
 
         return [
             Completion(
-                text=self._decode(tokens[i], sp.stop),
+                text=self.decode(tokens[i], sp.stop),
                 prompt_ids=list(prompt_ids[rows[i]]),
                 completion_ids=tokens[i],
                 logprobs=logps[i],
@@ -149,12 +150,14 @@ class HFEngine:
         ]
 
     # ---- stops and text -------------------------------------------------------------------------
-    def _stops(self, stop: tuple[str, ...]) -> list[tuple[str, list[int]]]:
+    def stop_ids(self, stop: tuple[str, ...]) -> list[tuple[str, list[int]]]:
+        """Each stop string with its token ids (cached per stop set)."""
         if stop not in self._stop_cache:
             self._stop_cache[stop] = [(s, self.tokenizer.encode(s, add_special_tokens=False)) for s in stop]
         return self._stop_cache[stop]
 
-    def _hit_stop(self, toks: list[int], stops: list[tuple[str, list[int]]]) -> bool:
+    def hit_stop(self, toks: list[int], stops: list[tuple[str, list[int]]]) -> bool:
+        """Whether the tokens sampled so far end with a stop string (``stops`` from :meth:`stop_ids`)."""
         for text, ids in stops:
             if ids and toks[-len(ids) :] == ids:
                 return True
@@ -163,7 +166,8 @@ class HFEngine:
                 return True
         return False
 
-    def _decode(self, toks: list[int], stop: list[str]) -> str:
+    def decode(self, toks: list[int], stop: list[str]) -> str:
+        """The text of a completion, cut right after the first stop string in it (the stop string kept)."""
         text = self.tokenizer.decode(toks, skip_special_tokens=False)
         cut = min((text.find(s) + len(s) for s in stop if s in text), default=len(text))
         return text[:cut]
@@ -270,9 +274,16 @@ def left_pad(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, 
 
 
 def sample_next(
-    logits: torch.Tensor, sp: SamplingParams, seen: torch.Tensor | None, gen: torch.Generator | None
+    logits: torch.Tensor,
+    sp: SamplingParams,
+    seen: torch.Tensor | None,
+    gen: torch.Generator | Sequence[torch.Generator | None] | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Next tokens [A] and their log-probs [A] under log_softmax(logits / T) (T = 1 when greedy)."""
+    """Next tokens [A] and their log-probs [A] under log_softmax(logits / T) (T = 1 when greedy).
+
+    ``gen``: one generator for the batch, or one per row (None: torch's global one), so that a row's draws
+    depend on its own generator only, whatever else is in the batch (kitae serve model's continuous batching).
+    """
     temp = sp.temperature if sp.temperature > 0 else 1.0
     policy_logp = torch.log_softmax(logits / temp, dim=-1)  # [A, V]
     scores = logits
@@ -284,8 +295,17 @@ def sample_next(
     else:
         scores = filter_top_k_top_p(scores / sp.temperature, sp.top_k, sp.top_p)
         probs = torch.softmax(scores, dim=-1)
-        nxt = torch.multinomial(probs, 1, generator=gen).squeeze(-1)  # [A]
+        nxt = _multinomial(probs, gen)  # [A]
     return nxt, policy_logp.gather(-1, nxt[:, None]).squeeze(-1)
+
+
+def _multinomial(
+    probs: torch.Tensor, gen: torch.Generator | Sequence[torch.Generator | None] | None
+) -> torch.Tensor:
+    """One draw per row of ``probs`` [A, V] -> [A]; with one generator per row, each row is drawn alone."""
+    if gen is None or isinstance(gen, torch.Generator):
+        return torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+    return torch.cat([torch.multinomial(probs[i : i + 1], 1, generator=g).squeeze(-1) for i, g in enumerate(gen)])
 
 
 def filter_top_k_top_p(scores: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -297,6 +317,7 @@ def filter_top_k_top_p(scores: torch.Tensor, top_k: int, top_p: float) -> torch.
         sorted_scores, order = torch.sort(scores, descending=True, dim=-1, stable=True)
         cum = torch.softmax(sorted_scores, dim=-1).cumsum(dim=-1)  # [A, V]
         drop_sorted = cum - torch.softmax(sorted_scores, dim=-1) >= top_p  # mass before this token already >= p
+        drop_sorted[..., 0] = False  # the top token stays, also at top_p 0
         drop = drop_sorted.scatter(-1, order, drop_sorted)
         scores = scores.masked_fill(drop, float("-inf"))
     return scores

@@ -1,7 +1,11 @@
-"""Serving local models over HTTP: ``kitae serve model`` (an OpenAI-compatible chat server).
+"""Serving local models over HTTP: ``kitae serve model`` (an OpenAI-compatible chat and completions server).
 
-    server.py       the endpoints (/v1/models, /v1/chat/completions) on the standard library's http.server:
+    server.py       the endpoints (/health, /v1/models, /v1/chat/completions, /v1/completions,
+                    /update_weights_from_disk) on the standard library's http.server:
                     ``load_service(path)`` -> ChatService, ``make_server(service, host, port)``
+    batching.py     continuous batching: one scheduler thread decodes every request's samples together
+    completions.py  vLLM's completions API (token-id prompts, log-probs, token ids): checks and reply
+    weights.py      loading a model folder's safetensors into the served model in place
     constrained.py  JSON-schema constrained decoding, so ``response_format`` is honoured by any local model
     http.py         what both serve commands share: the server class, the bind rule and access token, the
                     request handler with its body limits

@@ -25,6 +25,7 @@ a clipped number's clipped form.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -143,10 +144,13 @@ def build_vocab(tokenizer: Any, size: int) -> Vocab:
 
 
 class ConstrainedDecoder:
-    """``generate(prompt_ids, schema, sampling, max_tokens) -> (json_text, tokens_fed)``; one request at a time."""
+    """``generate(prompt_ids, schema, sampling, max_tokens) -> (json_text, tokens_fed)``: one sample per call,
+    not batched. ``model_lock`` (when given) is held around each forward pass, so decodes on several threads and
+    kitae serve model's batching scheduler take turns with the model, one forward pass at a time."""
 
-    def __init__(self, model: Any, tokenizer: Any, max_string_tokens: int = 64):
+    def __init__(self, model: Any, tokenizer: Any, max_string_tokens: int = 64, model_lock: Any = None):
         self.model, self.tokenizer, self.max_string_tokens = model, tokenizer, max_string_tokens
+        self.model_lock = model_lock if model_lock is not None else contextlib.nullcontext()
         self._vocab: Vocab | None = None
 
     @property
@@ -186,7 +190,8 @@ class _Run:
     def _forward(self, ids: list[int]) -> torch.Tensor:
         x = torch.tensor([ids], device=self.device)  # [1, t]
         pos = torch.arange(self.length, self.length + len(ids), device=self.device)[None]  # [1, t]
-        out = self.dec.model(input_ids=x, position_ids=pos, cache=self.cache, logits_to_keep=1)
+        with self.dec.model_lock:
+            out = self.dec.model(input_ids=x, position_ids=pos, cache=self.cache, logits_to_keep=1)
         self.cache = out.cache
         self.length += len(ids)
         self.fed += len(ids)

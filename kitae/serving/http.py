@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-import json
-import math
 import socket
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Protocol
 
+from kitae.jsonsafe import dumps as to_json
 from kitae.serving.requests import RequestError, parse_json
 
 TOKEN_ENV = "KITAE_SERVE_TOKEN"
@@ -107,24 +106,6 @@ def json_server(service: JsonService, host: str, port: int, *, token: str | None
     """A bound server for ``service`` (port 0 = a free port); refuses a network host without a token."""
     check_bind(host, token, TOKEN_ENV, exposes)
     return LoopbackServer((host, port), json_handler(service, quiet, token or None, limits or HttpLimits()))
-
-
-def to_json(payload: Any) -> str:
-    """Strict JSON for any client: NaN and infinities (which JSON has no words for) become null."""
-    try:
-        return json.dumps(payload, ensure_ascii=False, allow_nan=False)
-    except ValueError:
-        return json.dumps(_finite(payload), ensure_ascii=False, allow_nan=False)
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
 
 
 def json_handler(service: JsonService, quiet: bool = True, token: str | None = None,

@@ -9,6 +9,7 @@ fix it, and ``param``: the field path (``messages[2].content``), as OpenAI's err
     check_fields(body, KNOWN, NEUTRAL, IGNORED, "kitae serve model")   # 400 naming fields that change results
     msgs = messages(body.get("messages"), "messages", max_chars=...)   # {role, content} with string content
     seed = integer(body, "seed", None, SEED_MIN, SEED_MAX)
+    stop = stop_strings(body.get("stop"))                             # a string or a short list of strings
 """
 
 from __future__ import annotations
@@ -206,6 +207,16 @@ def _content(value: Any, where: str) -> str:
     if not isinstance(value, str):
         raise bad(f"{where} must be a string or a list of text parts, got {type(value).__name__}", where)
     return value
+
+
+def stop_strings(value: Any, param: str = "stop", max_items: int = 16, max_chars: int = 256) -> list[str]:
+    """OpenAI's ``stop``: a string or a list of at most ``max_items`` non-empty strings of at most ``max_chars``."""
+    stop = [value] if isinstance(value, str) else value or []
+    if not isinstance(stop, list) or not all(isinstance(s, str) and 0 < len(s) <= max_chars for s in stop) \
+            or len(stop) > max_items:
+        raise bad(f"{param} must be a string or a list of at most {max_items} non-empty strings of at most "
+                  f"{max_chars} characters", param)
+    return stop
 
 
 def conversations(value: Any, param: str, max_items: int, max_chars: int) -> list[list[dict[str, str]]]:

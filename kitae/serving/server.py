@@ -1,20 +1,30 @@
-"""``kitae serve model``: a local causal LM behind the OpenAI chat API (stdlib http.server, loopback by default).
+"""``kitae serve model``: a local causal LM behind the OpenAI chat API and vLLM's completions API (stdlib
+http.server, loopback by default): a local judge, and a rollout server for kitae's ``server`` engine.
 
-Enough of the protocol for kitae's judge client and the official ``openai`` clients, so a local judge, the tests
-and the examples need no cloud account:
-
-    GET  /health                {"status": "ok", "model": NAME}
+    GET  /health                {"status": "ok", "model": NAME, "weight_version": V}
     GET  /v1/models             {"object": "list", "data": [{"id": NAME, "object": "model", "max_model_len": N}]}
     POST /v1/chat/completions   {"model": NAME, "messages": [...], "temperature", "top_p", "max_tokens"
                                  (or "max_completion_tokens"), "n", "stop", "seed", "response_format"}
                                 -> {"object": "chat.completion", "choices": [{"message": {"role": "assistant",
                                     "content": ...}, "finish_reason": "stop" | "length"}],
                                     "usage": {"prompt_tokens", "completion_tokens", "total_tokens"}}
+    POST /v1/completions        vLLM's, with token-id prompts, ``n``, per-token log-probs and token ids, and
+                                the weight version that sampled them (kitae/serving/completions.py)
+    POST /update_weights_from_disk   SGLang's {"model_path": FOLDER, "load_format": null}: load the folder's
+                                safetensors in place once the requests in flight are done
+                                -> {"success": true, "message", "weight_version": V} (kitae/serving/weights.py)
 
-Prompts are formatted with the tokenizer's chat template (ChatML without one), generation is kitae's rollout
-engine (kitae/rollout/hf.py), and the content stops before ``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>``,
-any other special token of the tokenizer, or a ``stop`` string (no control-token text reaches a client). Defaults follow OpenAI: temperature 1, top_p 1; ``max_tokens`` defaults to ``--max-tokens`` (512),
-capped by the context left.
+Every plain generation (completions, chat) goes through one continuous-batching scheduler
+(kitae/serving/batching.py): requests join the running batch at the next decoding step and no request waits for
+another to finish; ``max_batch=1`` (``--max-batch 1``) gives one request at a time. Constrained JSON decoding
+runs one sample at a time on the request's own thread, its forward passes taking turns with the batch's.
+
+Chat prompts are formatted with the tokenizer's chat template (ChatML without one), sampling is kitae's rollout
+engine's (kitae/rollout/hf.py), and the content stops before ``<|im_start|>``, ``<|im_end|>``,
+``<|endoftext|>``, any other special token of the tokenizer, or a ``stop`` string (no control-token text
+reaches a client). Defaults follow OpenAI: temperature 1, top_p 1; ``max_tokens`` defaults to ``--max-tokens``
+(512), capped by the context left. Sample ``i`` of a request with a seed is seeded ``seed + i``, the same alone
+or batched with other requests.
 
 ``response_format``:
     {"type": "json_schema", "json_schema": {"schema": ...}}  constrained decoding (kitae/serving/constrained.py),
@@ -24,12 +34,14 @@ capped by the context left.
     {"type": "text"} or absent  plain generation.
 At temperature 0 sampling again gives the same text, so "sample and check" makes one attempt.
 
-Errors are OpenAI-shaped, ``{"error": {"message", "type", "param", "code"}}``: 400 for a bad request, checked
-before any model work by kitae/serving/requests.py (a field that would change results but is not implemented:
-``presence_penalty``, ``frequency_penalty``, ``logit_bias``, ``stream``, ``tools``, ... unless its value is a
-no-op; a malformed message; a prompt longer than the context, by characters before tokenizing, then by
-tokens), 401/408/411/413 from the HTTP layer (kitae/serving/http.py), 404 for another model name or path, 500
-when generation fails. Requests run one at a time (a lock around the model; no batching across requests).
+Errors are OpenAI-shaped, ``{"error": {"message", "type", "param", "code"}}`` (the reload's also carry SGLang's
+``success: false`` and ``message``): 400 for a bad request, checked before any model work by
+kitae/serving/requests.py (a field that would change results but is not implemented: ``presence_penalty``,
+``frequency_penalty``, ``logit_bias``, ``stream``, ``tools``, ... unless its value is a no-op; a malformed
+message; a prompt longer than the context, by characters before tokenizing, then by tokens; a token id outside
+the vocabulary; a reload folder that does not fit the model), 401/408/411/413 from the HTTP layer
+(kitae/serving/http.py; with a token, the reload needs it like every endpoint), 404 for another model name or
+path, 500 when generation fails.
 """
 
 from __future__ import annotations
@@ -48,9 +60,12 @@ from kitae.chat import TEMPLATE_TOKENS
 from kitae.rollout.base import SamplingParams
 from kitae.rollout.hf import HFEngine
 from kitae.serving import requests as check
+from kitae.serving.batching import BatchScheduler, WeightGate
+from kitae.serving.completions import CompletionRequest, completion_reply, parse_completion
 from kitae.serving.constrained import ConstrainedDecoder, supported
 from kitae.serving.http import HttpLimits, json_server
 from kitae.serving.requests import SEED_MAX, SEED_MIN, RequestError, cut_at_markers
+from kitae.serving.weights import LOAD_FORMATS, apply_reload, plan_reload
 
 
 KNOWN_FIELDS = {"model", "messages", "temperature", "top_p", "max_tokens", "max_completion_tokens", "n", "stop",
@@ -60,9 +75,11 @@ NEUTRAL_FIELDS = {  # accepted with these values (they change nothing), refused 
     "tool_choice": ("none", "auto"), "presence_penalty": (0,), "frequency_penalty": (0,), "logit_bias": ({},),
     "chat_template_kwargs": ({},),
 }
+RELOAD_PATH = "/update_weights_from_disk"
+RELOAD_FIELDS = {"model_path", "load_format", "weight_version"}
+POST_PATHS = ("/v1/completions", "/v1/chat/completions", RELOAD_PATH)
 IGNORED_FIELDS = {"user", "metadata", "store", "service_tier", "parallel_tool_calls", "stream_options",
                   "reasoning_effort"}  # bookkeeping, or no effect on a model without a reasoning mode
-MAX_STOPS, MAX_STOP_CHARS = 16, 256
 
 
 class ApiError(RequestError):
@@ -104,19 +121,10 @@ def parse_request(body: Any, max_n: int = 16, max_context: int = 1 << 20,
     key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     req.max_tokens = check.integer(body, key, None, 1, max_context)
     req.n = check.integer(body, "n", 1, 1, max_n)
-    req.stop = _stops(body.get("stop"))
+    req.stop = check.stop_strings(body.get("stop"))
     req.seed = check.integer(body, "seed", None, SEED_MIN, SEED_MAX)
     req.format, req.schema = _response_format(body.get("response_format"))
     return req
-
-
-def _stops(value: Any) -> list[str]:
-    stop = [value] if isinstance(value, str) else value or []
-    if not isinstance(stop, list) or not all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in stop) \
-            or len(stop) > MAX_STOPS:
-        raise check.bad(f"stop must be a string or a list of at most {MAX_STOPS} non-empty strings of at most "
-                        f"{MAX_STOP_CHARS} characters", "stop")
-    return stop
 
 
 def _response_format(value: Any) -> tuple[str, dict[str, Any] | None]:
@@ -149,55 +157,116 @@ class Choice:
 
 
 class ChatService:
-    """The endpoints without HTTP: a model, its tokenizer, a name, the context length."""
+    """The endpoints without HTTP: a model, its tokenizer, a name, the context length, and the batching
+    scheduler every plain generation goes through (``max_batch`` rows at most; 1 = one request at a time)."""
 
     def __init__(self, model: Any, tokenizer: Any, name: str, max_context: int | None = None,
-                 default_max_tokens: int = 512, json_attempts: int = 3):
+                 default_max_tokens: int = 512, json_attempts: int = 3, max_batch: int = 64):
         self.engine = HFEngine(model, tokenizer)
-        self.decoder = ConstrainedDecoder(model, tokenizer)
+        self.gate, self.model_lock = WeightGate(), threading.Lock()
+        self.decoder = ConstrainedDecoder(model, tokenizer, model_lock=self.model_lock)
         self.name, self.default_max_tokens, self.json_attempts = name, default_max_tokens, json_attempts
         self.max_context = max_context or getattr(model.config, "max_position_embeddings", None) or 4096
         self.max_prompt_chars = self.max_context * longest_token_chars(tokenizer)
         self.markers = control_markers(tokenizer)
-        self._lock = threading.Lock()
+        self.vocab_size = model.get_input_embeddings().weight.shape[0]
+        self.eos_ids = eos_token_ids(model, tokenizer)
+        self._reload_lock = threading.Lock()
+        self.scheduler = BatchScheduler(self.engine, self.gate, self.model_lock, max_batch)  # starts its thread
+
+    def close(self) -> None:
+        """Stop the batching scheduler (requests still queued get an error)."""
+        self.scheduler.close()
 
     # ---- routes ---------------------------------------------------------------------------------
     def error_reply(self, exc: Exception, method: str, path: str) -> tuple[int, Any]:
         if isinstance(exc, RequestError):
-            return exc.status, error_payload(exc)
-        # generation failed: tell the client, keep serving
-        return 500, error_payload(ApiError(500, f"{type(exc).__name__}: {exc}", kind="server_error"))
+            status, payload = exc.status, error_payload(exc)
+        else:  # generation failed: tell the client, keep serving
+            status, payload = 500, error_payload(ApiError(500, f"{type(exc).__name__}: {exc}", kind="server_error"))
+        if path.split("?")[0] == RELOAD_PATH:  # SGLang's clients read success and message
+            payload = {"success": False, "message": payload["error"]["message"], **payload}
+        return status, payload
 
     def handle_get(self, path: str) -> Any:
         if path == "/health":
-            return {"status": "ok", "model": self.name}
+            return {"status": "ok", "model": self.name, "weight_version": self.gate.version}
         if path == "/v1/models":
             return {"object": "list", "data": [{"id": self.name, "object": "model", "created": 0,
                                                 "owned_by": "kitae", "max_model_len": self.max_context}]}
-        raise ApiError(404, f"no endpoint GET {path}", kind="not_found_error")
+        raise ApiError(404, f"no endpoint GET {path} (this server has /health and /v1/models)",
+                       kind="not_found_error")
 
     def handle_post(self, path: str, body: Any) -> Any:
-        if path != "/v1/chat/completions":
-            raise ApiError(404, f"no endpoint POST {path} (this server has /v1/chat/completions)",
+        if path not in POST_PATHS:
+            raise ApiError(404, f"no endpoint POST {path} (this server has {', '.join(POST_PATHS)})",
                            kind="not_found_error")
+        if path == RELOAD_PATH:
+            return self.reload(body)
         model = body.get("model") if isinstance(body, dict) else None
         if model not in (None, self.name):
             raise ApiError(404, f"the model '{model}' does not exist; this server serves '{self.name}'", "model",
                            "not_found_error")
+        if path == "/v1/completions":
+            return self.complete(parse_completion(body, self.vocab_size, self.max_context, self.max_prompt_chars))
         return self.chat(parse_request(body, max_context=self.max_context, max_prompt_chars=self.max_prompt_chars))
 
-    # ---- generation -----------------------------------------------------------------------------
+    # ---- /v1/completions ------------------------------------------------------------------------
+    def complete(self, req: CompletionRequest) -> dict[str, Any]:
+        prompt_ids = req.prompt_ids
+        if prompt_ids is None:
+            prompt_ids = self.engine.tokenizer(req.prompt_text, add_special_tokens=req.add_special_tokens)["input_ids"]
+        max_tokens = self._room(prompt_ids, req.max_tokens, "prompt")
+        sp = SamplingParams(temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
+                            repetition_penalty=req.repetition_penalty, max_new_tokens=max_tokens, stop=req.stop,
+                            seed=req.seed)
+        stop_ids = set(req.stop_token_ids) | (set() if req.ignore_eos else self.eos_ids)
+        job = self.scheduler.submit(prompt_ids, req.n, sp, stop_ids)
+        completions = job.wait()
+        return completion_reply(req, completions, self.engine.tokenizer, self.name, job.version, stop_ids)
+
+    def _room(self, prompt_ids: list[int], max_tokens: int | None, param: str) -> int:
+        """``max_tokens``, else the default, capped by the context the prompt leaves; 400 when it does not fit."""
+        room = self.max_context - len(prompt_ids)
+        if room < 1 or (max_tokens or 0) > room:
+            raise ApiError(400, f"this model's context is {self.max_context} tokens; the {param} takes "
+                           f"{len(prompt_ids)} and max_tokens asks for {max_tokens or self.default_max_tokens}",
+                           param)
+        return min(max_tokens or self.default_max_tokens, room)
+
+    # ---- /update_weights_from_disk ----------------------------------------------------------------
+    def reload(self, body: Any) -> dict[str, Any]:
+        """Load a model folder's safetensors in place (kitae/serving/weights.py), once the requests in flight
+        have finished on the old weights; requests that arrive meanwhile wait and run on the new ones."""
+        body = check.require_object(body)
+        check.check_fields(body, RELOAD_FIELDS, {"abort_all_requests": (False,), "flush_cache": (True, False)},
+                           set(), "kitae serve model's " + RELOAD_PATH)
+        folder = body.get("model_path")
+        if not isinstance(folder, str) or not folder:
+            raise ApiError(400, "model_path must be the path of a model folder (as the server sees it)", "model_path")
+        if body.get("load_format") not in LOAD_FORMATS:
+            raise ApiError(400, f"load_format must be null, 'auto' or 'safetensors', got {body['load_format']!r}",
+                           "load_format")
+        version = check.integer(body, "weight_version", None, 0, SEED_MAX)
+        with self._reload_lock:  # one reload at a time; requests keep running while it is checked
+            plan = plan_reload(self.engine.model, folder)
+            with self.gate.reload(), self.model_lock:
+                try:
+                    count = apply_reload(self.engine.model, plan)
+                except Exception as exc:
+                    self.gate.bump()  # partly replaced: no later sample may claim the old version
+                    raise ApiError(500, f"loading {plan.folder} failed after the first tensors were replaced "
+                                   f"({type(exc).__name__}: {exc}); load a folder again", "model_path",
+                                   "server_error") from exc
+                new = self.gate.bump(version)
+        return {"success": True, "message": f"loaded {count} tensors from {plan.folder}", "weight_version": new}
+
+    # ---- /v1/chat/completions -------------------------------------------------------------------
     def chat(self, req: ChatRequest) -> dict[str, Any]:
         prompt_ids = self.engine.encode_prompt(req.messages)
-        room = self.max_context - len(prompt_ids)
-        if room < 1 or (req.max_tokens or 0) > room:
-            raise ApiError(400, f"this model's context is {self.max_context} tokens; the messages take "
-                           f"{len(prompt_ids)} and max_tokens asks for {req.max_tokens or self.default_max_tokens}",
-                           "messages")
-        max_tokens = min(req.max_tokens or self.default_max_tokens, room)
-        with self._lock:
-            choices = [self._choice(req, prompt_ids, max_tokens, i) for i in range(req.n)] \
-                if req.format != "text" else self._plain(req, max_tokens, req.n)
+        max_tokens = self._room(prompt_ids, req.max_tokens, "messages")
+        choices = [self._choice(req, prompt_ids, max_tokens, i) for i in range(req.n)] \
+            if req.format != "text" else self._plain(req, prompt_ids, max_tokens, req.n)
         done = sum(c.tokens for c in choices)
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
@@ -213,9 +282,9 @@ class ChatService:
         return SamplingParams(temperature=req.temperature, top_p=req.top_p, max_new_tokens=max_tokens,
                               stop=[*self.markers, *req.stop], seed=seed)
 
-    def _plain(self, req: ChatRequest, max_tokens: int, n: int) -> list[Choice]:
-        sp = self._sampling(req, max_tokens)
-        completions = self.engine.generate([req.messages], n, sp)[0]
+    def _plain(self, req: ChatRequest, prompt_ids: list[int], max_tokens: int, n: int) -> list[Choice]:
+        """``n`` samples through the batching scheduler (sample ``i`` seeded ``seed + i``)."""
+        completions = self.scheduler.submit(prompt_ids, n, self._sampling(req, max_tokens)).wait()
         out = []
         for c in completions:
             text, marked = cut_at_markers(c.text, self.markers)  # no control token text reaches the client
@@ -228,13 +297,18 @@ class ChatService:
         return out
 
     def _choice(self, req: ChatRequest, prompt_ids: list[int], max_tokens: int, index: int) -> Choice:
-        """One structured choice: constrained when the schema allows, else sampled and checked."""
+        """One structured choice: constrained when the schema allows (one sample at a time, outside the batch:
+        its forward passes take turns with the batch's), else sampled through the batch and checked."""
         if req.format == "json_schema" and supported(req.schema):
-            text, tokens = self.decoder.generate(prompt_ids, req.schema, self._sampling(req, max_tokens, index),
-                                                 max_tokens)
+            self.gate.enter()
+            try:
+                text, tokens = self.decoder.generate(prompt_ids, req.schema,
+                                                     self._sampling(req, max_tokens, index), max_tokens)
+            finally:
+                self.gate.leave()
             return Choice(text, "stop", tokens)
         attempts = 1 if req.temperature == 0 else self.json_attempts
-        candidates = self._plain(self._with_seed(req, index * attempts), max_tokens, attempts)
+        candidates = self._plain(self._with_seed(req, index * attempts), prompt_ids, max_tokens, attempts)
         valid = [c for c in candidates if self._valid(c.text, req)]
         return (valid or candidates)[-1 if not valid else 0]
 
@@ -261,6 +335,15 @@ def longest_token_chars(tokenizer: Any) -> int:
     return max((len(t) for t in vocab), default=64) or 64
 
 
+def eos_token_ids(model: Any, tokenizer: Any) -> set[int]:
+    """The end-of-sequence token ids (the generation config's, else the tokenizer's): where vLLM stops unless
+    ``ignore_eos``."""
+    ids = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if ids is None:
+        ids = tokenizer.eos_token_id
+    return set(ids if isinstance(ids, list) else [] if ids is None else [ids])
+
+
 def control_markers(tokenizer: Any) -> list[str]:
     """The ChatML markers and the tokenizer's special tokens: where a reply ends."""
     special = getattr(tokenizer, "all_special_tokens", None) or []
@@ -271,7 +354,8 @@ def control_markers(tokenizer: Any) -> list[str]:
 def make_server(service: ChatService, host: str = "127.0.0.1", port: int = 0, quiet: bool = True,
                 token: str | None = None, limits: HttpLimits | None = None) -> ThreadingHTTPServer:
     """A bound server (port 0 = a free port; read it from ``server.server_address``); call serve_forever().
-    A host other than loopback needs ``token`` (ConfigError otherwise); with a token every request needs it."""
+    A host other than loopback needs ``token`` (ConfigError otherwise); with a token every request needs it,
+    the weight reload included."""
     return json_server(service, host, port, token=token, limits=limits, quiet=quiet)
 
 

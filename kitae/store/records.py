@@ -20,6 +20,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from kitae.jsonsafe import dumps
+
 
 @dataclass
 class SampleRecord:
@@ -141,17 +143,7 @@ def scalar(value: Any) -> float | None:
 def to_json(value: Any) -> str:
     """JSON text that every reader (SQLite's json_extract included) accepts: NaN and ±infinity become null,
     text becomes valid UTF-8 (:func:`valid_text`); anything else JSON lacks is written as its str()."""
-    return valid_text(json.dumps(_finite(value), ensure_ascii=False, allow_nan=False, default=str))
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
+    return valid_text(dumps(value, default=str))
 
 
 def valid_text(text: str) -> str:

@@ -43,7 +43,7 @@ def test_models_and_health(served):
     _, url = served
     models = httpx.get(url + "/v1/models").json()
     assert models["data"][0]["id"] == "tiny" and models["data"][0]["max_model_len"] == 4096
-    assert httpx.get(url + "/health").json() == {"status": "ok", "model": "tiny"}
+    assert httpx.get(url + "/health").json() == {"status": "ok", "model": "tiny", "weight_version": 0}
 
 
 def test_plain_completion_matches_the_engine(served):
@@ -65,6 +65,15 @@ def test_n_choices_and_seeds(served):
     first, again = post(url, body).json(), post(url, body).json()
     assert len(first["choices"]) == 2 and [c["index"] for c in first["choices"]] == [0, 1]
     assert [c["message"] for c in first["choices"]] == [c["message"] for c in again["choices"]]
+
+
+def test_top_p_0_samples_the_top_token(served):
+    """OpenAI allows top_p 0; the nucleus filter once masked every token (NaN probabilities, a 500)."""
+    _, url = served
+    greedy = post(url, {"messages": MSG, "temperature": 0, "max_tokens": 5}).json()
+    reply = post(url, {"messages": MSG, "temperature": 1.0, "top_p": 0, "max_tokens": 5, "seed": 3})
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["choices"][0]["message"] == greedy["choices"][0]["message"]
 
 
 def test_json_schema_is_honoured(served):
@@ -179,7 +188,9 @@ def test_an_oversize_prompt_is_refused_by_its_characters(served):
 
 def test_unknown_path(served):
     _, url = served
-    assert httpx.post(url + "/v1/completions", json={}).status_code == 404
+    reply = httpx.post(url + "/v1/embeddings", json={})
+    assert reply.status_code == 404 and "/v1/completions" in reply.json()["error"]["message"]
+    assert httpx.get(url + "/v1/embeddings").status_code == 404
 
 
 def test_judge_and_model_graders_through_the_server(served):

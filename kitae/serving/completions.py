@@ -1,0 +1,192 @@
+"""``POST /v1/completions`` of ``kitae serve model``: vLLM's OpenAI-compatible completions, for rollouts.
+
+The request (fields vLLM reads; the wire contract with kitae's ``server`` rollout engine):
+
+    {"prompt": [token ids] | "text", "n": 8, "max_tokens": 256, "temperature": 1.0, "top_p": 1.0, "top_k": -1,
+     "seed": 7, "stop": ["<|im_end|>"], "stop_token_ids": [2], "include_stop_str_in_output": true,
+     "skip_special_tokens": false, "logprobs": 0, "return_tokens_as_token_ids": true, "repetition_penalty": 1.0,
+     "ignore_eos": false, "add_special_tokens": true}
+
+One prompt per request (a list of several is refused); ``n`` samples of it, sample ``i`` seeded ``seed + i``.
+A string prompt is tokenized as vLLM does (the tokenizer's special tokens added unless ``add_special_tokens`` is
+false); token ids are taken as they are. Generation stops at a stop string (matched on tokens and on text, so a
+multi-token ``<|im_end|>`` works), a ``stop_token_ids`` token, the tokenizer's end-of-sequence token (unless
+``ignore_eos``), or ``max_tokens`` (default ``--max-tokens``, capped by the context left).
+
+The reply (vLLM's shape, plus ``weight_version``: the weights that sampled every choice):
+
+    {"id", "object": "text_completion", "created", "model", "weight_version",
+     "choices": [{"index", "text", "finish_reason": "stop" | "length", "stop_reason": null,
+                  "logprobs": {"tokens": ["token_id:17", ...], "token_logprobs": [...], "top_logprobs": null,
+                               "text_offset": [...]}}],
+     "usage": {"prompt_tokens", "completion_tokens", "total_tokens"}}
+
+``logprobs`` (0, or null for none) gives each sampled token's log-prob, log_softmax(logits / T) before top-k,
+top-p and the penalty (kitae/rollout/base.py; vLLM's ``--logprobs-mode processed_logprobs`` is the closest), -inf
+written as -9999.0 as vLLM does; alternatives (``logprobs`` > 0) are refused. The tokens are the completion's
+up to the stop string's last token; ``text`` keeps the stop string only with ``include_stop_str_in_output``
+(vLLM's default is false; kitae's engine sends true).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from kitae.rollout.base import Completion
+from kitae.serving import requests as check
+from kitae.serving.requests import SEED_MAX, SEED_MIN
+
+KNOWN_FIELDS = {"model", "prompt", "n", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop",
+                "stop_token_ids", "include_stop_str_in_output", "skip_special_tokens", "logprobs",
+                "return_tokens_as_token_ids", "repetition_penalty", "ignore_eos", "add_special_tokens"}
+NEUTRAL_FIELDS = {  # accepted with these values (they change nothing), refused with any other
+    "stream": (False,), "echo": (False,), "best_of": (1,), "presence_penalty": (0,), "frequency_penalty": (0,),
+    "logit_bias": ({},), "min_p": (0,), "min_tokens": (0,), "use_beam_search": (False,), "length_penalty": (1,),
+    "suffix": ("",), "spaces_between_special_tokens": (True,), "prompt_logprobs": (0,),
+}
+IGNORED_FIELDS = {"user", "stream_options", "priority", "request_id", "metadata"}
+MAX_N = 256
+MAX_STOP_TOKEN_IDS = 64
+MIN_LOGPROB = -9999.0  # vLLM's stand-in for -inf, which JSON cannot carry
+
+
+@dataclass
+class CompletionRequest:
+    prompt_ids: list[int] | None = None  # the prompt as token ids, or
+    prompt_text: str | None = None  # as text, tokenized by the server
+    n: int = 1
+    max_tokens: int | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    include_stop: bool = False
+    skip_special_tokens: bool = True
+    logprobs: bool = False
+    token_ids_out: bool = False
+    repetition_penalty: float = 1.0
+    ignore_eos: bool = False
+    add_special_tokens: bool = True
+
+
+def parse_completion(body: Any, vocab_size: int, max_context: int, max_prompt_chars: int,
+                     max_n: int = MAX_N) -> CompletionRequest:
+    """A checked CompletionRequest, or RequestError(400) naming the field; nothing is tokenized here."""
+    body = check.require_object(body)
+    check.check_fields(body, KNOWN_FIELDS, NEUTRAL_FIELDS, IGNORED_FIELDS, "kitae serve model")
+    req = CompletionRequest()
+    req.prompt_ids, req.prompt_text = _prompt(body.get("prompt"), vocab_size, max_context, max_prompt_chars)
+    req.n = check.integer(body, "n", 1, 1, max_n)
+    req.max_tokens = check.integer(body, "max_tokens", None, 1, max_context)
+    req.temperature = check.number(body, "temperature", 1.0, 0.0, 100.0)
+    req.top_p = check.number(body, "top_p", 1.0, 0.0, 1.0)
+    req.top_k = max(0, check.integer(body, "top_k", 0, -1, vocab_size))  # -1 and 0: off
+    req.seed = check.integer(body, "seed", None, SEED_MIN, SEED_MAX)
+    req.stop = check.stop_strings(body.get("stop"))
+    req.stop_token_ids = _token_ids(body.get("stop_token_ids"), "stop_token_ids", vocab_size, MAX_STOP_TOKEN_IDS)
+    req.include_stop = _flag(body, "include_stop_str_in_output", False)
+    req.skip_special_tokens = _flag(body, "skip_special_tokens", True)
+    req.token_ids_out = _flag(body, "return_tokens_as_token_ids", False)
+    req.ignore_eos = _flag(body, "ignore_eos", False)
+    req.add_special_tokens = _flag(body, "add_special_tokens", True)
+    req.logprobs = _logprobs(body.get("logprobs"))
+    req.repetition_penalty = check.number(body, "repetition_penalty", 1.0, 0.0, 10.0)
+    if req.repetition_penalty <= 0:
+        raise check.bad("repetition_penalty must be above 0 (1 = off)", "repetition_penalty")
+    return req
+
+
+def _prompt(value: Any, vocab_size: int, max_context: int, max_chars: int) -> tuple[list[int] | None, str | None]:
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], (str, list)):
+        value = value[0]  # a batch of one prompt
+    if isinstance(value, str):
+        if not value:
+            raise check.bad("prompt is empty", "prompt")
+        return None, check.text(value, "prompt", max_chars, "--max-context")
+    if isinstance(value, list) and value and all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+        if len(value) > max_context:
+            raise check.bad(f"prompt has {len(value):,} tokens; this model's context is {max_context:,} "
+                            "(--max-context)", "prompt")
+        return _token_ids(value, "prompt", vocab_size, max_context), None
+    raise check.bad("prompt must be a string or a non-empty list of token ids, one prompt per request (send "
+                    "several prompts as several requests; they are batched together)", "prompt")
+
+
+def _token_ids(value: Any, param: str, vocab_size: int, max_items: int) -> list[int]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or len(value) > max_items:
+        raise check.bad(f"{param} must be a list of at most {max_items:,} token ids", param)
+    for i, t in enumerate(value):
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab_size:
+            raise check.bad(f"{param}[{i}] must be a token id from 0 to {vocab_size - 1} (this model's "
+                            f"vocabulary), got {t!r}"[:200], param)
+    return list(value)
+
+
+def _flag(body: dict[str, Any], key: str, default: bool) -> bool:
+    value = body.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise check.bad(f"{key} must be true or false, got {value!r}"[:120], key)
+    return value
+
+
+def _logprobs(value: Any) -> bool:
+    if value is None:
+        return False
+    if isinstance(value, bool) or not isinstance(value, int) or value != 0:
+        raise check.bad(f"logprobs must be 0 (the sampled token's log-prob) or null; kitae serve model does not "
+                        f"return alternatives, got {value!r}"[:200], "logprobs")
+    return True
+
+
+# ---- the reply -------------------------------------------------------------------------------------------
+def completion_reply(req: CompletionRequest, completions: list[Completion], tokenizer: Any, name: str,
+                     version: int, stop_ids: set[int] | frozenset[int]) -> dict[str, Any]:
+    prompt = len(completions[0].prompt_ids) if completions else 0
+    done = sum(c.num_tokens for c in completions)
+    return {
+        "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()), "model": name,
+        "weight_version": version,
+        "choices": [_choice(i, c, req, tokenizer, stop_ids) for i, c in enumerate(completions)],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done},
+    }
+
+
+def _choice(index: int, c: Completion, req: CompletionRequest, tokenizer: Any, stop_ids: Any) -> dict[str, Any]:
+    finish = "stop" if c.finish_reason == "stop" else "length"
+    choice = {"index": index, "text": choice_text(c, req, tokenizer, stop_ids), "finish_reason": finish,
+              "stop_reason": None, "logprobs": None}
+    if req.logprobs:
+        pieces = tokenizer.batch_decode([[t] for t in c.completion_ids], skip_special_tokens=False)
+        offsets, at = [], 0
+        for piece in pieces:
+            offsets.append(at)
+            at += len(piece)
+        choice["logprobs"] = {
+            "tokens": [f"token_id:{t}" for t in c.completion_ids] if req.token_ids_out else pieces,
+            "token_logprobs": [max(lp, MIN_LOGPROB) for lp in c.logprobs],
+            "top_logprobs": None, "text_offset": offsets,
+        }
+    return choice
+
+
+def choice_text(c: Completion, req: CompletionRequest, tokenizer: Any, stop_ids: Any) -> str:
+    """The completion's text up to its stop string, which is kept with ``include_stop_str_in_output``; a stop
+    token's text likewise (and a special token's only without ``skip_special_tokens``)."""
+    ids = c.completion_ids
+    if c.finish_reason == "stop" and not req.include_stop and ids and ids[-1] in stop_ids:
+        ids = ids[:-1]
+    text = tokenizer.decode(ids, skip_special_tokens=req.skip_special_tokens)
+    found = [(i, s) for s in req.stop if (i := text.find(s)) >= 0]
+    if found:
+        i, s = min(found)
+        text = text[: i + len(s)] if req.include_stop else text[:i]
+    return text
