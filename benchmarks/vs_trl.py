@@ -15,7 +15,9 @@ a warm-up and not counted. Reported per size: median seconds per step with the r
 (generation and scoring, then the update), rows kitae skipped (advantage 0: no gradient) and the padding share
 of the update's positions, the update's achieved GFLOP/s (6 x parameters x positions its forwards computed,
 over its seconds) against a torch.mm peak (fp32 2048 x 2048, same threads) measured in the same child, and
-peak RSS. The ratio TRL / kitae is given per pair (median and range). The load average before and after each
+peak RSS, and the mean completion length (tokens): from the second step on each side learns from its own
+samples, so the two trajectories part and a step's time also says how long its samples were. The ratio TRL /
+kitae is given per pair (median and range). The load average before and after each
 size says whether the machine was busy. --also-all-rows adds kitae with optim.skip_zero_advantage off (the
 same rows in the update as TRL), to show what skipping contributes. --eval measures held-out pass@1 after each
 side's training (100 test prompts, 4 samples). Not part of the test suite.
@@ -186,8 +188,10 @@ def run_trl(args) -> dict:
 
         def on_step_end(self, a, state, control, **kw):
             secs = time.perf_counter() - self.t
+            lengths = trainer._metrics["train"]["completions/mean_length"]
             steps.append({"secs": secs, "generate": gen[0], "update": secs - gen[0], "positions": counter.take(),
-                          "skipped_rows": 0.0, "pad_frac": None, "rows": G * PROMPTS})
+                          "skipped_rows": 0.0, "pad_frac": None, "rows": G * PROMPTS,
+                          "len_mean": lengths[-1] if lengths else float("nan")})
 
     config = GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="trl-vs-kitae-"), per_device_train_batch_size=G * PROMPTS,
@@ -245,7 +249,7 @@ def summarize(runs: list[dict]) -> dict:
     update_flop = 6 * runs[0]["params"] * sum(s["positions"] for s in steps)
     pads = [s["pad_frac"] for s in steps if s["pad_frac"] is not None]
     return {
-        "steps": len(steps), "secs": med("secs"), "secs_min": min(s["secs"] for s in steps),
+        "steps": len(steps), "secs": med("secs"), "len_mean": med("len_mean"), "secs_min": min(s["secs"] for s in steps),
         "secs_max": max(s["secs"] for s in steps), "generate": med("generate"), "update": med("update"),
         "skipped": sum(s["skipped_rows"] for s in steps) / sum(s["rows"] for s in steps),
         "pad_frac": statistics.fmean(pads) if pads else None,
@@ -278,12 +282,13 @@ def report(result: dict, threads: int) -> None:
     busy = "busy" if max(lo, hi) > cores * 0.75 else "quiet"
     print(f"\n{size}: {PROMPTS} prompts x {G} samples/step, <= {MAX_NEW} new tokens, GRPO, beta 0, CPU fp32, "
           f"{threads} thread(s); load average {lo:.1f} -> {hi:.1f} on {cores} cores ({busy})")
-    print(f"{'':16}{'steps':>6}{'s/step':>8}{'range':>14}{'generate':>10}{'update':>8}{'skipped':>9}{'pad':>6}"
-          f"{'GFLOP/s':>9}{'mm peak':>9}{'RSS MB':>8}")
+    print(f"{'':16}{'steps':>6}{'s/step':>8}{'range':>14}{'generate':>10}{'update':>8}{'tokens':>8}{'skipped':>9}"
+          f"{'pad':>6}{'GFLOP/s':>9}{'mm peak':>9}{'RSS MB':>8}")
     for name, s in sides.items():
         pad = f"{s['pad_frac']:.0%}" if s["pad_frac"] is not None else "-"
         print(f"{name:16}{s['steps']:>6}{s['secs']:>8.2f}{s['secs_min']:>7.2f}-{s['secs_max']:<6.2f}{s['generate']:>10.2f}"
-              f"{s['update']:>8.2f}{s['skipped']:>9.0%}{pad:>6}{s['gflops']:>9.1f}{s['mm_peak']:>9.1f}{s['rss']:>8.0f}")
+              f"{s['update']:>8.2f}{s['len_mean']:>8.1f}{s['skipped']:>9.0%}{pad:>6}{s['gflops']:>9.1f}{s['mm_peak']:>9.1f}"
+              f"{s['rss']:>8.0f}")
         for e in s["eval"]:
             print(f"{'':16}held-out pass@1 {e['pass@1']:.3f}, compliance {e['compliance']:.3f}")
     ratios = [t / k for t, k in zip(sides["trl"]["per_pair"], sides["kitae"]["per_pair"])]
