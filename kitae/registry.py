@@ -27,6 +27,14 @@ def closest(name: str, choices: list[str]) -> str | None:
     return hits[0] if hits else None
 
 
+def close_names(name: str, choices: list[str], n: int = 5, prefixes: tuple[str, ...] = ()) -> list[str]:
+    """Up to `n` valid names close to `name`, best first; a choice that is `name` behind one of `prefixes`
+    ("eval/" + "pass@1") comes first."""
+    exact = [p + name for p in prefixes if p + name in choices]
+    similar = difflib.get_close_matches(name, choices, n=n, cutoff=0.5)
+    return list(dict.fromkeys(exact + similar))[:n]
+
+
 def unknown_name_message(kind: str, name: str, choices: list[str]) -> str:
     hint = closest(name, choices)
     msg = f"unknown {kind} '{name}'"

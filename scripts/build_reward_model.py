@@ -35,13 +35,14 @@ import argparse
 import json
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
 
 from kitae.chat import IM_END, IM_START
 from kitae.data.loader import load_prompts
+from kitae.threads import set_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_BASE = ROOT / "kitae" / "assets" / "models" / "kitae-tiny-base"
@@ -65,7 +66,7 @@ class BuildConfig:
     center_coef: float = 0.01
     wrong_per_row: int = 4  # wrong-answer pairs per training prompt (the hard kind; the others saturate fast)
     max_length: int = 96  # tokens; longer texts (loops) are cut from the left, keeping the end the RM reads
-    threads: int = 1  # torch threads; on a shared machine 2 spin-waiting OpenMP threads can be 5x slower
+    threads: int | None = None  # torch threads; None: kitae.threads' rule for the model's size
     save_dtype: str = "float32"  # float32 | bfloat16 (halves the size; kitae loads it back as float32)
 
 
@@ -326,17 +327,18 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with train.jsonl and test.jsonl")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     for name, field in BuildConfig.__dataclass_fields__.items():
-        p.add_argument("--" + name.replace("_", "-"), type=type(field.default), default=field.default)
+        kind = int if name == "threads" else type(field.default)
+        p.add_argument("--" + name.replace("_", "-"), type=kind, default=field.default)
     args = p.parse_args(argv)
     cfg = BuildConfig(**{k: getattr(args, k) for k in BuildConfig.__dataclass_fields__})
     if cfg.init not in ("scratch", "base") or cfg.save_dtype not in ("float32", "bfloat16"):
         p.error("--init is scratch or base; --save-dtype is float32 or bfloat16")
-    torch.set_num_threads(cfg.threads)
     random.seed(cfg.seed)
     train_pairs = make_pairs(load_prompts(args.data / "train.jsonl"), cfg.seed, cfg.wrong_per_row)
     test_rows = load_prompts(args.data / "test.jsonl")
     test_pairs = make_pairs(test_rows, cfg.seed + 1)
     model, tok = build_model(args.base, cfg)
+    cfg = replace(cfg, threads=set_threads(cfg.threads, params=sum(p.numel() for p in model.parameters())))
     check_format(tok, test_rows[0])
     start = time.time()
     train(model, tok, train_pairs, cfg)

@@ -147,12 +147,15 @@ def main() -> None:
     ap.add_argument("--eval-prompts", type=int, default=100)
     ap.add_argument("-k", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: chosen from the model size)")
     args = ap.parse_args()
 
     from kitae.l2s.train import TrainSettings, sft
     from kitae.models import resolve_model_path
+    from kitae.threads import set_threads
 
     base = resolve_model_path(args.base)
+    set_threads(args.threads, base)
     rows = load_prompts(resolve_data_path(args.data))[: args.limit]
     data = args.out.parent / "verbose_sft.jsonl"
     write_jsonl(data, sft_data(rows, args.seed))

@@ -6,10 +6,31 @@ after each test keeps every later test's result independent of the order tests r
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 _SESSION_THREADS = torch.get_num_threads()
+ROOT = Path(__file__).resolve().parents[1]
+# what a test run may leave in the checkout (screenshots of the browser tests, caches)
+MAY_WRITE = {".pytest_cache", "test-artifacts", "__pycache__", ".benchmarks"}
+
+
+def _checkout_entries() -> set[str]:
+    top = {p.name for p in ROOT.iterdir()} - MAY_WRITE
+    nested = {f"{d}/{p.name}" for d in ("runs", "curated", "eval_results") if (ROOT / d).is_dir()
+              for p in (ROOT / d).iterdir()}
+    return top | nested
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _nothing_written_into_the_checkout():
+    """Tests write into tmp_path, never into the checkout (a relative default such as runs/judge-cache would)."""
+    before = _checkout_entries()
+    yield
+    new = sorted(_checkout_entries() - before)
+    assert not new, f"tests wrote {', '.join(new)} into the checkout {ROOT}; write into tmp_path instead"
 
 
 @pytest.fixture(autouse=True)

@@ -34,6 +34,10 @@ Presets fill the fields of ``cfg`` still at their LossConfig default; a field se
 KL in the loss (GRPO Eq. 3): when ``cfg.kl_coef > 0`` the per-token ``kl_coef * KL(pi || pi_ref)`` estimate is
 added and aggregated the same way as the policy term (for gspo and kimi: mean over tokens, then sequences).
 
+Sampler mismatch: ``LossInputs.is_weight`` [B, T] (truncated importance weights, kitae.algorithms.mismatch)
+multiplies every loss's per-token policy term before the KL term is added. For the sequence-level gspo and kimi
+losses this weighs each sequence's loss by the mean weight of its tokens.
+
 Aggregation (:func:`aggregate`) divides by the :class:`Normalizer`'s full optimizer-batch counts, never by
 the micro-batch's own, so micro-batch losses sum to the full-batch loss: gradient accumulation is exact. In
 multi-process runs the counts are summed over the processes (:meth:`Normalizer.over_processes`), so the
@@ -76,6 +80,7 @@ class LossInputs:
     advantages: torch.Tensor  # [B] one per sequence
     mask: torch.Tensor  # [B, T] 1.0 for completion tokens that count, else 0.0
     ref_logp: torch.Tensor | None = None  # [B, T] reference policy, for KL in the loss
+    is_weight: torch.Tensor | None = None  # [B, T] truncated importance weights of the sampler (no grad)
 
 
 @dataclass
@@ -240,8 +245,10 @@ def _per_sequence(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def _finish(
     pg: torch.Tensor, inp: LossInputs, cfg: LossConfig, norm: Normalizer, mode: str, metrics: dict[str, float]
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Add the KL term, aggregate, and add the metrics every loss shares."""
+    """Weight by the sampler's importance weights, add the KL term, aggregate, add the shared metrics."""
     mask = inp.mask.float()  # [B, T]
+    if inp.is_weight is not None:  # TIS (kitae.algorithms.mismatch): the policy term only, as TRL and veRL do
+        pg = pg * inp.is_weight.float()  # [B, T]
     if inp.ref_logp is not None:
         keep = mask > 0
         logp = torch.where(keep, inp.logp.float(), torch.zeros_like(mask))  # [B, T]
@@ -379,7 +386,7 @@ def _check_inputs(inp: LossInputs) -> None:
     shape = tuple(inp.logp.shape)
     if len(shape) != 2:
         raise ValueError(f"logp must be [B, T], got shape {shape}")
-    for name in ("old_logp", "mask", "ref_logp"):
+    for name in ("old_logp", "mask", "ref_logp", "is_weight"):
         t = getattr(inp, name)
         if t is not None and tuple(t.shape) != shape:
             raise ValueError(f"{name} has shape {tuple(t.shape)}, logp {shape}; they must match")

@@ -20,6 +20,8 @@ from typing import Any, Optional
 
 import typer
 
+from kitae.cli.options import threads_option
+
 DATA_HELP = "Prompt set (.jsonl, .json, .parquet or a datasets folder). Never written to."
 OUT_HELP = "Output .jsonl; the dropped rows and the report go beside it (NAME.dropped.jsonl, NAME.report.json)."
 SET_HELP = "Any setting of this step: --set key=value (repeatable; values read as YAML)."
@@ -52,7 +54,7 @@ def _progress_factory(quiet: bool):
 
 
 def _single(name: str, data: Path, out: Path, settings: dict[str, Any], set_: list[str], quiet: bool,
-            restart: bool = False) -> None:
+            restart: bool = False, threads: Optional[int] = None) -> None:
     from kitae.config import apply_overrides
     from kitae.curate.pipeline import check_paths, parse_step, run_step, step_files
     from kitae.data.loader import load_prompts
@@ -61,7 +63,12 @@ def _single(name: str, data: Path, out: Path, settings: dict[str, Any], set_: li
     cfg = apply_overrides({k: v for k, v in settings.items() if v is not None}, list(set_))
     planned = parse_step(name, cfg, "")
     rows = load_prompts(data)
-    result = run_step(planned, rows, out, str(data), _progress_factory(quiet), restart=restart)
+    if name in SAMPLED and not restart:
+        _resume_note(name, out, len(rows))
+    try:
+        result = run_step(planned, rows, out, str(data), _progress_factory(quiet), restart=restart, threads=threads)
+    except KeyboardInterrupt:
+        _interrupted(name, out, len(rows))
     typer.echo(result.report.render())
     files = step_files(out)
     typer.echo(f"wrote {len(result.rows)} rows to {out}; dropped rows: {files['dropped']}; report: {files['report']}")
@@ -83,6 +90,41 @@ def _mix(text: Optional[str], option: str) -> Optional[dict[str, float]]:
         if not sep or not key.strip():
             raise ConfigError(option, f"expected name=share pairs such as hard=1,medium=1; got {part!r}")
     return out
+
+
+SAMPLED = ("difficulty", "hackable")  # the steps that sample a model and keep a progress file
+
+
+def _progress_path(out: Path) -> Path:
+    from kitae.curate.step import Context
+
+    return Context(out=out).sidecar("progress.jsonl")
+
+
+def _resume_note(step: str, out: Path, total: int) -> None:
+    from kitae.curate.sampling import prompts_done
+
+    done = prompts_done(_progress_path(out))
+    if done:
+        typer.echo(f"[{step}] resuming: {done} of {total} prompts are already in {_progress_path(out)}", err=True)
+
+
+def _interrupted(step: str, out: Path, total: int) -> None:
+    """Ctrl-C: say where a sampling step stopped and that the same command resumes; exit 130 (as shells do)."""
+    from kitae.curate.sampling import prompts_done
+
+    progress = _progress_path(out)
+    if step in SAMPLED and not prompts_done(progress):
+        typer.echo(f"\n[{step}] stopped (Ctrl-C) before its first batch of prompts was done; nothing was saved.",
+                   err=True)
+    elif step in SAMPLED:
+        done = prompts_done(progress)
+        typer.echo(f"\n[{step}] stopped (Ctrl-C) after {done} of {total} prompts; their samples are saved in "
+                   f"{progress}. Run the same command again to resume from there (--restart starts over).",
+                   err=True)
+    else:
+        typer.echo(f"\n[{step}] stopped (Ctrl-C); nothing was written to {out}.", err=True)
+    raise typer.Exit(130)
 
 
 Data = typer.Option(..., "--data", "-d", help=DATA_HELP)
@@ -109,12 +151,12 @@ def dedupe(
     ngram_threshold: float = typer.Option(0.92, help="Character n-gram cosine for near-verbatim copies."),
     model: str = typer.Option("all-MiniLM-L6-v2", help="Sentence-transformers model: the packaged name or a folder."),
     no_embed: bool = typer.Option(False, "--no-embed", help="Skip the embedding layer (text layers only)."),
-    set_: list[str] = Set, quiet: bool = Quiet,
+    set_: list[str] = Set, quiet: bool = Quiet, threads: Optional[int] = threads_option(),
 ) -> None:
     """Drop exact, normalized and near-duplicate prompts, and prompts that overlap an eval set."""
     settings = {"eval": [str(p) for p in eval_], "threshold": threshold, "ngram_threshold": ngram_threshold,
                 "model": model, "embedding": not no_embed}
-    _single("dedupe", data, out, settings, set_, quiet)
+    _single("dedupe", data, out, settings, set_, quiet, threads=threads)
 
 
 def difficulty(
@@ -128,12 +170,12 @@ def difficulty(
     drop_solved: bool = typer.Option(False, help="Drop prompts solved n/n times."),
     drop_unsolved: bool = typer.Option(False, help="Drop prompts solved 0/n times."),
     restart: bool = typer.Option(False, help="Ignore the progress file of an earlier run and start over."),
-    set_: list[str] = Set, quiet: bool = Quiet,
+    set_: list[str] = Set, quiet: bool = Quiet, threads: Optional[int] = threads_option(),
 ) -> None:
     """Pass rate of n samples per prompt as its difficulty; resumable (OUT-stem.progress.jsonl)."""
     settings = {"model": model, "n": n, "temperature": temperature, "max_new_tokens": max_new_tokens,
                 "grader": grader, "seed": seed, "drop_solved": drop_solved, "drop_unsolved": drop_unsolved}
-    _single("difficulty", data, out, settings, set_, quiet, restart)
+    _single("difficulty", data, out, settings, set_, quiet, restart, threads)
 
 
 def hackable(
@@ -145,12 +187,12 @@ def hackable(
     seed: int = typer.Option(0, help="Sampling seed."),
     drop: bool = typer.Option(False, help="Drop guessable prompts (default: tag them)."),
     restart: bool = typer.Option(False, help="Ignore the progress file of an earlier run and start over."),
-    set_: list[str] = Set, quiet: bool = Quiet,
+    set_: list[str] = Set, quiet: bool = Quiet, threads: Optional[int] = threads_option(),
 ) -> None:
     """Ask for the answer with no reasoning n times; a prompt answered right is guessable."""
     settings = {"model": model, "n": n, "max_new_tokens": max_new_tokens, "grader": grader,
                 "seed": seed, "drop": drop}
-    _single("hackable", data, out, settings, set_, quiet, restart)
+    _single("hackable", data, out, settings, set_, quiet, restart, threads)
 
 
 def balance(
@@ -200,6 +242,8 @@ def run(
     set_: list[str] = typer.Option([], "--set", help="A step's setting: --set dedupe.threshold=0.85 (repeatable)."),
     restart: bool = typer.Option(False, help="Ignore progress files of an earlier run."),
     quiet: bool = Quiet,
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="Torch CPU threads for the model steps. "
+                                          "Overrides the recipe's; default: chosen from each model's size."),
 ) -> None:
     """Run steps in order, each on the previous one's output; files per step, curated.jsonl and report.json."""
     from kitae.curate.pipeline import chain_summary, check_paths, load_recipe, parse_steps, run_chain
@@ -217,9 +261,19 @@ def run(
     check_paths([data], [out / "curated.jsonl"] + [out / f"{k:02d}-{p.name}.jsonl" for k, p in enumerate(planned, 1)])
     rows = load_prompts(data)
 
+    done: list = []
+
     def show(name: str, result) -> None:
+        done.append(result)
         typer.echo(result.report.render() + "\n")
 
-    results = run_chain(planned, rows, out, str(data), _progress_factory(quiet), restart, on_step=show)
+    threads = threads if threads is not None else spec.get("threads")
+    try:
+        results = run_chain(planned, rows, out, str(data), _progress_factory(quiet), restart, on_step=show,
+                            threads=threads)
+    except KeyboardInterrupt:
+        k = len(done)
+        _interrupted(planned[k].name, out / f"{k + 1:02d}-{planned[k].name}.jsonl",
+                     len(done[-1].rows) if done else len(rows))
     typer.echo(f"chain: {len(rows)} rows in, {len(results[-1].rows)} out\n" + chain_summary(results))
     typer.echo(f"wrote {out / 'curated.jsonl'}; per-step files and report.json in {out}")

@@ -10,6 +10,7 @@ The library does the work (kitae.graders.rows, kitae.graders.agreement) and rais
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -55,8 +56,18 @@ def grade(
         out.write_text("".join(lines), encoding="utf-8")
     else:
         sys.stdout.write("".join(lines))
-    summary = summarize([x for gs in grades for x in gs])
-    typer.echo(summary + (f"\nwrote {len(lines)} rows to {out}" if out else ""), err=out is None)
+    flat = [x for gs in grades for x in gs]
+    typer.echo(summarize(flat) + (f"\nwrote {len(lines)} rows to {out}" if out else ""), err=out is None)
+    _fail_when_nothing_graded(flat)
+
+
+def _fail_when_nothing_graded(grades: list[Grade]) -> None:
+    """Exit 1 when the grader failed on every sample: no score at all, and errors (the commonest printed above)."""
+    errors = sum(1 for g in grades if g.error)
+    if grades and errors and all(g.score is None for g in grades):
+        typer.secho(f"error: the grader failed on every sample ({errors} of {len(grades)} with an error, none "
+                    "scored); fix the grader spec or the data and grade again", fg=typer.colors.RED, err=True)
+        raise typer.Exit(1)
 
 
 def summarize(grades: list[Grade]) -> str:
@@ -165,7 +176,11 @@ def list_types() -> None:
     for name in GRADERS.names():
         try:
             doc = (GRADERS.get(name).__doc__ or "").strip()
-            doc = doc or (sys.modules[GRADERS.get(name).__module__].__doc__ or "").strip()
         except Exception as exc:  # an optional dependency missing: still list the name
             doc = f"(unavailable: {exc})"
-        typer.echo(f"{name:18} {doc.splitlines()[0] if doc else ''}")
+        typer.echo(f"{name:18} {plain(doc.splitlines()[0]) if doc else ''}".rstrip())
+
+
+def plain(text: str) -> str:
+    """A docstring line as plain text: ``code`` and `code` lose their backticks, :role:`x` its role."""
+    return re.sub(r"(:\w+:)?`{1,2}([^`]+)`{1,2}", r"\2", text)

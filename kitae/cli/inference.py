@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from kitae.chat import IM_END, split_at_end, to_messages
+from kitae.cli.options import threads_option
 
 
 def register(app: typer.Typer) -> None:
@@ -25,6 +26,7 @@ def chat(
     max_new_tokens: int = typer.Option(1024, help="Stop after this many new tokens."),
     seed: Optional[int] = typer.Option(None, help="Random seed for reproducible sampling."),
     raw: bool = typer.Option(False, help="Print the raw completion with its end marker and finish reason."),
+    threads: Optional[int] = threads_option(),
 ) -> None:
     """Answer one prompt the way the GRPO-zero recipe's inference code does: ChatML, stop at <|im_end|>."""
     from kitae.models import resolve_model_path
@@ -32,7 +34,9 @@ def chat(
     path = resolve_model_path(model, "--model")  # before torch is imported: a wrong path fails at once
     from kitae.rollout.base import SamplingParams
     from kitae.rollout.hf import HFEngine
+    from kitae.threads import set_threads
 
+    set_threads(threads, path)
     engine = HFEngine.from_pretrained(path)
     sp = SamplingParams(temperature, top_p, 0, repetition_penalty, max_new_tokens, seed=seed)
     [[c]] = engine.generate([to_messages(prompt, system)], 1, sp)
@@ -44,8 +48,8 @@ def chat(
 
 
 def generate(
-    data: Path = typer.Option(..., "--data", help="Prompt set (.jsonl, .parquet or a datasets folder)."),
-    out: Path = typer.Option(..., "--out", help="Where to write one JSON row per prompt with its samples."),
+    data: Path = typer.Option(..., "--data", "-d", help="Prompt set (.jsonl, .parquet or a datasets folder)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Where to write one JSON row per prompt with its samples."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Model folder; default: the bundled model."),
     n: int = typer.Option(4, "-n", help="Completions per prompt."),
     temperature: float = typer.Option(1.0, help="Sampling temperature (0 = greedy)."),
@@ -56,6 +60,7 @@ def generate(
     batch_prompts: int = typer.Option(16, help="Prompts per generation batch."),
     seed: int = typer.Option(0, help="Random seed."),
     limit: Optional[int] = typer.Option(None, help="Only the first N prompts."),
+    threads: Optional[int] = threads_option(),
 ) -> None:
     """Sample K completions per prompt. Output rows are {"item": row, "samples": [...]}, ready for `kitae grade`."""
     from kitae.models import resolve_model_path
@@ -66,8 +71,10 @@ def generate(
     from kitae.data.loader import load_prompts, write_jsonl
     from kitae.rollout.base import SamplingParams
     from kitae.rollout.hf import HFEngine
+    from kitae.threads import set_threads
 
     rows = load_prompts(data)[:limit]
+    set_threads(threads, model_path)
     engine = HFEngine.from_pretrained(model_path)
     out_rows = []
     with tqdm(total=len(rows), desc="generate", unit="prompt") as bar:

@@ -19,6 +19,8 @@ from typing import Optional
 
 import typer
 
+from kitae.cli.options import threads_option
+
 DATA_HELP = "Prompt set: a .jsonl/.parquet file, a datasets folder, or bundled:arith/test."
 GRADER_HELP = "Grader spec: a type name ('answer'), inline YAML/JSON, or a spec file."
 
@@ -76,6 +78,7 @@ def eval_models(
     seed: int = typer.Option(0, help="Sampling seed (the same for every model)."),
     out: Path = typer.Option(Path("eval_results"), "--out", "-o", help="Folder for per-sample results."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON instead of a table."),
+    threads: Optional[int] = threads_option(),
 ) -> None:
     """pass@1 over k samples, mean/p90 completion tokens and template compliance, per model, in one table,
     then score against mean tokens (the token-efficiency view of Kimi k1.5's long2short figure)."""
@@ -83,6 +86,7 @@ def eval_models(
     from kitae.l2s.compare import (ModelReport, efficiency_plot, evaluate_model, format_table, mark_frontier,
                                    parse_model_arg, unique_names, write_results)
     from kitae.models import resolve_model_path
+    from kitae.threads import set_threads
 
     parsed = [parse_model_arg(m) for m in model]
     for _, path in parsed:  # every model before any work, so the third one's typo does not waste the first's
@@ -92,6 +96,7 @@ def eval_models(
     reports = []
     try:
         for name, (_, path) in zip(unique_names([n for n, _ in parsed]), parsed):
+            set_threads(threads, path)
             bar = _Progress(len(rows), f"{name} (k={k})")
             try:
                 metrics, results = evaluate_model(path, rows, g, k, _sampling(temperature, max_new_tokens, seed),
@@ -116,10 +121,12 @@ def merge(
     out: Path = typer.Option(..., "--out", "-o", help="Folder for the merged model."),
     weights: Optional[str] = typer.Option(None, help="Comma-separated weights, e.g. 0.5,0.5 (normalized)."),
     base: Optional[str] = typer.Option(None, help="Base model of LoRA adapters (default: the adapter's own)."),
+    threads: Optional[int] = threads_option(),
 ) -> None:
     """Average the weights of models (Kimi k1.5 long2short model merging); LoRA adapters are merged first."""
     from kitae.errors import ConfigError
     from kitae.models import resolve_model_path
+    from kitae.threads import set_threads
 
     paths = [resolve_model_path(m, "--model", adapter=True) for m in models]  # before torch is imported
     base = base and resolve_model_path(base, "--base")
@@ -129,16 +136,18 @@ def merge(
         raise ConfigError("--weights", f"expected numbers separated by commas, got {weights!r}") from None
     from kitae.l2s.merge import merge_models, normalize_weights
 
+    set_threads(threads, paths[0])
     merge_models(paths, out, w, base)
     shown = ", ".join(f"{m} x {x:.3g}" for m, x in zip(models, normalize_weights(w, len(models))))
     typer.echo(f"merged {shown} -> {out}")
 
 
-def _sample(model, samples, data, grader, n, temperature, max_new_tokens, limit, seed, pass_threshold):
+def _sample(model, samples, data, grader, n, temperature, max_new_tokens, limit, seed, pass_threshold, threads):
     from kitae.errors import ConfigError
     from kitae.graders import build_grader
     from kitae.l2s.selection import read_samples, sample_groups
     from kitae.models import resolve_model_path
+    from kitae.threads import set_threads
 
     if (model is None) == (samples is None):
         raise ConfigError("--model", "give --model (sample now) or --samples (per-sample results of `kitae eval`)")
@@ -149,6 +158,7 @@ def _sample(model, samples, data, grader, n, temperature, max_new_tokens, limit,
         raise ConfigError("--data", "give the prompt set to sample from")
     g = build_grader(grader, "--grader")
     rows = _rows(data, limit)
+    set_threads(threads, model)
     bar = _Progress(len(rows), f"sampling n={n}")
     try:
         return sample_groups(model, rows, g, n, _sampling(temperature, max_new_tokens, seed), pass_threshold, bar)
@@ -170,12 +180,14 @@ def shortest(
     limit: Optional[int] = typer.Option(None, help="Only the first N prompts."),
     seed: int = typer.Option(0, help="Sampling seed."),
     pass_threshold: float = typer.Option(1.0, help="Correct when the grader's score is at least this."),
+    threads: Optional[int] = threads_option(),
 ) -> None:
     """Shortest-rejection sampling: n samples per prompt, keep the shortest correct one as an SFT target."""
     from kitae.data.loader import write_jsonl
     from kitae.l2s.selection import selection_stats, sft_rows
 
-    groups = _sample(model, samples, data, grader, n, temperature, max_new_tokens, limit, seed, pass_threshold)
+    groups = _sample(model, samples, data, grader, n, temperature, max_new_tokens, limit, seed, pass_threshold,
+                     threads)
     rows = sft_rows(groups)
     write_jsonl(out, rows)
     _report(selection_stats(groups, rows), out, rows, "completion_tokens")
@@ -196,12 +208,14 @@ def dpo_pairs(
     limit: Optional[int] = typer.Option(None, help="Only the first N prompts."),
     seed: int = typer.Option(0, help="Sampling seed."),
     pass_threshold: float = typer.Option(1.0, help="Correct when the grader's score is at least this."),
+    threads: Optional[int] = threads_option(),
 ) -> None:
     """DPO pairs: chosen = the shortest correct sample; rejected = wrong longer ones and correct ones >= 1.5x."""
     from kitae.data.loader import write_jsonl
     from kitae.l2s.selection import dpo_rows, selection_stats
 
-    groups = _sample(model, samples, data, grader, n, temperature, max_new_tokens, limit, seed, pass_threshold)
+    groups = _sample(model, samples, data, grader, n, temperature, max_new_tokens, limit, seed, pass_threshold,
+                     threads)
     rows = dpo_rows(groups, ratio, max_pairs)
     write_jsonl(out, rows)
     _report(selection_stats(groups, rows), out, rows, "rejected_tokens")
@@ -236,12 +250,15 @@ def sft(
     max_steps: int = MAX_STEPS,
     max_length: int = MAX_LENGTH,
     seed: int = typer.Option(0, help="Seed."),
+    threads: Optional[int] = threads_option(),
 ) -> None:
     """Supervised fine-tuning on the shortest correct samples, with TRL's SFTTrainer."""
     from kitae.l2s.train import sft as run_sft
     from kitae.models import resolve_model_path
+    from kitae.threads import set_threads
 
     settings = _settings(epochs, lr, batch_size, max_steps, max_length, seed)
+    set_threads(threads, model)
     metrics = run_sft(resolve_model_path(model, "--model"), data, out, settings)
     typer.echo(f"SFT done: loss {metrics.get('train_loss', float('nan')):.4f} -> {out}")
 
@@ -257,12 +274,15 @@ def dpo(
     max_steps: int = MAX_STEPS,
     max_length: int = MAX_LENGTH,
     seed: int = typer.Option(0, help="Seed."),
+    threads: Optional[int] = threads_option(),
 ) -> None:
     """DPO on (shortest correct, longer) pairs, with TRL's DPOTrainer."""
     from kitae.l2s.train import dpo as run_dpo
     from kitae.models import resolve_model_path
+    from kitae.threads import set_threads
 
     settings = _settings(epochs, lr, batch_size, max_steps, max_length, seed)
+    set_threads(threads, model)
     metrics = run_dpo(resolve_model_path(model, "--model"), data, out, settings, beta)
     typer.echo(f"DPO done: loss {metrics.get('train_loss', float('nan')):.4f}, "
                f"reward accuracy {metrics.get('rewards/accuracies', float('nan')):.3f} -> {out}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import warnings
 
 import typer
 
@@ -55,12 +56,17 @@ def _root(
 
 
 def _quiet_libraries() -> None:
-    """Hide transformers' per-file progress bars and advice; kitae prints its own progress.
+    """Hide transformers' and datasets' progress bars and advice (kitae prints its own progress) and the
+    deprecation warnings a dependency raises about its own internals (TRL's configs still pass transformers'
+    `gradient_checkpointing`, its trainers call `gradient_checkpointing_enable` and friends): a person running
+    kitae can do nothing about them.
 
     Set through the environment (read when a library is first imported), so a command that never loads a model
     does not pay for importing transformers (seconds) just to silence it."""
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    warnings.filterwarnings("ignore", message=r".*`\w*gradient_checkpointing\w*` is deprecated", category=FutureWarning)
 
 
 def main() -> None:

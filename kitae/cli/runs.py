@@ -35,15 +35,20 @@ def list_command(runs: Path = RUNS_OPTION) -> None:
 def show_command(
     name: str = typer.Argument(..., help="Run name (a folder under --runs) or a run folder's path."),
     runs: Path = RUNS_OPTION,
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON, for scripts."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON (every evaluation with all its "
+                                 "metrics under all_evals), for scripts."),
+    config: bool = typer.Option(False, "--config", help="Also print the run's config."),
 ) -> None:
-    """A run's status, latest metrics, first and latest evaluation, and config."""
+    """A run's status, latest metrics and every evaluation; its config with --config."""
     with open_run(runs, name) as store:
-        summary = store.summary()
+        with store.snapshot():
+            summary = store.summary()
+            evals = [{"step": e.step, "score": e.score, "metrics": e.metrics, "n_samples": e.n_samples,
+                      "logged_at": e.logged_at} for e in store.evals()]
     if as_json:
-        typer.echo(json.dumps(summary, indent=2, ensure_ascii=False))
+        typer.echo(json.dumps({**summary, "all_evals": evals}, indent=2, ensure_ascii=False))
     else:
-        typer.echo(format_summary(summary))
+        typer.echo(format_summary(summary, evals, config))
 
 
 # ---- formatting ----------------------------------------------------------------------------------
@@ -64,7 +69,7 @@ def _table_row(s: RunSummary) -> tuple[str, ...]:
     return (s.name, s.status, s.model or "-", steps, reward, score, fmt_time(s.updated_at))
 
 
-def format_summary(summary: dict[str, Any]) -> str:
+def format_summary(summary: dict[str, Any], evals: list[dict[str, Any]], with_config: bool = False) -> str:
     lines = [
         f"run       {summary['name']}  ({summary['path']})",
         f"status    {summary['status']}  (pid {summary['pid']} on {summary['host']})",
@@ -76,12 +81,12 @@ def format_summary(summary: dict[str, Any]) -> str:
         "",
         *_metric_lines(summary["metrics"], summary["steps"]),
         "",
-        *_eval_lines(summary),
+        *eval_table(evals),
         *_event_lines(summary.get("events") or []),
+        *_final_lines(summary.get("final")),
     ]
-    if summary["final"]:
-        lines += ["", "final summary", *_indent(yaml.safe_dump(summary["final"], sort_keys=False, allow_unicode=True))]
-    lines += ["", "config", *_indent(yaml.safe_dump(summary["config"], sort_keys=False, allow_unicode=True))]
+    if with_config:
+        lines += ["", "config", *_indent(yaml.safe_dump(summary["config"], sort_keys=False, allow_unicode=True))]
     return "\n".join(lines).rstrip()
 
 
@@ -89,6 +94,17 @@ def _sandbox_lines(paths: list[str]) -> list[str]:
     if not paths:
         return []
     return [f"sandbox   none at {', '.join(paths)}: this run ran untrusted code WITHOUT isolation"]
+
+
+# what the trainer's final summary repeats of the summary above it; anything else it holds (an error) is shown
+_SHOWN = {"status", "name", "path", "steps", "metrics", "first_eval", "latest_eval"}
+
+
+def _final_lines(final: dict[str, Any] | None) -> list[str]:
+    extra = {k: v for k, v in (final or {}).items() if k not in _SHOWN}
+    if not extra:
+        return []
+    return ["", "final summary", *_indent(yaml.safe_dump(extra, sort_keys=False, allow_unicode=True))]
 
 
 def _metric_lines(metrics: dict[str, dict[str, Any]], last_step: int | None) -> list[str]:
@@ -102,15 +118,22 @@ def _metric_lines(metrics: dict[str, dict[str, Any]], last_step: int | None) -> 
     return lines
 
 
-def _eval_lines(summary: dict[str, Any]) -> list[str]:
-    if not summary["evals"]:
+def eval_table(evals: list[dict[str, Any]]) -> list[str]:
+    """One row per evaluation: step, score and each top-level metric (slices such as pass@1/easy are in
+    --json and on the run page)."""
+    if not evals:
         return ["evals: none yet"]
-    lines = [f"evals ({summary['evals']})"]
-    for label in ("first", "latest"):
-        e = summary[f"{label}_eval"]
-        others = "  ".join(f"{k} {fmt_number(v)}" for k, v in e["metrics"].items() if k != "score")
-        lines.append(f"  {label:<6}  step {e['step']:<6}  score {fmt_number(e['score'])}   {others}")
-    return lines
+    keys: dict[str, None] = {}
+    for e in evals:
+        keys.update({k: None for k in e["metrics"] if "/" not in k and k != "score"})
+    header = ["step", "score", *keys]
+    rows = [[str(e["step"]), fmt_number(e["score"]), *(fmt_number(e["metrics"].get(k)) for k in keys)]
+            for e in evals]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    table = ["  " + "  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in [header, *rows]]
+    slices = sorted({k for e in evals for k in e["metrics"] if "/" in k})
+    note = [f"  (also per slice: {', '.join(slices[:4])}{', ...' if len(slices) > 4 else ''}; see --json)"]
+    return [f"evals ({len(evals)})", *table, *(note if slices else [])]
 
 
 def _event_lines(events: list[dict[str, Any]]) -> list[str]:

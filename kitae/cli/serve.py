@@ -24,7 +24,9 @@ from typing import Optional
 
 import typer
 
+from kitae.cli.options import threads_option
 from kitae.serving.http import DEFAULT_MAX_BODY_MB, TOKEN_ENV
+from kitae.threads import set_threads
 
 HOST_HELP = "Interface to listen on (loopback by default); any other address needs --token."
 TOKEN_HELP = (f"Access token every request must send as 'Authorization: Bearer TOKEN' (default: ${TOKEN_ENV}); "
@@ -59,6 +61,7 @@ def serve_rm(
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     name: str = typer.Option(None, "--name", help="Model name reported to clients (default: the folder name)."),
     verbose: bool = typer.Option(False, "--verbose", help="Log every request to stderr."),
+    threads: int = threads_option(),
 ) -> None:
     """Serve a local reward model (AutoModelForSequenceClassification) for `type: reward_model` graders."""
     from kitae.errors import ConfigError
@@ -71,6 +74,7 @@ def serve_rm(
     path = local_model_folder(resolve_rm_path(model), "--model")
     if dtype not in ("float32", "bfloat16", "float16"):
         raise ConfigError("--dtype", f"expected float32, bfloat16 or float16, got {dtype!r}")
+    set_threads(threads, path)
     scorer = LocalRewardModel(path, batch_size=batch_size, max_length=max_length, device=device, dtype=dtype)
     server = make_server(scorer, host, port, name, quiet=not verbose, token=token,
                          limits=HttpLimits.from_mb(max_body_mb), max_items=max_items, max_chars=max_chars)
@@ -122,6 +126,7 @@ def serve_model(
     device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu or cuda:1."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     verbose: bool = typer.Option(False, "--verbose", help="Log every request to stderr."),
+    threads: int = threads_option(),
 ) -> None:
     """Serve a local causal LM: a judge (`type: judge`) or a rollout server (`sampling.engine: server`).
 
@@ -139,6 +144,7 @@ def serve_model(
     from kitae.serving.http import HttpLimits
     from kitae.serving.server import load_service, make_server
 
+    set_threads(threads, model)
     service = load_service(None if model == "bundled" else model, name, device, dtype, max_context=max_context,
                            default_max_tokens=max_tokens, max_batch=max_batch)
     server = make_server(service, host, port, quiet=not verbose, token=token, limits=HttpLimits.from_mb(max_body_mb))

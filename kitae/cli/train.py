@@ -70,18 +70,57 @@ def _run(cfg, resume: bool, quiet: bool, checked=None, **resume_options: bool) -
     trainer = Trainer(cfg, resume=resume, checked=checked, **resume_options)
     show = trainer.acc.is_main_process and not quiet
     bar = tqdm(total=cfg.optim.steps, initial=trainer.start_step, desc=cfg.name, unit="step", disable=not show)
-
-    def on_step(step: int, m: dict) -> None:
-        bar.update(1)
-        bar.set_postfix(
-            reward=_fmt(m.get("reward")), kl=_fmt(m.get("kl")), len=_fmt(m.get("len_mean"), 1), refresh=False
-        )
-
-    trainer.on_step = on_step
+    console = Console(bar, show, trainer.acc.is_main_process)
+    trainer.on_step, trainer.on_eval_start, trainer.on_eval = console.on_step, console.on_eval_start, console.on_eval
     summary = trainer.train()
     bar.close()
     if trainer.acc.is_main_process:
         typer.echo(format_summary(summary))
+
+
+class Console:
+    """What a person watching `kitae train` sees: the step bar, each evaluation on its own bar and then as a
+    line when it ends. Evaluation time is taken out of the step bar's clock, so its ETA counts steps only."""
+
+    def __init__(self, bar, show: bool, main: bool, write=None):
+        self.bar, self.show, self.main = bar, show, main
+        self.write = write or bar.write  # a line printed above the bars
+
+    def on_step(self, step: int, m: dict) -> None:
+        self.bar.update(1)
+        self.bar.set_postfix(
+            reward=_fmt(m.get("reward")), kl=_fmt(m.get("kl")), len=_fmt(m.get("len_mean"), 1), refresh=False
+        )
+
+    def on_eval_start(self, step: int, prompts: int):
+        from tqdm import tqdm
+
+        ebar = tqdm(total=prompts, desc=f"eval at step {step}", unit="prompt", leave=False, position=1,
+                    disable=not self.show)
+
+        def progress(done: int) -> None:
+            ebar.update(done - ebar.n)
+            if done >= prompts:
+                ebar.close()
+
+        return progress
+
+    def on_eval(self, step: int, metrics: dict, seconds: float) -> None:
+        if not self.bar.disable:  # the evaluation's time is not the steps' time
+            self.bar.start_t += seconds
+            self.bar.last_print_t += seconds
+        if self.main:
+            self.write(eval_line(step, metrics, seconds))
+
+
+EVAL_KEYS = ("pass@1", "compliance", "len_mean", "trunc_rate")
+
+
+def eval_line(step: int, metrics: dict, seconds: float | None = None) -> str:
+    """`eval step 100  pass@1 0.239  compliance 0.996  len_mean 3.4  trunc_rate 0.000  (12 s)`"""
+    parts = [f"{k} {_fmt(metrics[k], 1 if k == 'len_mean' else 3)}" for k in EVAL_KEYS if k in metrics]
+    took = f"  ({seconds:.0f} s)" if seconds is not None else ""
+    return f"eval step {step:<5} " + "  ".join(parts) + took
 
 
 def _fmt(x, digits: int = 3) -> str:
@@ -89,12 +128,14 @@ def _fmt(x, digits: int = 3) -> str:
 
 
 def format_summary(s: dict) -> str:
+    """The last lines of a run: status, and how the held-out numbers moved from the first evaluation to the
+    latest (each evaluation was printed as it happened; `kitae runs show NAME` lists them all)."""
     lines = [f"run {s.get('name')} {s.get('status')} after {s.get('steps')} steps  ({s.get('path')})"]
     first, last = s.get("first_eval"), s.get("latest_eval")
-    if first and last:
-        keys = [k for k in ("pass@1", "compliance", "len_mean", "trunc_rate") if k in (last.get("metrics") or {})]
-        lines.append(f"{'eval':<12}{'step ' + str(first['step']):>12}{'step ' + str(last['step']):>12}")
-        for k in keys:
-            lines.append(f"{k:<12}{_fmt(first['metrics'].get(k)):>12}{_fmt(last['metrics'].get(k)):>12}")
+    if first and last and first["step"] != last["step"]:
+        a, b = first.get("metrics") or {}, last.get("metrics") or {}
+        moved = [f"{k} {_fmt(a.get(k), 1 if k == 'len_mean' else 3)} -> {_fmt(b[k], 1 if k == 'len_mean' else 3)}"
+                 for k in EVAL_KEYS if k in b]
+        lines.append(f"step {first['step']} -> {last['step']}: " + "  ".join(moved))
     lines.append(f"inspect it: kitae runs show {s.get('name')}")
     return "\n".join(lines)

@@ -244,6 +244,9 @@ def run_dedupe(rows: list[dict], cfg: DedupeConfig, ctx: Context) -> StepResult:
 
 def _encoder(cfg: DedupeConfig, ctx: Context) -> Any:
     """The sentence encoder, loaded once per context (ctx.engines also caches rollout engines)."""
+    from kitae.threads import set_threads
+
+    set_threads(ctx.threads, embed.resolve_model(cfg.model, "dedupe.model"))
     key = f"embed|{cfg.model}|{cfg.device}"
     if key not in ctx.engines:
         ctx.engines[key] = embed.load_encoder(cfg.model, cfg.device, "dedupe.model")

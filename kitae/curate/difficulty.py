@@ -182,13 +182,24 @@ def by_label(rows: list[dict], results: list[PromptResult], label: str, n: int, 
     return Table(f"{what} by {label}", [label, "prompts", f"mean {what}", f"{n}/{n}", f"0/{n}"], table_rows)
 
 
-def example_rows(rows: list[dict], results: list[PromptResult], pick, limit: int = 5) -> list[dict]:
+def example_rows(rows: list[dict], results: list[PromptResult], pick, limit: int = 5,
+                 passing: float | None = None) -> list[dict]:
+    """Up to `limit` rows that `pick` selects, each with one sample: the first, or with `passing` the first
+    whose score reached it."""
     out = []
     for row, res in zip(rows, results):
         if pick(res) and len(out) < limit:
             out.append({"prompt": prompt_text(row), "reference": row.get("reference_answer"),
-                        "passes": f"{res.passes}/{res.graded}", "sample": res.texts[0] if res.texts else ""})
+                        "passes": f"{res.passes}/{res.graded}", "sample": shown_sample(res, passing)})
     return out
+
+
+def shown_sample(res: PromptResult, passing: float | None = None) -> str:
+    """A sample for a report, without the U+FFFD a token limit leaves when it cuts a character's bytes."""
+    texts = res.texts
+    if passing is not None:
+        texts = [t for t, s in zip(res.texts, res.scores) if s is not None and s >= passing] or res.texts
+    return texts[0].rstrip("\ufffd") if texts else ""
 
 
 STEP = Step("difficulty", DifficultyConfig, run_difficulty)

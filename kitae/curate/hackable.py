@@ -69,7 +69,7 @@ def run_hackable(rows: list[dict], cfg: HackableConfig, ctx: Context) -> StepRes
     report.stats.update({"model": cfg.model or "bundled", "n": cfg.n, "min_hits": cfg.min_hits,
                          "guessable": sum(r.passes >= cfg.min_hits for r in results),
                          "seconds": round(time.perf_counter() - t0, 1)})
-    report.examples = example_rows(rows, results, lambda r: r.passes >= cfg.min_hits)
+    report.examples = example_rows(rows, results, lambda r: r.passes >= cfg.min_hits, passing=cfg.pass_threshold)
     return StepResult(kept, dropped, report)
 
 

@@ -21,6 +21,7 @@ A recipe (YAML)::
       - dedupe: {eval: [kitae/assets/data/arith/test.jsonl]}
       - difficulty: {n: 10, drop_solved: true, drop_unsolved: true}
       - balance: {bands: {hard: 1, medium: 1, easy: 1}}
+    threads: 1                                    # optional: torch threads (default: by model size)
 """
 
 from __future__ import annotations
@@ -73,9 +74,12 @@ def parse_steps(entries: list[Any], overrides: list[str] | None = None, path: st
 
 def load_recipe(path: str | Path) -> dict:
     data = read_yaml(path)
-    unknown = set(data) - {"data", "out", "steps"}
+    unknown = set(data) - {"data", "out", "steps", "threads"}
     if unknown:
-        raise ConfigError(f"{path}: {sorted(unknown)[0]}", "unknown key (a recipe has data, out and steps)")
+        raise ConfigError(f"{path}: {sorted(unknown)[0]}", "unknown key (a recipe has data, out, steps and threads)")
+    threads = data.get("threads")
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+        raise ConfigError(f"{path}: threads", f"expected a whole number >= 1 (or leave it out), got {threads!r}")
     return data
 
 
@@ -107,12 +111,14 @@ def write_result(result: StepResult, step: str, out: Path) -> None:
 def run_step(
     planned: PlannedStep, rows: list[dict], out: Path | None = None, source: str = "<rows>",
     progress: Callable[[str, int], Progress] = no_progress, engines: dict | None = None, restart: bool = False,
+    threads: int | None = None,
 ) -> StepResult:
-    """Run one step on rows; with `out`, write its rows, dropped rows and report there."""
+    """Run one step on rows; with `out`, write its rows, dropped rows and report there. `threads`: torch threads
+    for a step that runs a model (None: chosen from the model's size, kitae.threads)."""
     if out is not None and not out.name.endswith(".jsonl"):
         raise ConfigError("--out", f"{out}: a step writes JSON Lines; give a path ending in .jsonl")
     ctx = Context(out=out, source=source, progress=progress, engines={} if engines is None else engines,
-                  restart=restart)
+                  restart=restart, threads=threads)
     result = STEPS.get(planned.name).run(rows, planned.config, ctx)
     if out is not None:
         write_result(result, planned.name, out)
@@ -122,7 +128,7 @@ def run_step(
 def run_chain(
     steps: list[PlannedStep], rows: list[dict], out_dir: Path, source: str = "<rows>",
     progress: Callable[[str, int], Progress] = no_progress, restart: bool = False,
-    on_step: Callable[[str, StepResult], None] = lambda name, result: None,
+    on_step: Callable[[str, StepResult], None] = lambda name, result: None, threads: int | None = None,
 ) -> list[StepResult]:
     """Run steps in order, each on the previous one's rows, writing every step's files into `out_dir`."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -131,7 +137,7 @@ def run_chain(
     results = []
     for k, planned in enumerate(steps, 1):
         out = out_dir / f"{k:02d}-{planned.name}.jsonl"
-        result = run_step(planned, rows, out, source, progress, engines, restart)
+        result = run_step(planned, rows, out, source, progress, engines, restart, threads)
         results.append(result)
         on_step(planned.name, result)
         rows, source = result.rows, str(out)
@@ -140,7 +146,8 @@ def run_chain(
     write_jsonl(out_dir / "curated.jsonl", rows)
     summary = {"steps": [r.report.to_dict() for r in results], "rows_out": len(rows)}
     (out_dir / "report.json").write_text(json.dumps(summary, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-    recipe = {"data": source_in, "out": str(out_dir), "steps": [{p.name: to_dict(p.config)} for p in steps]}
+    recipe = {"data": source_in, "out": str(out_dir), **({"threads": threads} if threads else {}),
+              "steps": [{p.name: to_dict(p.config)} for p in steps]}
     (out_dir / "recipe.yaml").write_text(yaml.safe_dump(recipe, allow_unicode=True, sort_keys=False), encoding="utf-8")
     return results
 

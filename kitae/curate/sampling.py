@@ -110,8 +110,25 @@ class ProgressFile:
             f.flush()
 
 
+def prompts_done(path: Path | None) -> int:
+    """How many prompts a progress file holds (0 when there is none); a torn last line does not count."""
+    if path is None or not path.exists():
+        return 0
+    lines = path.read_text(encoding="utf-8").splitlines()[1:]
+    done = 0
+    for line in lines:
+        try:
+            done += "key" in json.loads(line)
+        except json.JSONDecodeError:
+            pass
+    return done
+
+
 def get_engine(ctx: Context, model: str | None, dtype: str, device: str) -> Any:
-    """The rollout engine for `model`, loaded once per context."""
+    """The rollout engine for `model`, loaded once per context, with torch's thread count set for it."""
+    from kitae.threads import set_threads
+
+    set_threads(ctx.threads, model)
     key = f"{model}|{dtype}|{device}"
     if key not in ctx.engines:
         from kitae.rollout.hf import HFEngine

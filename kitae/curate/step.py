@@ -63,13 +63,15 @@ class StepResult:
 @dataclass
 class Context:
     """Where a step runs. ``out`` is the step's output file (resume files live beside it); ``engines`` caches
-    rollout engines by model so chained model-based steps load a model once."""
+    rollout engines by model so chained model-based steps load a model once; ``threads`` is the torch thread
+    count a step that runs a model uses (None: kitae.threads' rule for that model's size)."""
 
     out: Path | None = None
     source: str = "<rows>"
     progress: Callable[[str, int], Progress] = no_progress
     engines: dict[str, Any] = field(default_factory=dict)
     restart: bool = False
+    threads: int | None = None
 
     def sidecar(self, suffix: str) -> Path | None:
         """A file beside the output: curated/dedupe.jsonl -> curated/dedupe.<suffix>."""

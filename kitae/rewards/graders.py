@@ -105,6 +105,8 @@ class _ConfigGrader(Grader):
 
 @register_grader("template")
 class TemplateGrader(_ConfigGrader):
+    """The GRPO-zero recipe's reward 1: chat-template compliance (ends its turn, nothing after it, not cut off)."""
+
     config_cls = TemplateConfig
 
     def grade_sample(self, item: Item, sample: Sample) -> Grade:
@@ -113,6 +115,8 @@ class TemplateGrader(_ConfigGrader):
 
 @register_grader("repetition")
 class RepetitionGrader(_ConfigGrader):
+    """The GRPO-zero recipe's reward 2: a penalty for repeated character n-grams."""
+
     config_cls = RepetitionConfig
 
     def grade_sample(self, item: Item, sample: Sample) -> Grade:
@@ -133,6 +137,8 @@ def _token_lengths(sample: Sample, default_max: int | None) -> tuple[int, int] |
 
 @register_grader("overlong")
 class OverlongGrader(_ConfigGrader):
+    """The GRPO-zero recipe's reward 3: a soft, then hard penalty as a completion nears its token limit."""
+
     config_cls = OverlongConfig
 
     def grade_sample(self, item: Item, sample: Sample) -> Grade:
@@ -144,6 +150,8 @@ class OverlongGrader(_ConfigGrader):
 
 @register_grader("soft_overlong")
 class SoftOverlongGrader(_ConfigGrader):
+    """DAPO's soft overlong punishment: a linear penalty in the last tokens before the limit, -1 past it."""
+
     config_cls = SoftOverlongConfig
 
     def grade_sample(self, item: Item, sample: Sample) -> Grade:
@@ -155,6 +163,8 @@ class SoftOverlongGrader(_ConfigGrader):
 
 @register_grader("diversity")
 class DiversityGrader(_ConfigGrader):
+    """The GRPO-zero recipe's reward 4: a penalty for completions that duplicate others in their group."""
+
     config_cls = DiversityConfig
     needs_group = True
 

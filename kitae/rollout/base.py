@@ -5,10 +5,13 @@ graders can check the template), prompt and completion token ids, the sampling p
 why the sample ended ("stop", "length", or "repeat").
 
 Log-probs are those of the temperature-scaled model distribution, log_softmax(logits / T), at the sampled tokens,
-*before* top-k, top-p and repetition penalty (the convention of TRL and of vLLM's default logprobs). This is the
+*before* top-k, top-p and repetition penalty (the convention of TRL; vLLM returns it with ``--logprobs-mode
+processed_logprobs`` when top-k, top-p and the penalty are off; its default raw log-probs ignore the
+temperature). This is the
 quantity the trainer recomputes for the current policy, so the two form a proper importance ratio.
 
-Keep this interface small: a vLLM engine or an OpenAI-compatible HTTP engine implement the same `generate`.
+Keep this interface small: the in-process engine (``hf``) and the inference-server engine (``server``,
+kitae.rollout.server) implement the same `generate`.
 Partial rollouts (kitae.rollout.partial) also need ``generate_tokens(prompt_ids, n, sampling)``: the same, from
 token ids (a prompt followed by the part of a completion sampled earlier), so a trajectory continues token for
 token.
@@ -25,6 +28,7 @@ from kitae.registry import Registry
 
 ENGINES = Registry("rollout engine")
 ENGINES.register_lazy("hf", "kitae.rollout.hf:HFEngine")
+ENGINES.register_lazy("server", "kitae.rollout.server:ServerEngine")  # vLLM, SGLang, kitae serve model
 
 
 @dataclass

@@ -27,14 +27,17 @@ class TrainBatch:
     old_logp: torch.Tensor  # [B, L-1] sampling policy's log-probs at those positions (0 elsewhere)
     advantages: torch.Tensor  # [B]
     ref_logp: torch.Tensor | None = None  # [B, L-1] reference policy's log-probs, when KL is on
+    is_weight: torch.Tensor | None = None  # [B, L-1] server engine: truncated importance weights of the sampler
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
     def select(self, idx: slice | torch.Tensor) -> "TrainBatch":
         ref = self.ref_logp[idx] if self.ref_logp is not None else None
+        weight = self.is_weight[idx] if self.is_weight is not None else None
         return TrainBatch(
-            self.input_ids[idx], self.attention_mask[idx], self.mask[idx], self.old_logp[idx], self.advantages[idx], ref
+            self.input_ids[idx], self.attention_mask[idx], self.mask[idx], self.old_logp[idx], self.advantages[idx], ref,
+            weight,
         )
 
     def trimmed(self) -> "TrainBatch":
@@ -187,6 +190,7 @@ class PackedBatch:
     cols: tuple[torch.Tensor, torch.Tensor]  # ([N], [N]) that token's row and column in rows' [b, L-1] tensors
     targets: torch.Tensor  # [N] the token predicted
     real: int  # positions that hold a token (the rest is padding)
+    index: list[int]  # [b] each packed row's index in the batch it was packed from
 
     def padded_tokens(self) -> tuple[int, int]:
         """(positions the forward computes, those of them that are padding)."""
@@ -257,7 +261,7 @@ def pack(batch: TrainBatch, families: Sequence[Sequence[int]]) -> PackedBatch:
     sub = batch.select(torch.tensor(rows, device=dev)).trimmed()
     return PackedBatch(sub, input_ids.to(dev), position_ids.clamp(min=0).to(dev), mask.to(dev),
                        (w[:, 0].to(dev), w[:, 1].to(dev)), (c[:, 0].to(dev), c[:, 1].to(dev)),
-                       torch.tensor(targets, dtype=torch.long).to(dev), sum(len(t) for t, _, _ in seqs))
+                       torch.tensor(targets, dtype=torch.long).to(dev), sum(len(t) for t, _, _ in seqs), rows)
 
 
 def packed_logps(model, pb: PackedBatch, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -129,6 +129,9 @@ class AlgorithmConfig:
     max_steps_without_reward: int | None = 3  # after this many steps in a row in which no sample got a reward
     # (every component abstained or failed on every sample), save a checkpoint and stop with an error; 0 or null:
     # never stop
+    # engine server: per-token weight min(pi_train_old / pi_server, tis_cap) on the loss (truncated importance
+    # sampling, kitae/algorithms/mismatch.py); null = no weight (the ratio still uses the trainer's log-probs)
+    tis_cap: float | None = 2.0
 
     def validate(self, path: str) -> None:
         if self.advantage is None:
@@ -138,6 +141,9 @@ class AlgorithmConfig:
         if self.max_steps_without_reward is not None and self.max_steps_without_reward < 0:
             raise ConfigError(f"{path}.max_steps_without_reward",
                               f"must be 0 or more (0 or null: never stop), got {self.max_steps_without_reward}")
+        if self.tis_cap is not None and self.tis_cap < 1:
+            raise ConfigError(f"{path}.tis_cap", f"must be >= 1 (or null for no correction), got {self.tis_cap}: "
+                              "a cap below 1 would shrink every token's weight")
 
 
 @dataclass
@@ -168,7 +174,11 @@ class RepeatConfig:
 
 @dataclass
 class SamplingConfig:
-    engine: str = "hf"
+    """How rollouts are sampled. ``engine: hf`` samples in the trainer's process with its own model; ``engine:
+    server`` asks inference servers (``servers``: vLLM, SGLang or ``kitae serve model`` replicas) and pushes the
+    trainer's weights to them after optimizer steps (``sync``; kitae/rollout/server.py, kitae/rollout/sync.py)."""
+
+    engine: str = "hf"  # hf | server
     group_size: int = 8
     temperature: float = 1.0
     top_p: float = 1.0
@@ -177,6 +187,49 @@ class SamplingConfig:
     max_new_tokens: int = 64  # with partial rollouts: the total over every segment
     partial: PartialRolloutConfig | None = None  # null = whole trajectories each iteration
     repeat: RepeatConfig | None = None  # null = no repeat detection
+    # ---- engine: server ----
+    servers: list[str] = field(default_factory=list)  # base URLs of the replicas, e.g. http://127.0.0.1:8000
+    server_api: Literal["openai", "sglang"] = "openai"  # openai: vLLM, kitae serve model; sglang: its /generate
+    api_key_env: str | None = "KITAE_SERVE_TOKEN"  # when this variable is set: Authorization: Bearer its value
+    server_timeout: float = 600.0  # seconds one request may take
+    server_down_secs: float = 30.0  # a replica that failed is skipped this long, then tried again
+    server_max_wait: float = 1800.0  # every replica down this long stops the run with an error (0 = wait forever)
+    sync: Literal["disk", "vllm", "none"] = "disk"  # how the trainer's weights reach the servers
+    sync_every: int = 1  # optimizer steps between weight pushes
+    sync_dir: str | None = None  # disk sync: a folder both sides see (default: RUN_DIR/sync)
+    max_staleness: int = 0  # samples from weights more than this many steps old are dropped (and counted)
+
+    def validate(self, path: str) -> None:
+        if self.engine != "server":
+            if self.servers:
+                raise ConfigError(f"{path}.servers", f"is set but {path}.engine is {self.engine!r}; set "
+                                  f"{path}.engine: server to sample on those servers, or remove {path}.servers")
+            return
+        from kitae.rollout.server import check_url
+
+        if not self.servers:
+            raise ConfigError(f"{path}.servers", "engine 'server' needs at least one server URL, e.g. "
+                              "[http://127.0.0.1:8000] (start one with `kitae serve model --port 8000`)")
+        for i, url in enumerate(self.servers):
+            self.servers[i] = check_url(url, f"{path}.servers[{i}]")
+        for key in ("server_timeout", "server_down_secs"):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"{path}.{key}", f"must be > 0 seconds, got {getattr(self, key)}")
+        if self.server_max_wait < 0:
+            raise ConfigError(f"{path}.server_max_wait", f"must be >= 0 seconds (0 = wait forever), got "
+                              f"{self.server_max_wait}")
+        if self.sync_every < 1:
+            raise ConfigError(f"{path}.sync_every", f"must be at least 1, got {self.sync_every}")
+        if self.max_staleness < 0:
+            raise ConfigError(f"{path}.max_staleness", f"must be >= 0, got {self.max_staleness}")
+        if self.sync != "none" and self.max_staleness < self.sync_every - 1:
+            raise ConfigError(f"{path}.max_staleness", f"is {self.max_staleness}, but with sync_every "
+                              f"{self.sync_every} samples are up to {self.sync_every - 1} steps old and would all be "
+                              f"dropped; set max_staleness to at least {self.sync_every - 1}")
+        if self.sync == "vllm":
+            from kitae.rollout.sync import check_vllm_sync
+
+            check_vllm_sync(f"{path}.sync")
 
 
 @dataclass
@@ -228,7 +281,7 @@ class TrainConfig:
     name: str = "run"
     output_dir: str = "runs"
     seed: int = 0
-    threads: int | None = None  # torch CPU threads per process; None = torch's default (1 is best for tiny models)
+    threads: int | None = None  # torch CPU threads per process; None = kitae.threads' rule for the model's size
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     rewards: list[RewardConfig] = field(default_factory=list)
@@ -242,6 +295,8 @@ class TrainConfig:
         self.algorithm.validate("algorithm")  # also when the section was left out and built by default
         if not self.rewards:
             raise ConfigError("rewards", "give at least one reward component (a grader spec or a function)")
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError("threads", f"must be at least 1 (leave it out to pick by model size), got {self.threads}")
         if self.sampling.group_size < 2:
             raise ConfigError("sampling.group_size", "GRPO compares samples of one prompt: use at least 2")
         for key in ("steps", "prompts_per_step", "micro_batch_size"):

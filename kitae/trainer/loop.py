@@ -34,19 +34,20 @@ import yaml
 from kitae.algorithms.advantages import compute_advantages, dynamic_sampling_keep
 from kitae.algorithms.kl import AdaptiveKLController, FixedKLController, kl_estimate, masked_entropy
 from kitae.algorithms.losses import LossConfig, LossInputs, Normalizer, policy_loss, rows_without_gradient
+from kitae.algorithms.mismatch import mismatch_metrics, tis_weight
 from kitae.errors import ConfigError, KitaeError
 from kitae.graders.base import Grade, Grader, is_finite_number
 from kitae.models import load_causal_lm
 from kitae.rollout.base import ENGINES, Completion, SamplingParams
 from kitae.rollout.partial import PartialRollouts
 from kitae.store import GroupRecord, RunStore, SampleRecord
+from kitae.threads import set_threads
 from kitae.trainer.batch import (
     PackedBatch,
     TrainBatch,
     attention_weight,
     build_batch,
     micro_batch_rows,
-    micro_batches,
     packed_logps,
     packed_micro_batches,
     token_logps,
@@ -70,6 +71,11 @@ class Trainer:
     :func:`kitae.trainer.preflight.preflight` built for `cfg`; run here when not given, so every config, grader,
     data and length error comes before the model loads."""
 
+    # Console hooks (kitae.cli.train sets them): on_eval_start(step, prompts) returns a progress(prompts done)
+    # callback for the evaluation's own bar; on_eval(step, metrics, seconds) follows each evaluation.
+    on_eval_start: Callable[[int, int], Callable[[int], None]] | None = None
+    on_eval: Callable[[int, dict, float], None] | None = None
+
     def __init__(self, cfg: TrainConfig, resume: bool = False, on_step: Callable[[int, dict], None] | None = None,
                  checked: Checked | None = None, allow_config_change: bool = False,
                  resume_from_scratch: bool = False):
@@ -81,8 +87,7 @@ class Trainer:
         self.on_step = on_step
         self.acc = Accelerator(cpu=not torch.cuda.is_available())
         set_seed(cfg.seed)
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+        set_threads(cfg.threads, cfg.model.path, option="threads")  # threads: N, else the rule for the model's size
         self.run_dir = cfg.run_dir
         # before the model loads: a resume that cannot go on as asked fails in seconds, naming why
         self.resume_plan = plan_resume(cfg, allow_config_change, resume_from_scratch) if resume else None
@@ -96,7 +101,7 @@ class Trainer:
         optimizer = torch.optim.AdamW(params, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self._lr_factor)
         self.model, self.optimizer = self.acc.prepare(model, optimizer)
-        self.engine = ENGINES.get(cfg.sampling.engine, "sampling.engine")(self.policy, self.tokenizer)
+        self.engine = self._make_engine(checked)
         self.components = checked.components + self._repeat_component()
         self.eval_grader = checked.eval_grader
         self.train_rows, self.eval_rows = checked.train_rows, checked.eval_rows
@@ -114,12 +119,22 @@ class Trainer:
         self.store = self._open_store() if self.acc.is_main_process else None
         self.loggers = make_loggers(cfg.logging.report_to if self.store else [], self.run_dir, cfg.to_dict())
         self._stop_requested = False
+        self._mismatch_metrics: dict[str, float] = {}  # server engine: this step's sampler/trainer gap
         self._rounds = 0  # sampling rounds the last step took (logged as sampling_rounds with dynamic sampling)
 
     # ---- setup --------------------------------------------------------------------------------
     @property
     def policy(self):
         return self.acc.unwrap_model(self.model) if hasattr(self, "model") else None
+
+    def _make_engine(self, checked: Checked):
+        """The rollout engine; one with a ``from_config`` (the server engine) gets the sampling settings and the
+        servers pre-flight found answering."""
+        cls = ENGINES.get(self.cfg.sampling.engine, "sampling.engine")
+        build = getattr(cls, "from_config", None)
+        if build is None:
+            return cls(self.policy, self.tokenizer)
+        return build(self.policy, self.tokenizer, self.cfg.sampling, self.run_dir, checked.servers)
 
     def _load_model(self, checkpoint_model: Path | None):
         cfg = self.cfg.model
@@ -244,6 +259,7 @@ class Trainer:
         old_handlers = self._install_signal_handlers()
         status, error = "crashed", None
         try:
+            self._sync_weights(self.start_step, force=True)  # the servers sample with this run's weights
             if self.start_step == 0 and self.eval_rows:
                 self.evaluate(0)
             step = self.start_step
@@ -309,10 +325,14 @@ class Trainer:
         t_prep = time.perf_counter()
         train_metrics = self._optimize(batch)
         self.scheduler.step()
+        sync_metrics = self._sync_weights(step)
         t_end = time.perf_counter()
         metrics = {
             **self._reward_metrics(scores, completions),
             **train_metrics,
+            **self._mismatch_metrics,
+            **sync_metrics,
+            **(self.engine.take_stats() if hasattr(self.engine, "take_stats") else {}),
             "kl_coef": self.kl_ctl.value,
             "lr": self.scheduler.get_last_lr()[0],
             "secs_per_step": t_end - t0,
@@ -449,6 +469,7 @@ class Trainer:
         if pc is not None and pc.old_segments == "exclude":
             _mask_earlier_segments(batch, completions)
         batch = _to_device(batch, self.acc.device)
+        self._mismatch_metrics = self._correct_mismatch(batch) if getattr(self.engine, "remote_logprobs", False) else {}
         if self.ref_model is not None:
             batch.ref_logp = self._ref_logps(batch)
         if self.ref_model is not None and a.kl.where == "reward":
@@ -457,6 +478,44 @@ class Trainer:
         adv = compute_advantages(a.advantage, rewards, valid)  # [num_groups, G]
         batch.advantages = adv.reshape(-1).to(self.acc.device)
         return batch
+
+    @torch.no_grad()
+    def _correct_mismatch(self, batch: TrainBatch) -> dict[str, float]:
+        """Server samples (kitae.algorithms.mismatch): the trainer's own log-probs of the sampled tokens, before
+        the update and packed into micro-batches as :meth:`_optimize` packs them (every row here; the update
+        may leave some out), become the ratio's old log-probs; the server's give the truncated importance
+        weights (``algorithm.tis_cap``)."""
+        cap = self.cfg.algorithm.tis_cap
+        self.model.train()  # as in _optimize: at the first pass the ratio is 1
+        own = torch.zeros_like(batch.old_logp)  # [B, L-1]
+        for rows, mb in self._micro_batches(batch, list(range(len(batch)))):
+            logp = self._logps(mb)[0]  # [b, w-1] of the micro-batch's trimmed rows
+            own[rows, : logp.shape[1]] = logp
+        metrics = mismatch_metrics(own, batch.old_logp, batch.mask, cap)
+        batch.is_weight = tis_weight(own, batch.old_logp, batch.mask, cap) if cap is not None else None
+        batch.old_logp = own
+        return metrics
+
+    def _sync_weights(self, version: int, force: bool = False) -> dict[str, float]:
+        """Push the policy to the rollout servers every ``sampling.sync_every`` steps (or now, with ``force``)
+        unless they hold ``version`` already; returns ``sync_secs`` when it pushed."""
+        engine = self.engine
+        if not hasattr(engine, "sync_weights") or engine.weight_sync is None or engine.version == version:
+            return {}
+        if not (force or self._due(version, self.cfg.sampling.sync_every)):
+            return {}
+        t0 = time.perf_counter()
+        if self.acc.is_main_process:
+            engine.sync_weights(self.policy, version)
+        if self.acc.num_processes > 1:  # every process's engine learns what the replicas now hold
+            from accelerate.utils import broadcast_object_list
+
+            state = [[(r.synced, r.server_version, r.down_until) for r in engine.replicas]]
+            broadcast_object_list(state)
+            for r, (synced, server_version, down_until) in zip(engine.replicas, state[0]):
+                r.synced, r.server_version, r.down_until = synced, server_version, down_until
+            engine.version = version
+        return {"sync_secs": time.perf_counter() - t0}
 
     @torch.no_grad()
     def _ref_logps(self, batch: TrainBatch) -> torch.Tensor:
@@ -490,7 +549,7 @@ class Trainer:
                 with sync:
                     logp, logits, logits_mask = self._logps(mb)
                     mb = mb.rows if isinstance(mb, PackedBatch) else mb
-                    inp = LossInputs(logp, mb.old_logp, mb.advantages, mb.mask, mb.ref_logp)
+                    inp = LossInputs(logp, mb.old_logp, mb.advantages, mb.mask, mb.ref_logp, mb.is_weight)
                     loss, m = policy_loss(cfg.algorithm.loss, inp, self.loss_cfg, norm)
                     self.acc.backward(loss)
                 loss_sum += float(loss.detach()) / mu  # micro-batch losses sum to the batch loss
@@ -520,15 +579,21 @@ class Trainer:
         rows = (~skip).nonzero().flatten().tolist()
         if not rows and self.acc.num_processes > 1:  # each process runs a backward, or DDP's all-reduce waits
             rows = [int(batch.attention_mask.sum(dim=-1).argmin())]  # the shortest row; it adds exactly 0
-        mbs, config = self.cfg.optim.micro_batch_size, self.policy.config
-        if _takes_block_masks(config):
-            chunks = packed_micro_batches(batch, rows, self.cfg.sampling.group_size, mbs, attention_weight(config))
-        else:
-            chunks = micro_batches(batch, mbs, rows)
+        chunks = [mb for _, mb in self._micro_batches(batch, rows)]
         computed = sum(mb.padded_tokens()[0] for mb in chunks)
         padded = sum(mb.padded_tokens()[1] for mb in chunks)
         stats = {"skipped_rows": float(len(batch) - len(rows)), "pad_frac": padded / computed if computed else 0.0}
         return norm, chunks, stats
+
+    def _micro_batches(self, batch: TrainBatch, rows: list[int]) -> list[tuple[list[int], PackedBatch | TrainBatch]]:
+        """``rows`` of ``batch`` as the update's micro-batches, each with the indices of its rows in ``batch``:
+        packed by prompt where the model's attention takes a block mask, else rows of similar length."""
+        mbs, config = self.cfg.optim.micro_batch_size, self.policy.config
+        if _takes_block_masks(config):
+            chunks = packed_micro_batches(batch, rows, self.cfg.sampling.group_size, mbs, attention_weight(config))
+            return [(mb.index, mb) for mb in chunks]
+        runs = micro_batch_rows(batch, mbs, rows)
+        return [(r, batch.select(torch.tensor(r, device=batch.input_ids.device)).trimmed()) for r in runs]
 
     def _logps(self, mb: PackedBatch | TrainBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Log-probs [b, L-1] of the micro-batch's rows under the policy, and logits with the mask of the
@@ -644,6 +709,7 @@ class Trainer:
 
     # ---- evaluation, checkpoints, summary -------------------------------------------------------
     def evaluate(self, step: int) -> dict[str, float] | None:
+        self._sync_weights(step, force=True)  # server engine with sync_every > 1: evaluate this step's policy
         metrics = None
         if self.acc.is_main_process:
             e = self.cfg.eval
@@ -651,11 +717,25 @@ class Trainer:
                 temperature=e.temperature, max_new_tokens=e.max_new_tokens or self.cfg.sampling.max_new_tokens,
                 seed=self.cfg.seed + 12345,
             )
-            metrics, samples = evaluate(self.engine, self.eval_rows, self.eval_grader, e.k, sp, e.pass_threshold)
+            progress = self.on_eval_start(step, len(self.eval_rows)) if self.on_eval_start else None
+            t0 = time.perf_counter()
+            metrics, samples = evaluate(self._eval_engine(), self.eval_rows, self.eval_grader, e.k, sp,
+                                        e.pass_threshold, progress=progress)
             self.store.log_eval(step, metrics, samples)
             self.loggers.log_eval(step, metrics)
+            if self.on_eval:
+                self.on_eval(step, metrics, time.perf_counter() - t0)
         self.acc.wait_for_everyone()
         return metrics
+
+    def _eval_engine(self):
+        """The trainer's policy samples evaluations: through the servers, which hold its weights, unless they are
+        frozen (``sampling.sync: none``); then in this process."""
+        if getattr(self.engine, "weight_sync", True) is None:
+            from kitae.rollout.hf import HFEngine
+
+            return HFEngine(self.policy, self.tokenizer)
+        return self.engine
 
     def save(self, step: int) -> None:
         if self.acc.is_main_process:
@@ -712,4 +792,5 @@ def _zero_grads(model) -> None:
 
 def _to_device(batch: TrainBatch, device) -> TrainBatch:
     return TrainBatch(*(t.to(device) if t is not None else None for t in (
-        batch.input_ids, batch.attention_mask, batch.mask, batch.old_logp, batch.advantages, batch.ref_logp)))
+        batch.input_ids, batch.attention_mask, batch.mask, batch.old_logp, batch.advantages, batch.ref_logp,
+        batch.is_weight)))

@@ -9,7 +9,9 @@ for it. :func:`preflight` checks, in this order, and raises ConfigError or DataE
    the sampler's pass component;
 3. the training and eval data: loaded and validated row by row;
 4. lengths: every prompt, with the chat template applied as the rollout engine applies it, plus
-   ``max_new_tokens`` must fit in the model's context (``max_position_embeddings`` in config.json).
+   ``max_new_tokens`` must fit in the model's context (``max_position_embeddings`` in config.json);
+5. rollout servers (``sampling.engine: server``): every replica in ``sampling.servers`` answers
+   (:func:`kitae.rollout.server.preflight`; a KitaeError names the URL).
 
 It reads only the tokenizer and config.json. The Trainer takes what it built (:class:`Checked`), so nothing is
 loaded or built twice.
@@ -41,6 +43,7 @@ class Checked:
     pass_component: str | None
     train_rows: list[dict]
     eval_rows: list[dict]  # already cut to eval.limit
+    servers: dict[str, str | None] | None = None  # engine server: each replica's URL -> its served model name
 
     def close(self) -> None:
         for grader in [c.grader for c in self.components] + [self.eval_grader]:
@@ -75,11 +78,21 @@ def preflight(cfg: TrainConfig, config_dir: str | Path | None = None) -> Checked
             eval_key = "eval.max_new_tokens" if cfg.eval.max_new_tokens else "sampling.max_new_tokens"
             check_lengths(eval_rows, eval_file, encode, context,
                           cfg.eval.max_new_tokens or cfg.sampling.max_new_tokens, eval_key)
+        servers = check_servers(cfg)
     except BaseException:
         for grader in built:
             grader.close()
         raise
-    return Checked(model_path, tokenizer, components, eval_grader, pass_name, train_rows, eval_rows)
+    return Checked(model_path, tokenizer, components, eval_grader, pass_name, train_rows, eval_rows, servers)
+
+
+def check_servers(cfg: TrainConfig) -> dict[str, str | None] | None:
+    """Engines that sample on servers (a ``check_servers`` of theirs): each replica's URL -> served model name,
+    once every one answered; None for engines in this process."""
+    from kitae.rollout.base import ENGINES
+
+    check = getattr(ENGINES.get(cfg.sampling.engine, "sampling.engine"), "check_servers", None)
+    return check(cfg.sampling) if check else None
 
 
 def add_import_paths(config_dir: str | Path | None = None) -> None:

@@ -46,7 +46,10 @@ FROZEN = {
     "data.sampler.name": "the checkpoint holds this sampler's state",
 }
 # fields that change without --allow-config-change (still recorded): how long to train and how the run is watched
-FREE = ("optim.steps", "logging.save_every", "logging.keep_checkpoints", "logging.report_to", "eval.every", "threads")
+FREE = ("optim.steps", "logging.save_every", "logging.keep_checkpoints", "logging.report_to", "eval.every", "threads",
+        # where the rollout servers are and how long to wait for them (servers restarted on new addresses)
+        "sampling.servers", "sampling.api_key_env", "sampling.server_timeout", "sampling.server_down_secs",
+        "sampling.server_max_wait", "sampling.sync_dir")
 IGNORED = ("output_dir",)  # where the run folder is now, not how it trains
 
 

@@ -53,6 +53,8 @@ def build_components(cfgs: list[RewardConfig]) -> list[RewardComponent]:
 
 
 def import_callable(target: str, path: str) -> Any:
+    """`module:function`; the module may be a file in the working directory (my_rewards.py), as with
+    ``python -m``, which the installed `kitae` command does not put on the import path by itself."""
     module, _, attr = target.partition(":")
     if not module or not attr:
         raise ConfigError(path, f"expected 'module:function', got {target!r}")

@@ -10,6 +10,7 @@ with 10,000 steps and 100,000 samples answers as fast as a small one.
     GET  /api/runs                             the runs list
     GET  /api/runs/NAME                        summary, plot panels, metric and eval keys
     GET  /api/runs/NAME/metrics?since=S        {key: [[step, value], ...]}; poll with since = last_step
+                                               (an unknown key in keys=... is a 404 naming the close ones)
     GET  /api/runs/NAME/steps                  steps that have groups
     GET  /api/runs/NAME/groups?step&order&filter&limit&offset
     GET  /api/runs/NAME/groups/ID              one group with its samples
@@ -31,7 +32,7 @@ from typing import Any, Callable
 from urllib.parse import parse_qs
 
 from kitae.errors import DataError, KitaeError
-from kitae.registry import Registry
+from kitae.registry import Registry, close_names
 from kitae.store import DB_NAME, GROUP_FILTERS, GROUP_ORDERS, GroupRow, RunStore, list_runs
 from kitae.store.records import prompt_key
 from kitae.store.store import run_not_found
@@ -171,6 +172,8 @@ def metrics(store: RunStore, query: Query) -> dict[str, Any]:
     points = query.int("points", DEFAULT_POINTS, 3, MAX_POINTS)
     wanted = query.list("keys")
     with store.snapshot():
+        if wanted is not None:
+            _check_keys(store, wanted)
         metric_keys = None if wanted is None else [k for k in wanted if not k.startswith(EVAL_PREFIX)]
         series = store.metrics(metric_keys, since_step=since)
         evals = _eval_series(store, wanted)
@@ -182,6 +185,16 @@ def metrics(store: RunStore, query: Query) -> dict[str, Any]:
         "evals": {k: downsample(v, points) for k, v in evals.items()},
         "downsampled": sorted(k for k in out if len(out[k]) < len(series[k])),
     }
+
+
+def _check_keys(store: RunStore, wanted: list[str]) -> None:
+    """A key the run never logged is a 404 that names it and the run's keys closest to it."""
+    known = store.metric_keys() + eval_keys(store)
+    for key in wanted:
+        if key not in known:
+            close = close_names(key, known, prefixes=(EVAL_PREFIX,))
+            hint = f"; close: {', '.join(close)}" if close else f"; this run has {len(known)} keys (GET /api/runs/NAME)"
+            raise ApiError(404, f"unknown metric key {key!r}{hint}")
 
 
 def _eval_series(store: RunStore, wanted: list[str] | None) -> dict[str, list]:

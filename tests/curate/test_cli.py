@@ -111,3 +111,48 @@ def test_errors_for_people(tmp_path):
     assert typo.returncode == 2 and "did you mean 'dedupe'" in typo.stderr
     bad_mix = kitae("curate", "balance", "--data", data, "--out", tmp_path / "b.jsonl", "--bands", "hard:1")
     assert bad_mix.returncode == 2 and "name=share" in bad_mix.stderr
+
+
+@pytest.mark.slow
+def test_difficulty_interrupted_says_where_it_stopped_and_a_rerun_resumes(tmp_path):
+    """Ctrl-C (SIGINT) in the middle: exit 130 and a message naming the prompts done and the progress file;
+    the same command then resumes from there and ends with every prompt."""
+    import signal
+    import time
+
+    rows = [{"messages": [{"role": "user", "content": f"{a}+{b}=?"}], "reference_answer": str(a + b)}
+            for a in range(1, 9) for b in range(1, 7)]
+    data = write_rows(tmp_path / "in.jsonl", rows)
+    out, progress = tmp_path / "d.jsonl", tmp_path / "d.progress.jsonl"
+    command = [sys.executable, "-m", "kitae.cli.main", "curate", "difficulty", "-d", str(data), "-o", str(out),
+               "-n", "4", "--max-new-tokens", "8", "--set", "batch_prompts=2", "-q"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if progress.exists() and len(progress.read_text().splitlines()) >= 3:  # the header and a first batch
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    done = len(progress.read_text().splitlines()) - 1
+    assert proc.returncode == 130, err
+    assert 0 < done < len(rows)
+    assert (f"[difficulty] stopped (Ctrl-C) after {done} of {len(rows)} prompts; their samples are saved in "
+            f"{progress}. Run the same command again to resume from there (--restart starts over).") in err
+    assert "Traceback" not in err and not out.exists()
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert f"[difficulty] resuming: {done} of {len(rows)} prompts are already in {progress}" in again.stderr
+    assert len(read(out)) == len(rows) and len(progress.read_text().splitlines()) == 1 + len(rows)
+
+
+def test_interrupted_before_any_prompt_says_nothing_was_saved(tmp_path, capsys):
+    import typer
+
+    from kitae.cli.curate import _interrupted
+
+    with pytest.raises(typer.Exit) as stop:
+        _interrupted("difficulty", tmp_path / "d.jsonl", 1354)
+    assert stop.value.exit_code == 130
+    assert capsys.readouterr().err.strip() == (
+        "[difficulty] stopped (Ctrl-C) before its first batch of prompts was done; nothing was saved.")

@@ -149,3 +149,21 @@ def test_hackable_samples_with_the_instruction(tmp_path):
     records = [json.loads(x) for x in ctx.sidecar("progress.jsonl").read_text().splitlines()[1:]]
     assert [len(r["texts"]) for r in records] == [2, 2]
     assert ctx.engines["None|float32|cpu"].prompts_sampled == 2
+
+
+def test_hackable_examples_show_the_guess_that_passed_without_cut_bytes(tmp_path):
+    """A guessable prompt's example is the guess that passed, not the first one; a guess the token limit cut
+    inside a character's bytes is shown without the U+FFFD that decoding left at its end."""
+    rows = [{"messages": [{"role": "user", "content": "日本の首都は？"}], "reference_answer": "東京"}]
+    cfg = from_dict(HackableConfig, {"n": 3})
+    from kitae.curate.difficulty import settings
+
+    record = {"i": 0, "key": prompt_key(rows[0]), "passes": 1, "graded": 3, "scores": [0.0, 1.0, 0.0],
+              "texts": ["大阪です。大阪\ufffd", "東京\ufffd\ufffd", "京都"]}
+    extra = {"instruction_en": cfg.instruction_en, "instruction_ja": cfg.instruction_ja}
+    (tmp_path / "hackable.progress.jsonl").write_text(
+        "\n".join(json.dumps(x) for x in [{HEADER_KEY: settings(cfg, "hackable", **extra)}, record]) + "\n")
+    result = run_hackable(rows, cfg, Context(out=tmp_path / "hackable.jsonl", engines=tiny_task.engines()))
+    [example] = result.report.examples
+    assert example["sample"] == "東京" and example["passes"] == "1/3"
+    assert "\ufffd" not in result.report.render()

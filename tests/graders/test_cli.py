@@ -98,6 +98,26 @@ def test_openai_multi_example(tmp_path):
     assert grades[2]["score"] is None and "sample output is not JSON" in grades[2]["error"]
 
 
+def test_grade_fails_when_the_grader_failed_on_every_sample(tmp_path):
+    """Every sample abstained with an error (no sample output is JSON): exit 1, saying so; the rows are written."""
+    data, out = tmp_path / "d.jsonl", tmp_path / "o.jsonl"
+    data.write_text("".join(json.dumps({"item": {"label": "spam"}, "sample": {"output_text": text}}) + "\n"
+                            for text in ("spam", "not json")))
+    result = kitae("grade", "-g", str(EXAMPLES / "openai_multi.json"), "-d", str(data), "-o", str(out))
+    assert result.returncode == 1, result.stderr
+    assert "error: the grader failed on every sample (2 of 2 with an error, none scored)" in result.stderr
+    assert "Traceback" not in result.stderr and len(out.read_text().splitlines()) == 2
+
+
+def test_grade_succeeds_when_some_samples_were_graded(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"item": {"label": "spam", "explanation": "x"}, "sample": {"output_text": t}})
+                            + "\n" for t in ('{"label": "spam", "explanation": "x"}', "not json")))
+    result = kitae("grade", "-g", str(EXAMPLES / "openai_multi.json"), "-d", str(data), "-o", str(tmp_path / "o"))
+    assert result.returncode == 0, result.stderr
+    assert "scored: 1  abstained: 1  errors: 1" in result.stdout
+
+
 @pytest.mark.parametrize("spec", ["mix.yaml", "json_gate.yaml", "similarity_ja.yaml"])
 def test_every_example_spec_grades_the_example_data(spec):
     result = runner.invoke(app, ["grade", "-g", str(EXAMPLES / spec), "-d", str(EXAMPLES / "finance.jsonl"), "-o", "/dev/null"])
@@ -130,11 +150,20 @@ def test_validate_json_output():
     assert report["agreement"]["pairs"] == 12 and report["verdict"].startswith("GOOD")
 
 
-def test_list_names_every_type():
+def test_list_names_every_type_on_one_plain_line():
+    from kitae.graders import GRADERS
+
     result = runner.invoke(app, ["grader", "list"])
-    names = [line.split()[0] for line in result.output.splitlines()]
-    for name in ["string_check", "text_similarity", "python", "multi", "numeric", "format", "math", "answer", "weighted", "gate"]:
+    lines = result.output.splitlines()
+    names = [line.split()[0] for line in lines]
+    for name in ["string_check", "text_similarity", "python", "multi", "numeric", "format", "math", "answer", "weighted", "gate",
+                 "template", "repetition", "overlong", "diversity", "soft_overlong", "reward_model", "length"]:
         assert name in names
+    assert names == GRADERS.names()  # one line per type, nothing else
+    assert not [line for line in lines if "`" in line]  # no RST markup
+    descriptions = [line.split(None, 1)[1] for line in lines]
+    assert len(set(descriptions)) == len(descriptions)  # each type says what it is (no shared module docstring)
+    assert "label_model        OpenAI's label_model: the model picks one of labels;" in result.output
 
 
 def test_summary_and_distribution_by_hand():

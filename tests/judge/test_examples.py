@@ -34,7 +34,8 @@ def pointed(name: str, server: ScriptedServer, tmp_path: Path) -> dict:
     [("judge_group.yaml", "judge"), ("judge_mix_similarity.yaml", "weighted"), ("judge_mix_numeric.yaml", "weighted"),
      ("judge_score_model.yaml", "score_model"), ("judge_label_model.yaml", "label_model")],
 )
-def test_examples_build_without_a_server(name, kind):
+def test_examples_build_without_a_server(name, kind, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # judge_group.yaml's cache_dir (runs/judge-cache) is relative: not in the checkout
     grader = build_grader(EXAMPLES / name)  # building makes no call
     assert grader.type_name == kind
     grader.close()

@@ -210,6 +210,28 @@ def test_eval_shortest_pairs_sft_dpo_end_to_end(long_model_dir, tmp_path):
         assert (out / "tokenizer_config.json").exists()
 
 
+@pytest.mark.parametrize("command, row, done", [
+    ("sft", {"completion": [{"role": "assistant", "content": "47"}]}, "SFT done: loss"),
+    ("dpo", {"chosen": [{"role": "assistant", "content": "47"}],
+             "rejected": [{"role": "assistant", "content": "47 47 47 47"}]}, "DPO done: loss"),
+])
+def test_l2s_output_has_no_dependency_warnings_or_bars(long_model_dir, tmp_path, command, row, done):
+    """`kitae l2s sft|dpo` as a user runs them: transformers' deprecation warnings about gradient checkpointing
+    (raised by TRL's config and trainers) and datasets' map bars stay out of their output."""
+    import subprocess
+    import sys
+
+    rows = [{"prompt": [{"role": "user", "content": "hi"}], **row}]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows * 4))
+    proc = subprocess.run([sys.executable, "-m", "kitae.cli.main", "l2s", command, "-m", str(long_model_dir / "model"),
+                           "-d", str(tmp_path / "d.jsonl"), "-o", str(tmp_path / "out"), "--max-steps", "1",
+                           "--batch-size", "2"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert done in proc.stdout
+    assert "Warning" not in proc.stdout + proc.stderr and "checkpointing" not in proc.stderr
+    assert "train dataset" not in proc.stderr  # datasets' "Tokenizing train dataset" bars
+
+
 def test_merge_cli_and_its_errors(two_models, tmp_path):
     r = runner.invoke(app, ["merge", str(two_models / "a"), str(two_models / "b"), "--out", str(tmp_path / "m"),
                             "--weights", "1,1"])

@@ -82,12 +82,44 @@ def test_show_for_people(app, runs_dir):
         "  reward   0.75",
         "  entropy  -",
         "evals (2)",
-        "first   step 0       score 0.125   accuracy 0.125",
-        "latest  step 3       score 0.375   accuracy 0.4",
-        "best_eval: 0.375",
-        "lr: 1.0e-06",
+        "  step  score  accuracy",
+        "     0  0.125     0.125",
+        "     3  0.375       0.4",
+        "final summary",
+        "  best_eval: 0.375",
     ]:
         assert expected in out, expected
+    assert "config" not in out and "lr:" not in out  # the config only on request
+
+
+def test_show_prints_the_config_on_request(app, runs_dir):
+    result = CliRunner().invoke(app, ["runs", "show", "gsm8k-a", "--runs", str(runs_dir), "--config"])
+    assert result.exit_code == 0, result.output
+    assert result.output.rstrip().endswith("config\n  lr: 1.0e-06")
+
+
+def test_show_lists_every_eval_once_and_no_summary_twice(app, tmp_path):
+    """A trainer-like run: five evals with slices; its final summary repeats the summary (not printed again)."""
+    runs = tmp_path / "runs"
+    with RunStore.create(runs / "zero", name="zero", config={"lr": 3e-4}, model="bundled") as s:
+        for step in range(0, 401, 100):
+            s.log_metrics(max(step, 1), {"reward": step / 400})
+            s.log_eval(step, {"pass@1": 0.1 + step / 2000, "compliance": 0.5, "pass@1/easy": 0.4, "pass@1/ja": 0.2})
+        s.finish("finished", {"status": "finished", "name": "zero", "steps": 400, "first_eval": {"step": 0}})
+    out = CliRunner().invoke(app, ["runs", "show", "zero", "--runs", str(runs)]).output
+    lines = out.splitlines()
+    header = lines.index("evals (5)")
+    assert lines[header + 1].split() == ["step", "score", "pass@1", "compliance"]
+    assert [line.split()[:3] for line in lines[header + 2 : header + 7]] == [
+        ["0", "0.1", "0.1"], ["100", "0.15", "0.15"], ["200", "0.2", "0.2"], ["300", "0.25", "0.25"],
+        ["400", "0.3", "0.3"]]
+    assert "also per slice: pass@1/easy, pass@1/ja" in lines[header + 7]
+    assert "final summary" not in out and out.count("status") == 1
+
+    data = json.loads(CliRunner().invoke(app, ["runs", "show", "zero", "--runs", str(runs), "--json"]).output)
+    assert [e["step"] for e in data["all_evals"]] == [0, 100, 200, 300, 400]
+    assert data["all_evals"][2]["metrics"] == {"pass@1": 0.2, "compliance": 0.5, "pass@1/easy": 0.4,
+                                               "pass@1/ja": 0.2}
 
 
 def test_show_says_when_code_ran_without_a_sandbox(app, tmp_path):
@@ -136,7 +168,7 @@ def test_show_lists_what_happened_to_the_run(app, tmp_path):
         s.log_event(2, "checkpoint_skipped", "checkpoints/step-000004: state.pt is missing")
         s.change_config(2, {"optim": {"lr": 5e-4}}, "optim.lr: 0.001 → 0.0005",
                         [{"field": "optim.lr", "old": 1e-3, "new": 5e-4}])
-    result = CliRunner().invoke(app, ["runs", "show", str(tmp_path / "r")])
+    result = CliRunner().invoke(app, ["runs", "show", str(tmp_path / "r"), "--config"])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     at = lines.index("events (2)")

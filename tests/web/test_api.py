@@ -127,6 +127,10 @@ def test_label_queue_starts_with_the_widest_spread(http):
     ("/api/runs/finished-run/groups?limit=100000", 400, "out of range"),
     ("/api/runs/finished-run/groups/999999", 404, "has no group 999999"),
     ("/api/runs/finished-run/nothing", 404, "no API endpoint"),
+    # a metric key the run never logged is named, with the run's keys closest to it (not an empty series)
+    ("/api/runs/finished-run/metrics?keys=pass@1", 404, "unknown metric key 'pass@1'; close: eval/pass@1"),
+    ("/api/runs/finished-run/metrics?keys=reward,rewrad", 404, "unknown metric key 'rewrad'; close: reward"),
+    ("/api/runs/finished-run/metrics?keys=zzzz", 404, "unknown metric key 'zzzz'; this run has"),
 ])
 def test_errors_say_what_is_wrong(http, path, status, message):
     assert message in get(http, path, status)["error"]

@@ -171,6 +171,21 @@ def test_two_runs_on_one_plot(serve, runs_dir, page):
     screenshot(page, "compare")
 
 
+def test_compare_a_key_only_one_run_has(serve, fresh_runs, page):
+    """The other run has no series for the key (the metric API answers its unknown key with an error): one line,
+    no error on the page."""
+    from kitae.store import RunStore
+
+    with RunStore.open(fresh_runs / "finished-run") as store:
+        store.log_metrics(30, {"only_here": 1.0})
+    s = serve(fresh_runs)
+    then_rendered(page, lambda: page.goto(s.url + "#/compare?a=finished-run&b=crashed-run&key=only_here"))
+    page.wait_for_selector("#compare-chart path.series", state="attached")  # one point: a line of no width
+    got = page.locator("#compare-chart path.series").evaluate_all("els => els.map(e => Number(e.dataset.points))")
+    assert got == [1, 0]
+    assert page.locator(".error").count() == 0
+
+
 def test_label_samples_and_see_the_agreement(serve, fresh_runs, page):
     s = serve(fresh_runs)
     page.goto(s.url + "#/run/finished-run/label")

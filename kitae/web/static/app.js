@@ -460,8 +460,10 @@
       box);
     const c = chart(box, {height: 320});
     const draw = async () => {
-      const series = (r) => api(`/runs/${enc(r)}/metrics${query({keys: key, points: 1500})}`);
-      const [ra, rb] = await Promise.all([series(a), series(b)]);
+      // a run without this key has no series (the API answers an unknown key with an error)
+      const series = (r, s) => (s.keys.includes(key) ? api(`/runs/${enc(r)}/metrics${query({keys: key, points: 1500})}`)
+        : Promise.resolve({series: {}, evals: {}, status: s.status}));
+      const [ra, rb] = await Promise.all([series(a, sa), series(b, sb)]);
       const pts = (res) => (res.series[key] || res.evals[key] || []);
       c.update([{key: `A:${key}`, label: `${a}`, points: pts(ra)}, {key: `B:${key}`, label: `${b}`, points: pts(rb)}]);
       return [ra.status, rb.status];
