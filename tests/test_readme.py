@@ -60,6 +60,7 @@ COVERED = {
     "pip install -c constraints.txt -e '.[dev,ja,embed]'": "CI's install (.ci/run)",
     "python -m pytest -q": "the test suite itself",
     'python -m pytest -q -m "not slow"': "the test suite itself",
+    "python -m pytest -q -n 0 tests/x.py": "the test suite itself, in one process (tests/x.py: a placeholder)",
     "kitae serve model --port 8001 & kitae serve model --port 8002 &":
         "tests/rollout/test_server_train.py (kitae train against two kitae serve model replicas on free ports)",
     "kitae train examples/zero.yaml --set sampling.engine=server \\":
