@@ -35,7 +35,7 @@ COVERED = {
     "kitae runs list": QUICK_START,
     "kitae runs show zero": QUICK_START,
     "kitae ui": QUICK_START,
-    'kitae chat --model runs/zero/checkpoints/step-000400/model "5+3は？"': QUICK_START,
+    'kitae chat --model runs/zero/checkpoints/step-000400/model "2+3は？"': QUICK_START,
     'kitae chat --model runs/zero/checkpoints/step-000400/model "What is the capital of France?"': QUICK_START,
     'kitae chat --model runs/zero/checkpoints/step-000400/model "12+35は？"': QUICK_START,
     "kitae train my.yaml --set optim.lr=5e-5 --set sampling.group_size=16": TRAINING,
