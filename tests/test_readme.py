@@ -35,7 +35,7 @@ COVERED = {
     "kitae runs list": QUICK_START,
     "kitae runs show zero": QUICK_START,
     "kitae ui": QUICK_START,
-    'kitae chat --model runs/zero/checkpoints/step-000400/model "5+3は？"': QUICK_START,
+    'kitae chat --model runs/zero/checkpoints/step-000400/model "2+3は？"': QUICK_START,
     'kitae chat --model runs/zero/checkpoints/step-000400/model "What is the capital of France?"': QUICK_START,
     'kitae chat --model runs/zero/checkpoints/step-000400/model "12+35は？"': QUICK_START,
     "kitae train my.yaml --set optim.lr=5e-5 --set sampling.group_size=16": TRAINING,
@@ -60,6 +60,7 @@ COVERED = {
     "pip install -c constraints.txt -e '.[dev,ja,embed]'": "CI's install (.ci/run)",
     "python -m pytest -q": "the test suite itself",
     'python -m pytest -q -m "not slow"': "the test suite itself",
+    "python -m pytest -q -n 0 tests/x.py": "the test suite itself, in one process (tests/x.py: a placeholder)",
     "kitae serve model --port 8001 & kitae serve model --port 8002 &":
         "tests/rollout/test_server_train.py (kitae train against two kitae serve model replicas on free ports)",
     "kitae train examples/zero.yaml --set sampling.engine=server \\":

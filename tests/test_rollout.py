@@ -118,3 +118,35 @@ def test_repetition_penalty_changes_sampling_but_not_the_reported_logprobs(engin
         logits = engine.model(input_ids=ids).logits[0, len(c.prompt_ids) - 1 : -1]
     expected = torch.log_softmax(logits, -1).gather(-1, ids[0, len(c.prompt_ids) :, None]).squeeze(-1)
     assert torch.allclose(torch.tensor(c.logprobs), expected, atol=1e-4)
+
+
+def test_reserved_cache_samples_what_transformers_dynamic_cache_samples(engine, monkeypatch):
+    """The engine's KV cache writes in place into room reserved up front; with transformers' own DynamicCache
+    (concatenating at every token) the same seeded samples come out, with the same log-probs, while rows
+    finish at different steps and leave the batch."""
+    from transformers import DynamicCache
+
+    import kitae.rollout.hf as hf
+
+    prompts = [USER, [{"role": "user", "content": "what is 12+35?"}], [{"role": "user", "content": "x" * 9}]]
+    sp = SamplingParams(temperature=1.0, max_new_tokens=12, seed=5)
+    reserved = [c for g in engine.generate(prompts, 4, sp) for c in g]
+    monkeypatch.setattr(hf, "reserved_cache", lambda capacity: DynamicCache())
+    dynamic = [c for g in engine.generate(prompts, 4, sp) for c in g]
+    assert [c.completion_ids for c in reserved] == [c.completion_ids for c in dynamic]
+    assert len({len(c.completion_ids) for c in reserved}) > 1  # rows left the batch at different steps
+    for r, d in zip(reserved, dynamic):
+        torch.testing.assert_close(torch.tensor(r.logprobs), torch.tensor(d.logprobs), atol=1e-5, rtol=0)
+
+
+def test_reserved_cache_makes_room_past_its_capacity():
+    from kitae.rollout.hf import reserved_cache
+
+    cache, parts = reserved_cache(3), [torch.randn(2, 1, n, 4) for n in (2, 1, 2)]  # 5 positions into room for 3
+    for part in parts:
+        keys, values = cache.update(part, -part, 0)
+    torch.testing.assert_close(keys, torch.cat(parts, dim=2))
+    torch.testing.assert_close(values, -torch.cat(parts, dim=2))
+    assert cache.get_seq_length() == 5
+    cache.batch_select_indices(torch.tensor([1]))
+    torch.testing.assert_close(cache.layers[0].keys, torch.cat(parts, dim=2)[1:])

@@ -44,6 +44,7 @@ from kitae.algorithms.losses import (
     aggregate,
     policy_loss,
     resolve_preset,
+    rows_without_gradient,
     truncation_mask,
 )
 
@@ -67,5 +68,6 @@ __all__ = [
     "masked_entropy",
     "policy_loss",
     "resolve_preset",
+    "rows_without_gradient",
     "truncation_mask",
 ]

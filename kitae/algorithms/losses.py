@@ -44,6 +44,13 @@ multi-process runs the counts are summed over the processes (:meth:`Normalizer.o
 averaged gradient is the full-batch gradient however the tokens split across processes.
 Padding positions (mask 0) may hold any value, even -inf; they never reach the loss or its gradient.
 
+Rows that cannot change the gradient (:func:`rows_without_gradient`): a row with no counted token never does;
+with no KL term in the loss, neither does a row whose advantage is 0 under a loss whose every term is the
+advantage times something finite (``zero_at_zero_advantage``: grpo, dapo, dr_grpo, gspo, cispo; not kimi, whose
+(A - tau delta)^2 pulls toward pi_old whatever A is). The trainer leaves those rows out of the forward and
+backward; the :class:`Normalizer` is still built from every row, so each aggregation divides by the same
+counts as for the full batch and the gradient is the full batch's.
+
 Metrics (plain floats, means over this micro-batch's counted tokens; weight by ``num_tokens`` to combine):
 ``clip_frac`` (tokens whose ratio was clipped where clipping removes the gradient; for cispo tokens whose
 weight was truncated; for gspo tokens of clipped sequences), ``clip_frac_low``, ``clip_frac_high``,
@@ -222,6 +229,13 @@ def _prepare(inp: LossInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     return mask, log_ratio, inp.advantages.float().unsqueeze(-1)  # [B, T], [B, T], [B, 1]
 
 
+def _zero_at_zero_advantage(fn: Callable) -> Callable:
+    """Mark a loss whose per-token terms are the advantage times something finite: at A = 0 the term and its
+    gradient are exactly 0 (:func:`rows_without_gradient`)."""
+    fn.zero_at_zero_advantage = True
+    return fn
+
+
 def _per_sequence(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Broadcast one value per sequence [B] over its tokens [B, T]: with seq_mean_token_mean each sequence
     then contributes exactly its value."""
@@ -263,6 +277,7 @@ def _clip_metrics(ratio, adv, lo, hi, mask) -> dict[str, float]:
 
 # ---- losses -----------------------------------------------------------------------------------------------
 @POLICY_LOSSES.register("grpo")
+@_zero_at_zero_advantage
 def grpo_loss(inp: LossInputs, cfg: LossConfig, norm: Normalizer) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped surrogate. Example (eps 0.2, one sequence of 2 tokens, A = 1, old_logp = 0):
     logp [ln 1.5, ln 0.9] -> rho [1.5, 0.9] -> per token -[min(1.5, 1.2), 0.9] = [-1.2, -0.9] ->
@@ -278,6 +293,7 @@ def grpo_loss(inp: LossInputs, cfg: LossConfig, norm: Normalizer) -> tuple[torch
 
 
 @POLICY_LOSSES.register("gspo")
+@_zero_at_zero_advantage
 def gspo_loss(inp: LossInputs, cfg: LossConfig, norm: Normalizer) -> tuple[torch.Tensor, dict[str, float]]:
     """Sequence-level clipped surrogate. Example (eps 3e-4/4e-4, A = 1): token log-ratios [0.01, -0.002]
     -> s = exp(0.004) = 1.004008 > 1.0004 -> loss -min(1.004008, 1.0004) = -1.0004, no gradient."""
@@ -295,6 +311,7 @@ def gspo_loss(inp: LossInputs, cfg: LossConfig, norm: Normalizer) -> tuple[torch
 
 
 @POLICY_LOSSES.register("cispo")
+@_zero_at_zero_advantage
 def cispo_loss(inp: LossInputs, cfg: LossConfig, norm: Normalizer) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped IS-weight policy gradient. Example (cispo_eps_high 0.28, A = 2): rho [1.5, 0.5], logp
     [-1, -2] -> weights sg([1.28, 0.5]) -> per token -[1.28*2*(-1), 0.5*2*(-2)] = [2.56, 2];
@@ -354,6 +371,8 @@ def _preset(name: str, base: Callable) -> Callable:
         return base(inp, resolve_preset(name, cfg), norm)
 
     loss.__name__ = f"{name}_loss"
+    if getattr(base, "zero_at_zero_advantage", False):
+        loss.zero_at_zero_advantage = True
     loss.__doc__ = f"Preset: {base.__name__} with {PRESETS[name]} (fields left at their default)."
     return loss
 
@@ -397,6 +416,30 @@ def policy_loss(
     cfg.validate()
     _check_inputs(inp)
     return fn(inp, cfg, norm)
+
+
+def rows_without_gradient(name: str, advantages: torch.Tensor, mask: torch.Tensor, cfg: LossConfig) -> torch.Tensor:
+    """[B] bool: rows whose loss term and gradient are exactly 0 under the loss registered as ``name``.
+
+    A row with no counted token (mask all 0) adds nothing to any loss. With ``cfg.kl_coef`` 0 (no KL term in
+    the loss), a row with advantage 0 adds nothing either, under the losses marked ``zero_at_zero_advantage``
+    (grpo, dapo, dr_grpo, gspo, cispo: every term is A times something finite). Leaving these rows out of the
+    forward and backward, with the :class:`Normalizer` of the whole batch, gives the full batch's loss and
+    gradient. advantages [B], mask [B, T].
+
+    >>> adv, mask = torch.tensor([1.0, 0.0, 0.0]), torch.tensor([[1.0, 1.0], [1.0, 0.0], [0.0, 0.0]])
+    >>> rows_without_gradient("grpo", adv, mask, LossConfig()).tolist()
+    [False, True, True]
+    >>> rows_without_gradient("kimi", adv, mask, LossConfig()).tolist()  # its loss pulls toward pi_old at A = 0
+    [False, False, True]
+    >>> rows_without_gradient("grpo", adv, mask, LossConfig(kl_coef=0.1)).tolist()  # the KL term has a gradient
+    [False, False, True]
+    """
+    empty = mask.sum(dim=-1) == 0  # [B]
+    loss = POLICY_LOSSES.get(name, path="algorithm.loss")
+    if cfg.kl_coef or not getattr(loss, "zero_at_zero_advantage", False):
+        return empty
+    return empty | (advantages == 0)  # [B]
 
 
 def truncation_mask(

@@ -233,11 +233,16 @@ MAX_STEPS = typer.Option(-1, help="Stop after this many steps (overrides epochs 
 MAX_LENGTH = typer.Option(512, help="Truncate rows to this many tokens.")
 
 
-def _settings(epochs, lr, batch_size, max_steps, max_length, seed):
+def _train(run, model, data, out, threads, epochs, lr, batch_size, max_steps, max_length, seed, **extra):
+    """Shared by ``sft`` and ``dpo``: the thread count for the model, its folder checked, then TRL's trainer."""
     from kitae.l2s.train import TrainSettings
+    from kitae.models import resolve_model_path
+    from kitae.threads import set_threads
 
-    return TrainSettings(epochs=epochs, lr=lr, batch_size=batch_size, max_steps=max_steps, max_length=max_length,
-                         seed=seed)
+    settings = TrainSettings(epochs=epochs, lr=lr, batch_size=batch_size, max_steps=max_steps,
+                             max_length=max_length, seed=seed)
+    set_threads(threads, model)
+    return run(resolve_model_path(model, "--model"), data, out, settings, **extra)
 
 
 def sft(
@@ -254,12 +259,8 @@ def sft(
 ) -> None:
     """Supervised fine-tuning on the shortest correct samples, with TRL's SFTTrainer."""
     from kitae.l2s.train import sft as run_sft
-    from kitae.models import resolve_model_path
-    from kitae.threads import set_threads
 
-    settings = _settings(epochs, lr, batch_size, max_steps, max_length, seed)
-    set_threads(threads, model)
-    metrics = run_sft(resolve_model_path(model, "--model"), data, out, settings)
+    metrics = _train(run_sft, model, data, out, threads, epochs, lr, batch_size, max_steps, max_length, seed)
     typer.echo(f"SFT done: loss {metrics.get('train_loss', float('nan')):.4f} -> {out}")
 
 
@@ -278,11 +279,8 @@ def dpo(
 ) -> None:
     """DPO on (shortest correct, longer) pairs, with TRL's DPOTrainer."""
     from kitae.l2s.train import dpo as run_dpo
-    from kitae.models import resolve_model_path
-    from kitae.threads import set_threads
 
-    settings = _settings(epochs, lr, batch_size, max_steps, max_length, seed)
-    set_threads(threads, model)
-    metrics = run_dpo(resolve_model_path(model, "--model"), data, out, settings, beta)
+    metrics = _train(run_dpo, model, data, out, threads, epochs, lr, batch_size, max_steps, max_length, seed,
+                     beta=beta)
     typer.echo(f"DPO done: loss {metrics.get('train_loss', float('nan')):.4f}, "
                f"reward accuracy {metrics.get('rewards/accuracies', float('nan')):.3f} -> {out}")

@@ -57,7 +57,7 @@ def _read(source: Any, split: str | None) -> tuple[str, Iterable[Any]]:
         return str(path), _read_parquet(path)
     if path.suffix == ".json":
         return str(path), _read_json(path)
-    return str(path), list(_read_jsonl(path))
+    return str(path), [row for _, row in read_jsonl(path)]
 
 
 def _read_datasets_folder(path: Path, split: str | None) -> list[dict]:
@@ -84,7 +84,7 @@ def _read_parquet(path: Path) -> list[dict]:
 
 
 def _read_json(path: Path) -> list:
-    text = _decode(path.read_bytes(), str(path))
+    text = decode_utf8(path.read_bytes(), str(path))
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -96,22 +96,24 @@ def _read_json(path: Path) -> list:
     return data
 
 
-def _read_jsonl(path: Path) -> Iterable[Any]:
-    """The row of each non-blank line; errors name the line."""
+def read_jsonl(path: str | Path) -> Iterable[tuple[int, Any]]:
+    """``(line number, row)`` for each non-blank line of a JSON-lines file. A line that is not UTF-8 or not JSON
+    is a :class:`DataError` naming the file and the line (every JSON-lines file a user gives kitae reads so)."""
+    path = Path(path)
     with path.open("rb") as f:
         for i, raw in enumerate(f, 1):
-            line = _decode(raw, str(path), i)
+            line = decode_utf8(raw, str(path), i)
             if not line.strip():
                 continue
             try:
-                yield json.loads(line)
+                yield i, json.loads(line)
             except json.JSONDecodeError as exc:
                 raise DataError(str(path), i, None, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
             except RecursionError:
                 raise DataError(str(path), i, None, "not valid JSON here: nested too deeply") from None
 
 
-def _decode(raw: bytes, file: str, row: int | None = None) -> str:
+def decode_utf8(raw: bytes, file: str, row: int | None = None) -> str:
     """UTF-8 text (a byte order mark at the start of the file is dropped); other bytes are a DataError."""
     try:
         return raw.decode("utf-8-sig" if row in (None, 1) else "utf-8")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kitae.data.loader import decode_utf8, read_jsonl
 from kitae.errors import DataError
 from kitae.graders.base import Grade, Grader
 
@@ -31,23 +32,15 @@ def load_rows(path: str | Path) -> list[Row]:
     file = Path(path)
     if not file.is_file():
         raise DataError(str(file), None, None, "no such file")
-    text = file.read_text(encoding="utf-8")
     if file.suffix == ".json":
         try:
-            records = json.loads(text)
+            records = json.loads(decode_utf8(file.read_bytes(), str(file)))
         except json.JSONDecodeError as exc:
             raise DataError(str(file), None, None, f"not valid JSON: {exc}") from None
         if not isinstance(records, list):
             raise DataError(str(file), None, None, "a .json file must hold a list of rows")
         return [parse_row(r, str(file), i) for i, r in enumerate(records, 1)]
-    rows = []
-    for i, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(str(file), i, None, f"not valid JSON: {exc.msg} (column {exc.colno})") from None
-            rows.append(parse_row(record, str(file), i))
+    rows = [parse_row(record, str(file), i) for i, record in read_jsonl(file)]
     if not rows:
         raise DataError(str(file), None, None, "no rows")
     return rows

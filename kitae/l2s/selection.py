@@ -120,16 +120,16 @@ def sample_groups(
 
 def read_samples(path: str | Path) -> list[list[dict]]:
     """Per-sample results written by `kitae eval` (one JSON row per sample), grouped by prompt."""
-    import json
-
+    from kitae.data.loader import read_jsonl
     from kitae.errors import DataError
 
     path = Path(path)
     if not path.exists():
         raise DataError(str(path), None, None, "file not found; write it with `kitae eval ... --out DIR`")
     rows = []
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        row = json.loads(line)
+    for i, row in read_jsonl(path):
+        if not isinstance(row, dict):
+            raise DataError(str(path), i, None, "expected a JSON object: is this a per-sample file of `kitae eval`?")
         for key in ("prompt_index", "messages", "output_text", "completion_tokens", "passed", "compliant"):
             if key not in row:
                 raise DataError(str(path), i, key, "missing: is this a per-sample file of `kitae eval`?")

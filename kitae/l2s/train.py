@@ -47,18 +47,17 @@ def _common_args(s: TrainSettings, out: Path) -> dict[str, Any]:
 
 def load_rows(path: str | Path, columns: tuple[str, ...]) -> Any:
     """A datasets.Dataset with just `columns`, checked row by row (DataError names file, row and field)."""
-    import json
-
     import datasets
+
+    from kitae.data.loader import read_jsonl
 
     path = Path(path)
     if not path.exists():
         raise DataError(str(path), None, None, "file not found; write it with `kitae l2s shortest` or `dpo-pairs`")
     rows = []
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        row = json.loads(line)
+    for i, row in read_jsonl(path):
+        if not isinstance(row, dict):
+            raise DataError(str(path), i, None, f"expected a JSON object with {', '.join(columns)}")
         for c in columns:
             if not isinstance(row.get(c), list) or not row[c]:
                 raise DataError(str(path), i, c, "expected a non-empty list of chat messages")

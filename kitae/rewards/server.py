@@ -38,6 +38,9 @@ MAX_ITEMS = 256
 MAX_CHARS = 32_000
 
 
+VLLM_NEUTRAL = {"use_activation": (False,), "add_special_tokens": (False,)}
+
+
 class RewardModelService:
     """The scoring behind the endpoints, independent of HTTP (so it is easy to test and reuse).
 
@@ -55,7 +58,15 @@ class RewardModelService:
     def _conversations(self, value: Any, param: str) -> list[list[dict[str, str]]]:
         return check.conversations(value, param, self.max_items, self.max_chars)
 
+    @staticmethod
+    def _fields(body: dict[str, Any], *known: str) -> None:
+        """Refuse fields this server would not honour (vLLM's truncation, a chat template, a typo): the scores
+        would not be the ones the client asked for. ``model`` and ``user`` are always accepted; vLLM's
+        ``use_activation`` and ``add_special_tokens`` only as this server scores (raw logits, texts as given)."""
+        check.check_fields(body, {*known, "model"}, VLLM_NEUTRAL, {"user"}, "kitae serve rm")
+
     def _score_input(self, body: dict[str, Any]) -> list[float]:
+        self._fields(body, "input", "messages")
         if "messages" in body:
             return self.scorer.score([check.messages(body["messages"], "messages", self.max_chars)])
         if "input" in body:
@@ -63,15 +74,17 @@ class RewardModelService:
         raise check.bad("expected 'input' (text or list of texts) or 'messages'")
 
     def kitae_score(self, body: dict[str, Any]) -> dict[str, Any]:
+        if "conversations" not in body and "texts" not in body:
+            raise check.bad("expected 'conversations' (list of message lists) or 'texts'")
+        self._fields(body, "conversations", "texts")
         if "conversations" in body:
             scores = self.scorer.score(self._conversations(body["conversations"], "conversations"))
-        elif "texts" in body:
-            scores = self.scorer.score_texts(self._texts(body["texts"], "texts"))
         else:
-            raise check.bad("expected 'conversations' (list of message lists) or 'texts'")
+            scores = self.scorer.score_texts(self._texts(body["texts"], "texts"))
         return {"model": self.name, "scores": scores}
 
     def sglang_classify(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        self._fields(body, "text")
         scores = self.scorer.score_texts(self._texts(body["text"], "text"))
         return [{"embedding": [s], "meta_info": {"id": str(i)}} for i, s in enumerate(scores)]
 

@@ -14,6 +14,9 @@ A :class:`Sandbox` turns a command into one that runs isolated (``bwrap``):
   joins a user namespace that maps both uids and switches, then ``unshare --user`` gives each run its own count;
 - ``--die-with-parent`` and a new session; when its first process ends, the pid namespace ends, and with it
   every process the code started (daemons, ``setsid`` children). Callers kill the whole tree by killing bwrap.
+  The kernel ties the parent-death signal to the *thread* that started bwrap, so every sandbox is started from
+  one long-lived thread (:func:`_spawn`): a worker started from a pool thread would otherwise die when that
+  thread ends (at the end of an ``asyncio.run``), losing its state, or in the middle of another thread's grade.
 
 ``none`` runs the same command with the same rlimits and a clean environment, in the work folder, without
 namespaces: the code sees the machine (files, network, other processes) and a process that calls ``setsid``
@@ -26,6 +29,7 @@ Where bwrap cannot run (not installed, user namespaces disabled, too old), build
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import os
 import shutil
@@ -145,7 +149,7 @@ class Sandbox:
         info_read, info_write = os.pipe()
         kwargs["pass_fds"] = (*kwargs.get("pass_fds", ()), info_write)
         try:
-            proc = subprocess.Popen([cmd[0], "--info-fd", str(info_write), *cmd[1:]], **kwargs, **pipes)
+            proc = _spawn([cmd[0], "--info-fd", str(info_write), *cmd[1:]], {**kwargs, **pipes})
         finally:
             os.close(info_write)
         proc.sandbox_init = _init_pidfd(info_read)
@@ -201,6 +205,21 @@ class Sandbox:
                 self._userns = root_userns()
                 self._finalizer = weakref.finalize(self, os.close, self._userns)
             return self._userns
+
+
+_SPAWNER: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None  # (pid, executor)
+_SPAWNER_LOCK = threading.Lock()
+
+
+def _spawn(argv: list[str], kwargs: dict) -> subprocess.Popen:
+    """``subprocess.Popen(argv, **kwargs)`` from the one thread that starts every sandbox and lives as long as
+    the process: bwrap's ``--die-with-parent`` (PR_SET_PDEATHSIG) fires when the thread that forked it ends."""
+    global _SPAWNER
+    with _SPAWNER_LOCK:
+        if _SPAWNER is None or _SPAWNER[0] != os.getpid():  # a forked child has the executor but not its thread
+            _SPAWNER = os.getpid(), concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kitae-sandbox")
+        spawner = _SPAWNER[1]
+    return spawner.submit(subprocess.Popen, argv, **kwargs).result()
 
 
 def _init_pidfd(info_read: int) -> int | None:

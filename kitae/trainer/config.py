@@ -236,7 +236,10 @@ class SamplingConfig:
 class OptimConfig:
     steps: int = 100
     prompts_per_step: int = 8
-    micro_batch_size: int = 32  # sequences per forward/backward
+    micro_batch_size: int = 32  # at most this many sequences per forward/backward (rows of similar length go
+    # together, kitae.trainer.batch.micro_batches)
+    skip_zero_advantage: bool = True  # leave rows that cannot change the gradient out of the forward/backward
+    # (advantage 0 with no KL term in the loss; no counted token): same gradient, less work
     lr: float = 1e-4
     weight_decay: float = 0.0
     betas: list[float] = field(default_factory=lambda: [0.9, 0.99])

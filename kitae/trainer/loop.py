@@ -33,7 +33,7 @@ import yaml
 
 from kitae.algorithms.advantages import compute_advantages, dynamic_sampling_keep
 from kitae.algorithms.kl import AdaptiveKLController, FixedKLController, kl_estimate, masked_entropy
-from kitae.algorithms.losses import LossConfig, LossInputs, Normalizer, policy_loss
+from kitae.algorithms.losses import LossConfig, LossInputs, Normalizer, policy_loss, rows_without_gradient
 from kitae.algorithms.mismatch import mismatch_metrics, tis_weight
 from kitae.errors import ConfigError, KitaeError
 from kitae.graders.base import Grade, Grader, is_finite_number
@@ -44,7 +44,16 @@ from kitae.rollout.partial import PartialRollouts
 from kitae.store import GroupRecord, RunStore, SampleRecord
 from kitae.store.images import RunImages
 from kitae.threads import set_threads
-from kitae.trainer.batch import TrainBatch, build_batch, token_logps
+from kitae.trainer.batch import (
+    PackedBatch,
+    TrainBatch,
+    attention_weight,
+    build_batch,
+    micro_batch_rows,
+    packed_logps,
+    packed_micro_batches,
+    token_logps,
+)
 from kitae.trainer.checkpoint import save_checkpoint, set_rng_state
 from kitae.trainer.config import TrainConfig
 from kitae.trainer.evaluate import evaluate, sample_dict
@@ -481,12 +490,15 @@ class Trainer:
     @torch.no_grad()
     def _correct_mismatch(self, batch: TrainBatch) -> dict[str, float]:
         """Server samples (kitae.algorithms.mismatch): the trainer's own log-probs of the sampled tokens, before
-        the update and over the same micro-batches as :meth:`_optimize`, become the ratio's old log-probs; the
-        server's give the truncated importance weights (``algorithm.tis_cap``)."""
-        cap, mbs = self.cfg.algorithm.tis_cap, self.cfg.optim.micro_batch_size
-        self.model.train()  # as in _optimize: at the first pass the ratio is exactly 1
-        own = torch.cat([token_logps(self.model, batch.select(slice(s, s + mbs)), self.cfg.sampling.temperature)[0]
-                         for s in range(0, len(batch), mbs)])  # [B, L-1]
+        the update and packed into micro-batches as :meth:`_optimize` packs them (every row here; the update
+        may leave some out), become the ratio's old log-probs; the server's give the truncated importance
+        weights (``algorithm.tis_cap``)."""
+        cap = self.cfg.algorithm.tis_cap
+        self.model.train()  # as in _optimize: at the first pass the ratio is 1
+        own = torch.zeros_like(batch.old_logp)  # [B, L-1]
+        for rows, mb in self._micro_batches(batch, list(range(len(batch)))):
+            logp = self._logps(mb)[0]  # [b, w-1] of the micro-batch's trimmed rows
+            own[rows, : logp.shape[1]] = logp
         metrics = mismatch_metrics(own, batch.old_logp, batch.mask, cap)
         batch.is_weight = tis_weight(own, batch.old_logp, batch.mask, cap) if cap is not None else None
         batch.old_logp = own
@@ -516,47 +528,99 @@ class Trainer:
     @torch.no_grad()
     def _ref_logps(self, batch: TrainBatch) -> torch.Tensor:
         temp = self.cfg.sampling.temperature
-        out = []
-        for start in range(0, len(batch), self.cfg.optim.micro_batch_size):
-            mb = batch.select(slice(start, start + self.cfg.optim.micro_batch_size))
+        out = torch.zeros_like(batch.old_logp)  # [B, L-1]
+        for rows in micro_batch_rows(batch, self.cfg.optim.micro_batch_size):
+            mb = batch.select(torch.tensor(rows, device=out.device)).trimmed()
             if self.ref_model == "adapter-disabled":
                 with self.policy.disable_adapter():
-                    out.append(token_logps(self.model, mb, temp)[0])
+                    logp = token_logps(self.model, mb, temp)[0]
             else:
-                out.append(token_logps(self.ref_model, mb, temp)[0])
-        return torch.cat(out)
+                logp = token_logps(self.ref_model, mb, temp)[0]
+            out[rows, : logp.shape[1]] = logp  # [b, w-1] of the trimmed rows
+        return out
 
     def _optimize(self, batch: TrainBatch) -> dict[str, float]:
-        """`mu` optimizer steps over the batch, each accumulating gradients over micro-batches."""
+        """`mu` optimizer steps over the batch, each accumulating gradients over the micro-batches of
+        :meth:`_update_plan` (rows that cannot change the gradient left out)."""
         cfg = self.cfg
-        mbs = cfg.optim.micro_batch_size
-        chunks = [slice(s, s + mbs) for s in range(0, len(batch), mbs)]
-        local = Normalizer.from_masks([batch.mask])  # sequences with no counted token drop out
-        norm = local.over_processes(lambda t: self.acc.reduce(t.to(self.acc.device), "sum"), self.acc.num_processes)
+        norm, chunks, plan = self._update_plan(batch)
         self.model.train()
         agg: dict[str, float] = {}
         grad_norms = []
         loss_sum = 0.0
         mu = cfg.algorithm.mu
+        trained_tokens = max(1.0, sum(float(mb.rows.mask.sum() if isinstance(mb, PackedBatch) else mb.mask.sum())
+                                      for mb in chunks))
         for _ in range(mu):
-            for i, sl in enumerate(chunks):
-                mb = batch.select(sl)
+            for i, mb in enumerate(chunks):
                 sync = self.acc.no_sync(self.model) if i < len(chunks) - 1 else nullcontext()
                 with sync:
-                    logp, logits = token_logps(self.model, mb, cfg.sampling.temperature)
+                    logp, logits, logits_mask = self._logps(mb)
+                    mb = mb.rows if isinstance(mb, PackedBatch) else mb
                     inp = LossInputs(logp, mb.old_logp, mb.advantages, mb.mask, mb.ref_logp, mb.is_weight)
                     loss, m = policy_loss(cfg.algorithm.loss, inp, self.loss_cfg, norm)
                     self.acc.backward(loss)
                 loss_sum += float(loss.detach()) / mu  # micro-batch losses sum to the batch loss
-                m["entropy"] = float(masked_entropy(logits.detach(), mb.mask[:, -logits.shape[1] :]))
+                m["entropy"] = float(masked_entropy(logits.detach(), logits_mask))
                 tokens = float(mb.mask.sum())
-                for k, v in m.items():  # token-weighted mean over micro-batches and passes
+                for k, v in m.items():  # token-weighted mean over the trained rows and passes
                     if k != "num_tokens":
-                        agg[k] = agg.get(k, 0.0) + float(v) * tokens / max(1, local.num_tokens) / mu
+                        agg[k] = agg.get(k, 0.0) + float(v) * tokens / trained_tokens / mu
+            if not chunks:  # every row skipped: step with the full batch's gradient, exactly zero
+                _zero_grads(self.model)
             grad_norms.append(float(self.acc.clip_grad_norm_(self.model.parameters(), cfg.optim.max_grad_norm)))
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
-        return {**agg, "loss": loss_sum, "grad_norm": statistics.fmean(grad_norms)}
+        return {**agg, "loss": loss_sum, "grad_norm": statistics.fmean(grad_norms), **plan}
+
+    def _update_plan(self, batch: TrainBatch) -> tuple[Normalizer, list[PackedBatch | TrainBatch], dict[str, float]]:
+        """What the update runs: the Normalizer of the whole batch (every row, skipped or not, over all
+        processes: the aggregation divides by the full batch's counts), the micro-batches of the rows that can
+        change the gradient, and ``skipped_rows`` and ``pad_frac`` (padding share of the positions the forward
+        computes). The samples of one prompt are packed into one sequence that computes their common prefix
+        once, where that costs less (kitae.trainer.batch.pack); sequences of similar length share a
+        micro-batch. A model whose attention takes no block mask gets rows of similar length, each micro-batch
+        trimmed to its longest (kitae.trainer.batch.micro_batches)."""
+        local = Normalizer.from_masks([batch.mask])  # sequences with no counted token drop out
+        norm = local.over_processes(lambda t: self.acc.reduce(t.to(self.acc.device), "sum"), self.acc.num_processes)
+        skip = self._rows_to_skip(batch)  # [B]
+        rows = (~skip).nonzero().flatten().tolist()
+        if not rows and self.acc.num_processes > 1:  # each process runs a backward, or DDP's all-reduce waits
+            rows = [int(batch.attention_mask.sum(dim=-1).argmin())]  # the shortest row; it adds exactly 0
+        chunks = [mb for _, mb in self._micro_batches(batch, rows)]
+        computed = sum(mb.padded_tokens()[0] for mb in chunks)
+        padded = sum(mb.padded_tokens()[1] for mb in chunks)
+        stats = {"skipped_rows": float(len(batch) - len(rows)), "pad_frac": padded / computed if computed else 0.0}
+        return norm, chunks, stats
+
+    def _micro_batches(self, batch: TrainBatch, rows: list[int]) -> list[tuple[list[int], PackedBatch | TrainBatch]]:
+        """``rows`` of ``batch`` as the update's micro-batches, each with the indices of its rows in ``batch``:
+        packed by prompt where the model's attention takes a block mask, else rows of similar length."""
+        mbs, config = self.cfg.optim.micro_batch_size, self.policy.config
+        if _takes_block_masks(config):
+            chunks = packed_micro_batches(batch, rows, self.cfg.sampling.group_size, mbs, attention_weight(config))
+            return [(mb.index, mb) for mb in chunks]
+        runs = micro_batch_rows(batch, mbs, rows)
+        return [(r, batch.select(torch.tensor(r, device=batch.input_ids.device)).trimmed()) for r in runs]
+
+    def _logps(self, mb: PackedBatch | TrainBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Log-probs [b, L-1] of the micro-batch's rows under the policy, and logits with the mask of the
+        tokens they predict (for the entropy)."""
+        temp = self.cfg.sampling.temperature
+        if isinstance(mb, PackedBatch):
+            logp, logits = packed_logps(self.model, mb, temp)  # logits [N, V] of the counted tokens
+            return logp, logits, logits.new_ones(logits.shape[0])
+        logp, logits = token_logps(self.model, mb, temp)  # logits [b, K, V] of the last K columns
+        return logp, logits, mb.mask[:, -logits.shape[1] :]
+
+    def _rows_to_skip(self, batch: TrainBatch) -> torch.Tensor:
+        """[B] bool: rows left out of the update (kitae.algorithms.losses.rows_without_gradient). With an
+        adaptive KL coefficient, only rows with no counted token: the controller follows the KL of every row."""
+        if not self.cfg.optim.skip_zero_advantage:
+            return torch.zeros(len(batch), dtype=torch.bool, device=batch.mask.device)
+        if self.cfg.algorithm.kl.adaptive is not None:
+            return batch.mask.sum(dim=-1) == 0
+        return rows_without_gradient(self.cfg.algorithm.loss, batch.advantages, batch.mask, self.loss_cfg)
 
     # ---- metrics and logging ------------------------------------------------------------------
     def _reward_metrics(self, scores: list[GroupScores], completions: list[Completion]) -> dict[str, float]:
@@ -722,6 +786,19 @@ def _mask_earlier_segments(batch: TrainBatch, completions: list[Completion]) -> 
     for i, c in enumerate(completions):
         p = len(c.prompt_ids)
         batch.mask[i, p - 1 : p - 1 + c.earlier_tokens] = 0.0  # [L-1] columns of those tokens
+
+
+def _takes_block_masks(config) -> bool:
+    """Whether the model's attention accepts a 4D boolean mask (sdpa and eager do; flash attention does not)."""
+    return getattr(config, "_attn_implementation", None) in (None, "sdpa", "eager")
+
+
+def _zero_grads(model) -> None:
+    """Zero gradients where there are none yet, so that the optimizer steps (momentum, weight decay) as it
+    would after a backward whose gradient is all zero."""
+    for p in model.parameters():
+        if p.requires_grad and p.grad is None:
+            p.grad = torch.zeros_like(p)
 
 
 def _to_device(batch: TrainBatch, device) -> TrainBatch:

@@ -1,10 +1,19 @@
 """Gradient accumulation invariance: with the full-batch Normalizer, micro-batch losses sum to the
-full-batch loss and accumulated gradients equal the full-batch gradients (every loss, every aggregation)."""
+full-batch loss and accumulated gradients equal the full-batch gradients (every loss, every aggregation), also
+when the rows that cannot change the gradient are left out (rows_without_gradient)."""
 
 import pytest
 import torch
 
-from kitae.algorithms import AGGREGATIONS, POLICY_LOSSES, LossConfig, LossInputs, Normalizer, policy_loss
+from kitae.algorithms import (
+    AGGREGATIONS,
+    POLICY_LOSSES,
+    LossConfig,
+    LossInputs,
+    Normalizer,
+    policy_loss,
+    rows_without_gradient,
+)
 
 B, T = 8, 6
 LENGTHS = [6, 1, 4, 3, 6, 2, 5, 4]  # unequal, so token and sequence means differ
@@ -122,3 +131,67 @@ def test_over_processes_sums_the_counts_and_records_the_process_count():
     assert norm.over_processes(all_reduce_sum, 2) == Normalizer(3, 12, 4, processes=2)
     assert seen == [[2, 5, 3]]
     assert norm.over_processes(all_reduce_sum, 1) is norm  # one process: nothing to reduce
+
+
+# ---- rows that cannot change the gradient stay out of the forward/backward -------------------------------
+def run_rows(name, cfg, inp, rows):
+    """Summed loss and d loss / d logp over the given rows only, with the Normalizer of the whole batch."""
+    norm = Normalizer.from_masks([inp.mask])
+    ref = inp.ref_logp[rows] if inp.ref_logp is not None else None
+    sub = LossInputs(inp.logp[rows], inp.old_logp[rows], inp.advantages[rows], inp.mask[rows], ref)
+    loss, _ = policy_loss(name, sub, cfg, norm)
+    loss.backward()
+    grad = inp.logp.grad.clone()
+    inp.logp.grad = None
+    return loss.item(), grad
+
+
+def zero_rows_batch() -> LossInputs:
+    inp = batch()
+    inp.advantages[[1, 3, 6]] = 0.0  # with row 4's 0.0: half the rows have nothing to learn from
+    inp.mask[2] = 0.0  # and one row has no counted token (overlong filtering)
+    return inp
+
+
+@pytest.mark.parametrize("name", POLICY_LOSSES.names())
+@pytest.mark.parametrize("aggregation", AGGREGATIONS.names())
+@pytest.mark.parametrize("kl_coef", [0.0, 0.1], ids=["no_kl", "kl_in_loss"])
+def test_skipped_rows_give_the_full_batch_loss_and_gradient(name, aggregation, kl_coef):
+    cfg = LossConfig(aggregation=aggregation, max_completion_length=T, kl_coef=kl_coef, gspo_eps_low=0.05,
+                     gspo_eps_high=0.05)
+    inp = zero_rows_batch()
+    skip = rows_without_gradient(name, inp.advantages, inp.mask, cfg)
+    full_loss, full_grad = run(name, cfg, inp, [B])
+    loss, grad = run_rows(name, cfg, inp, (~skip).nonzero().flatten())
+    assert loss == pytest.approx(full_loss, abs=1e-6)
+    torch.testing.assert_close(grad, full_grad, atol=1e-6, rtol=0)
+    assert full_grad.abs().sum() > 0
+    zero_advantage = name != "kimi" and not kl_coef
+    assert skip.tolist() == [i in ((1, 2, 3, 4, 6) if zero_advantage else (2,)) for i in range(B)]
+
+
+@pytest.mark.parametrize("case", [
+    ("kimi", 0.0),  # (A - tau delta)^2: at A = 0 still tau delta^2 / 2, a pull toward the sampling policy
+    ("grpo", 0.1),  # the KL term has a gradient whatever the advantage
+])
+def test_skipping_zero_advantage_rows_would_break_kimi_and_kl_in_the_loss(case):
+    # control: rows_without_gradient keeps these rows for a reason (the test above can fail)
+    name, kl_coef = case
+    cfg = LossConfig(max_completion_length=T, kl_coef=kl_coef)
+    inp = zero_rows_batch()
+    _, full_grad = run(name, cfg, inp, [B])
+    _, grad = run_rows(name, cfg, inp, (inp.advantages != 0).nonzero().flatten())
+    assert (grad - full_grad).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("aggregation", AGGREGATIONS.names())
+def test_a_normalizer_of_the_kept_rows_would_break_it(aggregation):
+    # control: the divisors must count the skipped rows (sequences, tokens, every row for Dr. GRPO)
+    cfg = LossConfig(aggregation=aggregation, max_completion_length=T)
+    inp = zero_rows_batch()
+    _, full_grad = run("grpo", cfg, inp, [B])
+    kept = (~rows_without_gradient("grpo", inp.advantages, inp.mask, cfg)).nonzero().flatten()
+    sub = LossInputs(inp.logp[kept], inp.old_logp[kept], inp.advantages[kept], inp.mask[kept])
+    loss, _ = policy_loss("grpo", sub, cfg, Normalizer.from_masks([sub.mask]))
+    loss.backward()
+    assert (inp.logp.grad - full_grad).abs().max() > 1e-3

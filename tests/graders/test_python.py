@@ -6,6 +6,7 @@ import os
 import socket
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -140,6 +141,28 @@ def test_prints_do_not_break_the_protocol_and_the_worker_recovers():
         """
     grades = run(source, samples=("a", "crash", "b"))
     assert [g.score for g in grades] == [1.0, None, 1.0]  # restarted after the crash
+
+
+def test_the_worker_outlives_the_thread_that_started_it():
+    """bubblewrap's --die-with-parent follows the thread that spawned it (PR_SET_PDEATHSIG): a worker started
+    from a thread that then ended (asyncio.to_thread's pool, a finished asyncio.run) was killed with it, so
+    module state was lost at every step and a request from another thread could die mid-grade."""
+    source = "calls = 0\ndef grade(sample, item):\n    global calls\n    calls += 1\n    return calls\n"
+    grader = build_grader({"type": "python", "source": source})
+    try:
+        first = []
+        starter = threading.Thread(target=lambda: first.append(grader.grade_sample({}, {"output_text": "a"}).score))
+        starter.start()
+        starter.join()
+        assert first == [1.0]
+        for _ in range(50):  # give a parent-death signal time to arrive, were one on its way
+            if grader.worker._proc.poll() is not None:
+                break
+            time.sleep(0.01)
+        assert grader.worker._proc.poll() is None, "the worker died with the thread that started it"
+        assert grader.grade_sample({}, {"output_text": "a"}).score == 2.0  # the same worker, its state kept
+    finally:
+        grader.close()
 
 
 def test_graded_from_threads_at_once():

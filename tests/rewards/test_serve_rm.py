@@ -118,12 +118,27 @@ USER = {"role": "user", "content": "hi"}
     ("/classify", {"input": {"a": 1}}, "input", "string or a non-empty list"),
     ("/pooling", {"messages": []}, "messages", "non-empty list"),
     ("/pooling", {"messages": [{"role": "user"}]}, "messages[0].content", "got NoneType"),
+    # a field the server would not honour is refused, never silently ignored (the scores would not be what the
+    # client asked for): vLLM's truncation, a chat template override, a typo
+    ("/v1/score", {"texts": ["a"], "truncate_prompt_tokens": 3}, "truncate_prompt_tokens",
+     "kitae serve rm does not support truncate_prompt_tokens"),
+    ("/pooling", {"input": "a", "chat_template": "{{x}}"}, "chat_template", "does not support chat_template"),
+    ("/v1/classify", {"messages": [USER], "add_special_tokens": True}, "add_special_tokens", "does not support"),
+    ("/pooling", {"input": "a", "use_activation": True}, "use_activation", "does not support use_activation"),
+    ("/classify", {"text": ["a"], "txt": ["b"]}, "txt", "does not support txt"),
 ])
 def test_bad_requests_are_400_naming_the_field(limited, path, body, param, said):
     reply = httpx.post(limited + path, json=body, timeout=30)
     assert reply.status_code == 400, reply.text
     error = reply.json()["error"]
     assert said in error["message"] and error["param"] == param
+
+
+def test_the_model_name_and_user_fields_are_accepted(limited):
+    for path, body in [("/v1/score", {"texts": ["a"]}), ("/pooling", {"input": "a"}), ("/classify", {"text": ["a"]}),
+                       ("/v1/classify", {"messages": [USER]})]:
+        reply = httpx.post(limited + path, json={"model": "m", "user": "u", **body}, timeout=30)
+        assert reply.status_code == 200, (path, reply.text)
 
 
 def test_a_body_that_is_not_json_says_so(limited):

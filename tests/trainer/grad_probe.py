@@ -1,12 +1,13 @@
 """Run by tests/trainer/test_train_e2e.py, in one process or under ``accelerate launch`` in two:
 
-    python -m tests.trainer.grad_probe CONFIG OUT
+    python -m tests.trainer.grad_probe CONFIG OUT [ZERO_ROWS]
 
 builds the Trainer of CONFIG and runs its real ``_optimize`` on one fixed batch of 8 rows once per loss; each
 process takes its share of the rows (process 0 the four long ones, process 1 the four short ones, one of
-them masked out entirely). Process 0 saves to OUT, per loss, the gradient the optimizer would have stepped with
-(after DDP averaged it) and the loss averaged over processes, as the trainer logs it. The optimizer never
-steps, so every loss sees the same weights.
+them masked out entirely); ZERO_ROWS (e.g. "1,4,5,7") sets those rows' advantages to 0. Process 0 saves to
+OUT, per loss, the gradient the optimizer would have stepped with (after DDP averaged it), the loss averaged
+over processes, as the trainer logs it, and the rows the update skipped. The optimizer never steps, so every
+loss sees the same weights.
 """
 
 from __future__ import annotations
@@ -26,26 +27,32 @@ ADVANTAGES = [1.0, -0.5, 0.8, -1.2, 2.0, -1.5, 0.7, 1.1]
 MASKED = 6  # a row that does not count (overlong filtering): Dr. GRPO's constant still counts it
 
 
-def full_batch(trainer: Trainer):
+def full_batch(trainer: Trainer, zero_rows: tuple[int, ...] = ()):
+    """Two groups of four samples: rows 0-3 share a prompt, rows 4-7 another and their first sampled token, so
+    rows 4 and 6 (one token each) are all prefix."""
     g = torch.Generator().manual_seed(0)
     vocab = trainer.policy.config.vocab_size
+    prompts = [torch.randint(3, vocab, (PROMPT,), generator=g).tolist() for _ in range(2)]
+    tokens = [torch.randint(3, vocab, (n,), generator=g).tolist() for n in COMPLETION_LENGTHS]
+    for i in (5, 6, 7):
+        tokens[i][0] = tokens[4][0]
     completions = [
-        Completion(text="", prompt_ids=torch.randint(3, vocab, (PROMPT,), generator=g).tolist(),
-                   completion_ids=torch.randint(3, vocab, (n,), generator=g).tolist(), logprobs=[0.0] * n,
+        Completion(text="", prompt_ids=prompts[i // 4], completion_ids=t, logprobs=[0.0] * len(t),
                    finish_reason="stop")
-        for n in COMPLETION_LENGTHS
+        for i, t in enumerate(tokens)
     ]
     counted = [i != MASKED for i in range(len(completions))]
-    batch = build_batch(completions, ADVANTAGES, trainer.tokenizer.pad_token_id, counted)
+    advantages = [0.0 if i in zero_rows else a for i, a in enumerate(ADVANTAGES)]
+    batch = build_batch(completions, advantages, trainer.tokenizer.pad_token_id, counted)
     with torch.no_grad():  # old log-probs = the current policy's: ratio 1, nothing clipped
         batch.old_logp = token_logps(trainer.policy, batch, trainer.cfg.sampling.temperature)[0] * batch.mask
     return batch
 
 
-def main(config: str, out: str) -> None:
+def main(config: str, out: str, zero_rows: str = "") -> None:
     trainer = Trainer(load_train_config(config))
     acc = trainer.acc
-    batch = full_batch(trainer)
+    batch = full_batch(trainer, tuple(int(i) for i in zero_rows.split(",") if i))
     share = len(batch) // acc.num_processes
     local = batch.select(slice(acc.process_index * share, (acc.process_index + 1) * share))
     grads: list[list[torch.Tensor]] = []
@@ -59,11 +66,11 @@ def main(config: str, out: str) -> None:
         trainer.cfg.algorithm.loss = name
         trainer.loss_cfg = trainer._loss_config()
         metrics = trainer._reduce(trainer._optimize(local))
-        results[name] = {"grad": grads.pop(), "loss": metrics["loss"]}
+        results[name] = {"grad": grads.pop(), "loss": metrics["loss"], "skipped_rows": metrics["skipped_rows"]}
     if acc.is_main_process:
         torch.save(results, out)
     acc.wait_for_everyone()
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:4])

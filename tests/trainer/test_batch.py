@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from kitae.algorithms import masked_entropy
 from kitae.rollout.base import Completion
-from kitae.trainer.batch import build_batch, token_logps
+from kitae.trainer.batch import (
+    build_batch,
+    micro_batches,
+    pack,
+    packed_logps,
+    plan_families,
+    plan_micro_batches,
+    token_logps,
+)
 from tests.tiny import tiny_llama
 
 
@@ -56,3 +65,71 @@ def test_temperature_scales_the_logits():
     logits = model(input_ids=batch.input_ids).logits[:, :-1] / 2.0
     want = logits.gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1) - torch.logsumexp(logits, -1)
     torch.testing.assert_close(token_logps(model, batch, temperature=2.0)[0][:, 1:], want[:, 1:])
+
+
+# ---- micro-batches of similar length ------------------------------------------------------------------------
+@pytest.mark.parametrize("lengths, max_rows, overhead, want", [
+    ([10, 50, 12, 48], 4, 8, [[1, 3], [2, 0]]),  # 2 x 50 + 2 x 12 + 2 x 8 = 140 < 4 x 50 + 8 = 208
+    ([10, 50, 12, 48], 4, 100, [[1, 3, 2, 0]]),  # splitting costs more than the 76 padded positions it saves
+    ([7, 7, 7, 7, 7], 2, 1, [[0], [1, 2], [3, 4]]),  # equal lengths: only max_rows cuts
+    ([30, 5, 29, 6, 28], 8, 10, [[0, 2, 4], [3, 1]]),  # longest first, sorted within a run
+    ([], 4, 8, []),
+])
+def test_plan_micro_batches(lengths, max_rows, overhead, want):
+    assert plan_micro_batches(lengths, max_rows, overhead) == want
+
+
+def test_micro_batches_keep_every_row_once_trimmed_to_their_longest():
+    rows = [completion([1] * p, [2] * t) for p, t in [(3, 9), (5, 1), (2, 10), (4, 2), (3, 0)]]
+    batch = build_batch(rows, [0.5, -0.5, 1.0, -1.0, 0.0], pad_id=0, counted=[True] * 5)
+    batch.ref_logp = torch.randn(batch.mask.shape)
+    parts = micro_batches(batch, max_rows=2, rows=[0, 1, 2, 3])  # row 4 left out
+    assert sorted(float(a) for mb in parts for a in mb.advantages) == [-1.0, -0.5, 0.5, 1.0]
+    for mb in parts:
+        width = int(mb.attention_mask.sum(-1).max())
+        assert mb.input_ids.shape[1] == width and mb.mask.shape[1] == mb.ref_logp.shape[1] == width - 1
+    assert [mb.input_ids.shape[1] for mb in parts] == [12, 6]  # (12, 12) and (6, 6): no padding left
+    assert sum(mb.padded_tokens()[1] for mb in parts) == 0 < batch.padded_tokens()[1]
+
+
+# ---- packing: the samples of one prompt in one sequence, their common prefix once --------------------------
+def group_batch():
+    prompt = [1, 2, 3, 4, 5]
+    rows = [completion(prompt, t) for t in ([6, 7, 8], [6, 7, 9, 10], [6], [6, 7, 8])]  # all share 6: prefix 6
+    rows += [completion([1, 2, 9], t) for t in ([3, 4], [5])]  # another prompt
+    return build_batch(rows, [0.0] * 6, pad_id=0, counted=[True] * 6)
+
+
+def test_packed_logps_equal_each_row_alone():
+    model = tiny_llama(64).eval()
+    batch = group_batch()
+    packed = pack(batch, [[0, 1, 2, 3], [4, 5]])
+    # [1..5 6] + [7 8] + [7 9 10] + [] + [7 8]; [1 2 9] + [3 4] + [5]: 12 and 6 positions instead of 32
+    assert packed.input_ids[0].tolist() == [1, 2, 3, 4, 5, 6, 7, 8, 7, 9, 10, 7, 8]
+    assert packed.position_ids[0].tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 6, 7, 8, 6, 7]
+    assert packed.padded_tokens() == (26, 26 - 19)
+    logp, logits = packed_logps(model, packed)
+    want, _ = token_logps(model, batch)
+    torch.testing.assert_close(logp * packed.rows.mask, want[:, : logp.shape[1]] * packed.rows.mask, atol=1e-5, rtol=0)
+    assert logits.shape == (int(batch.mask.sum()), 64)
+
+
+def test_a_packed_row_never_sees_the_other_rows():
+    model = tiny_llama(64).eval()
+    batch = group_batch()
+    before, _ = packed_logps(model, pack(batch, [[0, 1, 2, 3]]))
+    batch.input_ids[1, 7:9] = torch.tensor([11, 12])  # row 1's own tokens change
+    after, _ = packed_logps(model, pack(batch, [[0, 1, 2, 3]]))
+    torch.testing.assert_close(after[[0, 2, 3]], before[[0, 2, 3]], atol=1e-6, rtol=0)
+    assert not torch.allclose(after[1], before[1])
+
+
+def test_families_pack_only_where_that_costs_less():
+    batch = group_batch()
+    assert plan_families(batch, range(6), group_size=4, max_rows=8) == [[0, 1, 2, 3], [4, 5]]
+    assert plan_families(batch, range(6), group_size=4, max_rows=3) == [[0, 1, 2], [3], [4, 5]]
+    # a one-token prompt before 8 tokens each: 33 positions packed instead of 36, but with attention that dear
+    # one sequence of 33 costs more (33 + 33^2) than four of 9 (4 x (9 + 9^2))
+    long_tails = build_batch([completion([1], [2 + k] * 8) for k in range(4)], [0.0] * 4, pad_id=0, counted=[True] * 4)
+    assert plan_families(long_tails, range(4), group_size=4, max_rows=8) == [[0, 1, 2, 3]]
+    assert plan_families(long_tails, range(4), group_size=4, max_rows=8, attention=1.0) == [[0], [1], [2], [3]]

@@ -195,6 +195,35 @@ def test_two_processes_with_uneven_token_counts_step_with_the_full_batch_gradien
 
 
 @pytest.mark.slow
+def test_two_processes_skipping_zero_advantage_rows_step_with_the_full_batch_gradient(tiny_assets, tmp_path,
+                                                                                     rewards_on_path):
+    """Rows 1, 4, 5 and 7 get advantage 0: one process without skipping (every row in the forward) against two
+    processes that skip them. Process 1 then has nothing left to learn from (rows 4, 5, 7 at 0, row 6 masked)
+    and still runs one row, so DDP's all-reduce does not wait for it; the divisors count the skipped rows
+    (token_mean: their tokens; Dr. GRPO: every row), so every loss steps with the full batch's gradient."""
+    from tests.trainer.grad_probe import LOSSES
+
+    over = {"optim.micro_batch_size": 2, "optim.max_grad_norm": 1e9, "data.eval": None}
+    cfg_one = write_config(tiny_assets, tmp_path / "one", **over, **{"optim.skip_zero_advantage": False})
+    cfg_two = write_config(tiny_assets, tmp_path / "two", **over)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    one = subprocess.run([sys.executable, "-m", "tests.trainer.grad_probe", str(cfg_one), str(tmp_path / "one.pt"),
+                          "1,4,5,7"], capture_output=True, text=True, timeout=300, env=env)
+    assert one.returncode == 0, one.stdout[-3000:] + one.stderr[-3000:]
+    accelerate_launch("tests.trainer.grad_probe", str(cfg_two), str(tmp_path / "two.pt"), "1,4,5,7")
+    full, skipped = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
+    for name in LOSSES:
+        for g1, g2 in zip(full[name]["grad"], skipped[name]["grad"], strict=True):
+            torch.testing.assert_close(g2, g1, atol=1e-6, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
+        assert skipped[name]["loss"] == pytest.approx(full[name]["loss"], abs=1e-6)
+        assert max(float(g.abs().max()) for g in full[name]["grad"]) > 1e-3
+        assert full[name]["skipped_rows"] == 0
+    # per process (a mean over the two): process 0 skips row 1, process 1 three of its four rows (it runs one)
+    assert skipped["grpo"]["skipped_rows"] == (1 + 3) / 2
+    assert skipped["kimi"]["skipped_rows"] == (0 + 1) / 2  # kimi keeps zero-advantage rows; the masked one goes
+
+
+@pytest.mark.slow
 def test_two_process_accelerate_run(tiny_assets, tmp_path, rewards_on_path):
     cfg = write_config(tiny_assets, tmp_path, **{"optim.steps": 2, "eval.every": 0, "optim.prompts_per_step": 4})
     launch_two_processes(cfg)

@@ -71,13 +71,13 @@ def test_a_live_run_grows_while_the_page_is_open(serve, tmp_path, page):
         page.wait_for_selector("text=No metrics yet")
         page.wait_for_function("() => document.querySelector('#live').textContent.startsWith('live')")
         live.log_until(5)
-        page.wait_for_selector('.panel[data-panel="reward"] path.series', state="attached")
+        # a poll may land while the five steps are being written (a busy machine): the page draws what it
+        # found, then catches up with the rest at the next polls
+        reward_points = "n => Number(document.querySelector('.panel[data-panel=reward] path.series')?.dataset.points) >= n"
+        page.wait_for_function(reward_points, arg=5)
         first = points(page, "reward", "reward")
-        assert first >= 5
         live.start()
-        page.wait_for_function(
-            "n => Number(document.querySelector('.panel[data-panel=reward] path.series')?.dataset.points) >= n",
-            arg=first + 15)
+        page.wait_for_function(reward_points, arg=first + 15)
         # the first eval (step 10) adds the eval panel while the page is open
         page.wait_for_selector('.panel[data-panel="eval"] path.series[data-key="eval/pass@1"]')
         screenshot(page, "run-live")
@@ -257,3 +257,33 @@ def test_a_run_that_ran_code_without_a_sandbox_says_so(serve, tmp_path, page):
     page.goto(s.url + "#/run/boxed")
     page.wait_for_selector(".run-head h1")
     assert page.locator(".unsandboxed").count() == 0
+
+
+def test_the_run_history_shows_resumes_and_skipped_checkpoints_as_text(serve, tmp_path, page):
+    """Resumes, restarts and skipped checkpoints (the store's events) are on the run page, oldest first; their
+    messages hold paths and config values the user wrote, so they are shown as text, never as markup."""
+    from kitae.store import RunStore
+
+    runs = tmp_path / "runs"
+    with RunStore.create(runs / "resumed", name="resumed", config={"lr": 1e-6}, model="tiny-llama") as store:
+        store.log_metrics(1, {"reward": 0.5})
+        store.log_event(20, "checkpoint_skipped", "checkpoints/step-000020: <img src=x onerror=window.pwned=1> "
+                        "unreadable; an older checkpoint is used")
+        store.log_event(10, "resumed", "resumed from checkpoints/step-000010 (kitae train --resume resumed)")
+        store.finish()
+    with RunStore.create(runs / "plain", name="plain", config={"lr": 1e-6}, model="tiny-llama") as store:
+        store.log_metrics(1, {"reward": 0.5})
+        store.finish()
+    s = serve(runs)
+    page.goto(s.url + "#/run/resumed")
+    history = page.wait_for_selector(".events")
+    assert history.query_selector("summary").inner_text() == "history: 2 events"
+    history.query_selector("summary").click()
+    rows = [r.inner_text().split("\t") for r in page.locator(".events tr[data-kind]").all()]
+    assert [(r[1], r[2]) for r in rows] == [("20", "checkpoint_skipped"), ("10", "resumed")]
+    assert "<img src=x onerror=window.pwned=1>" in rows[0][3]
+    assert page.evaluate("() => window.pwned") is None and page.locator(".events img").count() == 0
+    screenshot(page, "run-history")
+    page.goto(s.url + "#/run/plain")
+    page.wait_for_selector(".run-head h1")
+    assert page.locator(".events").count() == 0

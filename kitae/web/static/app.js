@@ -181,8 +181,19 @@
         + (summary.finished_at ? ` · finished ${time(summary.finished_at)}` : "")) : null,
       summary?.unsandboxed?.length ? h("p", {class: "unsandboxed", role: "alert"},
         `sandbox: none at ${summary.unsandboxed.join(", ")}: this run ran untrusted code without isolation`) : null,
+      summary?.events?.length ? runHistory(summary.events) : null,
       h("nav", {class: "tabs"}, tabs.map(([name, href]) =>
         h("a", {href, class: name === active ? "active" : ""}, name))));
+  }
+
+  // Resumes, restarts, skipped checkpoints and config changes, oldest first (text only: messages hold paths).
+  function runHistory(events) {
+    return h("details", {class: "events"},
+      h("summary", null, `history: ${events.length} event${events.length === 1 ? "" : "s"}`),
+      h("table", null, h("thead", null, h("tr", null, ["time", "step", "event", ""].map((c) => h("th", null, c)))),
+        h("tbody", null, events.map((e) => h("tr", {"data-kind": e.kind},
+          h("td", null, time(e.logged_at)), h("td", null, String(e.step)), h("td", null, e.kind),
+          h("td", null, e.message))))));
   }
 
   async function runView(run) {
