@@ -51,6 +51,30 @@ def test_logprobs_equal_the_model_called_directly_on_each_picture(vl_engine, vis
             assert torch.allclose(direct, torch.tensor(c.logprobs), atol=1e-4)
 
 
+def test_packed_update_logprobs_equal_the_engines_with_the_images(vl_engine, vision_rows):
+    """The update packs a prompt's samples into one sequence (kitae.trainer.batch.pack): the picture's tokens sit
+    in the shared prefix once and the family's image tensors go with it, so each sample gets the engine's
+    log-probs; without the images it would not."""
+    from kitae.trainer.batch import packed_logps, packed_micro_batches
+
+    rows = vision_rows[:3]
+    groups = vl_engine.generate([r["messages"] for r in rows], 4, SamplingParams(1.0, max_new_tokens=10, seed=2))
+    comps = [c for g in groups for c in g]
+    batch = build_batch(comps, [1.0] * len(comps), vl_engine.tokenizer.pad_token_id, [True] * len(comps))
+    chunks = packed_micro_batches(batch, list(range(len(batch))), group_size=4, max_rows=6)
+    assert any(len(c.index) > c.input_ids.shape[0] for c in chunks)  # some rows really share a sequence
+    for pb in chunks:
+        assert len(pb.image_inputs) == pb.input_ids.shape[0]  # one prompt's pictures per packed sequence
+        with torch.no_grad():
+            logp, _ = packed_logps(vl_engine.model, pb)
+        old = batch.old_logp[pb.index, : logp.shape[1]]
+        assert torch.allclose(logp, old * pb.rows.mask, atol=1e-4)
+        pb.image_inputs = None
+        with torch.no_grad():
+            blind, _ = packed_logps(vl_engine.model, pb)
+        assert ((blind - old) * pb.rows.mask).abs().max() > 0.05
+
+
 def test_a_batch_of_8_samples_greedily_what_each_prompt_alone_does(vl_engine, vision_rows):
     rows = vision_rows[:8]  # questions of different lengths: left padding differs per row
     assert len({len(vl_engine.encode_prompt(r["messages"])) for r in rows}) > 1

@@ -60,8 +60,10 @@ def test_grpo_on_image_prompts_stores_images_and_saves_a_vision_checkpoint(tmp_p
             assert (run / "images" / name).is_file()
             assert g.messages[0]["content"][0] == {"type": "image", "image": name}
             assert g.prompt.startswith(f"[image {name[:12]}]")
-        metrics = store.metrics(["loss", "grad_norm"])
+        metrics = store.metrics(["loss", "grad_norm", "ratio_mean"])
         assert all(v is not None for _, v in metrics["grad_norm"])
+        # the update's first pass recomputes the sampler's log-probs (images included): the ratio is 1
+        assert abs(metrics["ratio_mean"][0][1] - 1) < 1e-4
     ckpt = next((run / "checkpoints").glob("step-*")) / "model"
     assert (ckpt / "adapter_config.json").is_file() and (ckpt / "processor_config.json").is_file()
     from transformers import AutoProcessor
