@@ -86,9 +86,40 @@ def load_causal_lm(path: str | Path | None, dtype: str = "float32", device: str 
 
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
     folder = resolve_model_path(path)
-    auto = AutoModelForImageTextToText if is_vision_model(folder) else AutoModelForCausalLM
+    vision = is_vision_model(folder)
+    auto = AutoModelForImageTextToText if vision else AutoModelForCausalLM
     model = auto.from_pretrained(folder, dtype=torch_dtype)
+    if vision:
+        mask_placeholder_tokens(model)
     return model.to(device)
+
+
+# A logit no sampled token can have (exp underflows to 0 in fp32) that keeps log-probs and entropy finite.
+MASKED_LOGIT = -1e4
+
+
+def mask_placeholder_tokens(model: Any) -> list[int]:
+    """Make a vision-language model's image (and video) placeholder tokens impossible as next tokens.
+
+    A placeholder in the sampled text would be read as an image without image features (the forward fails:
+    "image features and image tokens do not match"). A hook on the output layer sets their logits to
+    :data:`MASKED_LOGIT` in every forward (rollout engine, policy update, reference model), so they are never
+    sampled and the engine's log-probs and the update's are of one distribution. Returns the masked ids."""
+    import torch
+
+    config = model.config
+    ids = sorted({int(v) for k in ("image_token_id", "image_token_index", "video_token_id", "video_token_index")
+                  if isinstance(v := getattr(config, k, None), int) and v >= 0})
+    head = model.get_output_embeddings()
+    if not ids or head is None:
+        return []
+    index = torch.tensor(ids)
+
+    def mask(_module, _inputs, logits):
+        return logits.index_fill(-1, index.to(logits.device), MASKED_LOGIT)
+
+    head.register_forward_hook(mask)
+    return ids
 
 
 # ---- vision-language models ---------------------------------------------------------------------------

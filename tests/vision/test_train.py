@@ -86,3 +86,46 @@ def test_what_image_prompts_cannot_run_on_is_refused_before_the_model_loads(tmp_
     cfg = load_train_config(config(tmp_path, **{key: value}))
     with pytest.raises(ConfigError, match="vision-language|partial rollouts"):
         preflight(cfg)
+
+
+def _image_token_loving_model(tmp_path) -> str:
+    """kitae-tiny-vl with its image placeholder token made the likeliest next token after a prompt."""
+    import torch
+
+    from kitae.models import load_causal_lm, load_processor, resolve_model_path
+    from kitae.rollout.vision import VisionEngine
+
+    src = resolve_model_path("kitae-tiny-vl")
+    model, processor = load_causal_lm(src), load_processor(src)
+    rows = [json.loads(line) for line in open(small_set(tmp_path), encoding="utf-8")]
+    ids, images = VisionEngine(model, processor.tokenizer, processor).encode(rows[0]["messages"])
+    with torch.no_grad():
+        hidden = model(input_ids=torch.tensor([ids]), output_hidden_states=True, **images).hidden_states[-1][0]
+        d = hidden.mean(0)
+        model.lm_head.weight[model.config.image_token_id] = d / d.norm() ** 2 * 30
+    out = tmp_path / "image-token-model"
+    model.save_pretrained(out)
+    processor.save_pretrained(out)
+    return str(out)
+
+
+@pytest.mark.slow  # trains 2 steps
+def test_the_image_placeholder_token_is_never_sampled_so_a_run_never_crashes_on_it(tmp_path):
+    """A sampled image placeholder (<image>) made the update's forward fail (image tokens and image features
+    no longer match): a run died on it. The token is masked out of the model's next-token logits everywhere
+    (engine, update, reference), so it is never sampled and old and new log-probs stay one distribution."""
+    from kitae.models import load_causal_lm
+    from kitae.trainer.loop import Trainer
+
+    path = _image_token_loving_model(tmp_path)
+    optim = {"steps": 2, "prompts_per_step": 2, "micro_batch_size": 4, "lr": 1e-3, "skip_zero_advantage": False}
+    cfg = load_train_config(config(tmp_path, model={"path": path}, eval={"every": 0}, optim=optim))
+    Trainer(cfg).train()
+    with RunStore.open(tmp_path / "runs" / "vl", read_only=True) as store:
+        assert store.summary()["status"] == "finished" and store.summary()["steps"] == 2
+        texts = [s.text for g in store.groups(limit=10) for s in store.group(g.id).samples]
+        assert len(texts) == 12 and not any("<image>" in t for t in texts)
+        ratio = store.metrics(["ratio_mean"])["ratio_mean"]
+        assert abs(ratio[0][1] - 1) < 1e-4
+    model = load_causal_lm(path)
+    assert model.lm_head.weight.shape[0] > model.config.image_token_id  # the token is in the vocabulary
