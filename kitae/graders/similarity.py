@@ -114,6 +114,14 @@ def _embedder(model: str | None):
 def cosine(text: str, reference: str, model: str | None = None) -> float:
     """Cosine similarity of the two texts' embeddings (clipped to [0, 1])."""
     a, b = _embedder(model).encode([text, reference])  # [dim] each
+    return cosine_of(a, b)
+
+
+def cosine_of(a: Any, b: Any) -> float:
+    """Cosine of two vectors, clipped to [0, 1]; NaN (the grade abstains) when either is not finite, which
+    clipping would otherwise turn into a perfect 1.0 (``min(1.0, nan)`` is 1.0)."""
     dot = float((a * b).sum())
     norm = math.sqrt(float((a * a).sum()) * float((b * b).sum()))
+    if not (math.isfinite(dot) and math.isfinite(norm)):
+        return float("nan")
     return max(0.0, min(1.0, dot / norm)) if norm > 0 else 0.0

@@ -283,3 +283,21 @@ def test_cosine_with_the_bundled_local_embedding_model():
         [{"output_text": "A cat was sitting on the mat."}, {"output_text": "Stock prices fell sharply today."}],
     )
     assert 0.7 < close.score <= 1.0 and far.score < 0.3
+
+
+@pytest.mark.parametrize("a, b, expected", [
+    ([1.0, 0.0], [1.0, 0.0], 1.0),
+    ([1.0, 0.0], [-1.0, 0.0], 0.0),  # opposite: clipped to 0
+    ([0.0, 0.0], [1.0, 0.0], 0.0),  # a zero vector is like nothing
+    ([float("nan"), 1.0], [1.0, 0.0], None),  # a broken embedding abstains, never scores 1 (min(1.0, nan) is 1.0)
+    ([float("inf"), 1.0], [1.0, 0.0], None),
+])
+def test_cosine_of_two_embeddings(a, b, expected):
+    import math
+
+    import numpy as np
+
+    from kitae.graders.similarity import cosine_of
+
+    value = cosine_of(np.array(a, dtype=np.float32), np.array(b, dtype=np.float32))
+    assert math.isnan(value) if expected is None else value == pytest.approx(expected)
