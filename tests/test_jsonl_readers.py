@@ -45,3 +45,13 @@ def test_good_rows_still_read(tmp_path, name, good, read):
     path = tmp_path / "rows.jsonl"
     path.write_bytes(good + b"\n" + good)
     assert read(path)
+
+
+def test_a_lone_surrogate_in_a_graded_row_is_named(tmp_path):
+    """JSON may escape half a character ("\\ud800"); it cannot be sent to a judge or stored, so the row is
+    refused on load, as training data is, instead of failing later inside a grader."""
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(GOOD_GRADE + b'{"item": {"reference_answer": "8"}, "sample": {"output_text": "\\ud800"}}\n')
+    with pytest.raises(DataError) as err:
+        load_rows(path)
+    assert "row 2" in str(err.value) and err.value.field == "sample.output_text"

@@ -135,7 +135,7 @@ def validate_row(row: Any, file: str, n: int, require_reference: bool = False,
     resolve against `base_dir` (the data file's folder; the current folder when None)."""
     if not isinstance(row, dict):
         raise DataError(file, n, None, f"expected a JSON object, got {type(row).__name__}")
-    _check_text(row, file, n)
+    check_text(row, file, n)
     row = dict(row)
     if "messages" not in row:
         if isinstance(row.get("prompt"), str):
@@ -163,7 +163,7 @@ def validate_row(row: Any, file: str, n: int, require_reference: bool = False,
     return row
 
 
-def _check_text(row: dict, file: str, n: int) -> None:
+def check_text(row: dict, file: str, n: int) -> None:
     """Every string in the row (keys too, at any depth) must be encodable text: a lone surrogate is not."""
     todo: list[tuple[str, Any]] = [("", row)]
     while todo:  # a loop, not recursion: rows may nest as deep as JSON allows

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kitae.data.loader import decode_utf8, read_jsonl
+from kitae.data.loader import check_text, decode_utf8, read_jsonl
 from kitae.errors import DataError
 from kitae.graders.base import Grade, Grader
 
@@ -49,6 +49,7 @@ def load_rows(path: str | Path) -> list[Row]:
 def parse_row(record: Any, file: str, number: int) -> Row:
     if not isinstance(record, dict):
         raise DataError(file, number, None, "a row must be a JSON object with 'item' and 'sample' or 'samples'")
+    check_text(record, file, number)
     item = record.get("item")
     if not isinstance(item, dict):
         raise DataError(file, number, "item", "missing or not an object (the dataset row: reference_answer, ...)")
