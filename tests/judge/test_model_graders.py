@@ -173,8 +173,8 @@ def test_openai_message_items_and_text_parts(kind, content):
         ("score_model", {"input": []}, "grader.input"),
         ("score_model", {"input": [{"role": "robot", "content": "x"}]}, "grader.input[0].role"),
         ("score_model", {"input": [{"role": "user", "content": "{{itme.x}}"}]}, "grader.input[0].content"),
-        ("label_model", {"input": [{"role": "user", "content": {"type": "input_image", "image_url": "x"}}]},
-         "grader.input[0].content.type"),  # the judge client sends text only
+        ("label_model", {"input": [{"role": "user", "content": {"type": "input_audio", "input_audio": "x"}}]},
+         "grader.input[0].content.type"),  # the judge client sends text and images only
         ("label_model", {"input": [{"role": "user", "content": [{"type": "input_text", "txt": "x"}]}]},
          "grader.input[0].content[0].text"),  # misspelt key: text missing
         ("label_model", {"input": [{"role": "user", "content": [{"type": "input_text", "text": 5}]}]},
