@@ -22,7 +22,6 @@ masked out of the loss. The loss covers every token (user turns too), as in pret
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import random
@@ -34,10 +33,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _corpus  # noqa: E402  (a sibling helper, not part of the package)
+import _corpus  # noqa: E402  (sibling helpers, not part of the package)
+from _report import build_main, print_metrics, score  # noqa: E402
 
-from kitae.chat import CHATML_TEMPLATE, END_OF_TEXT, IM_END, IM_START, is_template_compliant  # noqa: E402
-from kitae.data.answers import answers_match  # noqa: E402
+from kitae.chat import CHATML_TEMPLATE, END_OF_TEXT, IM_END, IM_START  # noqa: E402
 from kitae.data.loader import load_prompts, write_jsonl  # noqa: E402
 from kitae.threads import set_threads  # noqa: E402
 
@@ -207,30 +206,12 @@ def generate(model, tok, rows: list[dict], sample: bool, seed: int, max_new_toke
     return out
 
 
-def score(rows: list[dict], completions: list[tuple[str, str]]) -> dict:
-    """Compliance and accuracy, overall and by lang and difficulty."""
-    groups: dict[str, list[tuple[bool, bool]]] = {}
-    for row, (text, finish) in zip(rows, completions):
-        hit = (is_template_compliant(text, finish), answers_match(text, row["reference_answer"]))
-        for key in ("all", f"lang={row['lang']}", f"difficulty={row['difficulty']}"):
-            groups.setdefault(key, []).append(hit)
-    return {k: {"n": len(v), "compliance": round(sum(c for c, _ in v) / len(v), 3),
-                "accuracy": round(sum(a for _, a in v) / len(v), 3)} for k, v in groups.items()}
-
-
 def evaluate(model, tok, rows: list[dict], seed: int) -> dict:
     sampled = generate(model, tok, rows, sample=True, seed=seed)
     greedy = generate(model, tok, rows, sample=False, seed=seed)
     for row, (text, finish) in list(zip(rows, sampled))[:6]:
         print(f"  {row['messages'][-1]['content']!r} -> {text!r} ({finish})")
-    return {"sampled_t1": score(rows, sampled), "greedy": score(rows, greedy)}
-
-
-def print_metrics(metrics: dict) -> None:
-    for mode, table in metrics.items():
-        print(f"[{mode}]")
-        for key, m in table.items():
-            print(f"  {key:20s} n={m['n']:4d}  compliance {m['compliance']:.3f}  accuracy {m['accuracy']:.3f}")
+    return {"sampled_t1": score(rows, sampled, ("lang", "difficulty")), "greedy": score(rows, greedy, ("lang", "difficulty"))}
 
 
 # ------------------------------------------------------------------------------------------ model card
@@ -352,19 +333,7 @@ def eval_only(model_dir: Path, data_dir: Path, seed: int, threads: int | None) -
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to save the model (default: bundled)")
-    p.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="where the task splits go / are read")
-    p.add_argument("--eval-only", type=Path, metavar="MODEL_DIR", help="only measure an existing model")
-    p.add_argument("--seed", type=int, default=BuildConfig.seed)
-    p.add_argument("--steps", type=int, default=BuildConfig.steps)
-    p.add_argument("--threads", type=int, default=BuildConfig.threads,
-                   help="torch threads (default: chosen from the model size, kitae.threads)")
-    args = p.parse_args(argv)
-    if args.eval_only:
-        eval_only(args.eval_only, args.data_dir, args.seed, args.threads)
-        return
-    build(BuildConfig(seed=args.seed, steps=args.steps, threads=args.threads), args.out, args.data_dir)
+    build_main(argv, __doc__, BuildConfig, DEFAULT_OUT, DEFAULT_DATA, build, eval_only)
 
 
 if __name__ == "__main__":

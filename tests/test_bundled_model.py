@@ -176,7 +176,7 @@ def test_score_counts_compliance_and_accuracy_per_slice(build_script):
         ("7\n<|im_start|>user\n3+5?<|im_end|>", "stop"),   # fake turn: template token inside, last number 5
         ("London.<|im_end|>", "stop"),                     # compliant, wrong
     ]
-    table = build_script.score(rows, completions)
+    table = build_script.score(rows, completions, ("lang", "difficulty"))
     assert table["all"] == {"n": 4, "compliance": 0.5, "accuracy": 0.5}
     assert table["lang=ja"] == {"n": 2, "compliance": 0.5, "accuracy": 1.0}
     assert table["difficulty=easy"] == {"n": 1, "compliance": 0.0, "accuracy": 0.0}
