@@ -588,8 +588,8 @@ class Trainer:
         if not rows and self.acc.num_processes > 1:  # each process runs a backward, or DDP's all-reduce waits
             rows = [int(batch.attention_mask.sum(dim=-1).argmin())]  # the shortest row; it adds exactly 0
         chunks = [mb for _, mb in self._micro_batches(batch, rows)]
-        computed = sum(mb.padded_tokens()[0] for mb in chunks)
-        padded = sum(mb.padded_tokens()[1] for mb in chunks)
+        counts = [mb.padded_tokens() for mb in chunks]  # (positions computed, of them padding) per micro-batch
+        computed, padded = sum(c for c, _ in counts), sum(p for _, p in counts)
         stats = {"skipped_rows": float(len(batch) - len(rows)), "pad_frac": padded / computed if computed else 0.0}
         return norm, chunks, stats
 
