@@ -29,7 +29,7 @@ import math
 import random
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +42,7 @@ import _shapes  # noqa: E402
 
 from kitae.chat import IM_END  # noqa: E402
 from kitae.data.loader import load_prompts, write_jsonl  # noqa: E402
+from kitae.threads import set_threads  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT_MODEL = ROOT / "kitae" / "assets" / "models" / "kitae-tiny-base"
@@ -75,7 +76,7 @@ class BuildConfig:
     lr: float = 2e-3
     warmup_steps: int = 50
     weight_decay: float = 0.05
-    threads: int = 1
+    threads: int | None = None  # None: kitae.threads' rule for the model's size (one thread for this one)
     bf16_autocast: bool = False  # measured slower than fp32 for this size on a busy 2-core machine
     n_train: int = 1000
     n_test: int = 200
@@ -333,14 +334,14 @@ def write_card(out_dir: Path, info: dict) -> None:
 
 # -------------------------------------------------------------------------------------------- main
 def build(cfg: BuildConfig, out_dir: Path, data_dir: Path) -> dict:
-    torch.set_num_threads(cfg.threads)
     t0 = time.time()
     train_rows, _, banned = write_task(cfg, data_dir)
     test_rows = load_prompts(data_dir / "test.jsonl")
     processor = build_processor(cfg)
     model = make_model(processor, cfg)
     params = sum(p.numel() for p in model.parameters())
-    print(f"model: {params:,} parameters", flush=True)
+    cfg = replace(cfg, threads=set_threads(cfg.threads, params=params))  # the card records the count used
+    print(f"model: {params:,} parameters; {cfg.threads} torch thread(s)", flush=True)
     corpus = Corpus(processor, cfg, banned)
     t1 = time.time()
     losses = pretrain(model, corpus, cfg)
@@ -362,10 +363,10 @@ def build(cfg: BuildConfig, out_dir: Path, data_dir: Path) -> dict:
     return metrics
 
 
-def eval_only(model_dir: Path, data_dir: Path, seed: int, threads: int) -> dict:
+def eval_only(model_dir: Path, data_dir: Path, seed: int, threads: int | None) -> dict:
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    torch.set_num_threads(threads)
+    set_threads(threads, model_dir)
     processor = AutoProcessor.from_pretrained(model_dir)
     model = AutoModelForImageTextToText.from_pretrained(model_dir).eval()
     t0 = time.time()
