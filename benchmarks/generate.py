@@ -23,7 +23,7 @@ from kitae.graders import build_grader
 from kitae.models import BUNDLED_DATA, load_causal_lm, load_tokenizer
 from kitae.rollout.base import SamplingParams
 from kitae.rollout.hf import HFEngine, left_pad
-from kitae.trainer.evaluate import evaluate
+from kitae.scoring.evaluate import evaluate
 
 
 def engine_run(engine: HFEngine, prompts, n: int, max_new: int, seed: int) -> int:

@@ -112,7 +112,7 @@ def held_out(model, tok) -> dict:
     from kitae.models import BUNDLED_DATA
     from kitae.rollout.base import SamplingParams
     from kitae.rollout.hf import HFEngine
-    from kitae.trainer.evaluate import evaluate
+    from kitae.scoring.evaluate import evaluate
 
     rows = load_prompts(BUNDLED_DATA / "test.jsonl")[:100]
     sp = SamplingParams(temperature=1.0, max_new_tokens=MAX_NEW, seed=1234)

@@ -170,9 +170,6 @@ def _excerpt(text: str, n: int = 90) -> str:
 def list_types() -> None:
     """List the grader types a spec's `type` can name."""
     from kitae.graders import GRADERS
-    from kitae.graders.spec import ensure_registered
-
-    ensure_registered()
     for name in GRADERS.names():
         try:
             doc = (GRADERS.get(name).__doc__ or "").strip()

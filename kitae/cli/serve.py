@@ -25,7 +25,7 @@ from typing import Optional
 import typer
 
 from kitae.cli.options import threads_option
-from kitae.serving.http import DEFAULT_MAX_BODY_MB, TOKEN_ENV
+from kitae.http.server import DEFAULT_MAX_BODY_MB, TOKEN_ENV
 from kitae.threads import set_threads
 
 HOST_HELP = "Interface to listen on (loopback by default); any other address needs --token."
@@ -68,7 +68,7 @@ def serve_rm(
     from kitae.models import local_model_folder
     from kitae.rewards.reward_model import LocalRewardModel, resolve_rm_path
     from kitae.rewards.server import make_server
-    from kitae.serving.http import HttpLimits
+    from kitae.http.server import HttpLimits
 
     token = _token(token, host, "let anyone on the network use this reward model")
     path = local_model_folder(resolve_rm_path(model), "--model")
@@ -83,7 +83,7 @@ def serve_rm(
 
 def _token(token: str | None, host: str, exposes: str) -> str | None:
     """The access token (the flag, else the environment), checked against the host before any model loads."""
-    from kitae.serving.http import check_bind
+    from kitae.http.server import check_bind
 
     token = token or os.environ.get(TOKEN_ENV) or None
     check_bind(host, token, TOKEN_ENV, exposes)
@@ -141,7 +141,7 @@ def serve_model(
 
     token = _token(token, host, "let anyone on the network use this model")
     resolve_model_path(model, "--model")  # before torch is imported: a wrong path fails at once
-    from kitae.serving.http import HttpLimits
+    from kitae.http.server import HttpLimits
     from kitae.serving.server import load_service, make_server
 
     set_threads(threads, model)

@@ -2,7 +2,7 @@
 
 Shared by ``difficulty`` and ``hackable``. Prompts go to the rollout engine in fixed batches of
 ``batch_prompts`` (batch b holds input rows [b·B, (b+1)·B) and samples with seed ``seed + b·B``, as
-:func:`kitae.trainer.evaluate.evaluate` does), so a batch gives the same samples whether it runs in the first
+:func:`kitae.scoring.evaluate.evaluate` does), so a batch gives the same samples whether it runs in the first
 run or in a resumed one: a resumed run ends with exactly the results of an uninterrupted one.
 
 The progress file (``<out>.progress.jsonl``) has a header line with the settings, then one line per prompt,
@@ -143,8 +143,8 @@ def sample_and_grade(
     on_progress: Callable[[int], None] = lambda k: None,
 ) -> list[PromptResult]:
     """Per-row results: `n` samples of `prompts[i]` (the messages sent), graded against `rows[i]`."""
-    from kitae.trainer.evaluate import sample_dict
-    from kitae.trainer.rewards import RewardComponent, score_groups
+    from kitae.scoring.evaluate import sample_dict
+    from kitae.scoring.rewards import RewardComponent, score_groups
 
     keys = [prompt_key(r) for r in rows]
     done = progress.load(keys)

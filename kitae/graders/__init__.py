@@ -12,7 +12,7 @@ Types (``kitae grade --help`` and examples/graders/README.md show specs for each
     numeric, format, math, answer                     the hosted RFT grader guide's rule-based graders and the task's answer check
     code                                              the completion's program on test cases, sandboxed (Kimi k1.5)
     weighted, gate                                    renormalizing mixes and "counts only if ... passes"
-    template, repetition, overlong, ...               reward graders registered by kitae.rewards
+    template, repetition, overlong, ...               reward graders (kitae.rewards), registered lazily
 
 Adding a grader type
 --------------------
@@ -23,13 +23,13 @@ and rejects unknown keys with a did-you-mean (every error names the key path, e.
 
     from kitae.graders import Grade, Grader, SpecReader, register_grader
 
-    @register_grader("length")
-    class LengthGrader(Grader):
+    @register_grader("max_chars")
+    class MaxCharsGrader(Grader):
         def __init__(self, max_chars: int = 2000):
             self.max_chars = max_chars
 
         @classmethod
-        def from_spec(cls, spec: dict, path: str) -> "LengthGrader":
+        def from_spec(cls, spec: dict, path: str) -> "MaxCharsGrader":
             r = SpecReader(spec, path)
             grader = cls(max_chars=r.integer("max_chars", 2000, minimum=1))
             r.finish()                      # unknown keys -> ConfigError with did-you-mean
@@ -44,8 +44,9 @@ spec); ``type`` and ``name`` are handled by :func:`build_grader`. A class withou
 ``from_spec`` (the default accepts only ``type``/``name``). Graders that compare the completion with the
 reference subclass :class:`PairGrader`, which brings the ``input``/``reference`` templates.
 
-Modules of kitae outside this package register lazily (``GRADERS.register_lazy(name, "module:Class")``)
-or on import of ``kitae.rewards``, which :func:`build_grader` imports once.
+The grader types of kitae's packages above this one (kitae.judge, kitae.rewards) are registered lazily, by
+``"module:Class"`` in kitae/graders/spec.py, and imported when a spec first names one: this package never
+imports the packages that build on it (docs/architecture.md).
 
 Other entry points: :func:`grader_from_callable` (a TRL reward function as a Grader),
 :func:`as_reward_function` (a Grader as a TRL reward function), :func:`validate` (agreement with human

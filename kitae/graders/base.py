@@ -27,6 +27,8 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
+from kitae.aio import run_sync  # noqa: F401  (graders run async work from sync code)
+
 Item = dict[str, Any]
 Sample = dict[str, Any]
 
@@ -61,19 +63,6 @@ class Grader:
     type_name: str = "grader"  # the spec `type`
     needs_group: bool = False
     name: str = ""
-
-    # ---- how a grader is built from its spec ----------------------------------------------------
-    @classmethod
-    def from_spec(cls, spec: dict[str, Any], path: str) -> "Grader":
-        """Build from a spec dict; ``path`` is where it sits in the user's config (for error messages).
-
-        This default suits graders without fields; graders with fields override it and read them with
-        :class:`kitae.graders.spec.SpecReader` (see ``kitae/graders/__init__.py``).
-        """
-        from kitae.graders.spec import SpecReader
-
-        SpecReader(spec, path).finish()
-        return cls()
 
     # ---- what subclasses override -------------------------------------------------------------
     def grade_sample(self, item: Item, sample: Sample) -> Grade:
@@ -139,15 +128,3 @@ def checked(grade: Grade) -> Grade:
 
 def _non_finite(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isfinite(value)
-
-
-def run_sync(coro):
-    """Run a coroutine to completion from sync code, also when called inside a running loop's thread."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    import concurrent.futures
-
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()

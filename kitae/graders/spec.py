@@ -16,7 +16,6 @@ valid one.
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -230,20 +229,18 @@ def build_grader(spec: dict | str | Path, path: str = "grader") -> "Grader":
     ``path`` is where the spec sits in the user's config; errors are reported under it.
     """
     spec = load_spec(spec, path)
-    ensure_registered()
     kind = spec.get("type")
     if kind is None:
         raise ConfigError(f"{path}.type", f"missing; one of: {', '.join(GRADERS.names())}")
     if not isinstance(kind, str):
         raise ConfigError(f"{path}.type", f"expected a grader type name, got {_show(kind)}")
-    try:
-        entry = GRADERS.get(kind, f"{path}.type")
-    except ConfigError as exc:
-        problem = ensure_registered()
-        if problem is not None:
-            raise ConfigError(f"{path}.type", f"{exc} (kitae.rewards failed to import: {problem})") from None
-        raise
-    grader = getattr(entry, "from_spec", entry)(spec, path)
+    entry = GRADERS.get(kind, f"{path}.type")
+    from_spec = getattr(entry, "from_spec", None)
+    if from_spec is None:  # a grader without fields: only `type` and `name`
+        SpecReader(spec, path).finish()
+        grader = entry()
+    else:
+        grader = from_spec(spec, path)
     name = spec.get("name")
     if name is not None and not isinstance(name, str):
         raise ConfigError(f"{path}.name", f"expected a string, got {_show(name)}")
@@ -251,6 +248,8 @@ def build_grader(spec: dict | str | Path, path: str = "grader") -> "Grader":
     return grader
 
 
+# Every grader type kitae ships, imported when a spec first names it: the judge's and the reward graders
+# live in packages above this one, which import it (kitae/judge, kitae/rewards), never the other way round.
 _BUILTIN = {
     "string_check": "kitae.graders.checks:StringCheckGrader",
     "format": "kitae.graders.checks:FormatGrader",
@@ -266,19 +265,13 @@ _BUILTIN = {
     "judge": "kitae.judge.group:GroupJudgeGrader",
     "score_model": "kitae.judge.model_graders:ScoreModelGrader",
     "label_model": "kitae.judge.model_graders:LabelModelGrader",
+    "template": "kitae.rewards.graders:TemplateGrader",
+    "repetition": "kitae.rewards.graders:RepetitionGrader",
+    "overlong": "kitae.rewards.graders:OverlongGrader",
+    "soft_overlong": "kitae.rewards.graders:SoftOverlongGrader",
+    "diversity": "kitae.rewards.graders:DiversityGrader",
+    "length": "kitae.rewards.graders:LengthGrader",
+    "reward_model": "kitae.rewards.graders:RewardModelGrader",
 }
 for _name, _target in _BUILTIN.items():
     GRADERS.register_lazy(_name, _target)
-
-@functools.cache
-def ensure_registered() -> ImportError | None:
-    """Import ``kitae.rewards`` once so the reward graders registered there are known by name.
-
-    Returns the ImportError when that failed (a missing optional dependency there must not break every
-    other grader); build_grader mentions it when a type name is unknown.
-    """
-    try:
-        import kitae.rewards  # noqa: F401  (registers template, repetition, overlong, ... on import)
-    except ImportError as exc:
-        return exc
-    return None

@@ -54,7 +54,7 @@ import httpx
 from kitae.errors import ConfigError
 from kitae.graders.base import Grader
 from kitae.judge.cache import ResponseCache, request_key
-from kitae.serving.retry import Retrier, WireCounters, WireError
+from kitae.http.client import Retrier, WireCounters, WireError
 
 Message = dict[str, Any]
 FORMATS = ("auto", "json_schema", "json_object", "none")

@@ -42,7 +42,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable
 
 from kitae.judge.prompt import DEFAULT_CRITERIA, read_samples
-from kitae.serving.http import LoopbackServer
+from kitae.http.server import LoopbackServer
 
 Request = dict[str, Any]
 

@@ -1,6 +1,6 @@
 """Several models on one prompt set, as in Kimi k1.5's long2short comparison (Figure 7).
 
-Each model is evaluated with :func:`kitae.trainer.evaluate.evaluate` (pass@1 averaged over k samples, template
+Each model is evaluated with :func:`kitae.scoring.evaluate.evaluate` (pass@1 averaged over k samples, template
 compliance, mean and p90 completion tokens), with the same prompts, grader, sampling settings and seed. The
 token-efficiency view puts pass@1 against mean completion tokens; a model is on the frontier when no other
 model scores at least as well with fewer tokens on average.
@@ -54,12 +54,12 @@ def evaluate_model(
     path: str, rows: list[dict], grader: Grader, k: int, sampling: SamplingParams, pass_threshold: float = 1.0,
     device: str | None = None, batch_prompts: int = 32, progress: Callable[[int], None] | None = None,
 ) -> tuple[dict[str, float], list[dict]]:
-    """(metrics, per-sample results) of one model: :func:`kitae.trainer.evaluate.evaluate` on a freshly loaded
+    """(metrics, per-sample results) of one model: :func:`kitae.scoring.evaluate.evaluate` on a freshly loaded
     model, released afterwards. ``progress(n)`` is called after each batch with the prompts done."""
     import torch
 
     from kitae.rollout.vision import load_engine
-    from kitae.trainer.evaluate import evaluate
+    from kitae.scoring.evaluate import evaluate
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     engine = load_engine(path, device=device)

@@ -111,7 +111,7 @@ def sample_groups(
     model: str, rows: list[dict], grader: Grader, n: int, sampling: SamplingParams, pass_threshold: float = 1.0,
     progress: Callable[[int], None] | None = None,
 ) -> list[list[dict]]:
-    """n graded samples per prompt from `model` (kitae.trainer.evaluate's per-sample results), grouped."""
+    """n graded samples per prompt from `model` (kitae.scoring.evaluate's per-sample results), grouped."""
     from kitae.l2s.compare import evaluate_model
 
     _, results = evaluate_model(model, rows, grader, n, sampling, pass_threshold, progress=progress)

@@ -423,3 +423,15 @@ def _must_exist(r: SpecReader, key: str, path: str) -> None:
     if not Path(path).is_dir():
         hint = " (build the bundled one with `python scripts/build_reward_model.py`)" if "kitae-tiny-rm" in path else ""
         raise ConfigError(r.at(key), f"no model folder at {path!r}{hint}; kitae never downloads models")
+
+
+class RepeatPenalty(Grader):
+    """`penalty` for a sample that ended with finish reason "repeat", 0 otherwise (the trainer's
+    ``sampling.repeat.penalty``: a sample the rollout engine stopped because it looped)."""
+
+    def __init__(self, penalty: float):
+        self.penalty = penalty
+
+    def grade_sample(self, item: dict, sample: dict) -> Grade:
+        looped = sample.get("finish_reason") == "repeat"
+        return Grade(score=self.penalty if looped else 0.0, reason="repeated itself" if looped else None)

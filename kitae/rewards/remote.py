@@ -26,7 +26,7 @@ Every protocol sends ``"model"`` when the spec gives ``served_model``, and ``Aut
 the spec names an environment variable in ``api_key_env`` that is set (read at each request, never stored;
 ``kitae serve rm --token`` checks it: ``api_key_env: KITAE_SERVE_TOKEN``).
 
-Failure handling (:class:`kitae.serving.retry.Retrier`, shared with the judge's chat client): a request is
+Failure handling (:class:`kitae.http.client.Retrier`, shared with the judge's chat client): a request is
 retried on connection errors, timeouts, HTTP 429 and 5xx, after ``backoff × 2^attempt`` seconds (capped at
 ``max_backoff``); other HTTP errors and malformed replies fail at once. A call that still fails raises
 :class:`RewardModelError`; the grader turns it into abstentions (None). ``RemoteRewardModel.counters`` counts
@@ -45,7 +45,7 @@ import httpx
 
 from kitae.registry import Registry
 from kitae.rewards.reward_model import format_conversation
-from kitae.serving.retry import Retrier, WireCounters, WireError
+from kitae.http.client import Retrier, WireCounters, WireError
 
 Message = dict[str, str]
 RM_PROTOCOLS = Registry("reward model protocol")

@@ -17,7 +17,7 @@ raw logits (``use_activation`` is accepted and ignored). Requests are served on 
 time (no cross-request batching). A request holds at most ``max_items`` texts or conversations of at most
 ``max_chars`` characters each (``--max-items``, ``--max-chars``), so none holds the model for minutes. Bad
 requests get HTTP 400 ``{"error": {"message": ..., "param": FIELD}}``; the HTTP checks (body size, token) are
-kitae/serving/http.py's.
+kitae/http/server.py's.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from http.server import ThreadingHTTPServer
 from typing import Any
 
 from kitae.rewards.reward_model import LocalRewardModel
-from kitae.serving import requests as check
-from kitae.serving.http import HttpLimits, json_server
-from kitae.serving.requests import RequestError
+from kitae.http import requests as check
+from kitae.http.server import HttpLimits, json_server
+from kitae.http.requests import RequestError
 
 # One request must not hold the model for minutes (5,000 texts, or one of 50 MB, did): at most MAX_ITEMS texts or
 # conversations (kitae's client sends batch_size, 8 by default) of at most MAX_CHARS characters each, which is

@@ -53,7 +53,7 @@ from kitae.errors import ConfigError, KitaeError
 from kitae.registry import Registry
 from kitae.rollout.base import Completion, SamplingParams
 from kitae.rollout.hf import HFEngine, repeat_period
-from kitae.serving.retry import Retrier, WireCounters, WireError
+from kitae.http.client import Retrier, WireCounters, WireError, auth_headers
 
 log = logging.getLogger("kitae.rollout.server")
 SERVER_APIS = Registry("rollout server API")
@@ -120,12 +120,6 @@ def _served_name(resp: httpx.Response) -> str | None:
         return str(data[0]["id"]) if data else None
     except (ValueError, AttributeError, KeyError, IndexError, TypeError):
         return None
-
-
-def auth_headers(api_key_env: str | None) -> dict[str, str]:
-    """``Authorization: Bearer`` the value of ``api_key_env`` when that variable is set (read at each call)."""
-    key = os.environ.get(api_key_env) if api_key_env else None
-    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 def _refusal_hint(status: int) -> str:
@@ -336,7 +330,7 @@ class ServerEngine(HFEngine):
 
     # ---- sampling ---------------------------------------------------------------------------------------
     def generate_tokens(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> list[list[Completion]]:
-        from kitae.graders.base import run_sync
+        from kitae.aio import run_sync
 
         if not self.replicas:
             raise ConfigError("sampling.servers", "the server engine has no servers")

@@ -146,7 +146,7 @@ class DiskSync:
 
 
 def _post(url: str, body: Any, timeout: float, api_key_env: str | None, params: dict | None = None) -> Any:
-    from kitae.rollout.server import auth_headers
+    from kitae.http.client import auth_headers
 
     try:
         resp = httpx.post(url, json=body, params=params, timeout=timeout, headers=auth_headers(api_key_env))
@@ -210,7 +210,7 @@ class VllmSync:
     def _init_group(self, replica: Any) -> Any:
         from vllm.distributed.weight_transfer.nccl_engine import NCCLWeightTransferEngine
 
-        from kitae.rollout.server import auth_headers
+        from kitae.http.client import auth_headers
 
         resp = httpx.get(replica.url + "/get_world_size", timeout=self.timeout,
                          headers=auth_headers(self.api_key_env))

@@ -7,11 +7,8 @@
     completions.py  vLLM's completions API (token-id prompts, log-probs, token ids): checks and reply
     weights.py      loading a model folder's safetensors into the served model in place
     constrained.py  JSON-schema constrained decoding, so ``response_format`` is honoured by any local model
-    http.py         what both serve commands share: the server class, the bind rule and access token, the
-                    request handler with its body limits
-    requests.py     request checks before any model work (JSON, fields, messages, work limits), shared by
-                    ``kitae serve rm`` and ``kitae serve model``
 
-Nothing is imported here, so ``kitae.serving.http`` stays free of torch. ``kitae serve rm`` (reward models)
-lives with the reward code in kitae/rewards/server.py.
+The HTTP pieces both serve commands share (server class, bind rule, access token, request checks) are in
+kitae/http. ``kitae serve rm`` (reward models) lives with the reward code in kitae/rewards/server.py. Nothing is
+imported here.
 """

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kitae.rollout.base import Completion
-from kitae.serving import requests as check
-from kitae.serving.requests import SEED_MAX, SEED_MIN
+from kitae.http import requests as check
+from kitae.http.requests import SEED_MAX, SEED_MIN
 
 KNOWN_FIELDS = {"model", "prompt", "n", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop",
                 "stop_token_ids", "include_stop_str_in_output", "skip_special_tokens", "logprobs",

@@ -36,11 +36,11 @@ At temperature 0 sampling again gives the same text, so "sample and check" makes
 
 Errors are OpenAI-shaped, ``{"error": {"message", "type", "param", "code"}}`` (the reload's also carry SGLang's
 ``success: false`` and ``message``): 400 for a bad request, checked before any model work by
-kitae/serving/requests.py (a field that would change results but is not implemented: ``presence_penalty``,
+kitae/http/requests.py (a field that would change results but is not implemented: ``presence_penalty``,
 ``frequency_penalty``, ``logit_bias``, ``stream``, ``tools``, ... unless its value is a no-op; a malformed
 message; a prompt longer than the context, by characters before tokenizing, then by tokens; a token id outside
 the vocabulary; a reload folder that does not fit the model), 401/408/411/413 from the HTTP layer
-(kitae/serving/http.py; with a token, the reload needs it like every endpoint), 404 for another model name or
+(kitae/http/server.py; with a token, the reload needs it like every endpoint), 404 for another model name or
 path, 500 when generation fails.
 """
 
@@ -59,12 +59,12 @@ import jsonschema
 from kitae.chat import TEMPLATE_TOKENS
 from kitae.rollout.base import SamplingParams
 from kitae.rollout.hf import HFEngine
-from kitae.serving import requests as check
+from kitae.http import requests as check
 from kitae.serving.batching import BatchScheduler, WeightGate
 from kitae.serving.completions import CompletionRequest, completion_reply, parse_completion
 from kitae.serving.constrained import ConstrainedDecoder, supported
-from kitae.serving.http import HttpLimits, json_server
-from kitae.serving.requests import SEED_MAX, SEED_MIN, RequestError, cut_at_markers
+from kitae.http.server import HttpLimits, json_server
+from kitae.http.requests import SEED_MAX, SEED_MIN, RequestError, cut_at_markers
 from kitae.serving.weights import LOAD_FORMATS, apply_reload, plan_reload
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from kitae.serving.requests import RequestError
+from kitae.http.requests import RequestError
 
 LOAD_FORMATS = (None, "auto", "safetensors")
 

@@ -36,11 +36,12 @@ from kitae.algorithms.kl import AdaptiveKLController, FixedKLController, kl_esti
 from kitae.algorithms.losses import LossConfig, LossInputs, Normalizer, policy_loss, rows_without_gradient
 from kitae.algorithms.mismatch import mismatch_metrics, tis_weight
 from kitae.errors import ConfigError, KitaeError
-from kitae.graders.base import Grade, Grader, is_finite_number
+from kitae.graders.base import is_finite_number
 from kitae.chat import content_text
 from kitae.models import language_targets, load_causal_lm
 from kitae.rollout.base import ENGINES, Completion, SamplingParams
 from kitae.rollout.partial import PartialRollouts
+from kitae.rewards.graders import RepeatPenalty
 from kitae.store import GroupRecord, RunStore, SampleRecord
 from kitae.store.images import RunImages
 from kitae.threads import set_threads
@@ -56,11 +57,11 @@ from kitae.trainer.batch import (
 )
 from kitae.trainer.checkpoint import save_checkpoint, set_rng_state
 from kitae.trainer.config import TrainConfig
-from kitae.trainer.evaluate import evaluate, sample_dict
+from kitae.scoring.evaluate import evaluate, sample_dict
 from kitae.trainer.loggers import make_loggers
 from kitae.trainer.preflight import Checked, preflight
 from kitae.trainer.resume import ResumePlan, plan_resume, record_resume
-from kitae.trainer.rewards import GroupScores, RewardComponent, counter_deltas, last_problems, no_reward_message, score_groups
+from kitae.scoring.rewards import GroupScores, RewardComponent, counter_deltas, last_problems, no_reward_message, score_groups
 from kitae.trainer.samplers import SAMPLERS
 
 
@@ -767,17 +768,6 @@ class Trainer:
         s = self.store.summary()
         keep = ("name", "path", "steps", "metrics", "first_eval", "latest_eval")
         return {"status": status, **{k: s.get(k) for k in keep}}
-
-
-class RepeatPenalty(Grader):
-    """`penalty` for a sample that ended with finish reason "repeat", 0 otherwise (sampling.repeat.penalty)."""
-
-    def __init__(self, penalty: float):
-        self.penalty = penalty
-
-    def grade_sample(self, item: dict, sample: dict) -> Grade:
-        looped = sample.get("finish_reason") == "repeat"
-        return Grade(score=self.penalty if looped else 0.0, reason="repeated itself" if looped else None)
 
 
 def _mask_earlier_segments(batch: TrainBatch, completions: list[Completion]) -> None:

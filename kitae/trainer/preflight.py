@@ -19,6 +19,7 @@ loaded or built twice.
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from dataclasses import dataclass
@@ -27,7 +28,8 @@ from typing import Any
 
 from kitae.errors import ConfigError, DataError
 from kitae.registry import unknown_name_message
-from kitae.trainer.config import TrainConfig, resolve_data_path
+from kitae.scoring.rewards import RewardComponent
+from kitae.trainer.config import RewardConfig, TrainConfig, resolve_data_path
 
 SHOWN_ROWS = 5  # rows named in a length error; the rest are counted
 
@@ -58,7 +60,6 @@ def preflight(cfg: TrainConfig, config_dir: str | Path | None = None) -> Checked
     """
     from kitae.graders import build_grader
     from kitae.models import is_vision_model, load_processor, load_tokenizer, resolve_model_path
-    from kitae.trainer.rewards import build_components
 
     model_path = resolve_model_path(cfg.model.path, "model.path")
     add_import_paths(config_dir)
@@ -198,3 +199,31 @@ def check_lengths(rows: list[dict], file: str, encode, context: int, max_new_tok
     more = f" and {len(long) - SHOWN_ROWS} more" if len(long) > SHOWN_ROWS else ""
     raise DataError(file, None, None, f"{len(long)} prompts do not fit: {shown}{more} (chat template applied) + "
                     f"{key} {max_new_tokens} is more than {where}; {fix}")
+
+
+def build_components(cfgs: list[RewardConfig]) -> list[RewardComponent]:
+    """The run's reward components: each a grader built from its spec, or a reward function imported by name."""
+    from kitae.graders import build_grader
+    from kitae.graders.adapters import grader_from_callable
+
+    out = []
+    for i, c in enumerate(cfgs):
+        path = f"rewards[{i}]"
+        if c.grader is not None:
+            grader = build_grader(c.grader, f"{path}.grader")
+        else:
+            grader = grader_from_callable(import_callable(c.function, f"{path}.function"), c.name)
+        out.append(RewardComponent(c.name, c.weight, grader))
+    return out
+
+
+def import_callable(target: str, path: str) -> Any:
+    """`module:function`; the module may be a file in the working directory (my_rewards.py), as with
+    ``python -m``, which the installed `kitae` command does not put on the import path by itself."""
+    module, _, attr = target.partition(":")
+    if not module or not attr:
+        raise ConfigError(path, f"expected 'module:function', got {target!r}")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(path, f"cannot import {target!r}: {exc}") from None

@@ -27,9 +27,9 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 from kitae.errors import KitaeError
-from kitae.serving.requests import RequestError, parse_json
-from kitae.serving.http import HttpLimits, bearer_token, is_loopback, linger, read_body, to_json, token_matches
-from kitae.serving.http import check_bind as serving_check_bind
+from kitae.http.requests import RequestError, parse_json
+from kitae.http.server import HttpLimits, bearer_token, is_loopback, linger, read_body, to_json, token_matches
+from kitae.http.server import check_bind as serving_check_bind
 from kitae.web.api import ApiError, Download, Query, dispatch
 
 STATIC_DIR = Path(__file__).parent / "static"
@@ -55,7 +55,7 @@ SECURITY_HEADERS = {
 
 def check_bind(host: str, token: str | None) -> None:
     """Refuse to expose runs on a network address without a token too long to guess (the rule the serve
-    commands share: kitae/serving/http.py)."""
+    commands share: kitae/http/server.py)."""
     serving_check_bind(host, token, TOKEN_ENV, "show your runs to anyone on the network")
 
 

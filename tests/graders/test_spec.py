@@ -150,15 +150,17 @@ def test_a_grader_without_fields_needs_no_from_spec():
         GRADERS._entries.pop("test_constant")
 
 
-def test_build_grader_registers_the_reward_graders_of_kitae_rewards():
+def test_reward_graders_are_known_by_name_and_imported_only_when_a_spec_names_one():
     code = (
         "import sys; from kitae.graders import GRADERS, build_grader\n"
-        "before = 'repetition' in GRADERS\n"
+        "known = all(t in GRADERS for t in ('repetition', 'overlong', 'template', 'reward_model'))\n"
         "build_grader('numeric')\n"
-        "print(before, 'repetition' in GRADERS, 'overlong' in GRADERS, 'template' in GRADERS)"
+        "before = 'kitae.rewards.graders' in sys.modules\n"
+        "g = build_grader('repetition')\n"
+        "print(known, before, 'kitae.rewards.graders' in sys.modules, type(g).__name__)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.stdout.split() == ["False", "True", "True", "True"], out.stderr
+    assert out.stdout.split() == ["True", "False", "True", "RepetitionGrader"], out.stderr
 
 
 # ---- templates ----------------------------------------------------------------------------------

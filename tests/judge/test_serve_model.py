@@ -256,7 +256,7 @@ def test_no_control_token_text_reaches_the_client(stuck, body):
 ])
 def test_cut_at_markers(text, cut):
     from kitae.chat import TEMPLATE_TOKENS
-    from kitae.serving.requests import cut_at_markers
+    from kitae.http.requests import cut_at_markers
 
     assert cut_at_markers(text, TEMPLATE_TOKENS) == (cut, cut != text)
 

@@ -246,7 +246,7 @@ def test_chunked_evaluation_equals_one_evaluate_call(long_model_dir, long_engine
     from kitae.graders import build_grader
     from kitae.l2s.compare import evaluate_model
     from kitae.rollout.base import SamplingParams
-    from kitae.trainer.evaluate import evaluate
+    from kitae.scoring.evaluate import evaluate
 
     rows = [json.loads(x) for x in (long_model_dir / "prompts.jsonl").read_text().splitlines()] * 2
     sp = SamplingParams(temperature=1.5, max_new_tokens=20, seed=4)

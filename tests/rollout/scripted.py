@@ -16,8 +16,8 @@ from typing import Any, Callable
 import torch
 
 from kitae.rollout.base import SamplingParams
-from kitae.serving.http import json_server
-from kitae.serving.requests import RequestError
+from kitae.http.server import json_server
+from kitae.http.requests import RequestError
 
 Entry = Callable[[dict], Any] | tuple[int, Any]
 

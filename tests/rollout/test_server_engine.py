@@ -272,7 +272,7 @@ def test_preflight_names_the_dead_server():
 
 
 def test_preflight_explains_a_missing_token(monkeypatch):
-    from kitae.serving.http import json_server
+    from kitae.http.server import json_server
 
     with CompletionsServer() as plain:
         guarded = json_server(plain, "127.0.0.1", 0, token="a-token-long-enough-1234")

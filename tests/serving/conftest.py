@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from kitae.serving.http import HttpLimits
+from kitae.http.server import HttpLimits
 
 LIMITS = HttpLimits(max_body_bytes=64 * 1024, read_timeout_s=1.0)
 TOKEN = "t" * 24

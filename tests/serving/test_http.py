@@ -1,4 +1,4 @@
-"""Attacks on the HTTP layer both serve commands share (kitae/serving/http.py), sent to real servers on
+"""Attacks on the HTTP layer both serve commands share (kitae/http/server.py), sent to real servers on
 127.0.0.1: malformed Content-Length, short and oversize bodies, bodies that are not JSON, deep nesting, lone
 surrogates, and the access token. Every socket has a timeout, so a server that hangs fails the test."""
 
@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from kitae.errors import ConfigError
-from kitae.serving.http import bearer_token, check_bind
+from kitae.http.server import bearer_token, check_bind
 from tests.serving.conftest import LIMITS, TOKEN
 
 PATHS = {"rm": "/v1/score", "model": "/v1/chat/completions"}

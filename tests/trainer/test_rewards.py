@@ -11,7 +11,7 @@ import torch
 from kitae.graders.base import Grade
 from kitae.rollout.base import Completion
 from kitae.trainer.loop import Trainer
-from kitae.trainer.rewards import GroupScores, RewardComponent, combine
+from kitae.scoring.rewards import GroupScores, RewardComponent, combine
 
 NAN, INF = float("nan"), float("inf")
 

@@ -13,7 +13,7 @@ from typing import Any, Callable
 from kitae.chat import is_template_compliant
 from kitae.graders.base import Grader
 from kitae.rollout.base import Completion, SamplingParams
-from kitae.trainer.rewards import RewardComponent, score_groups
+from kitae.scoring.rewards import RewardComponent, score_groups
 
 
 def sample_dict(c: Completion, max_new_tokens: int, **extra: Any) -> dict:

@@ -4,12 +4,12 @@ JSON-able reply and turns an exception into ``error_reply(exc, method, path) -> 
 handler does the HTTP.
 
 What the handler guarantees before a service sees a request (each refusal is a
-:class:`kitae.serving.requests.RequestError` the service shapes like its other errors):
+:class:`kitae.http.requests.RequestError` the service shapes like its other errors):
 - with a token, every request carries it (``Authorization: Bearer TOKEN``, the scheme in any case): else 401;
 - a POST body has a Content-Length (411 otherwise; chunked bodies are refused), a whole number (400), at most
   ``max_body_bytes`` (413, before reading it; also on ``Expect: 100-continue``), and arrives within
   ``read_timeout_s`` of silence (408) or before the client closes (400);
-- the body is clean JSON (:func:`kitae.serving.requests.parse_json`).
+- the body is clean JSON (:func:`kitae.http.requests.parse_json`).
 After a refusal whose body was not read, the connection is closed (after reading what the client still sends,
 for a moment, so the reply is not lost to a TCP reset).
 """
@@ -25,7 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Protocol
 
 from kitae.jsonsafe import dumps as to_json
-from kitae.serving.requests import RequestError, parse_json
+from kitae.http.requests import RequestError, parse_json
 
 TOKEN_ENV = "KITAE_SERVE_TOKEN"
 MIN_TOKEN_CHARS = 16

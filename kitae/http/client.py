@@ -15,6 +15,7 @@ no slot. Every outcome is counted in the :class:`WireCounters` given.
 from __future__ import annotations
 
 import asyncio
+import os
 import weakref
 from dataclasses import asdict, dataclass
 from typing import Any, Awaitable, Callable
@@ -117,3 +118,9 @@ def retry_after(resp: httpx.Response) -> float | None:
         return max(0.0, float(resp.headers.get("retry-after", "")))
     except ValueError:
         return None
+
+
+def auth_headers(api_key_env: str | None) -> dict[str, str]:
+    """``Authorization: Bearer`` the value of ``api_key_env`` when that variable is set (read at each call)."""
+    key = os.environ.get(api_key_env) if api_key_env else None
+    return {"Authorization": f"Bearer {key}"} if key else {}

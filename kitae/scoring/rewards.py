@@ -11,15 +11,12 @@ the run store. Weight 0 logs a component without training on it.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from kitae.errors import ConfigError
 from kitae.graders.base import Grade, Grader, is_finite_number
 from kitae.store.records import valid_text
-from kitae.trainer.config import RewardConfig
 
 
 @dataclass
@@ -35,33 +32,6 @@ class GroupScores:
 
     grades: dict[str, list[Grade]]
     totals: list[float | None] = field(default_factory=list)  # None: every component abstained
-
-
-def build_components(cfgs: list[RewardConfig]) -> list[RewardComponent]:
-    from kitae.graders import build_grader
-    from kitae.graders.adapters import grader_from_callable
-
-    out = []
-    for i, c in enumerate(cfgs):
-        path = f"rewards[{i}]"
-        if c.grader is not None:
-            grader = build_grader(c.grader, f"{path}.grader")
-        else:
-            grader = grader_from_callable(import_callable(c.function, f"{path}.function"), c.name)
-        out.append(RewardComponent(c.name, c.weight, grader))
-    return out
-
-
-def import_callable(target: str, path: str) -> Any:
-    """`module:function`; the module may be a file in the working directory (my_rewards.py), as with
-    ``python -m``, which the installed `kitae` command does not put on the import path by itself."""
-    module, _, attr = target.partition(":")
-    if not module or not attr:
-        raise ConfigError(path, f"expected 'module:function', got {target!r}")
-    try:
-        return getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(path, f"cannot import {target!r}: {exc}") from None
 
 
 def combine(grades: dict[str, list[Grade]], weights: dict[str, float]) -> list[float | None]:
