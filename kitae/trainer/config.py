@@ -14,11 +14,14 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from kitae.config import apply_overrides, from_dict, read_yaml
 from kitae.errors import ConfigError
 from kitae.models import BUNDLED_DATA
+
+if TYPE_CHECKING:
+    from kitae.algorithms.losses import LossConfig
 
 
 @dataclass
@@ -315,6 +318,21 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    def loss_config(self, kl_coef: float) -> "LossConfig":
+        """The policy loss's settings as this config gives them; `kl_coef` is the KL weight in the loss now (0
+        unless ``algorithm.kl.where`` is "loss"; the KL controller's value when it is)."""
+        from kitae.algorithms.losses import LossConfig  # torch: not imported to read a config
+
+        a = self.algorithm
+        lc = LossConfig(
+            eps_low=a.eps_low, eps_high=a.eps_high, aggregation=a.aggregation,
+            max_completion_length=self.sampling.max_new_tokens, kl_coef=kl_coef,
+            kl_estimator=a.kl.estimator, kimi_tau=a.kimi_tau, gspo_eps_low=a.gspo_eps_low,
+            gspo_eps_high=a.gspo_eps_high, cispo_eps_high=a.cispo_eps_high,
+        )
+        lc.validate("algorithm")
+        return lc
 
 
 def load_train_config(path: str | Path | None = None, overrides: list[str] | None = None, data: dict | None = None) -> TrainConfig:

@@ -33,7 +33,7 @@ import yaml
 
 from kitae.algorithms.advantages import compute_advantages, dynamic_sampling_keep
 from kitae.algorithms.kl import AdaptiveKLController, FixedKLController, kl_estimate, masked_entropy
-from kitae.algorithms.losses import LossConfig, LossInputs, Normalizer, policy_loss, rows_without_gradient
+from kitae.algorithms.losses import LossInputs, Normalizer, policy_loss, rows_without_gradient
 from kitae.algorithms.mismatch import mismatch_metrics, tis_weight
 from kitae.errors import ConfigError, KitaeError
 from kitae.graders.base import is_finite_number
@@ -117,7 +117,7 @@ class Trainer:
         self.kl_ctl = (
             AdaptiveKLController(kl.coef, kl.adaptive.target, kl.adaptive.horizon) if kl.adaptive else FixedKLController(kl.coef)
         )
-        self.loss_cfg = self._loss_config()
+        self.loss_cfg = cfg.loss_config(self._kl_coef_in_loss())
         if ckpt:
             self._restore(ckpt.state, self.resume_plan)
             ckpt.state = None  # restored: its tensors are not held twice
@@ -212,19 +212,6 @@ class Trainer:
             return 1.0
         frac = min(1.0, (step - o.warmup_steps) / max(1, o.steps - o.warmup_steps))
         return 1.0 - frac if o.scheduler == "linear" else 0.5 * (1 + math.cos(math.pi * frac))
-
-    def _loss_config(self) -> LossConfig:
-        a = self.cfg.algorithm
-        lc = LossConfig(
-            eps_low=a.eps_low, eps_high=a.eps_high, aggregation=a.aggregation,
-            max_completion_length=self.cfg.sampling.max_new_tokens,
-            kl_coef=self._kl_coef_in_loss(),
-            kl_estimator=a.kl.estimator, kimi_tau=a.kimi_tau, gspo_eps_low=a.gspo_eps_low,
-            gspo_eps_high=a.gspo_eps_high, cispo_eps_high=a.cispo_eps_high,
-        )
-        lc.validate("algorithm")
-        return lc
-
 
     def _kl_coef_in_loss(self) -> float:
         return self.kl_ctl.value if self.cfg.algorithm.kl.where == "loss" else 0.0

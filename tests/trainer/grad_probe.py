@@ -64,7 +64,7 @@ def main(config: str, out: str, zero_rows: str = "") -> None:
     results = {}
     for name in LOSSES:
         trainer.cfg.algorithm.loss = name
-        trainer.loss_cfg = trainer._loss_config()
+        trainer.loss_cfg = trainer.cfg.loss_config(trainer._kl_coef_in_loss())
         metrics = trainer._reduce(trainer._optimize(local))
         results[name] = {"grad": grads.pop(), "loss": metrics["loss"], "skipped_rows": metrics["skipped_rows"]}
     if acc.is_main_process:

@@ -31,7 +31,7 @@ def update(trainer: Trainer, batch, loss: str, skip: bool, **algorithm) -> tuple
     for key, value in algorithm.items():
         setattr(trainer.cfg.algorithm, key, value)
     trainer.cfg.optim.skip_zero_advantage = skip
-    trainer.loss_cfg = trainer._loss_config()
+    trainer.loss_cfg = trainer.cfg.loss_config(trainer._kl_coef_in_loss())
     metrics = trainer._optimize(batch)
     return grads.pop(), metrics
 
@@ -95,7 +95,7 @@ def test_packed_micro_batches_give_the_one_padded_batch_gradient_with_less_paddi
     packing), computed here directly."""
     batch = full_batch(trainer)
     trainer.cfg.algorithm.loss = loss
-    trainer.loss_cfg = trainer._loss_config()
+    trainer.loss_cfg = trainer.cfg.loss_config(trainer._kl_coef_in_loss())
     logp, _ = token_logps(trainer.model, batch, trainer.cfg.sampling.temperature)
     inp = LossInputs(logp, batch.old_logp, batch.advantages, batch.mask)
     policy_loss(loss, inp, trainer.loss_cfg, Normalizer.from_masks([batch.mask]))[0].backward()
