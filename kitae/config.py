@@ -30,8 +30,35 @@ from kitae.registry import closest
 T = TypeVar("T")
 
 
+def setting(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING,
+            minimum: float | None = None, maximum: float | None = None) -> Any:
+    """A dataclass field with bounds that :func:`from_dict` checks (choices are ``Literal[...]`` types)::
+
+        @dataclass
+        class NumericSpec:
+            tolerance: float = setting(0.01, minimum=0)
+            operation: Literal["eq", "ne"] = "eq"
+    """
+    meta = {k: v for k, v in (("minimum", minimum), ("maximum", maximum)) if v is not None}
+    return dataclasses.field(default=default, default_factory=default_factory, metadata=meta)
+
+
+def check_bounds(field: dataclasses.Field, value: Any, path: str) -> None:
+    """A number outside the field's ``minimum``/``maximum`` (see :func:`setting`) is a ConfigError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    low, high = field.metadata.get("minimum"), field.metadata.get("maximum")
+    if low is not None and value < low:
+        raise ConfigError(path, f"must be >= {low}, got {value}")
+    if high is not None and value > high:
+        raise ConfigError(path, f"must be <= {high}, got {value}")
+
+
 def from_dict(cls: type[T], data: Any, path: str = "") -> T:
-    """Build dataclass `cls` from a mapping, checking keys and value types recursively."""
+    """Build dataclass `cls` from a mapping, checking keys, value types and bounds recursively.
+
+    A field's type converts the value: scalars, ``Literal`` choices, lists, mappings, nested dataclasses, and
+    any class with a classmethod ``from_config(value, path)`` (a grader spec, a template) builds itself."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -44,6 +71,8 @@ def from_dict(cls: type[T], data: Any, path: str = "") -> T:
             msg = "unknown key" + (f"; did you mean '{hint}'?" if hint else f" (valid: {', '.join(fields)})")
             raise ConfigError(_join(path, key), msg)
     kwargs = {k: convert(hints[k], v, _join(path, k)) for k, v in data.items()}
+    for k, v in kwargs.items():
+        check_bounds(fields[k], v, _join(path, k))
     try:
         obj = cls(**kwargs)
     except TypeError as exc:
@@ -75,6 +104,9 @@ def convert(tp: Any, value: Any, path: str) -> Any:
             extra = f"; did you mean '{hint}'?" if hint else ""
             raise ConfigError(path, f"got {short_repr(value)}; expected one of {', '.join(map(str, args))}{extra}")
         return value
+    hook = getattr(tp, "from_config", None) if isinstance(tp, type) else None
+    if hook is not None:
+        return hook(value, path)
     if dataclasses.is_dataclass(tp):
         return from_dict(tp, value, path)
     if origin is list:
