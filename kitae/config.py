@@ -1,6 +1,7 @@
 """Typed configs from YAML: nested dataclasses, validated, with errors that name the key path.
 
-    cfg = load_config("examples/zero.yaml", overrides=["optim.lr=1e-5", "sampling.group_size=4"])
+    raw = apply_overrides(read_yaml("examples/zero.yaml"), ["optim.lr=1e-5", "sampling.group_size=4"])
+    cfg = from_dict(TrainConfig, raw)      # kitae.trainer.config.load_train_config does exactly this
 
 Unknown keys raise ``ConfigError("optim.lrr: unknown key; did you mean 'lr'?")``; values are checked against the
 field's type (``optim.lr: expected a number, got 'fast'``). `--set a.b=c` values are parsed as YAML.
