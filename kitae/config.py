@@ -50,16 +50,19 @@ def check_bounds(field: dataclasses.Field, value: Any, path: str) -> None:
         return
     low, high = field.metadata.get("minimum"), field.metadata.get("maximum")
     if low is not None and value < low:
-        raise ConfigError(path, f"must be >= {low}, got {value}")
+        raise ConfigError(path, f"must be >= {low}, got {short_repr(value)}")
     if high is not None and value > high:
-        raise ConfigError(path, f"must be <= {high}, got {value}")
+        raise ConfigError(path, f"must be <= {high}, got {short_repr(value)}")
 
 
-def from_dict(cls: type[T], data: Any, path: str = "") -> T:
+def from_dict(cls: type[T], data: Any, path: str = "", skip: tuple[str, ...] = ()) -> T:
     """Build dataclass `cls` from a mapping, checking keys, value types and bounds recursively.
 
-    A field's type converts the value: scalars, ``Literal`` choices, lists, mappings, nested dataclasses, and
-    any class with a classmethod ``from_config(value, path)`` (a grader spec, a template) builds itself."""
+    A field's type converts the value: scalars, ``Literal`` choices, lists, tuples, mappings, nested
+    dataclasses, and any class with a classmethod ``from_config(value, path)`` (a grader spec, a template)
+    builds itself. A field without a default that `data` lacks is ``PATH.field: missing (required)``.
+    Keys in `skip` are the caller's to read (a grader spec's ``type`` and ``name``): not given to `cls`, but
+    valid, and named in the did-you-mean of an unknown key."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -67,10 +70,16 @@ def from_dict(cls: type[T], data: Any, path: str = "") -> T:
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in data:
-        if key not in fields:
-            hint = closest(str(key), list(fields))
-            msg = "unknown key" + (f"; did you mean '{hint}'?" if hint else f" (valid: {', '.join(fields)})")
+        if key not in fields and key not in skip:
+            valid = [*fields, *skip]
+            hint = closest(str(key), valid)
+            msg = "unknown key" + (f"; did you mean '{hint}'?" if hint else f" (valid: {', '.join(valid)})")
             raise ConfigError(_join(path, key), msg)
+    data = {k: v for k, v in data.items() if k not in skip}
+    for name, f in fields.items():
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if required and f.init and name not in data:
+            raise ConfigError(_join(path, name), "missing (required)")
     kwargs = {k: convert(hints[k], v, _join(path, k)) for k, v in data.items()}
     for k, v in kwargs.items():
         check_bounds(fields[k], v, _join(path, k))
@@ -114,6 +123,8 @@ def convert(tp: Any, value: Any, path: str) -> Any:
         if not isinstance(value, list):
             raise ConfigError(path, f"expected a list, got {type(value).__name__}")
         return [convert(args[0] if args else Any, v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if origin is tuple:
+        return _tuple(args, value, path)
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(path, f"expected a mapping, got {type(value).__name__}")
@@ -121,7 +132,10 @@ def convert(tp: Any, value: Any, path: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             value = _number(value, path)
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer of 309 digits or more
+            raise ConfigError(path, f"expected a number, got {short_repr(value)}, too large") from None
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, float) and value.is_integer():
@@ -137,6 +151,17 @@ def convert(tp: Any, value: Any, path: str) -> Any:
             raise ConfigError(path, f"expected a string, got {short_repr(value)}")
         return str(value)
     return value
+
+
+def _tuple(args: tuple, value: Any, path: str) -> tuple:
+    """A YAML list as ``tuple[X, ...]`` (any length) or ``tuple[X, Y]`` (exactly that many values)."""
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(path, f"expected a list, got {type(value).__name__}")
+    if len(args) == 2 and args[1] is Ellipsis:
+        args = (args[0],) * len(value)
+    elif args and len(value) != len(args):
+        raise ConfigError(path, f"expected a list of {len(args)} values, got {len(value)}")
+    return tuple(convert(args[i] if args else Any, v, f"{path}[{i}]") for i, v in enumerate(value))
 
 
 def _number(value: Any, path: str) -> float:
