@@ -16,12 +16,19 @@ Types (``kitae grade --help`` and examples/graders/README.md show specs for each
 
 Adding a grader type
 --------------------
-Subclass :class:`Grader`, register it with :func:`register_grader`, and read its spec fields in the
-classmethod ``from_spec(spec, path)`` with a :class:`SpecReader`, which types each field, fills defaults,
-and rejects unknown keys with a did-you-mean (every error names the key path, e.g.
-``grader.graders.num.tolerance: expected a number, got 'one'``)::
+Subclass :class:`Grader`, register it with :func:`register_grader`, write its spec fields as a dataclass,
+and read them in the classmethod ``from_spec(spec, path)`` with :func:`read_spec`, which is
+:func:`kitae.config.from_dict`, the reader of every kitae config: it types each field, fills defaults, checks
+bounds (``setting``) and choices (``Literal``), and rejects unknown keys with a did-you-mean (every error names
+the key path, e.g. ``grader.graders.num.tolerance: expected a number, got 'one'``)::
 
-    from kitae.graders import Grade, Grader, SpecReader, register_grader
+    from dataclasses import dataclass
+    from kitae.config import setting
+    from kitae.graders import Grade, Grader, read_spec, register_grader
+
+    @dataclass
+    class MaxCharsSpec:
+        max_chars: int = setting(2000, minimum=1)
 
     @register_grader("max_chars")
     class MaxCharsGrader(Grader):
@@ -30,19 +37,17 @@ and rejects unknown keys with a did-you-mean (every error names the key path, e.
 
         @classmethod
         def from_spec(cls, spec: dict, path: str) -> "MaxCharsGrader":
-            r = SpecReader(spec, path)
-            grader = cls(max_chars=r.integer("max_chars", 2000, minimum=1))
-            r.finish()                      # unknown keys -> ConfigError with did-you-mean
-            return grader
+            return cls(read_spec(MaxCharsSpec, spec, path).max_chars)
 
         def grade_sample(self, item, sample) -> Grade:
             return Grade(score=float(len(sample["output_text"]) <= self.max_chars))
 
-SpecReader reads ``text``, ``number`` (minimum/maximum), ``integer``, ``flag``, ``choice``, ``items`` (a
-list), ``mapping``, ``raw``, ``template`` (a checked ``{{item.X}}`` template) and ``grader`` (a nested
-spec); ``type`` and ``name`` are handled by :func:`build_grader`. A class without fields needs no
+A field of type :class:`Template` is a checked ``{{item.X}}`` template and one of type :class:`SubGrader` a
+nested spec, built into a grader; a ``validate(path)`` method on the dataclass checks what involves several
+fields. ``type`` and ``name`` are handled by :func:`build_grader`. A class without fields needs no
 ``from_spec`` (the default accepts only ``type``/``name``). Graders that compare the completion with the
-reference subclass :class:`PairGrader`, which brings the ``input``/``reference`` templates.
+reference subclass :class:`PairGrader`, whose spec fields :class:`PairSpec` (``input``, ``reference``) a
+grader's own spec extends.
 
 The grader types of kitae's packages above this one (kitae.judge, kitae.rewards) are registered lazily, by
 ``"module:Class"`` in kitae/graders/spec.py, and imported when a spec first names one: this package never
@@ -57,8 +62,15 @@ from __future__ import annotations
 
 from kitae.graders.adapters import as_reward_function, grader_from_callable
 from kitae.graders.base import Grade, Grader, Item, Sample
-from kitae.graders.pair import PairGrader
-from kitae.graders.spec import GRADERS, SpecReader, build_grader, load_spec, register_grader
+from kitae.graders.pair import PairGrader, PairSpec
+from kitae.graders.spec import (
+    GRADERS,
+    SubGrader,
+    build_grader,
+    load_spec,
+    read_spec,
+    register_grader,
+)
 from kitae.graders.template import Template, TemplateError
 
 __all__ = [
@@ -67,14 +79,16 @@ __all__ = [
     "Grader",
     "Item",
     "PairGrader",
+    "PairSpec",
     "Sample",
-    "SpecReader",
+    "SubGrader",
     "Template",
     "TemplateError",
     "as_reward_function",
     "build_grader",
     "grader_from_callable",
     "load_spec",
+    "read_spec",
     "register_grader",
     "validate",
 ]

@@ -15,12 +15,14 @@ comparison runs in a worker process (see :mod:`kitae.sandbox.worker`) with a wal
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Any
 
+from kitae.config import setting
 from kitae.data.answers import answers_match
 from kitae.graders.base import Grade, Item, Sample
-from kitae.graders.pair import PairGrader
-from kitae.graders.spec import SpecReader, register_grader
+from kitae.graders.pair import PairGrader, PairSpec
+from kitae.graders.spec import read_spec, register_grader
 from kitae.graders.template import as_text
 from kitae.sandbox.worker import SandboxError, Worker
 
@@ -31,14 +33,16 @@ class AnswerGrader(PairGrader):
 
     @classmethod
     def from_spec(cls, spec: dict, path: str) -> "AnswerGrader":
-        r = SpecReader(spec, path)
-        grader = cls(**cls.read_templates(r))
-        r.finish()
-        return grader
+        return cls(**read_spec(PairSpec, spec, path).templates())
 
     def score(self, text: str, reference: Any) -> Grade:
         ok = answers_match(text, as_text(reference))
         return Grade(score=float(ok), reason=None if ok else f"final answer is not {as_text(reference)!r}")
+
+
+@dataclass
+class MathSpec(PairSpec):
+    timeout: float = setting(5.0, minimum=0.1)  # seconds per comparison
 
 
 @register_grader("math")
@@ -51,10 +55,8 @@ class MathGrader(PairGrader):
 
     @classmethod
     def from_spec(cls, spec: dict, path: str) -> "MathGrader":
-        r = SpecReader(spec, path)
-        grader = cls(timeout=r.number("timeout", 5.0, minimum=0.1), **cls.read_templates(r))
-        r.finish()
-        return grader
+        s = read_spec(MathSpec, spec, path)
+        return cls(timeout=s.timeout, **s.templates())
 
     def score(self, text: str, reference: Any) -> Grade:
         try:

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from kitae.errors import ConfigError
 from kitae.graders.base import Grade
-from kitae.graders.pair import PairGrader
-from kitae.graders.spec import SpecReader, register_grader
-from kitae.graders.template import as_text, output_json
+from kitae.graders.pair import DEFAULT_INPUT, PairGrader, PairSpec
+from kitae.graders.spec import read_spec, register_grader
+from kitae.graders.template import Template, as_text, output_json
 
 OPERATIONS = {
     "eq": lambda a, b: a == b,
@@ -40,6 +41,11 @@ OPERATIONS = {
     "ilike": lambda a, b: b.lower() in a.lower(),
 }
 OPERATION_ALIASES = {"neq": "ne"}
+
+
+@dataclass
+class StringCheckSpec(PairSpec):
+    operation: Literal["eq", "ne", "like", "ilike", "neq"]  # neq: read as ne
 
 
 @register_grader("string_check")
@@ -52,11 +58,8 @@ class StringCheckGrader(PairGrader):
 
     @classmethod
     def from_spec(cls, spec: dict, path: str) -> "StringCheckGrader":
-        r = SpecReader(spec, path)
-        operation = r.choice("operation", [*OPERATIONS, *OPERATION_ALIASES])
-        grader = cls(operation=OPERATION_ALIASES.get(operation, operation), **cls.read_templates(r))
-        r.finish()
-        return grader
+        s = read_spec(StringCheckSpec, spec, path)
+        return cls(operation=OPERATION_ALIASES.get(s.operation, s.operation), **s.templates())
 
     def score(self, text: str, reference: Any) -> Grade:
         passed = OPERATIONS[self.operation](text, as_text(reference))
@@ -64,9 +67,36 @@ class StringCheckGrader(PairGrader):
 
 
 # ---- format -------------------------------------------------------------------------------------
-CHECKS = ["json", "json_schema", "regex", "labels", "contains", "equals"]
+Check = Literal["json", "json_schema", "regex", "labels", "contains", "equals"]
 FIELD_OWNERS = {"schema": ("json_schema",), "pattern": ("regex",), "full_match": ("regex",), "labels": ("labels",),
                 "reference": ("contains", "equals")}
+NEEDED = {"json_schema": "schema", "regex": "pattern", "labels": "labels"}
+
+
+@dataclass
+class FormatSpec:
+    check: Check
+    schema: dict[str, Any] | None = None  # check: json_schema
+    pattern: str | None = None  # check: regex
+    full_match: bool | None = None  # check: regex (default false)
+    labels: list[str] | None = None  # check: labels
+    ignore_case: bool = False
+    input: Template = Template(DEFAULT_INPUT)
+    reference: Template | None = None  # check: contains or equals (default {{item.reference_answer}})
+
+    def validate(self, path: str) -> None:
+        for key, owner in FIELD_OWNERS.items():
+            if getattr(self, key) is not None and self.check not in owner:
+                raise ConfigError(f"{path}.{key}", f"belongs to check: {' or '.join(owner)}, not check: {self.check}")
+        needed = NEEDED.get(self.check)
+        if needed and getattr(self, needed) is None:
+            raise ConfigError(f"{path}.{needed}", "missing (required)")
+        if self.schema is not None:
+            _check_schema(self.schema, f"{path}.schema")
+        if self.pattern is not None:
+            _check_pattern(self.pattern, f"{path}.pattern")
+        if self.labels is not None and not self.labels:
+            raise ConfigError(f"{path}.labels", "needs at least one label")
 
 
 @register_grader("format")
@@ -86,22 +116,10 @@ class FormatGrader(PairGrader):
 
     @classmethod
     def from_spec(cls, spec: dict, path: str) -> "FormatGrader":
-        r = SpecReader(spec, path)
-        check = r.choice("check", CHECKS)
-        kwargs: dict[str, Any] = {"ignore_case": r.flag("ignore_case", False)}
-        if check == "json_schema":
-            kwargs["schema"] = _checked_schema(r.mapping("schema"), r.at("schema"))
-        if check == "regex":
-            kwargs["pattern"] = _checked_pattern(r.text("pattern"), r.at("pattern"))
-            kwargs["full_match"] = r.flag("full_match", False)
-        if check == "labels":
-            kwargs["labels"] = _checked_labels(r.items("labels"), r.at("labels"))
-        grader = cls(check=check, **kwargs, **cls.read_templates(r, reference=check in ("contains", "equals")))
-        for key, owner in FIELD_OWNERS.items():
-            if r.has(key) and check not in owner:
-                raise ConfigError(r.at(key), f"belongs to check: {' or '.join(owner)}, not check: {check}")
-        r.finish()
-        return grader
+        s = read_spec(FormatSpec, spec, path)
+        templates = {"input": s.input} if s.reference is None else {"input": s.input, "reference": s.reference}
+        return cls(s.check, schema=s.schema, pattern=s.pattern, labels=s.labels, ignore_case=s.ignore_case,
+                   full_match=bool(s.full_match), **templates)
 
     def _norm(self, text: str) -> str:
         text = unicodedata.normalize("NFKC", str(text)).strip()
@@ -140,14 +158,13 @@ class FormatGrader(PairGrader):
         return self._norm(text) == self._norm(as_text(ref)), "output differs from reference"
 
 
-def _checked_schema(schema: dict, path: str) -> dict:
+def _check_schema(schema: dict, path: str) -> None:
     import jsonschema
 
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:
         raise ConfigError(path, f"not a valid JSON Schema: {exc.message}") from None
-    return schema
 
 
 def _schema_validator(schema: dict):
@@ -156,20 +173,8 @@ def _schema_validator(schema: dict):
     return jsonschema.validators.validator_for(schema)(schema)
 
 
-def _checked_pattern(pattern: str, path: str) -> str:
+def _check_pattern(pattern: str, path: str) -> None:
     try:
         re.compile(pattern)
     except re.error as exc:
         raise ConfigError(path, f"not a valid regular expression: {exc}") from None
-    return pattern
-
-
-def _checked_labels(labels: list, path: str) -> list[str]:
-    if not labels:
-        raise ConfigError(path, "needs at least one label")
-    for i, label in enumerate(labels):
-        if not isinstance(label, (str, int, float)) or isinstance(label, bool):
-            raise ConfigError(f"{path}[{i}]", f"expected a string, got {label!r}")
-    return [str(label) for label in labels]
-
-

@@ -36,19 +36,36 @@ import math
 import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
+from kitae.config import setting
 from kitae.graders.base import Grade, Grader, Item, Sample
-from kitae.graders.spec import SpecReader, register_grader
+from kitae.graders.spec import read_spec, register_grader
 from kitae.graders.template import output_text
-from kitae.sandbox import KINDS, Sandbox, open_sandbox
+from kitae.sandbox import Sandbox, SandboxKind, open_sandbox
 from kitae.sandbox.programs import CaseLimits, CaseResult, run_program
 
 FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)```", re.DOTALL)
 OPEN_FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*)$", re.DOTALL)
 TAGS = {"python": "python", "py": "python", "python3": "python", "cpp": "cpp", "c++": "cpp", "cc": "cpp",
         "cxx": "cpp"}
-COMPARES = ("tokens", "lines", "exact")
+
+
+@dataclass
+class CodeSpec:
+    """The fields of ``type: code`` (the module docstring says what each does)."""
+
+    language: Literal["auto", "python", "cpp"] = "auto"
+    mode: Literal["fraction", "all"] = "fraction"
+    compare: Literal["tokens", "lines", "exact"] = "tokens"
+    tolerance: float | None = setting(None, minimum=0)
+    time_limit: float = setting(2.0, minimum=0.1)
+    total_time_limit: float = setting(60.0, minimum=1)
+    memory_mb: int = setting(512, minimum=32)
+    workers: int = setting(4, minimum=1)
+    tests_field: str = "tests"
+    sandbox: SandboxKind = "bwrap"
 
 
 @register_grader("code")
@@ -66,20 +83,10 @@ class CodeGrader(Grader):
 
     @classmethod
     def from_spec(cls, spec: dict, path: str) -> "CodeGrader":
-        r = SpecReader(spec, path)
-        language = r.choice("language", ["auto", "python", "cpp"], "auto")
-        mode = r.choice("mode", ["fraction", "all"], "fraction")
-        compare = r.choice("compare", list(COMPARES), "tokens")
-        tolerance = r.number("tolerance", None, minimum=0, nullable=True)
-        limits = CaseLimits(seconds=r.number("time_limit", 2.0, minimum=0.1),
-                            total_seconds=r.number("total_time_limit", 60.0, minimum=1),
-                            memory_mb=r.integer("memory_mb", 512, minimum=32))
-        workers = r.integer("workers", 4, minimum=1)
-        tests_field = r.text("tests_field", "tests")
-        kind = r.choice("sandbox", list(KINDS), "bwrap")
-        r.finish()
-        return cls(language, mode, compare, tolerance, limits, workers, tests_field,
-                   open_sandbox(kind, r.at("sandbox")))
+        s = read_spec(CodeSpec, spec, path)
+        limits = CaseLimits(seconds=s.time_limit, total_seconds=s.total_time_limit, memory_mb=s.memory_mb)
+        return cls(s.language, s.mode, s.compare, s.tolerance, limits, s.workers, s.tests_field,
+                   open_sandbox(s.sandbox, f"{path}.sandbox"))
 
     # ---- grading ---------------------------------------------------------------------------------------
     def grade_sample(self, item: Item, sample: Sample) -> Grade:

@@ -33,10 +33,14 @@ the sample abstain, and a math error (division by zero) becomes its error.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from kitae.config import from_dict, setting, short_repr
 from kitae.errors import ConfigError
 from kitae.graders.base import Grade, Grader, Item, Sample, run_sync
 from kitae.graders.formula import FormulaError, parse_formula
-from kitae.graders.spec import SpecReader, build_grader, register_grader
+from kitae.graders.spec import SubGrader, build_grader, read_spec, register_grader
 
 
 class CompositeGrader(Grader):
@@ -62,22 +66,56 @@ class CompositeGrader(Grader):
             part.close()
 
 
-def read_parts(r: SpecReader, key: str = "graders",
-               extra: tuple[str, ...] = ()) -> tuple[dict[str, Grader], dict[str, dict]]:
-    """Build the map name -> sub-spec; ``extra`` keys (e.g. weight) are taken out of each sub-spec first."""
-    specs = r.mapping(key)
-    if not specs:
-        raise ConfigError(r.at(key), "needs at least one grader")
-    parts, taken = {}, {}
-    for name, spec in specs.items():
-        path = f"{r.at(key)}.{name}"
-        if not isinstance(spec, dict):
-            raise ConfigError(path, f"expected a grader spec (a mapping with a 'type'), got {spec!r}")
-        taken[name] = {k: spec[k] for k in extra if k in spec}
-        inner = {k: v for k, v in spec.items() if k not in extra}
-        inner.setdefault("name", str(name))
-        parts[str(name)] = build_grader(inner, path)
-    return parts, taken
+class Parts(dict):
+    """Field type of ``graders:``, a map name -> nested spec: built, name -> Grader (each named by its key unless
+    its spec says otherwise). Subclasses read per-part keys beside the spec (``weight``) in ``read_extra``."""
+
+    extra: tuple[str, ...] = ()
+
+    @classmethod
+    def from_config(cls, value: Any, path: str) -> "Parts":
+        if not isinstance(value, dict):
+            raise ConfigError(path, f"expected a mapping, got {type(value).__name__}")
+        if not value:
+            raise ConfigError(path, "needs at least one grader")
+        parts = cls()
+        for name, spec in value.items():
+            at = f"{path}.{name}"
+            if not isinstance(spec, dict):
+                raise ConfigError(at, f"expected a grader spec (a mapping with a 'type'), got {short_repr(spec)}")
+            inner = {k: v for k, v in spec.items() if k not in cls.extra}
+            inner.setdefault("name", str(name))
+            parts[str(name)] = build_grader(inner, at)
+            parts.read_extra(str(name), {k: spec[k] for k in cls.extra if k in spec}, at)
+        return parts
+
+    def read_extra(self, name: str, extra: dict[str, Any], path: str) -> None:
+        pass
+
+
+@dataclass
+class PartWeight:
+    weight: float = setting(1.0, minimum=0)  # 0 logs the part without counting it
+
+
+class WeightedParts(Parts):
+    """Parts with a ``weight`` each (default 1)."""
+
+    extra = ("weight",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weights: dict[str, float] = {}
+
+    @classmethod
+    def from_config(cls, value: Any, path: str) -> "WeightedParts":
+        parts = super().from_config(value, path)
+        if not any(parts.weights.values()):
+            raise ConfigError(path, "every weight is 0; give at least one part a positive weight")
+        return parts
+
+    def read_extra(self, name: str, extra: dict[str, Any], path: str) -> None:
+        self.weights[name] = from_dict(PartWeight, extra, path).weight
 
 
 def part_sub_scores(grades: dict[str, Grade]) -> dict[str, float | None]:
@@ -93,6 +131,11 @@ def part_notes(grades: dict[str, Grade], field: str) -> str | None:
     return "; ".join(notes) or None
 
 
+@dataclass
+class WeightedSpec:
+    graders: WeightedParts
+
+
 @register_grader("weighted")
 class WeightedGrader(CompositeGrader):
     """Weighted mean of parts; abstaining parts drop out and the weights renormalize."""
@@ -103,16 +146,8 @@ class WeightedGrader(CompositeGrader):
 
     @classmethod
     def from_spec(cls, spec: dict, path: str) -> "WeightedGrader":
-        r = SpecReader(spec, path)
-        parts, taken = read_parts(r, extra=("weight",))
-        weights = {}
-        for name, extra in taken.items():
-            sub = SpecReader(extra, f"{r.at('graders')}.{name}")
-            weights[name] = sub.number("weight", 1.0, minimum=0)
-        if not any(weights.values()):
-            raise ConfigError(r.at("graders"), "every weight is 0; give at least one part a positive weight")
-        r.finish()
-        return cls(parts, weights)
+        parts = read_spec(WeightedSpec, spec, path).graders
+        return cls(dict(parts), parts.weights)
 
     def combine(self, grades: dict[str, Grade]) -> Grade:
         counted = {n: g.score for n, g in grades.items() if g.score is not None and self.weights[n] > 0}
@@ -120,6 +155,14 @@ class WeightedGrader(CompositeGrader):
         score = sum(self.weights[n] * s for n, s in counted.items()) / total if counted else None
         error = part_notes(grades, "error") if score is None else None
         return Grade(score=score, sub_scores=part_sub_scores(grades), reason=part_notes(grades, "reason"), error=error)
+
+
+@dataclass
+class GateSpec:
+    gate: SubGrader
+    grader: SubGrader
+    threshold: float = 1.0
+    fail_score: float | None = 0.0  # null: abstain when the gate fails
 
 
 @register_grader("gate")
@@ -132,11 +175,8 @@ class GateGrader(CompositeGrader):
 
     @classmethod
     def from_spec(cls, spec: dict, path: str) -> "GateGrader":
-        r = SpecReader(spec, path)
-        grader = cls(r.grader("gate"), r.grader("grader"), threshold=r.number("threshold", 1.0),
-                     fail_score=r.number("fail_score", 0.0, nullable=True))
-        r.finish()
-        return grader
+        s = read_spec(GateSpec, spec, path)
+        return cls(s.gate, s.grader, threshold=s.threshold, fail_score=s.fail_score)
 
     def combine(self, grades: dict[str, Grade]) -> Grade:
         gate, inner = grades["gate"], grades["grader"]
@@ -149,6 +189,12 @@ class GateGrader(CompositeGrader):
         return Grade(score=inner.score, sub_scores=sub, reason=reason, error=inner.error)
 
 
+@dataclass
+class MultiSpec:
+    graders: Parts
+    calculate_output: str  # a formula over the parts' names
+
+
 @register_grader("multi")
 class MultiGrader(CompositeGrader):
     """OpenAI multi: parts combined by a calculate_output formula (parsed safely)."""
@@ -159,11 +205,8 @@ class MultiGrader(CompositeGrader):
 
     @classmethod
     def from_spec(cls, spec: dict, path: str) -> "MultiGrader":
-        r = SpecReader(spec, path)
-        parts, _ = read_parts(r)
-        grader = cls(parts, r.text("calculate_output"), r.at("calculate_output"))
-        r.finish()
-        return grader
+        s = read_spec(MultiSpec, spec, path)
+        return cls(dict(s.graders), s.calculate_output, f"{path}.calculate_output")
 
     def combine(self, grades: dict[str, Grade]) -> Grade:
         sub, reason = part_sub_scores(grades), part_notes(grades, "reason")

@@ -23,13 +23,15 @@ Spec: ``{type: numeric}``; optional ``tolerance``, ``partial_tolerance``, ``part
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
+from kitae.config import setting
 from kitae.errors import ConfigError
 from kitae.graders.base import Grade
 from kitae.graders.numbers import Quantity, extract_quantities
-from kitae.graders.pair import PairGrader
-from kitae.graders.spec import SpecReader, register_grader
+from kitae.graders.pair import PairGrader, PairSpec
+from kitae.graders.spec import read_spec, register_grader
 from kitae.graders.template import as_text
 
 
@@ -37,6 +39,18 @@ def relative_error(got: float, want: float) -> float:
     if want == 0:
         return 0.0 if got == 0 else math.inf
     return abs(got - want) / abs(want)
+
+
+@dataclass
+class NumericSpec(PairSpec):
+    tolerance: float = setting(0.01, minimum=0)  # relative error for full credit
+    partial_tolerance: float = setting(0.05, minimum=0)  # ... for partial credit
+    partial_credit: float = setting(0.5, minimum=0, maximum=1)
+
+    def validate(self, path: str) -> None:
+        if self.partial_tolerance < self.tolerance:
+            raise ConfigError(f"{path}.partial_tolerance",
+                              f"must be >= tolerance ({self.tolerance}), got {self.partial_tolerance}")
 
 
 @register_grader("numeric")
@@ -50,18 +64,8 @@ class NumericGrader(PairGrader):
 
     @classmethod
     def from_spec(cls, spec: dict, path: str) -> "NumericGrader":
-        r = SpecReader(spec, path)
-        grader = cls(
-            tolerance=r.number("tolerance", 0.01, minimum=0),
-            partial_tolerance=r.number("partial_tolerance", 0.05, minimum=0),
-            partial_credit=r.number("partial_credit", 0.5, minimum=0, maximum=1),
-            **cls.read_templates(r),
-        )
-        r.finish()
-        if grader.partial_tolerance < grader.tolerance:
-            raise ConfigError(r.at("partial_tolerance"),
-                              f"must be >= tolerance ({grader.tolerance}), got {grader.partial_tolerance}")
-        return grader
+        s = read_spec(NumericSpec, spec, path)
+        return cls(s.tolerance, s.partial_tolerance, s.partial_credit, **s.templates())
 
     def credit(self, error: float) -> float:
         eps = 1e-12  # 101 vs 100 is "within 1%" despite float rounding

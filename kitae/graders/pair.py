@@ -6,14 +6,25 @@ so ``{type: numeric}`` alone grades the completion against the row's reference a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from kitae.graders.base import Grade, Grader, Item, Sample
-from kitae.graders.spec import SpecReader
 from kitae.graders.template import Template, TemplateError
 
 DEFAULT_INPUT = "{{sample.output_text}}"
 DEFAULT_REFERENCE = "{{item.reference_answer}}"
+
+
+@dataclass(kw_only=True)
+class PairSpec:
+    """The spec fields every pair grader has; a grader's own spec extends it (``NumericSpec(PairSpec)``)."""
+
+    input: Template = Template(DEFAULT_INPUT)  # the text graded
+    reference: Template = Template(DEFAULT_REFERENCE)  # what it is compared with
+
+    def templates(self) -> dict[str, Template]:
+        return {"input": self.input, "reference": self.reference}
 
 
 class PairGrader(Grader):
@@ -22,13 +33,6 @@ class PairGrader(Grader):
     def __init__(self, input: Template | str = DEFAULT_INPUT, reference: Template | str | None = DEFAULT_REFERENCE):
         self.input = input if isinstance(input, Template) else Template(input)
         self.reference = reference if isinstance(reference, Template) or reference is None else Template(reference)
-
-    @staticmethod
-    def read_templates(r: SpecReader, reference: bool = True) -> dict[str, Template | None]:
-        return {
-            "input": r.template("input", DEFAULT_INPUT),
-            "reference": r.template("reference", DEFAULT_REFERENCE) if reference else None,
-        }
 
     def score(self, text: str, reference: Any) -> Grade | float | None:
         raise NotImplementedError

@@ -25,14 +25,30 @@ from __future__ import annotations
 import ast
 import asyncio
 import math
+from dataclasses import dataclass
 from typing import Any
 
+from kitae.config import setting
 from kitae.errors import ConfigError
 from kitae.graders.base import Grade, Grader, Item, Sample
-from kitae.graders.spec import SpecReader, register_grader
+from kitae.graders.spec import read_spec, register_grader
 from kitae.graders.template import TemplateError, output_json, output_text
-from kitae.sandbox import KINDS, Sandbox, open_sandbox
+from kitae.sandbox import Sandbox, SandboxKind, open_sandbox
 from kitae.sandbox.worker import SandboxError, Worker
+
+
+@dataclass
+class PythonSpec:
+    source: str  # defines grade(sample, item) -> float
+    timeout: float = setting(10.0, minimum=0.1)  # wall-clock seconds per sample
+    cpu_seconds: float = setting(5.0, minimum=0.1)
+    memory_mb: int = setting(1024, minimum=64)
+    pass_threshold: float | None = None
+    sandbox: SandboxKind = "bwrap"
+    image_tag: str | None = None  # OpenAI's runtime image: accepted, ignored
+
+    def validate(self, path: str) -> None:
+        _check_source(self.source, f"{path}.source")
 
 
 @register_grader("python")
@@ -48,18 +64,9 @@ class PythonGrader(Grader):
 
     @classmethod
     def from_spec(cls, spec: dict, path: str) -> "PythonGrader":
-        r = SpecReader(spec, path)
-        source = r.text("source")
-        _check_source(source, r.at("source"))
-        r.text("image_tag", None)
-        timeout = r.number("timeout", 10.0, minimum=0.1)
-        cpu_seconds = r.number("cpu_seconds", 5.0, minimum=0.1)
-        memory_mb = r.integer("memory_mb", 1024, minimum=64)
-        pass_threshold = r.number("pass_threshold", None, nullable=True)
-        kind = r.choice("sandbox", list(KINDS), "bwrap")
-        r.finish()
-        return cls(source, timeout=timeout, cpu_seconds=cpu_seconds, memory_mb=memory_mb,
-                   pass_threshold=pass_threshold, sandbox=open_sandbox(kind, r.at("sandbox")))
+        s = read_spec(PythonSpec, spec, path)
+        return cls(s.source, timeout=s.timeout, cpu_seconds=s.cpu_seconds, memory_mb=s.memory_mb,
+                   pass_threshold=s.pass_threshold, sandbox=open_sandbox(s.sandbox, f"{path}.sandbox"))
 
     def grade_sample(self, item: Item, sample: Sample) -> Grade:
         try:

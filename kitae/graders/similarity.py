@@ -24,17 +24,37 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+import typing
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from kitae.errors import ConfigError
 from kitae.graders import text as T
 from kitae.graders.base import Grade
-from kitae.graders.pair import PairGrader
-from kitae.graders.spec import SpecReader, register_grader
+from kitae.graders.pair import PairGrader, PairSpec
+from kitae.graders.spec import read_spec, register_grader
 from kitae.graders.template import as_text
+from kitae.registry import unknown_name_message
 
+Metric = Literal["rouge_l", "rouge_1", "rouge_2", "rouge_3", "rouge_4", "rouge_5", "bleu", "gleu", "fuzzy_match",
+                 "cosine", "meteor"]
+METRICS = list(typing.get_args(Metric))
 ROUGE_N = {f"rouge_{n}": n for n in range(1, 6)}
-METRICS = ["rouge_l", *ROUGE_N, "bleu", "gleu", "fuzzy_match", "cosine", "meteor"]
+
+
+@dataclass
+class TextSimilaritySpec(PairSpec):
+    evaluation_metric: Metric = "rouge_l"
+    tokenizer: str = "auto"  # auto or a name in kitae.graders.text.TOKENIZERS
+    pass_threshold: float | None = None
+    embedding_model: str | None = None  # cosine: a local sentence-transformers folder
+
+    def validate(self, path: str) -> None:
+        names = ["auto", *T.TOKENIZERS.names()]
+        if self.tokenizer not in names:
+            raise ConfigError(f"{path}.tokenizer", unknown_name_message("tokenizer", self.tokenizer, names))
+        if self.evaluation_metric == "cosine":
+            _check_embed_extra(f"{path}.evaluation_metric")
 
 
 @register_grader("text_similarity")
@@ -49,19 +69,8 @@ class TextSimilarityGrader(PairGrader):
 
     @classmethod
     def from_spec(cls, spec: dict, path: str) -> "TextSimilarityGrader":
-        r = SpecReader(spec, path)
-        metric = r.choice("evaluation_metric", METRICS, "rouge_l")
-        grader = cls(
-            metric=metric,
-            tokenizer=r.choice("tokenizer", ["auto", *T.TOKENIZERS.names()], "auto"),
-            pass_threshold=r.number("pass_threshold", None, nullable=True),
-            embedding_model=r.text("embedding_model", None),
-            **cls.read_templates(r),
-        )
-        r.finish()
-        if metric == "cosine":
-            _check_embed_extra(r.at("evaluation_metric"))
-        return grader
+        s = read_spec(TextSimilaritySpec, spec, path)
+        return cls(s.evaluation_metric, s.tokenizer, s.pass_threshold, s.embedding_model, **s.templates())
 
     def score(self, text: str, reference: Any) -> Grade:
         reference = as_text(reference)

@@ -1,4 +1,4 @@
-"""Grader specs: the registry of grader types, typed field reading, and `build_grader`.
+"""Grader specs: the registry of grader types, reading a spec's fields, and `build_grader`.
 
 A spec is a dict (or a YAML/JSON file or string) with a ``type`` and that type's fields, in the OpenAI
 grader schema where OpenAI has the type (``string_check``, ``text_similarity``, ``python``, ``multi``) and
@@ -9,35 +9,38 @@ in kitae's own words otherwise (``numeric``, ``format``, ``math``, ``answer``, `
       num: {type: numeric, weight: 0.5, tolerance: 0.01}
       sim: {type: text_similarity, weight: 0.5, evaluation_metric: rouge_l}
 
-Every mistake raises :class:`kitae.errors.ConfigError` whose message starts with the key path inside the
-spec (``grader.graders.num.tolerance: expected a number, got 'one'``) and, for names, suggests the closest
-valid one.
+Each type's fields are a dataclass beside its grader class (``NumericSpec`` in numeric.py, ...), read by
+:func:`read_spec` with :func:`kitae.config.from_dict`, the reader of every kitae config. Every mistake raises
+:class:`kitae.errors.ConfigError` whose message starts with the key path inside the spec
+(``grader.graders.num.tolerance: expected a number, got 'one'``) and, for names, suggests the closest valid one.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
-from kitae.config import read_text, safe_load, short_repr
+from kitae.config import from_dict, read_text, safe_load, short_repr
 from kitae.errors import ConfigError
-from kitae.registry import Registry, closest, unknown_name_message
+from kitae.registry import Registry
 
 if TYPE_CHECKING:
     from kitae.graders.base import Grader
-    from kitae.graders.template import Template
+
+T = TypeVar("T")
 
 GRADERS = Registry("grader")
 
-# Keys every spec may carry; the reader of each type never sees them as unknown.
+# Keys every spec may carry, read by build_grader; the fields of each type are the others.
 COMMON_KEYS = ("type", "name")
-_REQUIRED = object()
 
 
 def register_grader(type_name: str) -> Callable[[type], type]:
     """Class decorator: register a Grader subclass under its spec ``type``.
 
-    The class builds itself from a spec with the classmethod ``from_spec(spec: dict, path: str)``.
+    The class builds itself from a spec with the classmethod ``from_spec(spec: dict, path: str)``, which reads
+    its fields with :func:`read_spec`; a class without fields needs none.
     """
 
     def add(cls: type) -> type:
@@ -48,116 +51,34 @@ def register_grader(type_name: str) -> Callable[[type], type]:
     return add
 
 
-# ---- typed field reading -------------------------------------------------------------------------
-class SpecReader:
-    """Reads typed fields of one spec and rejects unknown keys with a did-you-mean.
+# ---- reading a spec's fields ---------------------------------------------------------------------
+def read_spec(cls: type[T], spec: Any, path: str) -> T:
+    """A grader spec's fields as the dataclass `cls`, read by :func:`kitae.config.from_dict` like every config.
 
-        r = SpecReader(spec, path)
-        tol = r.number("tolerance", 0.01, minimum=0)
-        op = r.choice("operation", ["eq", "ne", "like", "ilike"])
-        r.finish()  # raises on keys nobody read: "grader.tolerence: unknown key; did you mean 'tolerance'?"
+    Field types check the values (``Literal`` for choices, :class:`~kitae.graders.template.Template` for
+    templates, :class:`SubGrader` for a nested spec), ``setting(default, minimum=, maximum=)`` gives bounds,
+    a ``validate(path)`` method checks what involves several fields; an unknown key gets a did-you-mean.
+    ``type`` and ``name`` are :func:`build_grader`'s.
     """
-
-    def __init__(self, spec: dict[str, Any], path: str):
-        if not isinstance(spec, dict):
-            raise ConfigError(path, f"expected a mapping (a grader spec), got {_show(spec)}")
-        self.spec, self.path = spec, path
-        self._read: set[str] = set(COMMON_KEYS)
-
-    def at(self, key: str) -> str:
-        return f"{self.path}.{key}" if self.path else key
-
-    def has(self, key: str) -> bool:
-        return key in self.spec
-
-    def raw(self, key: str, default: Any = _REQUIRED) -> Any:
-        self._read.add(key)
-        if key in self.spec:
-            return self.spec[key]
-        if default is _REQUIRED:
-            raise ConfigError(self.at(key), "missing (required)")
-        return default
-
-    def text(self, key: str, default: Any = _REQUIRED) -> Any:
-        value = self.raw(key, default)
-        if value is not default and not isinstance(value, str):
-            raise ConfigError(self.at(key), f"expected a string, got {_show(value)}")
-        return value
-
-    def number(self, key: str, default: Any = _REQUIRED, minimum: float | None = None,
-               maximum: float | None = None, nullable: bool = False) -> Any:
-        """A number; ``nullable`` also accepts an explicit null (YAML ``~``), read as None."""
-        value = self.raw(key, default)
-        if value is default or (nullable and value is None):
-            return value
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(self.at(key), f"expected a number, got {_show(value)}")
-        if minimum is not None and value < minimum:
-            raise ConfigError(self.at(key), f"must be >= {minimum}, got {value}")
-        if maximum is not None and value > maximum:
-            raise ConfigError(self.at(key), f"must be <= {maximum}, got {value}")
-        return float(value)
-
-    def integer(self, key: str, default: Any = _REQUIRED, minimum: int | None = None) -> Any:
-        value = self.raw(key, default)
-        if value is default:
-            return value
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(self.at(key), f"expected an integer, got {_show(value)}")
-        if minimum is not None and value < minimum:
-            raise ConfigError(self.at(key), f"must be >= {minimum}, got {value}")
-        return value
-
-    def flag(self, key: str, default: Any = _REQUIRED) -> Any:
-        value = self.raw(key, default)
-        if value is not default and not isinstance(value, bool):
-            raise ConfigError(self.at(key), f"expected true or false, got {_show(value)}")
-        return value
-
-    def choice(self, key: str, choices: list[str], default: Any = _REQUIRED) -> Any:
-        value = self.raw(key, default)
-        if value is default:
-            return value
-        if not isinstance(value, str):  # never str() a value that may be large (a list an alias expanded)
-            raise ConfigError(self.at(key), f"expected one of {', '.join(choices)}, got {_show(value)}")
-        if value not in choices:
-            raise ConfigError(self.at(key), unknown_name_message(key, value, list(choices)))
-        return value
-
-    def items(self, key: str, default: Any = _REQUIRED) -> Any:
-        value = self.raw(key, default)
-        if value is not default and not isinstance(value, list):
-            raise ConfigError(self.at(key), f"expected a list, got {_show(value)}")
-        return value
-
-    def mapping(self, key: str, default: Any = _REQUIRED) -> Any:
-        value = self.raw(key, default)
-        if value is not default and not isinstance(value, dict):
-            raise ConfigError(self.at(key), f"expected a mapping, got {_show(value)}")
-        return value
-
-    def template(self, key: str, default: Any = _REQUIRED) -> "Template":
-        """A ``{{item.FIELD}}`` / ``{{sample.output_text}}`` template, checked now, rendered per sample."""
-        from kitae.graders.template import Template
-
-        return Template(self.text(key, default), self.at(key))
-
-    def grader(self, key: str) -> "Grader":
-        """A nested grader spec."""
-        return build_grader(self.mapping(key), self.at(key))
-
-    def finish(self) -> None:
-        """Raise on the first key no field read (a typo or a field of another grader type)."""
-        for key in self.spec:
-            if key not in self._read:
-                known = sorted(self._read - set(COMMON_KEYS)) + list(COMMON_KEYS)
-                hint = closest(str(key), known)
-                msg = "unknown key" + (f"; did you mean '{hint}'?" if hint else "")
-                raise ConfigError(self.at(str(key)), msg + f" (valid: {', '.join(known)})")
+    if not isinstance(spec, dict):
+        raise ConfigError(path, f"expected a mapping (a grader spec), got {short_repr(spec)}")
+    return from_dict(cls, spec, path, skip=COMMON_KEYS)
 
 
-def _show(value: Any) -> str:
-    return short_repr(value)
+@dataclass
+class NoFields:
+    """The spec of a grader type without fields: only ``type`` and ``name``."""
+
+
+class SubGrader:
+    """Field type of a nested grader spec (gate's ``gate``, length's ``correct``): the field holds the
+    :class:`Grader` built from it, errors named under the field's path (``grader.gate.check: ...``)."""
+
+    @classmethod
+    def from_config(cls, value: Any, path: str) -> "Grader":
+        if not isinstance(value, dict):
+            raise ConfigError(path, f"expected a mapping (a grader spec), got {short_repr(value)}")
+        return build_grader(value, path)
 
 
 # ---- loading and building ------------------------------------------------------------------------
@@ -180,7 +101,7 @@ def load_spec(spec: dict | str | Path, path: str = "grader") -> dict[str, Any]:
         if "\n" not in text and text.endswith((".yaml", ".yml", ".json")) and not _looks_inline(text):
             raise ConfigError(path, f"grader spec file {text!r} does not exist")
         return _unwrap(_parse_text(text, path), path)
-    raise ConfigError(path, f"expected a grader spec (mapping, file or type name), got {_show(spec)}")
+    raise ConfigError(path, f"expected a grader spec (mapping, file or type name), got {short_repr(spec)}")
 
 
 def _load_file(file: Path, path: str) -> dict[str, Any]:
@@ -219,7 +140,7 @@ def _unwrap(data: Any, path: str) -> dict[str, Any]:
     if isinstance(data, dict) and "type" not in data and set(data) == {"grader"}:
         data = data["grader"]
     if not isinstance(data, dict):
-        raise ConfigError(path, f"expected a mapping with a 'type', got {_show(data)}")
+        raise ConfigError(path, f"expected a mapping with a 'type', got {short_repr(data)}")
     return data
 
 
@@ -233,17 +154,17 @@ def build_grader(spec: dict | str | Path, path: str = "grader") -> "Grader":
     if kind is None:
         raise ConfigError(f"{path}.type", f"missing; one of: {', '.join(GRADERS.names())}")
     if not isinstance(kind, str):
-        raise ConfigError(f"{path}.type", f"expected a grader type name, got {_show(kind)}")
+        raise ConfigError(f"{path}.type", f"expected a grader type name, got {short_repr(kind)}")
     entry = GRADERS.get(kind, f"{path}.type")
     from_spec = getattr(entry, "from_spec", None)
     if from_spec is None:  # a grader without fields: only `type` and `name`
-        SpecReader(spec, path).finish()
+        read_spec(NoFields, spec, path)
         grader = entry()
     else:
         grader = from_spec(spec, path)
     name = spec.get("name")
     if name is not None and not isinstance(name, str):
-        raise ConfigError(f"{path}.name", f"expected a string, got {_show(name)}")
+        raise ConfigError(f"{path}.name", f"expected a string, got {short_repr(name)}")
     grader.name = name or grader.name or kind
     return grader
 

@@ -13,7 +13,8 @@ Departures from OpenAI, stated:
   a JSON string. A sample without tool calls has an empty list (so ``[0]`` makes it abstain).
 - Any other sample field (``finish_reason``, ``completion_tokens``, ...) is readable too.
 
-The template is checked when the spec is read (roots must be ``item`` or ``sample``); a path missing from a
+The template is checked when the spec is read (roots must be ``item`` or ``sample``; a spec field of type
+:class:`Template` is built by :meth:`Template.from_config`); a path missing from a
 particular row raises :class:`TemplateError` when rendering, which graders turn into an abstention.
 A template that is a single placeholder renders to the value itself (a list stays a list); otherwise the
 values are formatted into the text (non-strings as JSON).
@@ -26,6 +27,7 @@ import re
 from typing import Any
 
 from kitae.chat import IM_END, split_at_end
+from kitae.config import short_repr
 from kitae.errors import ConfigError, KitaeError
 from kitae.registry import unknown_name_message
 
@@ -56,6 +58,13 @@ class Template:
         self.parts = [p for p in self.parts if p != ""]
         if "{{" in _PLACEHOLDER.sub("", text):
             raise ConfigError(path, f"unclosed '{{{{' in template {text!r}")
+
+    @classmethod
+    def from_config(cls, value: Any, path: str) -> "Template":
+        """A spec field that is a template (:func:`kitae.config.from_dict` calls this): a string, checked now."""
+        if not isinstance(value, str):
+            raise ConfigError(path, f"expected a string, got {short_repr(value)}")
+        return cls(value, path)
 
     def __repr__(self) -> str:
         return f"Template({self.text!r})"

@@ -26,7 +26,7 @@ replies without a message fail at once. A call that still fails raises :class:`C
 Cache: a :class:`kitae.judge.cache.ResponseCache` answers a request seen before (same URL and body) without a
 call; ``counters.cache_hits`` counts those and their tokens are not added to the token counters.
 
-Spec fields shared by the judge, ``score_model`` and ``label_model`` graders (:func:`read_client`)::
+Spec fields shared by the judge, ``score_model`` and ``label_model`` graders (:class:`ClientSpec`)::
 
     model: gpt-4.1-mini         # or env KITAE_JUDGE_MODEL
     base_url: https://api.openai.com/v1   # or env KITAE_JUDGE_BASE_URL, then OPENAI_BASE_URL
@@ -45,19 +45,22 @@ from __future__ import annotations
 
 import os
 import ssl
+import typing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import httpx
 
+from kitae.config import setting, short_repr
 from kitae.errors import ConfigError
 from kitae.graders.base import Grader
 from kitae.judge.cache import ResponseCache, request_key
 from kitae.http.client import Retrier, WireCounters, WireError
 
 Message = dict[str, Any]
-FORMATS = ("auto", "json_schema", "json_object", "none")
+ResponseFormat = Literal["auto", "json_schema", "json_object", "none"]
+FORMATS = typing.get_args(ResponseFormat)
 _AUTO_LEVELS = ("json_schema", "json_object", "none")
 _FORMAT_WORDS = ("response_format", "json_schema", "json_object", "schema", "grammar", "guided", "structured")
 MODEL_ENV, BASE_URL_ENVS = "KITAE_JUDGE_MODEL", ("KITAE_JUDGE_BASE_URL", "OPENAI_BASE_URL")
@@ -264,49 +267,39 @@ def _rejects_format(exc: ChatError) -> bool:
     return exc.status in (400, 422) and any(word in text for word in _FORMAT_WORDS)
 
 
-# ---- reading the client fields of a grader spec -------------------------------------------------
-@dataclass
+# ---- the client fields of a grader spec ---------------------------------------------------------
+@dataclass(kw_only=True)
 class ClientSpec:
-    """The client fields of a grader spec (kept so a grader can be rebuilt and shown)."""
+    """The client fields of a grader spec (module docstring); the judge's and the model graders' specs extend it.
 
-    model: str
-    base_url: str
+    ``model`` and ``base_url`` left out of the spec come from the environment when the spec is read."""
+
+    model: str | None = None
+    base_url: str | None = None
     api_key_env: str | None = "OPENAI_API_KEY"
-    timeout: float = 60.0
-    retries: int = 3
-    backoff: float = 1.0
-    max_backoff: float = 30.0
-    max_concurrency: int = 8
+    timeout: float = setting(60.0, minimum=0.001)
+    retries: int = setting(3, minimum=0)
+    backoff: float = setting(1.0, minimum=0)
+    max_backoff: float = setting(30.0, minimum=0)
+    max_concurrency: int = setting(8, minimum=1)
     cache: bool = True
     cache_dir: str | None = None
-    response_format: str = "auto"
+    response_format: ResponseFormat = "auto"
     extra_body: dict[str, Any] = field(default_factory=dict)
+
+    def validate(self, path: str) -> None:
+        self.model = self.model or os.environ.get(MODEL_ENV)
+        if not self.model:
+            raise ConfigError(f"{path}.model", f"missing; name the judge model here or set ${MODEL_ENV}")
+        self.base_url = self.base_url or next((os.environ[e] for e in BASE_URL_ENVS if os.environ.get(e)), None)
+        if not self.base_url:
+            raise ConfigError(f"{path}.base_url", "missing; give the server's API root (e.g. http://127.0.0.1:8000/v1 "
+                              f"for `kitae serve model`, https://api.openai.com/v1) or set ${BASE_URL_ENVS[0]}")
+        if urlsplit(self.base_url).scheme not in ("http", "https"):
+            raise ConfigError(f"{path}.base_url",
+                              f"expected an http:// or https:// URL, got {short_repr(self.base_url)}")
 
     def build(self) -> ChatClient:
         cache = ResponseCache(self.cache_dir) if self.cache or self.cache_dir else None
         return ChatClient(self.base_url, self.model, self.api_key_env, self.timeout, self.retries, self.backoff,
                           self.max_backoff, self.max_concurrency, cache, self.response_format, self.extra_body)
-
-
-def read_client(r: Any) -> ClientSpec:
-    """Read the client fields (module docstring) from a :class:`kitae.graders.spec.SpecReader`."""
-    model = r.text("model", None) or os.environ.get(MODEL_ENV)
-    if not model:
-        raise ConfigError(r.at("model"), f"missing; name the judge model here or set ${MODEL_ENV}")
-    base_url = r.text("base_url", None) or next((os.environ[e] for e in BASE_URL_ENVS if os.environ.get(e)), None)
-    if not base_url:
-        raise ConfigError(r.at("base_url"), "missing; give the server's API root (e.g. http://127.0.0.1:8000/v1 "
-                          f"for `kitae serve model`, https://api.openai.com/v1) or set ${BASE_URL_ENVS[0]}")
-    if urlsplit(base_url).scheme not in ("http", "https"):
-        raise ConfigError(r.at("base_url"), f"expected an http:// or https:// URL, got {base_url!r}")
-    key_env = r.raw("api_key_env", "OPENAI_API_KEY")
-    if key_env is not None and not isinstance(key_env, str):
-        raise ConfigError(r.at("api_key_env"), f"expected the name of an environment variable, got {key_env!r}")
-    return ClientSpec(
-        model=model, base_url=base_url, api_key_env=key_env,
-        timeout=r.number("timeout", 60.0, minimum=0.001), retries=r.integer("retries", 3, minimum=0),
-        backoff=r.number("backoff", 1.0, minimum=0), max_backoff=r.number("max_backoff", 30.0, minimum=0),
-        max_concurrency=r.integer("max_concurrency", 8, minimum=1), cache=r.flag("cache", True),
-        cache_dir=r.text("cache_dir", None), response_format=r.choice("response_format", list(FORMATS), "auto"),
-        extra_body=r.mapping("extra_body", {}),
-    )

@@ -50,32 +50,82 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from kitae.config import from_dict, setting, short_repr
 from kitae.data.images import ImageError, to_data_url
 from kitae.errors import ConfigError
 from kitae.graders.base import Grade, Item, Sample
-from kitae.graders.spec import SpecReader, register_grader
+from kitae.graders.spec import read_spec, register_grader
 from kitae.graders.template import Template, TemplateError
-from kitae.judge.client import ChatClient, ChatError, ClientGrader, read_client
+from kitae.judge.client import ChatClient, ChatError, ClientGrader, ClientSpec
 from kitae.judge.parse import KINDS, Entry, JudgeOutputError, parse_judgement
 from kitae.judge.prompt import (DEFAULT_CRITERIA, DEFAULT_NAMES, Criterion, clip_text, image_parts, make_tag,
                                 render_conversation, reply_schema, sample_ids, system_prompt, user_prompt)
 
 
-@dataclass(frozen=True)
-class JudgeConfig:
-    criteria: tuple[Criterion, ...] = DEFAULT_CRITERIA
+class Criteria(tuple):
+    """Field type of ``criteria``: a list of names or a map name -> weight | description | {weight, description};
+    a name of the guide's four keeps its description unless given."""
+
+    @classmethod
+    def from_config(cls, value: Any, path: str) -> "Criteria":
+        if isinstance(value, list):
+            value = {name: {} for name in value}
+        if not isinstance(value, dict) or not value:
+            raise ConfigError(path, "expected a non-empty list of names or a map name -> weight/description, "
+                              f"got {short_repr(value)}")
+        criteria = cls(_criterion(str(name), v, f"{path}.{name}") for name, v in value.items())
+        if not any(c.weight > 0 for c in criteria):
+            raise ConfigError(path, "every weight is 0; give at least one criterion a positive weight")
+        return criteria
+
+
+@dataclass
+class CriterionSpec:
+    weight: float | None = setting(None, minimum=0)  # default: 1, or the guide's
+    description: str | None = None
+
+
+def _criterion(name: str, value: Any, path: str) -> Criterion:
+    if not name.isidentifier():
+        raise ConfigError(path, f"a criterion name must be a plain word (letters, digits, _), got {name!r}")
+    if isinstance(value, bool):
+        raise ConfigError(path, f"expected a weight, a description or a mapping, got {value!r}")
+    if isinstance(value, (int, float)):
+        value = {"weight": value}
+    elif isinstance(value, str):
+        value = {"description": value}
+    spec = from_dict(CriterionSpec, value, path)
+    default = DEFAULT_NAMES.get(name, Criterion(name, 1.0, ""))
+    description = default.description if spec.description is None else spec.description
+    if not description:
+        raise ConfigError(f"{path}.description", f"missing; say what '{name}' means to the judge")
+    return Criterion(name, default.weight if spec.weight is None else spec.weight, description)
+
+
+@dataclass(kw_only=True)
+class JudgeConfig(ClientSpec):
+    """The fields of ``type: judge`` (the module docstring): the judge's own and the chat client's."""
+
+    criteria: Criteria = DEFAULT_CRITERIA
     scale: tuple[int, int] = (1, 5)
     rubric: str = ""
-    calls: int = 1
-    parse_retries: int = 2
-    temperature: float | None = 0.0
+    calls: int = setting(1, minimum=1)
+    parse_retries: int = setting(2, minimum=0)
+    temperature: float | None = setting(0.0, minimum=0)
     seed: int | None = None
-    max_tokens: int | None = None
+    max_tokens: int | None = setting(None, minimum=1)
     shuffle: bool = True
-    reference: Template | None = field(default_factory=lambda: Template("{{item.reference_answer}}"))
-    input: Template = field(default_factory=lambda: Template("{{sample.output_text}}"))
-    max_sample_chars: int = 6000
+    reference: Template | None = Template("{{item.reference_answer}}")  # null: no reference answer
+    input: Template = Template("{{sample.output_text}}")
+    max_sample_chars: int = setting(6000, minimum=0)
     images: bool = True
+
+    def validate(self, path: str) -> None:
+        super().validate(path)
+        lo, hi = self.scale
+        if not 0 < hi - lo <= 100:
+            raise ConfigError(f"{path}.scale", "expected [low, high], two integers with low < high (at most 100 "
+                              f"apart), got {list(self.scale)}")
 
     def tokens_for(self, n: int) -> int:
         return self.max_tokens or 256 + 160 * n
@@ -147,8 +197,8 @@ class GroupJudgeGrader(ClientGrader):
 
     needs_group = True
 
-    def __init__(self, client: ChatClient, config: JudgeConfig = JudgeConfig()):
-        self.client, self.config = client, config
+    def __init__(self, client: ChatClient, config: JudgeConfig | None = None):
+        self.client, self.config = client, config if config is not None else JudgeConfig()
         self.counters = JudgeCounters()
         self.call_log: deque[CallRecord] = deque(maxlen=1000)
         self._lock = threading.Lock()
@@ -156,19 +206,8 @@ class GroupJudgeGrader(ClientGrader):
     # ---- building -------------------------------------------------------------------------------
     @classmethod
     def from_spec(cls, spec: dict[str, Any], path: str) -> "GroupJudgeGrader":
-        r = SpecReader(spec, path)
-        client = read_client(r)
-        config = JudgeConfig(
-            criteria=read_criteria(r), scale=read_scale(r), rubric=r.text("rubric", ""),
-            calls=r.integer("calls", 1, minimum=1), parse_retries=r.integer("parse_retries", 2, minimum=0),
-            temperature=r.number("temperature", 0.0, minimum=0, nullable=True),
-            seed=optional_int(r, "seed"), max_tokens=optional_int(r, "max_tokens", minimum=1),
-            shuffle=r.flag("shuffle", True), reference=read_reference(r),
-            input=r.template("input", "{{sample.output_text}}"),
-            max_sample_chars=r.integer("max_sample_chars", 6000, minimum=0), images=r.flag("images", True),
-        )
-        r.finish()
-        return cls(client.build(), config)
+        config = read_spec(JudgeConfig, spec, path)
+        return cls(config.build(), config)
 
     # ---- grading --------------------------------------------------------------------------------
     async def agrade_samples(self, item: Item, samples: list[Sample]) -> list[Grade]:
@@ -324,63 +363,3 @@ class GroupJudgeGrader(ClientGrader):
         if c.order_groups:
             out["judge_order_sensitivity"] = c.order_spread_sum / c.order_groups
         return {k: float(v) for k, v in out.items()}
-
-
-# ---- spec fields ----------------------------------------------------------------------------------
-def optional_int(r: SpecReader, key: str, minimum: int | None = None) -> int | None:
-    return None if r.raw(key, None) is None else r.integer(key, minimum=minimum)
-
-
-def read_reference(r: SpecReader) -> Template | None:
-    """``reference``: a template (default ``{{item.reference_answer}}``), or null for no reference answer."""
-    if r.has("reference") and r.raw("reference") is None:
-        return None
-    return r.template("reference", "{{item.reference_answer}}")
-
-
-def read_criteria(r: SpecReader) -> tuple[Criterion, ...]:
-    """``criteria``: omitted (the guide's four), a list of names, or a map name -> weight | description | {...}."""
-    raw = r.raw("criteria", None)
-    if raw is None:
-        return DEFAULT_CRITERIA
-    path = r.at("criteria")
-    if isinstance(raw, list):
-        raw = {name: {} for name in raw}
-    if not isinstance(raw, dict) or not raw:
-        raise ConfigError(path, f"expected a non-empty list of names or a map name -> weight/description, got {raw!r}")
-    out = []
-    for name, value in raw.items():
-        out.append(_criterion(str(name), value, f"{path}.{name}"))
-    if not any(c.weight > 0 for c in out):
-        raise ConfigError(path, "every weight is 0; give at least one criterion a positive weight")
-    return tuple(out)
-
-
-def _criterion(name: str, value: Any, path: str) -> Criterion:
-    if not name.isidentifier():
-        raise ConfigError(path, f"a criterion name must be a plain word (letters, digits, _), got {name!r}")
-    default = DEFAULT_NAMES.get(name, Criterion(name, 1.0, ""))
-    if isinstance(value, bool):
-        raise ConfigError(path, f"expected a weight, a description or a mapping, got {value!r}")
-    if isinstance(value, (int, float)):
-        value = {"weight": value}
-    elif isinstance(value, str):
-        value = {"description": value}
-    elif value is None:
-        value = {}
-    r = SpecReader(value, path)
-    weight = r.number("weight", default.weight, minimum=0)
-    description = r.text("description", default.description)
-    r.finish()
-    if not description:
-        raise ConfigError(f"{path}.description", f"missing; say what '{name}' means to the judge")
-    return Criterion(name, weight, description)
-
-
-def read_scale(r: SpecReader) -> tuple[int, int]:
-    raw = r.raw("scale", [1, 5])
-    ok = (isinstance(raw, list) and len(raw) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in raw))
-    if not ok or not 0 < raw[1] - raw[0] <= 100:
-        raise ConfigError(r.at("scale"), f"expected [low, high], two integers with low < high (at most 100 apart), "
-                          f"got {raw!r}")
-    return raw[0], raw[1]

@@ -40,18 +40,19 @@ from __future__ import annotations
 import math
 import re
 import threading
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
+from kitae.config import from_dict, setting, short_repr
 from kitae.data.images import ImageError, resolve_ref, to_data_url
 from kitae.errors import ConfigError
 from kitae.graders.base import Grade, Item, Sample
-from kitae.graders.spec import SpecReader, _show, register_grader
+from kitae.graders.spec import read_spec, register_grader
 from kitae.graders.template import Template, TemplateError
-from kitae.judge.client import ChatClient, ChatError, ClientGrader, read_client
+from kitae.judge.client import ChatClient, ChatError, ClientGrader, ClientSpec
 from kitae.judge.parse import JudgeOutputError, extract_json
+from kitae.registry import unknown_name_message
 
-ROLES = ("system", "developer", "user", "assistant")
 _NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 
 
@@ -76,7 +77,7 @@ class ModelGrader(ClientGrader):
 
     schema_name = "reply"
 
-    def __init__(self, client: ChatClient, messages: list[tuple[str, Template]], params: dict[str, Any]):
+    def __init__(self, client: ChatClient, messages: list[InputMessage], params: dict[str, Any]):
         self.client, self.messages, self.params = client, messages, params
         self.counters = ModelGraderCounters()
         self._lock = threading.Lock()
@@ -90,7 +91,7 @@ class ModelGrader(ClientGrader):
 
     async def agrade_sample(self, item: Item, sample: Sample) -> Grade:
         try:
-            messages = [{"role": role, "content": t.render(item, sample)} for role, t in self.messages]
+            messages = [{"role": m.role, "content": m.content.render(item, sample)} for m in self.messages]
         except (TemplateError, ImageError) as exc:
             return Grade.abstain(error=str(exc))
         self._count(samples=1)
@@ -127,18 +128,15 @@ class ScoreModelGrader(ModelGrader):
 
     schema_name = "score"
 
-    def __init__(self, client: ChatClient, messages: list[tuple[str, Template]], params: dict[str, Any],
+    def __init__(self, client: ChatClient, messages: list[InputMessage], params: dict[str, Any],
                  range: tuple[float, float] = (0.0, 1.0), pass_threshold: float | None = None):
         super().__init__(client, messages, params)
         self.range, self.pass_threshold = range, pass_threshold
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any], path: str) -> "ScoreModelGrader":
-        r = SpecReader(spec, path)
-        client, messages, params = read_client(r).build(), read_input(r), read_sampling(r)
-        grader = cls(client, messages, params, read_range(r), r.number("pass_threshold", None, nullable=True))
-        r.finish()
-        return grader
+        s = read_spec(ScoreModelSpec, spec, path)
+        return cls(s.build(), s.input, s.sampling_params.request_fields(), s.range, s.pass_threshold)
 
     def schema(self) -> dict[str, Any]:
         return {"type": "object", "properties": {"result": {"type": "number"}}, "required": ["result"],
@@ -165,24 +163,15 @@ class LabelModelGrader(ModelGrader):
 
     schema_name = "label"
 
-    def __init__(self, client: ChatClient, messages: list[tuple[str, Template]], params: dict[str, Any],
+    def __init__(self, client: ChatClient, messages: list[InputMessage], params: dict[str, Any],
                  labels: list[str], passing_labels: list[str]):
         super().__init__(client, messages, params)
         self.labels, self.passing = labels, set(passing_labels)
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any], path: str) -> "LabelModelGrader":
-        r = SpecReader(spec, path)
-        client, messages, params = read_client(r).build(), read_input(r), read_sampling(r)
-        labels = read_labels(r, "labels")
-        passing = read_labels(r, "passing_labels")
-        for i, label in enumerate(passing):
-            if label not in labels:
-                from kitae.registry import unknown_name_message
-
-                raise ConfigError(f"{r.at('passing_labels')}[{i}]", unknown_name_message("label", label, labels))
-        r.finish()
-        return cls(client, messages, params, labels, passing)
+        s = read_spec(LabelModelSpec, spec, path)
+        return cls(s.build(), s.input, s.sampling_params.request_fields(), s.labels, s.passing_labels)
 
     def schema(self) -> dict[str, Any]:
         return {"type": "object", "properties": {"label": {"type": "string", "enum": self.labels}},
@@ -238,61 +227,30 @@ def _excerpt(text: str, n: int = 80) -> str:
 
 
 # ---- spec fields ----------------------------------------------------------------------------------
-def read_input(r: SpecReader) -> list[tuple[str, Template]]:
-    """``input``: OpenAI chat messages whose content is a template."""
-    items = r.items("input")
-    if not items:
-        raise ConfigError(r.at("input"), "needs at least one message ({role: user, content: ...})")
-    out = []
-    for i, message in enumerate(items):
-        path = f"{r.at('input')}[{i}]"
-        m = SpecReader(message, path)
-        if m.raw("type", "message") != "message":
-            raise ConfigError(f"{path}.type", f"only 'message' items are supported, got {m.raw('type')!r}")
-        role = m.choice("role", list(ROLES))
-        raw = m.raw("content")
-        if _has_image_part(raw):
-            out.append((role, PartsTemplate(raw, f"{path}.content")))
-        else:
-            out.append((role, Template(read_content(raw, f"{path}.content"), f"{path}.content")))
-        m.finish()
-    return out
+class MessageContent:
+    """Field type of a message's ``content`` (OpenAI's forms, module docstring), checked when the spec is read.
 
+    Renders to text, or, when the content has image parts, to OpenAI chat content parts (text and ``image_url``).
+    """
 
-IMAGE_PARTS = ("input_image", "image_url")
+    def __init__(self, parts: list[tuple[str, Template]], with_images: bool):
+        self.parts, self.with_images = parts, with_images  # ("text" | "image", template)
 
+    @classmethod
+    def from_config(cls, value: Any, path: str) -> "MessageContent":
+        if isinstance(value, str):
+            return cls([("text", Template(value, path))], False)
+        if isinstance(value, dict):
+            return cls([_part(value, path)], _is_image(value))
+        if isinstance(value, list) and value:
+            parts = [_part(p, f"{path}[{j}]") for j, p in enumerate(value)]
+            return cls(parts, any(_is_image(p) for p in value))
+        raise ConfigError(path, "expected a string (a template), a {type: input_text, text: ...} part or a list of "
+                          f"them, got {short_repr(value)}")
 
-def _has_image_part(content: Any) -> bool:
-    parts = content if isinstance(content, list) else [content]
-    return any(isinstance(p, dict) and p.get("type") in IMAGE_PARTS for p in parts)
-
-
-class PartsTemplate:
-    """Message content with image parts: renders to OpenAI chat content parts, text and ``image_url``."""
-
-    def __init__(self, content: Any, path: str):
-        self.parts: list[tuple[str, Template]] = []  # ("text" | "image", template)
-        for j, part in enumerate(content if isinstance(content, list) else [content]):
-            at = f"{path}[{j}]" if isinstance(content, list) else path
-            if isinstance(part, dict) and part.get("type") in IMAGE_PARTS:
-                p = SpecReader(part, at)
-                p.raw("type")
-                url = p.raw("image_url")
-                if part["type"] == "image_url" and isinstance(url, dict):
-                    u = SpecReader(url, f"{at}.image_url")
-                    url = u.text("url")
-                    u.raw("detail", None)
-                    u.finish()
-                if not isinstance(url, str) or not url:
-                    raise ConfigError(f"{at}.image_url", "expected a template of an image path or URL, e.g. "
-                                      "'{{item.images[0]}}' or '{{item.images}}'")
-                p.raw("detail", None)  # OpenAI's detail level: accepted, not sent
-                p.finish()
-                self.parts.append(("image", Template(url, f"{at}.image_url")))
-            else:
-                self.parts.append(("text", Template(_part_text(part, at), at)))
-
-    def render(self, item: Item, sample: Sample) -> list[dict[str, Any]]:
+    def render(self, item: Item, sample: Sample) -> str | list[dict[str, Any]]:
+        if not self.with_images:
+            return "".join(template.render(item, sample) for _, template in self.parts)
         out: list[dict[str, Any]] = []
         for kind, template in self.parts:
             if kind == "text":
@@ -304,6 +262,64 @@ class PartsTemplate:
         return out
 
 
+@dataclass
+class TextPart:
+    text: Template
+    type: str = "input_text"
+
+
+@dataclass
+class ImageURL:
+    """An image part's ``image_url``: a template of an image path or URL (or of a list of them), or OpenAI chat's
+    ``{url: TEMPLATE, detail: ...}``."""
+
+    url: Template
+    detail: str | None = None  # OpenAI's detail level: accepted, not sent
+
+    @classmethod
+    def from_config(cls, value: Any, path: str) -> "ImageURL":
+        if not isinstance(value, (str, dict)):
+            raise ConfigError(path, f"expected a template of an image path or URL, e.g. '{{{{item.images[0]}}}}' "
+                              f"or '{{{{item.images}}}}', got {short_repr(value)}")
+        return from_dict(cls, {"url": value} if isinstance(value, str) else value, path)
+
+    def validate(self, path: str) -> None:
+        if not self.url.text:
+            raise ConfigError(path, "expected a template of an image path or URL, e.g. '{{item.images[0]}}' or "
+                              "'{{item.images}}'")
+
+
+@dataclass
+class ImagePart:
+    """``{type: input_image, image_url: TEMPLATE}`` or OpenAI chat's ``{type: image_url, image_url: {url: ...}}``."""
+
+    image_url: ImageURL
+    type: str = "input_image"
+    detail: str | None = None  # accepted, not sent
+
+
+PARTS = {"input_text": TextPart, "output_text": TextPart, "text": TextPart, "input_image": ImagePart,
+         "image_url": ImagePart}
+
+
+def _is_image(part: Any) -> bool:
+    return isinstance(part, dict) and PARTS.get(part.get("type")) is ImagePart
+
+
+def _part(part: Any, path: str) -> tuple[str, Template]:
+    """One content part: a string or a text part (a template), or an image part (a template of images)."""
+    if isinstance(part, str):
+        return "text", Template(part, path)
+    if not isinstance(part, dict):
+        raise ConfigError(path, f"expected a string or a {{type: input_text, text: ...}} part, got {short_repr(part)}")
+    kind = part.get("type", "input_text")
+    if kind not in PARTS:
+        raise ConfigError(f"{path}.type", f"got {short_repr(kind)}; expected one of {', '.join(PARTS)} (the judge "
+                          "client sends text and images)")
+    read = from_dict(PARTS[kind], part, path)
+    return ("image", read.image_url.url) if isinstance(read, ImagePart) else ("text", read.text)
+
+
 def image_url(ref: Any) -> str:
     """What the model server is sent for an image: a web URL as is, anything else as a data URL."""
     if not isinstance(ref, str):
@@ -313,65 +329,72 @@ def image_url(ref: Any) -> str:
     return to_data_url(ref if ref.startswith("data:") else resolve_ref(ref, None))
 
 
-TEXT_PARTS = ("input_text", "output_text", "text")
+@dataclass
+class InputMessage:
+    """One ``input`` item: an OpenAI chat message whose content is a template."""
+
+    role: Literal["system", "developer", "user", "assistant"]
+    content: MessageContent
+    type: Literal["message"] = "message"
 
 
-def read_content(content: Any, path: str) -> str:
-    """OpenAI message content as one template text: a string, a text part, or a list of strings and text parts."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, dict):
-        return _part_text(content, path)
-    if isinstance(content, list) and content:
-        return "".join(_part_text(p, f"{path}[{j}]") for j, p in enumerate(content))
-    raise ConfigError(path, f"expected a string (a template), a {{type: input_text, text: ...}} part or a list of "
-                      f"them, got {_show(content)}")
+@dataclass
+class SamplingParams:
+    """``sampling_params``, OpenAI's keys (``max_completions_tokens`` is OpenAI's spelling of the token limit)."""
+
+    temperature: float | None = setting(None, minimum=0)
+    top_p: float | None = setting(None, minimum=0, maximum=1)
+    seed: int | None = None
+    reasoning_effort: str | None = None
+    max_completions_tokens: int | None = setting(None, minimum=1)
+    max_completion_tokens: int | None = setting(None, minimum=1)
+    max_tokens: int | None = setting(None, minimum=1)
+
+    def request_fields(self) -> dict[str, Any]:
+        limits = (self.max_completions_tokens, self.max_completion_tokens, self.max_tokens)
+        return {"temperature": self.temperature, "top_p": self.top_p, "seed": self.seed,
+                "reasoning_effort": self.reasoning_effort,
+                "max_tokens": next((v for v in limits if v is not None), None)}
 
 
-def _part_text(part: Any, path: str) -> str:
-    if isinstance(part, str):
-        return part
-    if not isinstance(part, dict):
-        raise ConfigError(path, f"expected a string or a {{type: input_text, text: ...}} part, got {_show(part)}")
-    kind = part.get("type", "input_text")
-    if kind not in TEXT_PARTS:
-        raise ConfigError(f"{path}.type", f"only text parts ({', '.join(TEXT_PARTS)}) are supported, got {kind!r}")
-    p = SpecReader(part, path)
-    text = p.text("text")
-    p.finish()
-    return text
+@dataclass(kw_only=True)
+class ModelGraderSpec(ClientSpec):
+    """The fields score_model and label_model share: the chat client's, ``input`` and ``sampling_params``."""
+
+    input: list[InputMessage]
+    sampling_params: SamplingParams = field(default_factory=SamplingParams)
+
+    def validate(self, path: str) -> None:
+        super().validate(path)
+        if not self.input:
+            raise ConfigError(f"{path}.input", "needs at least one message ({role: user, content: ...})")
 
 
-def read_sampling(r: SpecReader) -> dict[str, Any]:
-    """``sampling_params`` (OpenAI's keys; ``max_completions_tokens`` is OpenAI's spelling) -> request fields."""
-    raw = r.mapping("sampling_params", {})
-    s = SpecReader(raw, r.at("sampling_params"))
-    params = {"temperature": s.number("temperature", None, minimum=0, nullable=True),
-              "top_p": s.number("top_p", None, minimum=0, maximum=1, nullable=True),
-              "seed": None if s.raw("seed", None) is None else s.integer("seed"),
-              "reasoning_effort": s.text("reasoning_effort", None)}
-    limits = [s.raw(k, None) for k in ("max_completions_tokens", "max_completion_tokens", "max_tokens")]
-    limit = next((v for v in limits if v is not None), None)
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ConfigError(r.at("sampling_params.max_completions_tokens"), f"expected a positive integer, got {limit!r}")
-    params["max_tokens"] = limit
-    s.finish()
-    return params
+@dataclass(kw_only=True)
+class ScoreModelSpec(ModelGraderSpec):
+    range: tuple[float, float] = (0.0, 1.0)  # the reply is clipped to it
+    pass_threshold: float | None = None
+
+    def validate(self, path: str) -> None:
+        super().validate(path)
+        if self.range[0] >= self.range[1]:
+            raise ConfigError(f"{path}.range", f"expected [low, high] with low < high, got {list(self.range)}")
 
 
-def read_range(r: SpecReader) -> tuple[float, float]:
-    raw = r.raw("range", [0, 1])
-    ok = isinstance(raw, list) and len(raw) == 2 and all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) for v in raw)
-    if not ok or raw[0] >= raw[1]:
-        raise ConfigError(r.at("range"), f"expected [low, high] with low < high, got {raw!r}")
-    return float(raw[0]), float(raw[1])
+@dataclass(kw_only=True)
+class LabelModelSpec(ModelGraderSpec):
+    labels: list[str]
+    passing_labels: list[str]  # score 1 for these, 0 for the others
 
-
-def read_labels(r: SpecReader, key: str) -> list[str]:
-    labels = r.items(key)
-    if not labels or not all(isinstance(x, str) and x.strip() for x in labels):
-        raise ConfigError(r.at(key), f"expected a non-empty list of label strings, got {labels!r}")
-    if len(set(labels)) != len(labels):
-        raise ConfigError(r.at(key), f"labels repeat: {labels!r}")
-    return labels
+    def validate(self, path: str) -> None:
+        super().validate(path)
+        for key in ("labels", "passing_labels"):
+            labels = getattr(self, key)
+            if not labels or not all(label.strip() for label in labels):
+                raise ConfigError(f"{path}.{key}",
+                                  f"expected a non-empty list of label strings, got {short_repr(labels)}")
+            if len(set(labels)) != len(labels):
+                raise ConfigError(f"{path}.{key}", f"labels repeat: {short_repr(labels)}")
+        for i, label in enumerate(self.passing_labels):
+            if label not in self.labels:
+                raise ConfigError(f"{path}.passing_labels[{i}]", unknown_name_message("label", label, self.labels))

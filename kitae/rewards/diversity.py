@@ -26,15 +26,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kitae.chat import IM_END
+from kitae.config import setting
 from kitae.rewards.common import Reward, content_of, jaccard, shingles
 
 
 @dataclass(frozen=True)
 class DiversityConfig:
     duplicate_penalty: float = -0.3
-    threshold: float = 0.85
+    threshold: float = setting(0.85, minimum=0.0)
     coef: float = 0.2
-    n: int = 3
+    n: int = setting(3, minimum=1)
     end_marker: str = IM_END
 
 

@@ -9,7 +9,8 @@
     soft_overlong  DAPO soft overlong punishment     kitae/rewards/overlong.py
 
 Each module's docstring lists its spec fields and defaults; the spec fields are the fields of its config
-dataclass, read by :func:`read_config` (so the dataclass is the one source of truth for names and defaults).
+dataclass (``TemplateConfig``, ...: names, defaults, bounds and choices), read by
+:func:`kitae.graders.spec.read_spec` like every grader spec.
 Every grade carries the component's metrics in ``sub_scores`` and, when it was penalized, why in ``reason``.
 """
 
@@ -20,14 +21,15 @@ import dataclasses
 import inspect
 import math
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from kitae.chat import IM_END
+from kitae.config import setting
 from kitae.errors import ConfigError
 from kitae.graders.base import Grade, Grader, Item, Sample
-from kitae.graders.spec import SpecReader, build_grader, register_grader
+from kitae.graders.spec import SubGrader, build_grader, read_spec, register_grader
 from kitae.rewards.common import Reward, content_of, sample_int
 from kitae.rewards.diversity import DiversityConfig, diversity_penalties
 from kitae.rewards.length import LengthConfig, kimi_length_rewards, length_lambdas, length_weight
@@ -40,48 +42,12 @@ from kitae.rewards.overlong import (
 )
 from kitae.rewards.quality import QualityConfig, gated_reward, quality_reward
 from kitae.rewards.repetition import RepetitionConfig, repetition_penalty
-from kitae.rewards.reward_model import conversation_for_rm  # light: torch is imported when a model loads
+from kitae.rewards.reward_model import (  # light: torch is imported when a model loads
+    LocalRewardModel,
+    conversation_for_rm,
+    resolve_rm_path,
+)
 from kitae.rewards.template import TemplateConfig, template_reward, template_violation
-
-# Bounds on config fields, checked when a spec is read: field name -> (minimum, maximum).
-_BOUNDS: dict[str, tuple[float | None, float | None]] = {
-    "n": (1, None), "min_chars": (0, None), "threshold": (0.0, None), "soft_start": (0.0, 0.999),
-    "power": (0.0, None), "cache_tokens": (1, None), "cache_fraction": (0.001, 1.0), "clip": (0.0, None),
-    "warmup_steps": (0, None), "ramp_steps": (0, None), "max_completion_length": (1, None),
-}
-_CHOICES = {"unit": ["tokens", "chars"]}
-
-
-def read_config(r: SpecReader, cls: type) -> Any:
-    """An instance of the config dataclass `cls` from the spec fields of the same names (defaults otherwise)."""
-    values = {}
-    for f in dataclasses.fields(cls):
-        if not r.has(f.name):
-            r.raw(f.name, None)  # known, so a typo's did-you-mean can name it
-            continue
-        values[f.name] = _read_field(r, f.name, str(f.type))
-    return cls(**values)
-
-
-def _read_field(r: SpecReader, key: str, kind: str) -> Any:
-    low, high = _BOUNDS.get(key, (None, None))
-    if key in _CHOICES:
-        return r.choice(key, _CHOICES[key])
-    if kind == "float":
-        return r.number(key, minimum=low, maximum=high)
-    if kind.startswith("int"):
-        if kind.endswith("None") and r.raw(key) is None:
-            return None
-        return r.integer(key, minimum=low)
-    if kind == "bool":
-        return r.flag(key)
-    if kind.startswith("tuple"):
-        values = r.items(key)
-        if not all(isinstance(v, str) for v in values):
-            raise ConfigError(r.at(key), f"expected a list of strings, got {values!r}")
-        return tuple(values)
-    return r.text(key)
-
 
 def to_grade(reward: Reward) -> Grade:
     return Grade(score=reward.score, sub_scores=dict(reward.metrics), reason=reward.reason)
@@ -97,10 +63,7 @@ class _ConfigGrader(Grader):
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any], path: str) -> "_ConfigGrader":
-        r = SpecReader(spec, path)
-        cfg = read_config(r, cls.config_cls)
-        r.finish()
-        return cls(cfg)
+        return cls(read_spec(cls.config_cls, spec, path))
 
 
 @register_grader("template")
@@ -172,7 +135,17 @@ class DiversityGrader(_ConfigGrader):
         return [to_grade(r) for r in diversity_penalties([s["output_text"] for s in samples], self.cfg)]
 
 
+def config_part(spec: Any, cls: type) -> Any:
+    """The `cls` fields of a spec dataclass that extends config dataclass `cls`, as a `cls`."""
+    return cls(**{f.name: getattr(spec, f.name) for f in dataclasses.fields(cls)})
+
+
 # ---- Kimi length reward --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LengthSpec(LengthConfig):
+    correct: SubGrader = field(default_factory=lambda: build_grader({"type": "answer"}))  # a nested grader spec
+
+
 @register_grader("length")
 class LengthGrader(Grader):
     """Kimi's length reward; correctness comes from a nested grader (default ``{type: answer}``).
@@ -192,11 +165,8 @@ class LengthGrader(Grader):
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any], path: str) -> "LengthGrader":
-        r = SpecReader(spec, path)
-        correct_spec = r.mapping("correct", {"type": "answer"})
-        cfg = read_config(r, LengthConfig)
-        r.finish()
-        return cls(build_grader(correct_spec, r.at("correct")), cfg)
+        s = read_spec(LengthSpec, spec, path)
+        return cls(s.correct, config_part(s, LengthConfig))
 
     def _lengths(self, samples: list[Sample]) -> list[int]:
         tokens = [sample_int(s, "completion_tokens") for s in samples]
@@ -241,6 +211,60 @@ class RewardModelCounters:
         return dataclasses.asdict(self)
 
 
+@dataclass(frozen=True)
+class RewardModelSpec(QualityConfig):
+    """The fields of ``type: reward_model``: QualityConfig's and the model's (RewardModelGrader's docstring)."""
+
+    model: str | None = None
+    url: str | None = None
+    batch_size: int = setting(8, minimum=1)
+    include_system: bool = False
+    end_marker: str = IM_END
+    # a server (url) only
+    protocol: str = "kitae"
+    served_model: str | None = None
+    api_key_env: str | None = None
+    tokenizer: str | None = None
+    timeout: float = setting(30.0, minimum=0.001)
+    retries: int = setting(2, minimum=0)
+    backoff: float = setting(0.5, minimum=0.0)
+    max_concurrency: int = setting(4, minimum=1)
+    # a local model only
+    max_length: int = setting(2048, minimum=8)
+    device: str = "cpu"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+
+    def validate(self, path: str) -> None:
+        if (self.model is None) == (self.url is None):
+            raise ConfigError(f"{path}.model", "give exactly one of 'model' (a local folder or 'bundled') and 'url'")
+        if self.url is not None:
+            self._check_remote(path)
+        else:
+            _must_exist(f"{path}.model", resolve_rm_path(self.model))
+        owners = _REMOTE_ONLY if self.model is not None else _LOCAL_ONLY
+        where = "a reward model server (url)" if self.model is not None else "a local reward model (model)"
+        for name in owners:
+            if getattr(self, name) != _DEFAULTS[name]:
+                raise ConfigError(f"{path}.{name}", f"only for {where}")
+
+    def _check_remote(self, path: str) -> None:
+        from kitae.registry import unknown_name_message
+        from kitae.rewards.remote import RM_PROTOCOLS
+
+        if not self.url.startswith(("http://", "https://")):
+            raise ConfigError(f"{path}.url", f"expected an http:// or https:// URL, got {self.url!r}")
+        if self.protocol not in RM_PROTOCOLS:
+            raise ConfigError(f"{path}.protocol", unknown_name_message("protocol", self.protocol, RM_PROTOCOLS.names()))
+        if self.tokenizer is not None:
+            _must_exist(f"{path}.tokenizer", self.tokenizer)
+
+
+_REMOTE_ONLY = ("protocol", "served_model", "api_key_env", "tokenizer", "timeout", "retries", "backoff",
+                "max_concurrency")
+_LOCAL_ONLY = ("max_length", "device", "dtype")
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RewardModelSpec)}
+
+
 @register_grader("reward_model")
 class RewardModelGrader(Grader):
     """The GRPO-zero recipe's reward 5: a reward model's score, gated on template compliance, scaled, clipped, length-damped.
@@ -283,13 +307,9 @@ class RewardModelGrader(Grader):
     # -- building ------------------------------------------------------------------------------
     @classmethod
     def from_spec(cls, spec: dict[str, Any], path: str) -> "RewardModelGrader":
-        r = SpecReader(spec, path)
-        quality = read_config(r, QualityConfig)
-        include_system = r.flag("include_system", False)
-        end_marker = r.text("end_marker", IM_END)
-        make = _scorer_factory(r)
-        r.finish()
-        return cls(load=make, quality=quality, include_system=include_system, end_marker=end_marker)
+        s = read_spec(RewardModelSpec, spec, path)
+        return cls(load=_scorer_factory(s), quality=config_part(s, QualityConfig), include_system=s.include_system,
+                   end_marker=s.end_marker)
 
     @property
     def scorer(self) -> Any:
@@ -368,61 +388,35 @@ def _finite_score(score: Any) -> float | str:
     return value if math.isfinite(value) else f"reward model returned {value!r}, not a finite number"
 
 
-def _scorer_factory(r: SpecReader) -> Callable[[], Any]:
-    """Read the model fields of a reward_model spec; return a function that builds the scorer."""
-    model, url = r.text("model", None), r.text("url", None)
-    batch_size = r.integer("batch_size", 8, minimum=1)
-    if (model is None) == (url is None):
-        raise ConfigError(r.at("model"), "give exactly one of 'model' (a local folder or 'bundled') and 'url'")
-    if url is not None:
-        return _remote_factory(r, url, batch_size)
-    return _local_factory(r, model, batch_size)
+def _scorer_factory(s: RewardModelSpec) -> Callable[[], Any]:
+    """A function that builds the scorer a reward_model spec names: a server (url) or a local model."""
+    if s.url is not None:
+        return _remote_factory(s)
+    path = resolve_rm_path(s.model)
+    return lambda: LocalRewardModel(path, batch_size=s.batch_size, max_length=s.max_length, device=s.device,
+                                    dtype=s.dtype)
 
 
-def _remote_factory(r: SpecReader, url: str, batch_size: int) -> Callable[[], Any]:
-    from kitae.rewards.remote import RM_PROTOCOLS, RemoteRewardModel
-
-    if not url.startswith(("http://", "https://")):
-        raise ConfigError(r.at("url"), f"expected an http:// or https:// URL, got {url!r}")
-    kwargs = dict(
-        protocol=r.choice("protocol", RM_PROTOCOLS.names(), "kitae"),
-        served_model=r.text("served_model", None),
-        timeout=r.number("timeout", 30.0, minimum=0.001),
-        retries=r.integer("retries", 2, minimum=0),
-        backoff=r.number("backoff", 0.5, minimum=0.0),
-        max_concurrency=r.integer("max_concurrency", 4, minimum=1),
-        api_key_env=r.text("api_key_env", None),
-    )
-    tokenizer_path = r.text("tokenizer", None)
-    if tokenizer_path is not None:
-        _must_exist(r, "tokenizer", tokenizer_path)
+def _remote_factory(s: RewardModelSpec) -> Callable[[], Any]:
+    from kitae.rewards.remote import RemoteRewardModel
 
     def make() -> RemoteRewardModel:
         tokenizer = None
-        if tokenizer_path is not None:
+        if s.tokenizer is not None:
             from transformers import AutoTokenizer
 
-            tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
-        return RemoteRewardModel(url, tokenizer=tokenizer, batch_size=batch_size, **kwargs)
+            tokenizer = AutoTokenizer.from_pretrained(s.tokenizer)
+        return RemoteRewardModel(s.url, tokenizer=tokenizer, batch_size=s.batch_size, protocol=s.protocol,
+                                 served_model=s.served_model, timeout=s.timeout, retries=s.retries,
+                                 backoff=s.backoff, max_concurrency=s.max_concurrency, api_key_env=s.api_key_env)
 
     return make
 
 
-def _local_factory(r: SpecReader, model: str, batch_size: int) -> Callable[[], Any]:
-    from kitae.rewards.reward_model import LocalRewardModel, resolve_rm_path
-
-    path = resolve_rm_path(model)
-    _must_exist(r, "model", path)
-    max_length = r.integer("max_length", 2048, minimum=8)
-    device = r.text("device", "cpu")
-    dtype = r.choice("dtype", ["float32", "bfloat16", "float16"], "float32")
-    return lambda: LocalRewardModel(path, batch_size=batch_size, max_length=max_length, device=device, dtype=dtype)
-
-
-def _must_exist(r: SpecReader, key: str, path: str) -> None:
+def _must_exist(where: str, path: str) -> None:
     if not Path(path).is_dir():
         hint = " (build the bundled one with `python scripts/build_reward_model.py`)" if "kitae-tiny-rm" in path else ""
-        raise ConfigError(r.at(key), f"no model folder at {path!r}{hint}; kitae never downloads models")
+        raise ConfigError(where, f"no model folder at {path!r}{hint}; kitae never downloads models")
 
 
 class RepeatPenalty(Grader):

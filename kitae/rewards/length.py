@@ -28,15 +28,18 @@ A sample whose correctness grader abstained gets None (masked); its length still
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+from kitae.config import setting
 
 
 @dataclass(frozen=True)
 class LengthConfig:
-    threshold: float = 1.0
+    threshold: float = setting(1.0, minimum=0.0)
     weight: float = 1.0
-    warmup_steps: int = 0
-    ramp_steps: int = 0
-    unit: str = "tokens"
+    warmup_steps: int = setting(0, minimum=0)
+    ramp_steps: int = setting(0, minimum=0)
+    unit: Literal["tokens", "chars"] = "tokens"
 
 
 def length_lambdas(lengths: list[int]) -> list[float]:

@@ -31,24 +31,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kitae.config import setting
 from kitae.rewards.common import Reward, sample_int
 
 
 @dataclass(frozen=True)
 class OverlongConfig:
-    soft_start: float = 0.85
+    soft_start: float = setting(0.85, minimum=0.0, maximum=0.999)
     coef: float = 0.8
-    power: float = 2.0
+    power: float = setting(2.0, minimum=0.0)
     hard_penalty: float = -1.5
-    max_completion_length: int | None = None
+    max_completion_length: int | None = setting(None, minimum=1)
 
 
 @dataclass(frozen=True)
 class SoftOverlongConfig:
-    cache_tokens: int | None = None
-    cache_fraction: float = 0.2
+    cache_tokens: int | None = setting(None, minimum=1)
+    cache_fraction: float = setting(0.2, minimum=0.001, maximum=1.0)
     scale: float = 1.0
-    max_completion_length: int | None = None
+    max_completion_length: int | None = setting(None, minimum=1)
 
 
 def overlong_penalty(tokens: int, max_tokens: int, finish_reason: str | None = None,

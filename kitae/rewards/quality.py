@@ -22,13 +22,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from kitae.config import setting
 from kitae.rewards.common import Reward, length_factor
 
 
 @dataclass(frozen=True)
 class QualityConfig:
     scale: float = 1.0
-    clip: float = 10.0
+    clip: float = setting(10.0, minimum=0.0)
     full_chars: int = 100
     gate: bool = True
     gated_score: float = 0.0

@@ -27,12 +27,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kitae.chat import IM_END
+from kitae.config import setting
 from kitae.rewards.common import Reward, char_ngrams, content_of
 
 
 @dataclass(frozen=True)
 class RepetitionConfig:
-    n: int = 6
+    n: int = setting(6, minimum=1)
     coef: float = 0.5
     floor: float = -2.0
     end_marker: str = IM_END

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kitae.chat import IM_END, TEMPLATE_TOKENS, split_at_end
+from kitae.config import setting
 from kitae.rewards.common import Reward, content_of, length_factor
 
 
@@ -31,7 +32,7 @@ from kitae.rewards.common import Reward, content_of, length_factor
 class TemplateConfig:
     reward: float = 1.0
     penalty: float = -5.0
-    min_chars: int = 15
+    min_chars: int = setting(15, minimum=0)
     short_penalty: float = -5.0
     full_chars: int = 100
     end_marker: str = IM_END

@@ -21,9 +21,9 @@ from __future__ import annotations
 from typing import Any
 
 from kitae.errors import ConfigError
-from kitae.sandbox.isolation import KINDS, Limits, Sandbox, SandboxUnavailable
+from kitae.sandbox.isolation import KINDS, Limits, Sandbox, SandboxKind, SandboxUnavailable
 
-__all__ = ["KINDS", "Limits", "Sandbox", "SandboxUnavailable", "open_sandbox", "unsandboxed"]
+__all__ = ["KINDS", "Limits", "Sandbox", "SandboxKind", "SandboxUnavailable", "open_sandbox", "unsandboxed"]
 
 
 def open_sandbox(kind: str, path: str) -> Sandbox:

@@ -37,12 +37,14 @@ import subprocess
 import sys
 import threading
 import weakref
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 
 from kitae.errors import KitaeError
 
-KINDS = ("bwrap", "none")
+SandboxKind = typing.Literal["bwrap", "none"]  # a grader spec's `sandbox`
+KINDS = typing.get_args(SandboxKind)
 NOBODY = 65534
 INSIDE_WORKDIR = "/work"
 INSIDE_PATH = "/usr/local/bin:/usr/bin:/bin"

@@ -93,7 +93,8 @@ def test_format_failures_say_why():
 @pytest.mark.parametrize(
     "spec, message",
     [
-        ({"check": "jsn"}, "grader.check: unknown check 'jsn'; did you mean 'json'?"),
+        ({"check": "jsn"}, "grader.check: got 'jsn'; expected one of json, json_schema, regex, labels, contains, "
+                           "equals; did you mean 'json'?"),
         ({}, "grader.check: missing (required)"),
         ({"check": "regex", "pattern": "("}, "grader.pattern: not a valid regular expression"),
         ({"check": "regex"}, "grader.pattern: missing (required)"),

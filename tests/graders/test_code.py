@@ -180,10 +180,10 @@ def test_values_match_treats_tuples_as_lists_but_not_bools_as_ints():
 @pytest.mark.parametrize(
     "spec, message",
     [
-        ({"mode": "most"}, "grader.mode: unknown mode 'most'"),
-        ({"language": "java"}, "grader.language: unknown language 'java'"),
+        ({"mode": "most"}, "grader.mode: got 'most'; expected one of fraction, all"),
+        ({"language": "java"}, "grader.language: got 'java'; expected one of auto, python, cpp"),
         ({"time_limit": 0}, "grader.time_limit: must be >= 0.1"),
-        ({"sandbox": "docker"}, "grader.sandbox: unknown sandbox 'docker'"),
+        ({"sandbox": "docker"}, "grader.sandbox: got 'docker'; expected one of bwrap, none"),
         ({"timeout": 3}, "grader.timeout: unknown key; did you mean 'time_limit'?"),
     ],
 )

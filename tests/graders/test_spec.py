@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from kitae.config import setting
 from kitae.errors import ConfigError
-from kitae.graders import GRADERS, Grade, Grader, SpecReader, Template, TemplateError, build_grader, load_spec, register_grader
+from kitae.graders import (GRADERS, Grade, Grader, Template, TemplateError, build_grader, load_spec, read_spec,
+                           register_grader)
 from kitae.graders.numeric import NumericGrader
 
 
@@ -26,6 +29,14 @@ from kitae.graders.numeric import NumericGrader
         ({"type": "numeric", "tolerance": 0.1, "partial_tolerance": 0.05}, "grader.partial_tolerance: must be >= tolerance"),
         ({"type": "numeric", "tolerance": True}, "grader.tolerance: expected a number, got True"),
         ({"type": "numeric", "name": 5}, "grader.name: expected a string"),
+        ({"type": "numeric", "nmae": "num"}, "grader.nmae: unknown key; did you mean 'name'?"),  # common keys too
+        ({"type": "numeric", "tolerance": None}, "grader.tolerance: expected a number, got None"),  # not nullable
+        ({"type": "numeric", "input": 5}, "grader.input: expected a string, got 5"),  # a template is text
+        ({"type": "numeric", "partial_credit": 10**1000}, "grader.partial_credit: expected a number, got 1000"),
+        ({"type": "gate", "gate": {"type": "answer"}, "grader": {"type": "answer"}, "threshold": 10**400},
+         "grader.threshold: expected a number, got 1000"),  # too large for a float: an error, not a crash
+        ({"type": "code", "memory_mb": -10**400}, "grader.memory_mb: must be >= 32, got -1000"),
+        ({"type": "string_check", "operation": "eq", "refrence": "x"}, "did you mean 'reference'?"),
         # nested specs report the full path
         ({"type": "weighted", "graders": {"num": {"type": "numeric", "tolerance": "x"}}},
          "grader.graders.num.tolerance: expected a number, got 'x'"),
@@ -33,7 +44,8 @@ from kitae.graders.numeric import NumericGrader
          "grader.graders.num.type: unknown grader 'numric'; did you mean 'numeric'?"),
         ({"type": "weighted", "graders": {"num": "numeric"}}, "grader.graders.num: expected a grader spec"),
         ({"type": "gate", "gate": {"type": "format", "check": "json"}}, "grader.grader: missing (required)"),
-        ({"type": "string_check", "operation": "lik"}, "grader.operation: unknown operation 'lik'; did you mean 'like'?"),
+        ({"type": "string_check", "operation": "lik"},
+         "grader.operation: got 'lik'; expected one of eq, ne, like, ilike, neq; did you mean 'like'?"),
         ({"type": "text_similarity", "evaluation_metric": "rouge_L"}, "did you mean 'rouge_l'?"),
         ({"type": "text_similarity", "evaluation_metric": "meteors"}, "did you mean 'meteor'?"),
         ({"type": "text_similarity", "tokenizer": "jp"}, "grader.tokenizer: unknown tokenizer 'jp'; did you mean 'ja'?"),
@@ -48,6 +60,39 @@ def test_bad_specs_name_the_path(spec, message):
     with pytest.raises(ConfigError) as err:
         build_grader(spec)
     assert message in str(err.value)
+
+
+def test_large_values_are_not_printed_in_full():
+    big: list = ["lol"] * 10
+    for _ in range(7):
+        big = [big] * 10  # 10**8 leaves if printed in full
+    for spec in ({"type": "numeric", "tolerance": big}, {"type": "numeric", "input": big},
+                 {"type": "code", "workers": big}, {"type": "string_check", "operation": big},
+                 {"type": "numeric", "partial_credit": 10**4000}, {"type": "code", "memory_mb": -10**4000},
+                 {"type": "format", "check": "labels", "labels": [big]}):
+        with pytest.raises(ConfigError) as err:
+            build_grader(spec)
+        assert len(str(err.value)) < 200, str(err.value)[:300]
+
+
+@pytest.mark.parametrize(
+    "spec, attribute, value",
+    [
+        ({"type": "text_similarity", "pass_threshold": None}, "pass_threshold", None),  # null: no passed sub-score
+        ({"type": "text_similarity", "pass_threshold": 1}, "pass_threshold", 1.0),  # an integer is a number
+        ({"type": "python", "source": "def grade(s, i): return 1", "pass_threshold": 0.5}, "pass_threshold", 0.5),
+        ({"type": "gate", "gate": {"type": "answer"}, "grader": {"type": "answer"}, "fail_score": None},
+         "fail_score", None),
+        ({"type": "code", "tolerance": None}, "tolerance", None),
+        ({"type": "format", "check": "labels", "labels": ["yes", 2]}, "labels", {"yes", "2"}),  # numbers as text
+    ],
+)
+def test_nullable_and_coerced_fields(spec, attribute, value):
+    grader = build_grader(spec)
+    try:
+        assert getattr(grader, attribute) == value
+    finally:
+        grader.close()
 
 
 def test_path_argument_prefixes_errors():
@@ -106,6 +151,11 @@ def test_bad_spec_sources(source, message):
 
 
 def test_register_a_custom_grader_and_read_typed_fields():
+    @dataclass
+    class LengthSpec:
+        max_chars: int = setting(10, minimum=1)
+        labels: list[str] = field(default_factory=list)
+
     @register_grader("test_length")
     class LengthGrader(Grader):
         def __init__(self, max_chars: int, labels: list):
@@ -113,10 +163,8 @@ def test_register_a_custom_grader_and_read_typed_fields():
 
         @classmethod
         def from_spec(cls, spec, path):
-            r = SpecReader(spec, path)
-            grader = cls(r.integer("max_chars", 10, minimum=1), r.items("labels", []))
-            r.finish()
-            return grader
+            s = read_spec(LengthSpec, spec, path)
+            return cls(s.max_chars, s.labels)
 
         def grade_sample(self, item, sample):
             return Grade(score=float(len(sample["output_text"]) <= self.max_chars))

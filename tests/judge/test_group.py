@@ -213,7 +213,7 @@ def test_json_schema_response_format_fixes_the_entries():
     "extra, path",
     [
         ({"scale": [5, 1]}, "grader.scale"),
-        ({"scale": [1, 5.5]}, "grader.scale"),
+        ({"scale": [1, 5.5]}, "grader.scale[1]"),  # expected an integer
         ({"criteria": {"correctness": 0, "tone": 0}}, "grader.criteria"),
         ({"criteria": {"accuracy": {"weight": 1}}}, "grader.criteria.accuracy.description"),  # unknown: say what
         ({"criteria": {"tone": {"wieght": 2}}}, "grader.criteria.tone.wieght"),

@@ -176,7 +176,7 @@ def test_openai_message_items_and_text_parts(kind, content):
         ("label_model", {"input": [{"role": "user", "content": {"type": "input_audio", "input_audio": "x"}}]},
          "grader.input[0].content.type"),  # the judge client sends text and images only
         ("label_model", {"input": [{"role": "user", "content": [{"type": "input_text", "txt": "x"}]}]},
-         "grader.input[0].content[0].text"),  # misspelt key: text missing
+         "grader.input[0].content[0].txt"),  # misspelt key: did you mean 'text'?
         ("label_model", {"input": [{"role": "user", "content": [{"type": "input_text", "text": 5}]}]},
          "grader.input[0].content[0].text"),
         ("label_model", {"input": [{"role": "user", "content": []}]}, "grader.input[0].content"),
