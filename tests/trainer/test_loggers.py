@@ -30,8 +30,8 @@ def hparams(logdir):
     mux = EventMultiplexer()
     mux.AddRunsFromDirectory(str(logdir))
     mux.Reload()
-    [(run, tags)] = [(run, tags) for run, tags in mux.PluginRunToTagToContent(metadata.PLUGIN_NAME).items()
-                     if metadata.SESSION_START_INFO_TAG in tags]
+    [tags] = [tags for tags in mux.PluginRunToTagToContent(metadata.PLUGIN_NAME).values()
+              if metadata.SESSION_START_INFO_TAG in tags]
     info = metadata.parse_session_start_info_plugin_data(tags[metadata.SESSION_START_INFO_TAG])
     return {k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind")) for k, v in info.hparams.items()}
 
