@@ -174,7 +174,7 @@ class TrackerLogger:
     def __init__(self, tracker: Any):
         from accelerate import PartialState
 
-        PartialState()  # the trackers log through accelerate's logger, which needs it (the trainer's Accelerator made it)
+        PartialState()  # the trackers log through accelerate's logger, which needs it (the trainer has one)
         tracker.start()
         self.tracker = tracker
 
