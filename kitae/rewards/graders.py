@@ -30,7 +30,7 @@ from kitae.graders.base import Grade, Grader, Item, Sample
 from kitae.graders.spec import SpecReader, build_grader, register_grader
 from kitae.rewards.common import Reward, content_of, sample_int
 from kitae.rewards.diversity import DiversityConfig, diversity_penalties
-from kitae.rewards.length import LengthConfig, kimi_length_rewards, length_lambdas, length_weight
+from kitae.rewards.length import LengthConfig, length_lambdas, length_rewards, length_weight
 from kitae.rewards.overlong import (
     OverlongConfig,
     SoftOverlongConfig,
@@ -208,7 +208,7 @@ class LengthGrader(Grader):
         verdicts = await self.correct.agrade_group(item, samples)
         correct = [None if g.score is None else g.score >= self.cfg.threshold for g in verdicts]
         lengths = self._lengths(samples)
-        rewards = kimi_length_rewards(lengths, correct)
+        rewards = length_rewards(lengths, correct)
         grades = []
         for sample, n, lam, ok, value, verdict in zip(
             samples, lengths, length_lambdas(lengths), correct, rewards, verdicts
