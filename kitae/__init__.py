@@ -2,7 +2,7 @@
 
 Layout (one folder per part of the system, listed from the bottom layer up; a part imports only parts
 listed above it, never one below: docs/architecture.md, checked by tests/test_architecture.py):
-    kitae/errors.py, registry.py, config.py, jsonsafe.py, aio.py, chat.py, models.py, threads.py
+    kitae/errors.py, jsonsafe.py, aio.py, registry.py, config.py, chat.py, models.py, threads.py
                       the ground: errors for people, the one registry, the typed config reader, chat formatting,
                       model loading, the thread rule
     kitae/data        dataset loading and validation, images, the bundled task
