@@ -20,7 +20,6 @@ from kitae.trainer.loop import Trainer
 from kitae.trainer.resume import plan_resume
 from tests.trainer.conftest import write_config
 
-
 ONE_STEP = {"optim.steps": 1, "data.eval": None, "eval.every": 0, "logging.save_every": 0}
 
 
