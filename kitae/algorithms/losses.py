@@ -402,7 +402,9 @@ def policy_loss(
     """(scalar loss, metrics) of the loss registered as ``name`` on one micro-batch, with ``cfg`` as given.
 
     A preset name does not change ``cfg``: build it with ``LossConfig.for_loss(name)`` for the preset's settings
-    (``policy_loss("dapo", inp, LossConfig(), norm)`` is the grpo loss with eps_high 0.2). ``norm`` holds the counts of the whole optimizer batch; summing the returned losses over micro-batches
+    (``policy_loss("dapo", inp, LossConfig(), norm)`` is the grpo loss with eps_high 0.2).
+
+    ``norm`` holds the counts of the whole optimizer batch; summing the returned losses over micro-batches
     gives the full-batch loss. An unknown name raises ConfigError at ``config_path`` with a did-you-mean hint.
 
     One sequence of two tokens at ratio 1 with A = 1: per token -1, token mean -1; at ratio 1 the gradient is
