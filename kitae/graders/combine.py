@@ -65,6 +65,10 @@ class CompositeGrader(Grader):
         for part in self.parts.values():
             part.close()
 
+    def counters(self) -> dict[str, float]:
+        """Every part's counters, as ``part/counter``."""
+        return {f"{name}/{key}": value for name, part in self.parts.items() for key, value in part.counters().items()}
+
 
 class Parts(dict):
     """Field type of ``graders:``, a map name -> nested spec: built, name -> Grader (each named by its key unless

@@ -63,7 +63,7 @@ def main(config: str, out: str, zero_rows: str = "") -> None:
     trainer.optimizer.step = capture
     results = {}
     for name in LOSSES:
-        trainer.cfg.algorithm.loss = name
+        trainer.cfg.algorithm = load_train_config(config, [f"algorithm.loss={name}"]).algorithm  # its preset's values
         trainer.loss_cfg = trainer.cfg.loss_config(trainer._kl_coef_in_loss())
         metrics = trainer._reduce(trainer._optimize(local))
         results[name] = {"grad": grads.pop(), "loss": metrics["loss"], "skipped_rows": metrics["skipped_rows"]}
