@@ -188,28 +188,34 @@ class Trainer:
         t0 = time.perf_counter()
         if self.cfg.algorithm.reset_optimizer:
             self.optimizer.state.clear()  # Kimi k1.5: each iteration is a fresh mirror-descent problem
+        # 1. sample and grade
         got = self.rollouts.sample_and_grade(step)
         t_gen = time.perf_counter()
         if not got.groups:  # partial rollouts: no group finished this iteration
             return self._log_idle_step(step, t0, t_gen)
+        # 2. the training batch: the sampler's log-probs (corrected for a server's mismatch), the reference's
         batch = self.update.training_batch(got.completions)  # [B, L] on the device
-        remote = getattr(self.engine, "remote_logprobs", False)  # the server's log-probs: correct the mismatch
+        remote = getattr(self.engine, "remote_logprobs", False)
         mismatch = self.update.correct_mismatch(batch) if remote else {}
         if self.ref_model is not None:
             batch.ref_logp = self.update.reference_logps(batch)  # [B, L-1]
-        batch.advantages = batch_advantages(got.scores, batch, self.cfg.algorithm, self.kl_ctl.value).to(
-            self.acc.device)  # [B]
+        # 3. advantages
+        advantages = batch_advantages(got.scores, batch, self.cfg.algorithm, self.kl_ctl.value)  # [B]
+        batch.advantages = advantages.to(self.acc.device)
         t_prep = time.perf_counter()
+        # 4. update
         trained = self.update.optimize(batch, self.loss_config())
         self.scheduler.step()
         synced = self.rollouts.sync_weights(self.policy, step)
         t_end = time.perf_counter()
+        # 5. log
         times = {"secs_per_step": t_end - t0, "secs_generate": t_gen - t0, "secs_train": t_end - t_prep}
         metrics = self._step_metrics(got, {**trained, **mismatch, **synced}, times)
         if metrics.get("kl") is not None:
-            self.kl_ctl.update(metrics["kl"], 1)
-        advantages = batch.advantages.view(len(got.groups), -1)  # [num_groups, G]
-        self._log(step, metrics, group_records(got.rows, got.groups, got.scores, advantages, self._run_images))
+            self.kl_ctl.update(metrics["kl"], 1)  # the KL coefficient of the next step
+        records = group_records(got.rows, got.groups, got.scores, advantages.view(len(got.groups), -1),
+                                self._run_images)
+        self._log(step, metrics, records)
         self._stop_without_reward(step, metrics["invalid_rate"], got.scores)
         return metrics
 

@@ -23,7 +23,14 @@ from dataclasses import dataclass
 import torch
 
 from kitae.algorithms.kl import masked_entropy
-from kitae.algorithms.losses import LossConfig, LossInputs, Normalizer, policy_loss, rows_without_gradient, truncation_mask
+from kitae.algorithms.losses import (
+    LossConfig,
+    LossInputs,
+    Normalizer,
+    policy_loss,
+    rows_without_gradient,
+    truncation_mask,
+)
 from kitae.algorithms.mismatch import mismatch_metrics, tis_weight
 from kitae.rollout.base import Completion
 from kitae.trainer.batch import (
