@@ -2,7 +2,7 @@
 
 Layout (one folder per part of the system, listed from the bottom layer up; a part imports only parts
 listed above it, never one below: docs/architecture.md, checked by tests/test_architecture.py):
-    kitae/errors.py, registry.py, config.py, jsonsafe.py, aio.py, chat.py, models.py, threads.py
+    kitae/errors.py, jsonsafe.py, aio.py, registry.py, config.py, chat.py, models.py, threads.py
                       the ground: errors for people, the one registry, the typed config reader, chat formatting,
                       model loading, the thread rule
     kitae/data        dataset loading and validation, images, the bundled task
@@ -17,9 +17,9 @@ listed above it, never one below: docs/architecture.md, checked by tests/test_ar
     kitae/scoring     sampling-and-grading shared by training, evaluation, curation and long2short
     kitae/serving     `kitae serve model`: an OpenAI-compatible model server with continuous batching
     kitae/web         the run page
-    kitae/trainer     the typed training config, pre-flight checks and the GRPO training loop
     kitae/curate      prompt-set curation steps (difficulty, hackable prompts, formats, dedupe, balance, test cases)
     kitae/l2s         long2short (Kimi k1.5): shortest rejection, DPO pairs, SFT, DPO, model merging
+    kitae/trainer     the typed training config, pre-flight checks and the GRPO training loop
     kitae/cli         the `kitae` command
     kitae/assets      the bundled tiny models and task (data, not code)
 """

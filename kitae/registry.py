@@ -9,7 +9,8 @@
     LOSSES.get("clpi")          # KeyError: unknown policy loss 'clpi'; did you mean 'clip'?
 
 Entries may be lazy "module:attr" strings, imported on first use, so optional dependencies are only
-imported when their entry is used.
+imported when their entry is used. :func:`load_target` is that import, also used for the reward functions a
+config names (``function: my_rewards:brevity``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,22 @@ def unknown_name_message(kind: str, name: str, choices: list[str]) -> str:
     return msg + f" (valid: {', '.join(sorted(choices))})"
 
 
+def load_target(target: str, path: str = "") -> Any:
+    """The object a "module:attr" string names, imported now. ConfigError at `path` when `target` is not of
+    that form, or its module or attribute does not import.
+
+    >>> load_target("math:sqrt")(4.0)
+    2.0
+    """
+    module, _, attr = target.partition(":")
+    if not module or not attr:
+        raise ConfigError(path, f"expected 'module:function', got {target!r}")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(path, f"cannot import {target!r}: {exc}") from exc
+
+
 class Registry:
     """A name -> object map with decorator registration, lazy entries and did-you-mean errors."""
 
@@ -60,7 +77,7 @@ class Registry:
         return add(obj) if obj is not None else add
 
     def register_lazy(self, name: str, target: str) -> None:
-        """Register "module:attr", imported the first time `name` is looked up."""
+        """Register "module:attr", imported (:func:`load_target`) the first time `name` is looked up."""
         self._entries.setdefault(name, target)
 
     def get(self, name: str, path: str = "") -> Any:
@@ -68,9 +85,7 @@ class Registry:
             raise ConfigError(path, unknown_name_message(self.kind, name, list(self._entries)))
         entry = self._entries[name]
         if isinstance(entry, str):
-            module, _, attr = entry.partition(":")
-            entry = getattr(importlib.import_module(module), attr)
-            self._entries[name] = entry
+            entry = self._entries[name] = load_target(entry, path)
         return entry
 
     def names(self) -> list[str]:

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.long_model import long_engine, long_model_dir  # noqa: F401  (fixtures for tests/rollout and tests/l2s)
+
 _SESSION_THREADS = torch.get_num_threads()
 ROOT = Path(__file__).resolve().parents[1]
 # what a test run may leave in the checkout (screenshots of the browser tests, caches)

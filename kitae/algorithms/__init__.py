@@ -18,6 +18,8 @@ One optimizer step of GRPO-style training uses them like this (shapes in comment
         loss.backward()                                        # no extra division: losses already sum up
     optimizer.step()
 
+A loss takes its LossConfig as given; ``LossConfig.for_loss("dapo")`` gives a preset's settings (PRESETS).
+
 Registries (unknown names raise ConfigError with a did-you-mean hint): ADVANTAGES (grpo, dr_grpo, rloo,
 batch_std, reinforce_pp), POLICY_LOSSES (grpo, dapo, dr_grpo, gspo, cispo, kimi), AGGREGATIONS
 (seq_mean_token_mean, token_mean, seq_sum_constant), KL_ESTIMATORS (k1, k2, k3), KL_CONTROLLERS (fixed,
@@ -36,6 +38,7 @@ from kitae.algorithms.kl import (
 )
 from kitae.algorithms.losses import (
     AGGREGATIONS,
+    PAIRED_ADVANTAGES,
     POLICY_LOSSES,
     PRESETS,
     LossConfig,
@@ -43,7 +46,6 @@ from kitae.algorithms.losses import (
     Normalizer,
     aggregate,
     policy_loss,
-    resolve_preset,
     rows_without_gradient,
     truncation_mask,
 )
@@ -53,6 +55,7 @@ __all__ = [
     "AGGREGATIONS",
     "KL_CONTROLLERS",
     "KL_ESTIMATORS",
+    "PAIRED_ADVANTAGES",
     "POLICY_LOSSES",
     "PRESETS",
     "AdaptiveKLController",
@@ -67,7 +70,6 @@ __all__ = [
     "kl_in_reward",
     "masked_entropy",
     "policy_loss",
-    "resolve_preset",
     "rows_without_gradient",
     "truncation_mask",
 ]

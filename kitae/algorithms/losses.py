@@ -6,11 +6,11 @@ rho_t = exp(logp_t - old_logp_t); A the sequence's advantage. Papers and equatio
 
 - ``grpo``    PPO clipped surrogate per token, -min(rho A, clip(rho, 1 - eps_low, 1 + eps_high) A)
               (DeepSeekMath arXiv 2402.03300 Eq. 3), aggregated per ``cfg.aggregation``.
-- ``dapo``    preset: grpo with aggregation ``token_mean`` and clip-higher eps_high = 0.28 (DAPO, arXiv
-              2503.14476 Eq. 8-10). Dynamic sampling and overlong filtering are separate:
+- ``dapo``    preset: the grpo loss with aggregation ``token_mean`` and clip-higher eps_high = 0.28 (DAPO,
+              arXiv 2503.14476 Eq. 8-10). Dynamic sampling and overlong filtering are separate:
               ``advantages.dynamic_sampling_keep`` and :func:`truncation_mask`.
-- ``dr_grpo`` preset: grpo with aggregation ``seq_sum_constant`` (Dr. GRPO, arXiv 2503.20783); needs
-              ``max_completion_length``. Pair it with the ``dr_grpo`` advantage (no std division).
+- ``dr_grpo`` preset: the grpo loss with aggregation ``seq_sum_constant`` (Dr. GRPO, arXiv 2503.20783); needs
+              ``max_completion_length``. Pairs with the ``dr_grpo`` advantage (no std division).
 - ``gspo``    GSPO (arXiv 2507.18071 Eq. 5-7): sequence ratio s = exp(mean_t log rho), -min(s A, clip(s, 1 -
               gspo_eps_low, 1 + gspo_eps_high) A) per sequence, averaged over sequences (``cfg.aggregation``
               ignored: the loss is sequence-level by definition).
@@ -28,8 +28,12 @@ rho_t = exp(logp_t - old_logp_t); A the sequence's advantage. Papers and equatio
               only sets the pull back toward pi_old. The loss value includes the constant A^2 / (2 tau).
               tau = 0.1 is our default; the paper gives no value. ``cfg.aggregation`` is ignored.
 
-Presets fill the fields of ``cfg`` still at their LossConfig default; a field set to another value wins
-(see :func:`resolve_preset`). ``dapo`` with eps_high left at 0.2 therefore runs with 0.28.
+Every loss runs with the :class:`LossConfig` it is given, as given. A preset (:data:`PRESETS`) is a loss name
+that runs another loss's function with other default settings; :meth:`LossConfig.for_loss` is where they are
+applied, once: a setting the caller gives is used as given, one it leaves out takes the preset's value, else
+LossConfig's default. The training config does this when it is validated (kitae/trainer/config.py), so the
+saved config.yaml shows every value that ran: ``loss: dapo`` alone runs with eps_high 0.28 and token_mean,
+``loss: dapo`` with ``eps_high: 0.2`` written out runs with 0.2.
 
 KL in the loss (GRPO Eq. 3): when ``cfg.kl_coef > 0`` the per-token ``kl_coef * KL(pi || pi_ref)`` estimate is
 added and aggregated the same way as the policy term (for gspo and kimi: mean over tokens, then sequences).
@@ -61,11 +65,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
 from kitae.algorithms.kl import KL_ESTIMATORS, kl_estimate
+from kitae.config import check_bounds, setting
 from kitae.errors import ConfigError
 from kitae.registry import Registry
 
@@ -85,29 +90,55 @@ class LossInputs:
 
 @dataclass
 class LossConfig:
-    eps_low: float = 0.2  # clip range of grpo/dapo/dr_grpo: ratio in [1 - eps_low, 1 + eps_high]
-    eps_high: float = 0.2  # DAPO clip-higher uses 0.28
-    aggregation: str = "seq_mean_token_mean"  # | "token_mean" | "seq_sum_constant"
-    max_completion_length: int | None = None  # the constant of seq_sum_constant (Dr. GRPO)
-    kl_coef: float = 0.0  # + kl_coef * KL per token, aggregated like the policy term
+    """The settings a policy loss runs with, and their defaults (written here only; the training config's
+    loss settings are filled from :meth:`for_loss`). Bounds (``setting(minimum=...)``) are checked by
+    :meth:`validate`."""
+
+    eps_low: float = setting(0.2, minimum=0)  # clip range of grpo/dapo/dr_grpo: ratio in [1 - eps_low, 1 + eps_high]
+    eps_high: float = setting(0.2, minimum=0)  # DAPO clip-higher uses 0.28
+    aggregation: str = "seq_mean_token_mean"  # a name in AGGREGATIONS: | "token_mean" | "seq_sum_constant"
+    max_completion_length: int | None = setting(None, minimum=1)  # the constant of seq_sum_constant (Dr. GRPO)
+    kl_coef: float = setting(0.0, minimum=0)  # + kl_coef * KL per token, aggregated like the policy term
     kl_estimator: str = "k3"  # k1 | k2 | k3 (kitae.algorithms.kl)
-    gspo_eps_low: float = 3e-4  # GSPO paper's sequence-ratio clip range
-    gspo_eps_high: float = 4e-4
-    cispo_eps_high: float = 0.28  # CISPO IS-weight cap 1 + eps_high; no lower bound
+    gspo_eps_low: float = setting(3e-4, minimum=0)  # GSPO paper's sequence-ratio clip range
+    gspo_eps_high: float = setting(4e-4, minimum=0)
+    cispo_eps_high: float = setting(0.28, minimum=0)  # CISPO IS-weight cap 1 + eps_high; no lower bound
     kimi_tau: float = 0.1  # Kimi k1.5 relative-entropy regularization strength (> 0)
+
+    @classmethod
+    def for_loss(cls, name: str, **given: Any) -> "LossConfig":
+        """The settings loss ``name`` runs with: each value in ``given`` as given (None counts as not given),
+        the preset's value (:data:`PRESETS`) for a setting not given, LossConfig's default for the rest.
+
+        >>> LossConfig.for_loss("dapo").eps_high, LossConfig.for_loss("dapo", eps_high=0.2).eps_high
+        (0.28, 0.2)
+        >>> LossConfig.for_loss("dapo", eps_high=None).aggregation, LossConfig.for_loss("grpo").aggregation
+        ('token_mean', 'seq_mean_token_mean')
+        """
+        written = {k: v for k, v in given.items() if v is not None}
+        return cls(**{**PRESETS.get(name, {}), **written})
 
     def validate(self, path: str = "algorithm") -> None:
         """Raise ConfigError naming the field (as a key path under ``path``) when a value cannot work."""
-        for name in ("eps_low", "eps_high", "gspo_eps_low", "gspo_eps_high", "cispo_eps_high", "kl_coef"):
-            if getattr(self, name) < 0:
-                raise ConfigError(key_path(name, path), f"must be >= 0, got {getattr(self, name)}")
+        for f in dataclasses.fields(self):
+            check_bounds(f, getattr(self, f.name), key_path(f.name, path))
         if self.kimi_tau <= 0:
             raise ConfigError(key_path("kimi_tau", path), f"must be > 0, got {self.kimi_tau}")
         AGGREGATIONS.get(self.aggregation, path=key_path("aggregation", path))
         KL_ESTIMATORS.get(self.kl_estimator, path=key_path("kl_estimator", path))
-        if self.max_completion_length is not None and self.max_completion_length <= 0:
-            raise ConfigError(key_path("max_completion_length", path),
-                              f"must be > 0, got {self.max_completion_length}")
+
+
+# ---- presets ----------------------------------------------------------------------------------------------
+# loss name -> the settings it runs with where the caller gives none (LossConfig.for_loss). Each preset name is
+# also registered in POLICY_LOSSES: dapo and dr_grpo as the grpo loss function, cispo as its own.
+PRESETS: dict[str, dict[str, Any]] = {
+    "dapo": {"aggregation": "token_mean", "eps_high": 0.28},
+    "dr_grpo": {"aggregation": "seq_sum_constant"},
+    "cispo": {"aggregation": "token_mean"},
+}
+# loss name -> the advantage estimator (kitae.algorithms.advantages) its paper uses, when the training config
+# names none; every other loss: "grpo"
+PAIRED_ADVANTAGES: dict[str, str] = {"dr_grpo": "dr_grpo", "kimi": "dr_grpo"}
 
 
 # LossConfig field -> its key in the training config (kitae/trainer/config.py), for error messages.
@@ -316,7 +347,6 @@ def cispo_loss(inp: LossInputs, cfg: LossConfig, norm: Normalizer) -> tuple[torc
     """Clipped IS-weight policy gradient. Example (cispo_eps_high 0.28, A = 2): rho [1.5, 0.5], logp
     [-1, -2] -> weights sg([1.28, 0.5]) -> per token -[1.28*2*(-1), 0.5*2*(-2)] = [2.56, 2];
     d loss / d logp = [-2.56, -1] before aggregation."""
-    cfg = resolve_preset("cispo", cfg)
     mask, log_ratio, adv = _prepare(inp)
     ratio = torch.exp(log_ratio).detach()  # [B, T]
     weight = ratio.clamp(max=1 + cfg.cispo_eps_high)  # [B, T], no gradient through the weight
@@ -347,38 +377,9 @@ def kimi_loss(inp: LossInputs, cfg: LossConfig, norm: Normalizer) -> tuple[torch
     return _finish(_per_sequence(per_seq, mask), inp, cfg, norm, "seq_mean_token_mean", metrics)
 
 
-# ---- presets ----------------------------------------------------------------------------------------------
-PRESETS: dict[str, dict[str, object]] = {
-    "dapo": {"aggregation": "token_mean", "eps_high": 0.28},
-    "dr_grpo": {"aggregation": "seq_sum_constant"},
-    "cispo": {"aggregation": "token_mean"},
-}
-
-
-def resolve_preset(name: str, cfg: LossConfig) -> LossConfig:
-    """The config a preset loss runs with: preset values for fields still at their LossConfig default.
-
-    Example: resolve_preset("dapo", LossConfig()) -> aggregation "token_mean", eps_high 0.28;
-    resolve_preset("dapo", LossConfig(eps_high=0.3)) keeps eps_high 0.3. Unknown names return cfg unchanged.
-    """
-    defaults = LossConfig()
-    changes = {k: v for k, v in PRESETS.get(name, {}).items() if getattr(cfg, k) == getattr(defaults, k)}
-    return dataclasses.replace(cfg, **changes)
-
-
-def _preset(name: str, base: Callable) -> Callable:
-    def loss(inp: LossInputs, cfg: LossConfig, norm: Normalizer) -> tuple[torch.Tensor, dict[str, float]]:
-        return base(inp, resolve_preset(name, cfg), norm)
-
-    loss.__name__ = f"{name}_loss"
-    if getattr(base, "zero_at_zero_advantage", False):
-        loss.zero_at_zero_advantage = True
-    loss.__doc__ = f"Preset: {base.__name__} with {PRESETS[name]} (fields left at their default)."
-    return loss
-
-
-POLICY_LOSSES.register("dapo", _preset("dapo", grpo_loss))
-POLICY_LOSSES.register("dr_grpo", _preset("dr_grpo", grpo_loss))
+# the presets of the grpo loss (PRESETS gives their settings)
+POLICY_LOSSES.register("dapo", grpo_loss)
+POLICY_LOSSES.register("dr_grpo", grpo_loss)
 
 
 # ---- entry points -----------------------------------------------------------------------------------------
@@ -398,7 +399,10 @@ def _check_inputs(inp: LossInputs) -> None:
 def policy_loss(
     name: str, inp: LossInputs, cfg: LossConfig, norm: Normalizer, *, config_path: str = "algorithm.loss"
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """(scalar loss, metrics) of the loss registered as ``name`` on one micro-batch.
+    """(scalar loss, metrics) of the loss registered as ``name`` on one micro-batch, with ``cfg`` as given.
+
+    A preset name does not change ``cfg``: build it with ``LossConfig.for_loss(name)`` for the preset's settings
+    (``policy_loss("dapo", inp, LossConfig(), norm)`` is the grpo loss with eps_high 0.2).
 
     ``norm`` holds the counts of the whole optimizer batch; summing the returned losses over micro-batches
     gives the full-batch loss. An unknown name raises ConfigError at ``config_path`` with a did-you-mean hint.

@@ -28,7 +28,8 @@ COMMAND_MODULES = [
     "kitae.cli.serve",  # serve rm, serve model
     "kitae.cli.ui",  # ui (the run page)
     "kitae.cli.curate",  # curate
-    "kitae.cli.kimi",  # eval, merge, l2s (Kimi k1.5 long2short)
+    "kitae.cli.evaluate",  # eval (models side by side: pass@1, length, token efficiency)
+    "kitae.cli.l2s",  # merge, l2s (Kimi k1.5 long2short)
 ]
 
 

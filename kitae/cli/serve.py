@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import Optional
+from typing import Literal, Optional
 
 import typer
 
@@ -32,6 +32,7 @@ HOST_HELP = "Interface to listen on (loopback by default); any other address nee
 TOKEN_HELP = (f"Access token every request must send as 'Authorization: Bearer TOKEN' (default: ${TOKEN_ENV}); "
               "16 characters or more.")
 BODY_HELP = "Largest request body in MB; larger ones get HTTP 413."
+Dtype = Literal["float32", "bfloat16", "float16"]  # typer refuses any other value before the command runs
 
 
 serve_app = typer.Typer(help="Serve models over HTTP: `serve rm` (a reward model), `serve model` (a judge or a "
@@ -58,13 +59,12 @@ def serve_rm(
                                   help="Characters per text or conversation; longer ones get HTTP 400."),
     max_body_mb: float = typer.Option(DEFAULT_MAX_BODY_MB, "--max-body-mb", min=0.001, help=BODY_HELP),
     device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu or cuda:1."),
-    dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
+    dtype: Dtype = typer.Option("float32", "--dtype", help="The weights' dtype."),
     name: str = typer.Option(None, "--name", help="Model name reported to clients (default: the folder name)."),
     verbose: bool = typer.Option(False, "--verbose", help="Log every request to stderr."),
     threads: int = threads_option(),
 ) -> None:
     """Serve a local reward model (AutoModelForSequenceClassification) for `type: reward_model` graders."""
-    from kitae.errors import ConfigError
     from kitae.models import local_model_folder
     from kitae.rewards.reward_model import LocalRewardModel, resolve_rm_path
     from kitae.rewards.server import make_server
@@ -72,8 +72,6 @@ def serve_rm(
 
     token = _token(token, host, "let anyone on the network use this reward model")
     path = local_model_folder(resolve_rm_path(model), "--model")
-    if dtype not in ("float32", "bfloat16", "float16"):
-        raise ConfigError("--dtype", f"expected float32, bfloat16 or float16, got {dtype!r}")
     set_threads(threads, path)
     scorer = LocalRewardModel(path, batch_size=batch_size, max_length=max_length, device=device, dtype=dtype)
     server = make_server(scorer, host, port, name, quiet=not verbose, token=token,
@@ -124,7 +122,7 @@ def serve_model(
                                        "batch); 1 = one request at a time."),
     max_body_mb: float = typer.Option(DEFAULT_MAX_BODY_MB, "--max-body-mb", min=0.001, help=BODY_HELP),
     device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu or cuda:1."),
-    dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
+    dtype: Dtype = typer.Option("float32", "--dtype", help="The weights' dtype."),
     verbose: bool = typer.Option(False, "--verbose", help="Log every request to stderr."),
     threads: int = threads_option(),
 ) -> None:

@@ -30,6 +30,7 @@ import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 
+from kitae.config import setting
 from kitae.curate.report import StepReport, Table
 from kitae.curate.step import Context, Dropped, Step, StepResult
 from kitae.curate.text import prompt_text
@@ -54,7 +55,7 @@ class BalanceConfig:
     band_field: str = "pass_rate"
     band_max: dict[str, float] = field(default_factory=lambda: {"hard": 0.3, "medium": 0.7, "easy": 1.0})
     bands: dict[str, float] = field(default_factory=dict)
-    size: int | None = None
+    size: int | None = setting(None, minimum=0)
     allow_repeat: bool = False
     seed: int = 0
 
@@ -67,8 +68,6 @@ class BalanceConfig:
                     raise ConfigError(f"{at(name)}.{key}", f"a share is >= 0, got {share}")
             if mix and sum(mix.values()) <= 0:
                 raise ConfigError(at(name), "the shares add up to 0; give at least one a positive share")
-        if self.size is not None and self.size < 0:
-            raise ConfigError(at("size"), f"must be >= 0, got {self.size}")
 
 
 def compile_rules(rules: dict[str, list[str]], path: str) -> list[tuple[str, list[re.Pattern]]]:

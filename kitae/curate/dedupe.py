@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from kitae.config import setting
 from kitae.curate import embed
 from kitae.curate.report import StepReport, Table
 from kitae.curate.step import Context, Dropped, Step, StepResult
@@ -57,7 +58,7 @@ class DedupeConfig:
     exact: bool = True
     normalized: bool = True
     ngram: bool = True
-    ngram_n: int = 3
+    ngram_n: int = setting(3, minimum=1)  # characters per n-gram
     ngram_threshold: float = 0.92
     embedding: bool = True
     model: str = embed.DEFAULT_MODEL
@@ -79,8 +80,6 @@ class DedupeConfig:
             if g not in GUARDS:
                 raise ConfigError(f"{path}.guards[{i}]" if path else f"guards[{i}]",
                                   f"unknown guard {g!r} (valid: {', '.join(GUARDS)})")
-        if self.ngram_n < 1:
-            raise ConfigError(f"{path}.ngram_n" if path else "ngram_n", "n-grams need n >= 1")
 
 
 # ---- one layer ----------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from kitae.config import setting
 from kitae.curate.report import StepReport, Table, histogram
 from kitae.curate.sampling import ProgressFile, PromptResult, get_engine, sample_and_grade
 from kitae.curate.step import Context, Dropped, Step, StepResult
@@ -42,7 +43,7 @@ class SampledStepConfig:
     grader: Any = "answer"
     pass_threshold: float = 1.0
     seed: int = 0
-    batch_prompts: int = 16
+    batch_prompts: int = setting(16, minimum=1)
     dtype: str = "float32"
     device: str = "cpu"
 
@@ -63,8 +64,6 @@ def validate_sampling(cfg: Any, path: str) -> None:
     resolve_model_path(cfg.model, at("model"))  # a missing folder fails here, before any prompt is read
     if cfg.n < 1:
         raise ConfigError(at("n"), f"need at least one sample per prompt, got {cfg.n}")
-    if cfg.batch_prompts < 1:
-        raise ConfigError(at("batch_prompts"), f"must be >= 1, got {cfg.batch_prompts}")
     if cfg.temperature < 0:
         raise ConfigError(at("temperature"), f"must be >= 0 (0 = greedy), got {cfg.temperature}")
 

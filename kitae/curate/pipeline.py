@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import yaml
 
-from kitae.config import apply_overrides, from_dict, read_yaml, to_dict
+from kitae.config import apply_overrides, from_dict, read_yaml, setting, to_dict
 from kitae.curate.step import STEPS, Context, Progress, StepResult, no_progress
 from kitae.errors import ConfigError
 
@@ -72,15 +72,24 @@ def parse_steps(entries: list[Any], overrides: list[str] | None = None, path: st
     return [parse_step(name, cfg, f"{path}[{i}]") for i, (name, cfg) in enumerate(raw)]
 
 
+@dataclass
+class Recipe:
+    """A chain's recipe file (the module docstring shows one)."""
+
+    data: str | None = None  # the input dataset (--data overrides it)
+    out: str | None = None  # the output folder (--out overrides it)
+    steps: list[Any] | None = None  # a step is a name or {name: {settings}} (parse_steps checks them)
+    threads: int | None = setting(None, minimum=1)  # torch threads (default: by model size)
+
+
 def load_recipe(path: str | Path) -> dict:
+    """The recipe's keys that it sets (data, out, steps, threads), checked; errors name the file and the key."""
     data = read_yaml(path)
-    unknown = set(data) - {"data", "out", "steps", "threads"}
-    if unknown:
-        raise ConfigError(f"{path}: {sorted(unknown)[0]}", "unknown key (a recipe has data, out, steps and threads)")
-    threads = data.get("threads")
-    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
-        raise ConfigError(f"{path}: threads", f"expected a whole number >= 1 (or leave it out), got {threads!r}")
-    return data
+    try:
+        recipe = from_dict(Recipe, data)
+    except ConfigError as exc:
+        raise ConfigError(str(path), str(exc)) from None
+    return {k: v for k, v in to_dict(recipe).items() if v is not None}
 
 
 # ---- running ------------------------------------------------------------------------------------

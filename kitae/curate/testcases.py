@@ -31,8 +31,9 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
+from kitae.config import setting
 from kitae.curate.report import StepReport, Table, histogram
 from kitae.curate.step import Context, Dropped, Step, StepResult
 from kitae.errors import ConfigError
@@ -42,30 +43,25 @@ from kitae.sandbox.programs import LANGUAGES, CaseLimits, CaseResult, Source, ru
 
 @dataclass
 class TestcasesConfig:
-    cases: int = 50
-    solutions: int = 10
+    cases: int = setting(50, minimum=1)
+    solutions: int = setting(10, minimum=1)
     agree: int = 7
     min_pass: int = 9
     seed: int = 0
-    compare: str = "tokens"
+    compare: Literal["tokens", "lines", "exact"] = "tokens"
     time_limit: float = 2.0
     memory_mb: int = 512
-    workers: int = 2
+    workers: int = setting(2, minimum=1)
     sandbox: str = "bwrap"
     generator_field: str = "generator"
     solutions_field: str = "solutions"
 
     def validate(self, path: str) -> None:
         at = lambda k: f"{path}.{k}" if path else k  # noqa: E731
-        for name in ("cases", "solutions", "workers"):
-            if getattr(self, name) < 1:
-                raise ConfigError(at(name), f"must be >= 1, got {getattr(self, name)}")
         for name in ("agree", "min_pass"):
             if not 1 <= getattr(self, name) <= self.solutions:
                 raise ConfigError(at(name), f"must be between 1 and solutions ({self.solutions}), "
                                             f"got {getattr(self, name)}")
-        if self.compare not in ("tokens", "lines", "exact"):
-            raise ConfigError(at("compare"), f"one of tokens, lines, exact; got {self.compare!r}")
         if self.sandbox not in KINDS:
             raise ConfigError(at("sandbox"), f"one of {', '.join(KINDS)}; got {self.sandbox!r}")
 

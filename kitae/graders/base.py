@@ -12,6 +12,8 @@ Graders never raise out of :meth:`Grader.grade_group` / :meth:`Grader.agrade_gro
 check every score: one that is not a finite number (NaN, ±infinity, a string) becomes an abstention with an
 error saying so, and a non-finite sub-score becomes None, so no such value reaches training or the run store.
 
+Graders that count something (model calls, tokens, failures) report it through :meth:`Grader.counters`.
+
 Two kinds:
 - per-sample graders override :meth:`Grader.grade_sample` (or the async :meth:`Grader.agrade_sample`);
 - group graders (diversity, group judge) set ``needs_group = True`` and override :meth:`Grader.grade_samples`
@@ -81,6 +83,12 @@ class Grader:
 
     def close(self) -> None:
         """Release what the grader holds (worker processes, clients). Safe to call twice."""
+
+    def counters(self) -> dict[str, float]:
+        """Cumulative counts since the grader was built (judge calls and tokens, reward-model failures, ...).
+        The trainer logs each step's change as ``grader/<component>/<counter>``; a grader made of graders
+        includes its parts' as ``part/counter``. Default: nothing counted."""
+        return {}
 
     # ---- what callers use (never raise) -------------------------------------------------------
     async def agrade_group(self, item: Item, samples: list[Sample]) -> list[Grade]:

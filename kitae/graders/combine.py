@@ -61,6 +61,10 @@ class CompositeGrader(Grader):
         for part in self.parts.values():
             part.close()
 
+    def counters(self) -> dict[str, float]:
+        """Every part's counters, as ``part/counter``."""
+        return {f"{name}/{key}": value for name, part in self.parts.items() for key, value in part.counters().items()}
+
 
 def read_parts(r: SpecReader, key: str = "graders",
                extra: tuple[str, ...] = ()) -> tuple[dict[str, Grader], dict[str, dict]]:

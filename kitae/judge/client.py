@@ -229,14 +229,15 @@ class ChatClient:
 
 
 class ClientGrader(Grader):
-    """A grader that talks through a :class:`ChatClient` (``self.client``) and keeps its own ``self.counters``."""
+    """A grader that talks through a :class:`ChatClient` (``self.client``) and keeps its own ``self.counts``."""
 
     client: ChatClient
-    counters: Any
+    counts: Any
 
     def stats(self) -> dict[str, Any]:
-        """counters, plus the HTTP client's counters as ``client_*``."""
-        out = self.counters.as_dict()
+        """Everything counted (``self.counts``, with the last error), plus the HTTP client's counters as
+        ``client_*``; :meth:`counters` is the part a run logs."""
+        out = self.counts.as_dict()
         out.update({f"client_{k}": v for k, v in self.client.counters.as_dict().items()})
         return out
 

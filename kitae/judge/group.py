@@ -35,8 +35,8 @@ The sample order of call c is a shuffle P for c = 0, P reversed for c = 1, and r
 reversals) after that, so the k orders differ as much as they can.
 
 Nothing raises out of the grader: a failed or invalid call is retried, then the group abstains
-(``Grade(score=None, error=...)``) and :attr:`counters` says why (``invalid`` by kind, ``failed_calls``,
-``abstained_samples``). Token usage per call is kept in ``counters`` and the last calls in ``call_log``.
+(``Grade(score=None, error=...)``) and :attr:`counts` says why (``invalid`` by kind, ``failed_calls``,
+``abstained_samples``). Token usage per call is kept in ``counts`` and the last calls in ``call_log``.
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ class GroupJudgeGrader(ClientGrader):
 
     def __init__(self, client: ChatClient, config: JudgeConfig = JudgeConfig()):
         self.client, self.config = client, config
-        self.counters = JudgeCounters()
+        self.counts = JudgeCounters()
         self.call_log: deque[CallRecord] = deque(maxlen=1000)
         self._lock = threading.Lock()
 
@@ -277,32 +277,32 @@ class GroupJudgeGrader(ClientGrader):
     def _count(self, **deltas: Any) -> None:
         with self._lock:
             for key, value in deltas.items():
-                setattr(self.counters, key, getattr(self.counters, key) + value)
+                setattr(self.counts, key, getattr(self.counts, key) + value)
 
     def _record(self, group: Group, call: int, attempt: int, reply: Any, outcome: str) -> None:
         p, c = (reply.usage.prompt_tokens, reply.usage.completion_tokens) if reply is not None else (0, 0)
         cached = bool(reply is not None and reply.cached)
         with self._lock:
-            self.counters.calls += 1
-            self.counters.cached_calls += cached
+            self.counts.calls += 1
+            self.counts.cached_calls += cached
             if not cached:
-                self.counters.prompt_tokens += p
-                self.counters.completion_tokens += c
-            if outcome in self.counters.invalid:
-                self.counters.invalid[outcome] += 1
+                self.counts.prompt_tokens += p
+                self.counts.completion_tokens += c
+            if outcome in self.counts.invalid:
+                self.counts.invalid[outcome] += 1
             self.call_log.append(CallRecord(group.key[:12], call, attempt, p, c, cached, outcome))
 
     def _failed(self, order: list[int], error: str) -> CallResult:
         with self._lock:
-            self.counters.failed_calls += 1
-            self.counters.last_error = error
+            self.counts.failed_calls += 1
+            self.counts.last_error = error
         return CallResult(order=order, error=error)
 
     def _abstain(self, n: int, error: str) -> list[Grade]:
         with self._lock:
-            self.counters.abstained_groups += 1
-            self.counters.abstained_samples += n
-            self.counters.last_error = error
+            self.counts.abstained_groups += 1
+            self.counts.abstained_samples += n
+            self.counts.last_error = error
         return [Grade.abstain(error=error) for _ in range(n)]
 
     def _note_order(self, per_call: list[list[tuple[float, dict[str, float]]]]) -> None:
@@ -310,13 +310,13 @@ class GroupJudgeGrader(ClientGrader):
         spread = sum(max(c[i][0] for c in per_call) - min(c[i][0] for c in per_call) for i in range(n)) / n
         tops = {max(range(n), key=lambda i: call[i][0]) for call in per_call}
         with self._lock:
-            self.counters.order_groups += 1
-            self.counters.order_spread_sum += spread
-            self.counters.order_top_changes += len(tops) > 1
+            self.counts.order_groups += 1
+            self.counts.order_spread_sum += spread
+            self.counts.order_top_changes += len(tops) > 1
 
-    def metrics(self) -> dict[str, float]:
+    def counters(self) -> dict[str, float]:
         """Cumulative numbers for a run's metrics (``grader/NAME/judge_tokens``, ...); log differences per step."""
-        c = self.counters
+        c = self.counts
         out = {"judge_calls": c.calls, "judge_cached_calls": c.cached_calls, "judge_prompt_tokens": c.prompt_tokens,
                "judge_completion_tokens": c.completion_tokens, "judge_tokens": c.prompt_tokens + c.completion_tokens,
                "judge_invalid_outputs": sum(c.invalid.values()), "judge_failed_calls": c.failed_calls,

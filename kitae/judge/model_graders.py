@@ -24,7 +24,7 @@ Replies are asked for as JSON (``{"result": number}`` / ``{"label": one of label
 ``response_format`` where the server has it) and read tolerantly: that JSON, a bare number, or text that is
 exactly one label (any case) or names exactly one label. As in OpenAI, output that is not a number scores 0
 (even when ``range`` starts above 0), and a label outside ``labels`` scores 0; both say why in ``reason`` and
-count in ``counters``. A number that is NaN or ±infinity (``1e999``) is not clipped into ``range``: the
+count in ``counts``. A number that is NaN or ±infinity (``1e999``) is not clipped into ``range``: the
 sample abstains with an error (counted as ``non_finite``). A call that fails after its retries abstains
 (``score=None`` with the error).
 ``input`` items may carry OpenAI's ``type: message``; ``content`` takes OpenAI's text forms: a string, one
@@ -78,7 +78,7 @@ class ModelGrader(ClientGrader):
 
     def __init__(self, client: ChatClient, messages: list[tuple[str, Template]], params: dict[str, Any]):
         self.client, self.messages, self.params = client, messages, params
-        self.counters = ModelGraderCounters()
+        self.counts = ModelGraderCounters()
         self._lock = threading.Lock()
 
     def schema(self) -> dict[str, Any]:
@@ -98,7 +98,7 @@ class ModelGrader(ClientGrader):
             reply = await self.client.chat(messages, schema=self.schema(), schema_name=self.schema_name, **self.params)
         except ChatError as exc:
             self._count(abstained=1)
-            self.counters.last_error = str(exc)
+            self.counts.last_error = str(exc)
             return Grade.abstain(error=f"model call failed: {exc}")
         if reply.cached:
             self._count(cached_calls=1)
@@ -111,11 +111,11 @@ class ModelGrader(ClientGrader):
     def _count(self, **deltas: int) -> None:
         with self._lock:
             for key, value in deltas.items():
-                setattr(self.counters, key, getattr(self.counters, key) + value)
+                setattr(self.counts, key, getattr(self.counts, key) + value)
 
-    def metrics(self) -> dict[str, float]:
+    def counters(self) -> dict[str, float]:
         """Cumulative numbers for a run's metrics (``grader/NAME/judge_tokens``, ...); log differences per step."""
-        c = self.counters
+        c = self.counts
         return {"judge_calls": float(c.samples), "judge_cached_calls": float(c.cached_calls),
                 "judge_tokens": float(c.prompt_tokens + c.completion_tokens), "judge_unreadable": float(c.unreadable),
                 "judge_abstained_samples": float(c.abstained), "judge_non_finite": float(c.non_finite)}

@@ -30,7 +30,7 @@ from kitae.graders.base import Grade, Grader, Item, Sample
 from kitae.graders.spec import SpecReader, build_grader, register_grader
 from kitae.rewards.common import Reward, content_of, sample_int
 from kitae.rewards.diversity import DiversityConfig, diversity_penalties
-from kitae.rewards.length import LengthConfig, kimi_length_rewards, length_lambdas, length_weight
+from kitae.rewards.length import LengthConfig, length_lambdas, length_rewards, length_weight
 from kitae.rewards.overlong import (
     OverlongConfig,
     SoftOverlongConfig,
@@ -208,7 +208,7 @@ class LengthGrader(Grader):
         verdicts = await self.correct.agrade_group(item, samples)
         correct = [None if g.score is None else g.score >= self.cfg.threshold for g in verdicts]
         lengths = self._lengths(samples)
-        rewards = kimi_length_rewards(lengths, correct)
+        rewards = length_rewards(lengths, correct)
         grades = []
         for sample, n, lam, ok, value, verdict in zip(
             samples, lengths, length_lambdas(lengths), correct, rewards, verdicts
@@ -226,8 +226,8 @@ class LengthGrader(Grader):
 # ---- reward model ---------------------------------------------------------------------------------
 @dataclass
 class RewardModelCounters:
-    """Per-sample and per-call outcomes of a reward_model grader (``grader.counters``; ``grader.stats()``
-    adds the HTTP client's counters for a remote model)."""
+    """Per-sample and per-call outcomes of a reward_model grader (``grader.counts``; ``grader.stats()``
+    adds the HTTP client's counters for a remote model, ``grader.counters()`` is the numbers a run logs)."""
 
     samples: int = 0  # samples graded
     scored: int = 0  # samples the reward model scored
@@ -264,7 +264,7 @@ class RewardModelGrader(Grader):
         include_system: false   # show system turns to the RM (the recipe used user + assistant only)
         end_marker: "<|im_end|>"
 
-    A failing reward model never raises: the group's ungated samples get None and ``counters`` count it; a
+    A failing reward model never raises: the group's ungated samples get None and ``counts`` count it; a
     score that is NaN, ±infinity or not a number makes its sample abstain with that error (``non_finite``).
     """
 
@@ -277,7 +277,7 @@ class RewardModelGrader(Grader):
             raise ValueError("give a scorer or a function that loads one, not both")
         self._scorer, self._load = scorer, load
         self.quality, self.include_system, self.end_marker = quality, include_system, end_marker
-        self.counters = RewardModelCounters()
+        self.counts = RewardModelCounters()
         self._load_lock = threading.Lock()
 
     # -- building ------------------------------------------------------------------------------
@@ -300,23 +300,27 @@ class RewardModelGrader(Grader):
         return self._scorer
 
     def stats(self) -> dict[str, Any]:
-        """counters, plus ``client_*`` counters of a remote model's HTTP client."""
-        out = self.counters.as_dict()
+        """counts, plus ``client_*`` counters of a remote model's HTTP client."""
+        out = self.counts.as_dict()
         client = getattr(self._scorer, "counters", None)
         if client is not None:
             out.update({f"client_{k}": v for k, v in client.as_dict().items()})
         return out
 
+    def counters(self) -> dict[str, float]:
+        """The numbers of :meth:`stats` (``last_error`` left out), for a run's metrics (``grader/NAME/scored``)."""
+        return {k: float(v) for k, v in self.stats().items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
     # -- grading -------------------------------------------------------------------------------
     async def agrade_samples(self, item: Item, samples: list[Sample]) -> list[Grade]:
-        self.counters.samples += len(samples)
+        self.counts.samples += len(samples)
         grades: list[Grade | None] = [None] * len(samples)
         todo: list[int] = []
         for i, s in enumerate(samples):
             violation = template_violation(s["output_text"], s.get("finish_reason"), self.end_marker)
             if self.quality.gate and violation:
                 grades[i] = to_grade(gated_reward(violation, self.quality))
-                self.counters.gated += 1
+                self.counts.gated += 1
             else:
                 todo.append(i)
         if todo:
@@ -345,17 +349,17 @@ class RewardModelGrader(Grader):
                 raise RuntimeError(f"reward model gave {len(scores)} scores for {len(convs)} answers")
         except Exception as exc:  # any failure of the model or the wire: abstain, count, go on
             message = f"reward model failed: {type(exc).__name__}: {exc}"
-            self.counters.failed_calls += 1
-            self.counters.abstained += len(contents)
-            self.counters.last_error = message
+            self.counts.failed_calls += 1
+            self.counts.abstained += len(contents)
+            self.counts.last_error = message
             return [message] * len(contents)
         values = [_finite_score(s) for s in scores]
         bad = [v for v in values if isinstance(v, str)]
-        self.counters.scored += len(values) - len(bad)
+        self.counts.scored += len(values) - len(bad)
         if bad:
-            self.counters.non_finite += len(bad)
-            self.counters.abstained += len(bad)
-            self.counters.last_error = bad[-1]
+            self.counts.non_finite += len(bad)
+            self.counts.abstained += len(bad)
+            self.counts.last_error = bad[-1]
         return values
 
 

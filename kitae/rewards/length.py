@@ -51,10 +51,10 @@ def length_lambdas(lengths: list[int]) -> list[float]:
     return [0.5 - (n - lo) / (hi - lo) for n in lengths]
 
 
-def kimi_length_rewards(lengths: list[int], correct: list[bool | None]) -> list[float | None]:
-    """Kimi's length reward per completion (before the weight); None where correctness is unknown.
+def length_rewards(lengths: list[int], correct: list[bool | None]) -> list[float | None]:
+    """The length reward per completion (before the weight); None where correctness is unknown.
 
-    >>> kimi_length_rewards([10, 20, 30], [False, True, True])
+    >>> length_rewards([10, 20, 30], [False, True, True])
     [0.0, 0.0, -0.5]
     """
     out: list[float | None] = []

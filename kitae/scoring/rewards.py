@@ -100,22 +100,9 @@ def _short(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def grader_counters(grader: Grader, prefix: str = "") -> dict[str, float]:
-    """Cumulative numeric counters of a grader and the graders inside it (judge tokens and calls, reward-model
-    failures, ...): `metrics()` where a grader has it, else `stats()`. The trainer logs their per-step change."""
-    out: dict[str, float] = {}
-    source = getattr(grader, "metrics", None) or getattr(grader, "stats", None)
-    if callable(source):
-        for key, value in source().items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                out[prefix + key] = float(value)
-    for name, part in (getattr(grader, "parts", None) or {}).items():
-        if isinstance(part, Grader):
-            out.update(grader_counters(part, f"{prefix}{name}/"))
-    return out
-
-
 def counter_deltas(components: list[RewardComponent], before: dict[str, float]) -> tuple[dict[str, float], dict[str, float]]:
-    """(per-step changes as `grader/<component>/<counter>` metrics, the new cumulative values)."""
-    now = {f"grader/{c.name}/{k}": v for c in components for k, v in grader_counters(c.grader).items()}
+    """(per-step changes as `grader/<component>/<counter>` metrics, the new cumulative values), from each
+    component's :meth:`Grader.counters` (judge tokens and calls, reward-model failures, ...)."""
+    now = {f"grader/{c.name}/{k}": float(v) for c in components for k, v in c.grader.counters().items()
+           if isinstance(v, (int, float)) and not isinstance(v, bool)}  # numbers only (a user's grader may give more)
     return {k: v - before.get(k, 0.0) for k, v in now.items()}, now

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from kitae.config import apply_overrides, from_dict, read_yaml
+from kitae.config import apply_overrides, from_dict, read_yaml, setting
 from kitae.errors import ConfigError
 from kitae.models import BUNDLED_DATA
 
@@ -115,16 +115,26 @@ class DynamicSampling:
 
 @dataclass
 class AlgorithmConfig:
-    advantage: str | None = None  # default: "dr_grpo" for loss kimi (r - group mean, as the paper), else "grpo"
+    """The RL algorithm: advantage estimator, policy loss and the loss's settings.
+
+    A loss setting (eps_low ... kimi_tau) you write is used as written. One you leave out (or set to null) takes
+    the value of the loss's preset (``loss: dapo``: aggregation token_mean, eps_high 0.28; ``dr_grpo``:
+    seq_sum_constant; ``cispo``: token_mean; kitae.algorithms.losses.PRESETS), else the loss's default
+    (kitae.algorithms.losses.LossConfig). Validation fills them in, so the saved config.yaml shows what ran.
+    """
+
+    advantage: str | None = None  # default: "dr_grpo" (r - group mean) for loss dr_grpo and kimi, as their
+    # papers do; else "grpo"
     loss: str = "grpo"  # grpo | dapo | dr_grpo | gspo | cispo | kimi
-    eps_low: float = 0.2
-    eps_high: float = 0.2
-    gspo_eps_low: float = 3e-4
-    gspo_eps_high: float = 4e-4
-    cispo_eps_high: float = 0.28
-    aggregation: Literal["seq_mean_token_mean", "token_mean", "seq_sum_constant"] = "seq_mean_token_mean"
-    kimi_tau: float = 0.1
-    mu: int = 1  # optimization passes over each batch
+    eps_low: float | None = None  # PPO clip range: ratio in [1 - eps_low, 1 + eps_high] (default 0.2)
+    eps_high: float | None = None  # default 0.2; dapo: 0.28 (clip-higher)
+    gspo_eps_low: float | None = None  # the sequence-ratio clip range of gspo (default 3e-4, 4e-4)
+    gspo_eps_high: float | None = None
+    cispo_eps_high: float | None = None  # cispo: importance weights capped at 1 + this (default 0.28)
+    aggregation: str | None = None  # seq_mean_token_mean (default) | token_mean (dapo, cispo) | seq_sum_constant
+    # (dr_grpo)
+    kimi_tau: float | None = None  # kimi: pull toward the sampling policy (default 0.1)
+    mu: int = setting(1, minimum=1)  # optimization passes over each batch
     kl: KLConfig = field(default_factory=KLConfig)
     dynamic_sampling: DynamicSampling = field(default_factory=DynamicSampling)
     mask_truncated: bool = False  # DAPO overlong filtering
@@ -137,10 +147,17 @@ class AlgorithmConfig:
     tis_cap: float | None = 2.0
 
     def validate(self, path: str) -> None:
+        """Check the loss and advantage names and fill in every loss setting left out (see the class)."""
+        from kitae.algorithms import ADVANTAGES, PAIRED_ADVANTAGES, POLICY_LOSSES, LossConfig
+
+        POLICY_LOSSES.get(self.loss, f"{path}.loss")
         if self.advantage is None:
-            self.advantage = "dr_grpo" if self.loss == "kimi" else "grpo"
-        if self.mu < 1:
-            raise ConfigError(f"{path}.mu", "must be at least 1")
+            self.advantage = PAIRED_ADVANTAGES.get(self.loss, "grpo")
+        ADVANTAGES.get(self.advantage, f"{path}.advantage")
+        settings = LossConfig.for_loss(self.loss, **self.loss_settings())
+        settings.validate(path)
+        for key in self.loss_settings():
+            setattr(self, key, getattr(settings, key))
         if self.max_steps_without_reward is not None and self.max_steps_without_reward < 0:
             raise ConfigError(f"{path}.max_steps_without_reward",
                               f"must be 0 or more (0 or null: never stop), got {self.max_steps_without_reward}")
@@ -148,19 +165,22 @@ class AlgorithmConfig:
             raise ConfigError(f"{path}.tis_cap", f"must be >= 1 (or null for no correction), got {self.tis_cap}: "
                               "a cap below 1 would shrink every token's weight")
 
+    def loss_settings(self) -> dict[str, Any]:
+        """The loss settings of this section by name (LossConfig's fields it has); None: left out."""
+        from kitae.algorithms import LossConfig
+
+        names = {f.name for f in dataclasses.fields(LossConfig)}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name in names}
+
 
 @dataclass
 class PartialRolloutConfig:
     """Kimi k1.5 partial rollouts (§2.6.2): each iteration a trajectory gets at most `segment_tokens` new tokens;
     one that has not finished waits in a replay buffer and continues next iteration with the then-current policy."""
 
-    segment_tokens: int = 32  # output-token budget per trajectory per iteration
+    segment_tokens: int = setting(32, minimum=1)  # output-token budget per trajectory per iteration
     old_segments: Literal["exclude", "importance"] = "exclude"  # tokens of earlier iterations: masked out of the
     # loss, or kept with the log-probs of the policy that sampled them (ratio = importance weight)
-
-    def validate(self, path: str) -> None:
-        if self.segment_tokens < 1:
-            raise ConfigError(f"{path}.segment_tokens", "must be at least 1")
 
 
 @dataclass
@@ -198,9 +218,10 @@ class SamplingConfig:
     server_down_secs: float = 30.0  # a replica that failed is skipped this long, then tried again
     server_max_wait: float = 1800.0  # every replica down this long stops the run with an error (0 = wait forever)
     sync: Literal["disk", "vllm", "none"] = "disk"  # how the trainer's weights reach the servers
-    sync_every: int = 1  # optimizer steps between weight pushes
+    sync_every: int = setting(1, minimum=1)  # optimizer steps between weight pushes
     sync_dir: str | None = None  # disk sync: a folder both sides see (default: RUN_DIR/sync)
-    max_staleness: int = 0  # samples from weights more than this many steps old are dropped (and counted)
+    max_staleness: int = setting(0, minimum=0)  # samples from weights more than this many steps old are dropped
+    # (and counted)
 
     def validate(self, path: str) -> None:
         if self.engine != "server":
@@ -221,10 +242,6 @@ class SamplingConfig:
         if self.server_max_wait < 0:
             raise ConfigError(f"{path}.server_max_wait", f"must be >= 0 seconds (0 = wait forever), got "
                               f"{self.server_max_wait}")
-        if self.sync_every < 1:
-            raise ConfigError(f"{path}.sync_every", f"must be at least 1, got {self.sync_every}")
-        if self.max_staleness < 0:
-            raise ConfigError(f"{path}.max_staleness", f"must be >= 0, got {self.max_staleness}")
         if self.sync != "none" and self.max_staleness < self.sync_every - 1:
             raise ConfigError(f"{path}.max_staleness", f"is {self.max_staleness}, but with sync_every "
                               f"{self.sync_every} samples are up to {self.sync_every - 1} steps old and would all be "
@@ -237,10 +254,10 @@ class SamplingConfig:
 
 @dataclass
 class OptimConfig:
-    steps: int = 100
-    prompts_per_step: int = 8
-    micro_batch_size: int = 32  # at most this many sequences per forward/backward (rows of similar length go
-    # together, kitae.trainer.batch.micro_batches)
+    steps: int = setting(100, minimum=1)
+    prompts_per_step: int = setting(8, minimum=1)
+    micro_batch_size: int = setting(32, minimum=1)  # at most this many sequences per forward/backward (rows of
+    # similar length go together, kitae.trainer.batch.micro_batches)
     skip_zero_advantage: bool = True  # leave rows that cannot change the gradient out of the forward/backward
     # (advantage 0 with no KL term in the loss; no counted token): same gradient, less work
     lr: float = 1e-4
@@ -253,8 +270,8 @@ class OptimConfig:
 
 @dataclass
 class LoggingConfig:
-    save_every: int = 25
-    keep_checkpoints: int = 2
+    save_every: int = setting(25, minimum=0)  # 0: a checkpoint at the end only
+    keep_checkpoints: int = setting(2, minimum=0)  # 0: keep every one
     report_to: list[str] | str = field(default_factory=list)  # tensorboard, wandb, trackio; one name alone is fine
 
     def validate(self, path: str) -> None:
@@ -263,9 +280,6 @@ class LoggingConfig:
         if isinstance(self.report_to, str):  # HF's TrainingArguments take one name as well as a list
             self.report_to = [self.report_to]
         check_report_to(self.report_to, f"{path}.report_to")
-        for key in ("save_every", "keep_checkpoints"):
-            if getattr(self, key) < 0:
-                raise ConfigError(f"{path}.{key}", "must be 0 or more")
 
 
 @dataclass
@@ -302,9 +316,6 @@ class TrainConfig:
             raise ConfigError("threads", f"must be at least 1 (leave it out to pick by model size), got {self.threads}")
         if self.sampling.group_size < 2:
             raise ConfigError("sampling.group_size", "GRPO compares samples of one prompt: use at least 2")
-        for key in ("steps", "prompts_per_step", "micro_batch_size"):
-            if getattr(self.optim, key) < 1:
-                raise ConfigError(f"optim.{key}", "must be at least 1")
         if self.sampling.partial is not None and self.algorithm.dynamic_sampling.enabled:
             raise ConfigError("sampling.partial", "partial rollouts do not combine with algorithm.dynamic_sampling")
         names = [r.name for r in self.rewards]
@@ -320,17 +331,14 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
     def loss_config(self, kl_coef: float) -> "LossConfig":
-        """The policy loss's settings as this config gives them; `kl_coef` is the KL weight in the loss now (0
+        """The policy loss's settings as this config gives them (a validated config has every one written; one
+        left out takes the loss's preset value, as in validation); `kl_coef` is the KL weight in the loss now (0
         unless ``algorithm.kl.where`` is "loss"; the KL controller's value when it is)."""
-        from kitae.algorithms.losses import LossConfig  # torch: not imported to read a config
+        from kitae.algorithms import LossConfig
 
         a = self.algorithm
-        lc = LossConfig(
-            eps_low=a.eps_low, eps_high=a.eps_high, aggregation=a.aggregation,
-            max_completion_length=self.sampling.max_new_tokens, kl_coef=kl_coef,
-            kl_estimator=a.kl.estimator, kimi_tau=a.kimi_tau, gspo_eps_low=a.gspo_eps_low,
-            gspo_eps_high=a.gspo_eps_high, cispo_eps_high=a.cispo_eps_high,
-        )
+        lc = LossConfig.for_loss(a.loss, **a.loss_settings(), max_completion_length=self.sampling.max_new_tokens,
+                                 kl_coef=kl_coef, kl_estimator=a.kl.estimator)
         lc.validate("algorithm")
         return lc
 

@@ -1,28 +1,43 @@
 """Optional copies of the training metrics for TensorBoard, Weights & Biases and trackio (``logging.report_to``).
 
 The run store (runs/NAME/run.db) is always written and is what ``kitae ui`` shows; these loggers are for
-people who already watch their runs elsewhere, like Hugging Face's ``report_to``. Each backend is an
-optional dependency, imported only when it is named; a missing package is a ConfigError that names the
-pip extra. Backends are registered by name in :data:`LOGGERS`.
+people who already watch their runs elsewhere, like Hugging Face's ``report_to``. The backends are
+accelerate's trackers (``accelerate.tracking``: TensorBoardTracker, WandBTracker, TrackioTracker); each
+backend's package is an optional dependency, imported only when it is named. Backends are registered by
+name in :data:`LOGGERS`.
 
     logger = make_loggers(["tensorboard"], run_dir, config)   # [] or ["none"] gives a logger that does nothing
-    logger.log(step, {"reward": 0.41, "kl": 0.002})           # None values are skipped
+    logger.log(step, {"reward": 0.41, "kl": 0.002})           # None and NaN values are skipped
     logger.log_eval(step, {"pass@1": 0.375})                  # reported as eval/pass@1
     logger.close()
 
 | name          | package      | where it goes |
 |---------------|--------------|---------------|
-| `tensorboard` | tensorboard  | runs/NAME/tensorboard/ (``tensorboard --logdir runs``) |
+| `tensorboard` | tensorboard  | runs/NAME/tensorboard/ (``tensorboard --logdir runs``); the config as hparams |
 | `wandb`       | wandb        | project WANDB_PROJECT (default "kitae"), run NAME; offline with WANDB_MODE=offline |
 | `trackio`     | trackio      | project TRACKIO_PROJECT (default "kitae"), run NAME, trackio's local database |
 
-Departure from HF's ``report_to``: "all" is not accepted (a silent dependency on whatever happens to be
-installed); name the backends you want.
+What kitae adds around accelerate's trackers (they lack it):
+- a missing package is a ConfigError naming the pip extra (``pip install 'kitae[wandb]'``), raised when the
+  loggers are made; accelerate raises a bare ImportError from ``start()``, for TensorBoard one naming tensorboardX;
+- names are checked when the config is read (unknown: did-you-mean; repeated: an error); "all" is not
+  accepted (a silent dependency on whatever happens to be installed): name the backends you want;
+- values that are None, NaN or booleans are dropped (accelerate's trackers pass NaN and booleans on as numbers);
+- evaluations go under ``eval/`` (accelerate has one ``log``);
+- TensorBoard's hparams take only flat scalars, so the nested config is flattened to ``algorithm.loss``-style
+  keys, lists written as JSON text (:func:`flat_config`);
+- accelerate's trackers need accelerate's process state; a caller without an Accelerator (a script calling
+  make_loggers) gets a PartialState made for it;
+- closing closes every tracker even when one fails (accelerate's ``end_training`` stops at the first failure).
+
+Departure from HF's ``report_to``: the W&B and trackio project is an environment variable (accelerate's
+``project_name``), the run is named after the kitae run. Offline W&B is W&B's own ``WANDB_MODE=offline``.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import math
 import os
 from pathlib import Path
@@ -128,6 +143,7 @@ def require(module: str, name: str) -> ModuleType:
 
 
 def register_logger(name: str) -> Callable:
+    """Register a backend: a callable ``(run_dir, config) -> Logger``."""
     return LOGGERS.register(name)
 
 
@@ -135,68 +151,77 @@ def run_name(run_dir: Path, config: dict) -> str:
     return str(config.get("name") or run_dir.name)
 
 
-class Backend:
-    """A backend logs metrics with ``log``; evaluations are the same metrics under ``eval/``."""
+def flat_config(config: dict, prefix: str = "") -> dict[str, Any]:
+    """The config as one level of scalar values, the way TensorBoard's hparams take it.
+
+    >>> flat_config({"name": "r", "algorithm": {"loss": "dapo", "kl": {"coef": 0.0}}, "optim": {"betas": [0.9, 0.99]}})
+    {'name': 'r', 'algorithm.loss': 'dapo', 'algorithm.kl.coef': 0.0, 'optim.betas': '[0.9, 0.99]'}
+    """
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            flat.update(flat_config(value, f"{prefix}{key}."))
+        elif value is None or isinstance(value, (bool, int, float, str)):
+            flat[prefix + str(key)] = value
+        else:
+            flat[prefix + str(key)] = json.dumps(value, default=str, ensure_ascii=False)
+    return flat
+
+
+class TrackerLogger:
+    """An accelerate tracker behind kitae's logger interface, started when made."""
+
+    def __init__(self, tracker: Any):
+        from accelerate import PartialState
+
+        PartialState()  # the trackers log through accelerate's logger, which needs it (the trainer has one)
+        tracker.start()
+        self.tracker = tracker
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
-        raise NotImplementedError
+        self.tracker.log(metrics, step=step)
 
     def log_eval(self, step: int, metrics: dict[str, float]) -> None:
         self.log(step, {EVAL_PREFIX + k: v for k, v in metrics.items()})
 
+    def close(self) -> None:
+        self.tracker.finish()
+
 
 # ---- backends ------------------------------------------------------------------------------------
 @register_logger("tensorboard")
-class TensorBoardLogger(Backend):
-    """Scalars in runs/NAME/tensorboard/ (one event file per process start); the config as text."""
+def tensorboard_logger(run_dir: Path, config: dict) -> TrackerLogger:
+    """Scalars in runs/NAME/tensorboard/ (one event file per process start); the config as hparams, which
+    accelerate writes into timestamped folders below it (an event file, and an hparams.yml)."""
+    require("tensorboard", "tensorboard")
+    from accelerate.tracking import TensorBoardTracker
 
-    def __init__(self, run_dir: Path, config: dict):
-        require("tensorboard", "tensorboard")
-        tb = require("torch.utils.tensorboard", "tensorboard")
-        self.logdir = run_dir / "tensorboard"
-        self.writer = tb.SummaryWriter(log_dir=str(self.logdir), flush_secs=10)
-        if config:
-            import yaml
-
-            text = yaml.safe_dump(config, sort_keys=False, allow_unicode=True)
-            self.writer.add_text("config", "```\n" + text + "```", 0)
-
-    def log(self, step: int, metrics: dict[str, float]) -> None:
-        for key, value in metrics.items():
-            self.writer.add_scalar(key, value, step)
-
-    def close(self) -> None:
-        self.writer.close()
+    logger = TrackerLogger(TensorBoardTracker("tensorboard", run_dir, flush_secs=10))  # -> run_dir/tensorboard
+    if config:
+        try:
+            logger.tracker.store_init_configuration(flat_config(config))
+        except BaseException:
+            logger.close()
+            raise
+    return logger
 
 
 @register_logger("wandb")
-class WandbLogger(Backend):
+def wandb_logger(run_dir: Path, config: dict) -> TrackerLogger:
     """A W&B run named after the kitae run, in project WANDB_PROJECT (default "kitae"); files under the run
     folder. W&B steps must not go back, so a resumed run continues the same W&B run only with WANDB_RUN_ID."""
+    require("wandb", "wandb")
+    from accelerate.tracking import WandBTracker
 
-    def __init__(self, run_dir: Path, config: dict):
-        wandb = require("wandb", "wandb")
-        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "kitae"), name=run_name(run_dir, config),
-                              config=config, dir=str(run_dir))
-
-    def log(self, step: int, metrics: dict[str, float]) -> None:
-        self.run.log(metrics, step=step)
-
-    def close(self) -> None:
-        self.run.finish()
+    project = os.environ.get("WANDB_PROJECT", "kitae")  # accelerate's run_name is the W&B project
+    return TrackerLogger(WandBTracker(project, name=run_name(run_dir, config), config=config, dir=str(run_dir)))
 
 
 @register_logger("trackio")
-class TrackioLogger(Backend):
+def trackio_logger(run_dir: Path, config: dict) -> TrackerLogger:
     """A trackio run named after the kitae run, in project TRACKIO_PROJECT (default "kitae")."""
+    require("trackio", "trackio")
+    from accelerate.tracking import TrackioTracker
 
-    def __init__(self, run_dir: Path, config: dict):
-        self.trackio = require("trackio", "trackio")
-        self.trackio.init(project=os.environ.get("TRACKIO_PROJECT", "kitae"), name=run_name(run_dir, config),
-                          config=config)
-
-    def log(self, step: int, metrics: dict[str, float]) -> None:
-        self.trackio.log(metrics, step=step)
-
-    def close(self) -> None:
-        self.trackio.finish()
+    project = os.environ.get("TRACKIO_PROJECT", "kitae")  # accelerate's run_name is the trackio project
+    return TrackerLogger(TrackioTracker(project, name=run_name(run_dir, config), config=config))

@@ -19,7 +19,6 @@ loaded or built twice.
 
 from __future__ import annotations
 
-import importlib
 import json
 import sys
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from kitae.errors import ConfigError, DataError
-from kitae.registry import unknown_name_message
+from kitae.registry import load_target, unknown_name_message
 from kitae.scoring.rewards import RewardComponent
 from kitae.trainer.config import RewardConfig, TrainConfig, resolve_data_path
 
@@ -212,18 +211,7 @@ def build_components(cfgs: list[RewardConfig]) -> list[RewardComponent]:
         if c.grader is not None:
             grader = build_grader(c.grader, f"{path}.grader")
         else:
-            grader = grader_from_callable(import_callable(c.function, f"{path}.function"), c.name)
+            grader = grader_from_callable(load_target(c.function, f"{path}.function"), c.name)
         out.append(RewardComponent(c.name, c.weight, grader))
     return out
 
-
-def import_callable(target: str, path: str) -> Any:
-    """`module:function`; the module may be a file in the working directory (my_rewards.py), as with
-    ``python -m``, which the installed `kitae` command does not put on the import path by itself."""
-    module, _, attr = target.partition(":")
-    if not module or not attr:
-        raise ConfigError(path, f"expected 'module:function', got {target!r}")
-    try:
-        return getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(path, f"cannot import {target!r}: {exc}") from None

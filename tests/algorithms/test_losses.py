@@ -7,12 +7,12 @@ import torch
 
 from kitae.algorithms import (
     POLICY_LOSSES,
+    PRESETS,
     LossConfig,
     LossInputs,
     Normalizer,
     aggregate,
     policy_loss,
-    resolve_preset,
     truncation_mask,
 )
 from kitae.errors import ConfigError
@@ -120,36 +120,55 @@ def test_unknown_aggregation_suggests_a_name():
 
 
 PRESET_CASES = [
-    # preset, config, field, expected value after resolve_preset
-    ("dapo", LossConfig(), "aggregation", "token_mean"),
-    ("dapo", LossConfig(), "eps_high", 0.28),
-    ("dapo", LossConfig(eps_high=0.3), "eps_high", 0.3),  # an explicit value wins
-    ("dapo", LossConfig(eps_low=0.1), "eps_low", 0.1),  # fields the preset does not name are kept
-    ("dr_grpo", LossConfig(), "aggregation", "seq_sum_constant"),
-    ("dr_grpo", LossConfig(aggregation="token_mean"), "aggregation", "token_mean"),
-    ("cispo", LossConfig(), "aggregation", "token_mean"),
-    ("grpo", LossConfig(), "aggregation", "seq_mean_token_mean"),  # not a preset: unchanged
+    # loss, settings given, field, the value the loss runs with
+    ("dapo", {}, "aggregation", "token_mean"),
+    ("dapo", {}, "eps_high", 0.28),
+    ("dapo", {"eps_high": 0.3}, "eps_high", 0.3),  # a given value wins
+    ("dapo", {"eps_high": 0.2}, "eps_high", 0.2),  # ... also when it equals LossConfig's default
+    ("dapo", {"aggregation": "seq_mean_token_mean"}, "aggregation", "seq_mean_token_mean"),  # ... here too
+    ("dapo", {"eps_high": None}, "eps_high", 0.28),  # None: not given
+    ("dapo", {"eps_low": 0.1}, "eps_low", 0.1),  # settings the preset does not name are kept
+    ("dapo", {}, "eps_low", 0.2),  # ... or LossConfig's default
+    ("dr_grpo", {}, "aggregation", "seq_sum_constant"),
+    ("dr_grpo", {"aggregation": "token_mean"}, "aggregation", "token_mean"),
+    ("cispo", {}, "aggregation", "token_mean"),
+    ("grpo", {}, "aggregation", "seq_mean_token_mean"),  # not a preset: LossConfig's defaults
+    ("gspo", {}, "eps_high", 0.2),
 ]
 
 
-@pytest.mark.parametrize("name, cfg, field, expected", PRESET_CASES)
-def test_resolve_preset(name, cfg, field, expected):
-    assert getattr(resolve_preset(name, cfg), field) == expected
+@pytest.mark.parametrize("name, given, field, expected", PRESET_CASES)
+def test_for_loss_fills_what_is_not_given_from_the_preset(name, given, field, expected):
+    assert getattr(LossConfig.for_loss(name, **given), field) == expected
+
+
+def test_every_preset_is_a_registered_loss_and_names_real_settings():
+    for name, values in PRESETS.items():
+        assert name in POLICY_LOSSES
+        LossConfig(**values).validate()  # a misspelt setting is a TypeError, a bad value a ConfigError
 
 
 def test_dapo_is_grpo_with_token_mean_and_clip_higher():
+    dapo = LossConfig.for_loss("dapo")
     # ratio 1.25, A = 1: grpo clips at 1.2 -> -1.2; dapo's 1.28 does not -> -1.25
     assert policy_loss("grpo", one_token(1.25, 1.0), LossConfig(), Normalizer(1, 1))[0].item() == pytest.approx(-1.2)
-    assert policy_loss("dapo", one_token(1.25, 1.0), LossConfig(), Normalizer(1, 1))[0].item() == pytest.approx(-1.25)
+    assert policy_loss("dapo", one_token(1.25, 1.0), dapo, Normalizer(1, 1))[0].item() == pytest.approx(-1.25)
     # and on the two-sequence batch it aggregates like token_mean: 1/3 (see AGG_CASES)
-    assert policy_loss("dapo", two_sequences(), LossConfig(), Normalizer(2, 3))[0].item() == pytest.approx(1 / 3)
+    assert policy_loss("dapo", two_sequences(), dapo, Normalizer(2, 3))[0].item() == pytest.approx(1 / 3)
+
+
+def test_a_preset_loss_runs_with_the_config_as_given():
+    # LossConfig() says eps_high 0.2 and seq_mean_token_mean: dapo then is grpo (no preset applied at loss time)
+    assert policy_loss("dapo", one_token(1.25, 1.0), LossConfig(), Normalizer(1, 1))[0].item() == pytest.approx(-1.2)
+    grpo = policy_loss("grpo", two_sequences(), LossConfig(), Normalizer(2, 3))[0].item()
+    assert policy_loss("dapo", two_sequences(), LossConfig(), Normalizer(2, 3))[0].item() == pytest.approx(grpo)
 
 
 def test_dr_grpo_aggregates_with_the_constant():
-    cfg = LossConfig(max_completion_length=4)
+    cfg = LossConfig.for_loss("dr_grpo", max_completion_length=4)
     assert policy_loss("dr_grpo", two_sequences(), cfg, Normalizer(2, 3))[0].item() == pytest.approx(0.125)
     with pytest.raises(ConfigError, match="max_completion_length"):
-        policy_loss("dr_grpo", two_sequences(), LossConfig(), Normalizer(2, 3))
+        policy_loss("dr_grpo", two_sequences(), LossConfig.for_loss("dr_grpo"), Normalizer(2, 3))
 
 
 def test_dr_grpo_divides_by_every_row_masked_ones_included():
@@ -160,7 +179,7 @@ def test_dr_grpo_divides_by_every_row_masked_ones_included():
                             mask=torch.zeros(1, 2))
     norm = Normalizer.from_masks([inp.mask, masked_row.mask])
     assert (norm.num_sequences, norm.num_tokens, norm.num_rows) == (2, 3, 3)
-    loss, _ = policy_loss("dr_grpo", inp, LossConfig(max_completion_length=4), norm)
+    loss, _ = policy_loss("dr_grpo", inp, LossConfig.for_loss("dr_grpo", max_completion_length=4), norm)
     assert loss.item() == pytest.approx((-2 / 4 + 3 / 4) / 3)  # 3 rows, not the 2 with counted tokens
 
 
@@ -201,7 +220,7 @@ def test_cispo_hand_values():
     lp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
     inp = LossInputs(logp=lp, old_logp=torch.tensor([[-1 - LN(1.5), -2 - LN(0.5)]]),
                      advantages=torch.tensor([2.0]), mask=torch.ones(1, 2))
-    loss, m = policy_loss("cispo", inp, LossConfig(), Normalizer(1, 2))
+    loss, m = policy_loss("cispo", inp, LossConfig.for_loss("cispo"), Normalizer(1, 2))
     loss.backward()
     # per token -w*A*logp = [2.56, 2.0], token mean 2.28; grad -w*A / 2 tokens = [-1.28, -0.5]
     assert loss.item() == pytest.approx(2.28, abs=1e-6)
@@ -212,7 +231,7 @@ def test_cispo_hand_values():
 def test_cispo_truncates_the_weight_for_negative_advantages_too():
     # rho 1.5 > 1.28 with A = -1: the weight is 1.28 (PPO would not clip here); grad -w*A = 1.28
     inp = one_token(1.5, -1.0, logp=-1.0)
-    loss, m = policy_loss("cispo", inp, LossConfig(), Normalizer(1, 1))
+    loss, m = policy_loss("cispo", inp, LossConfig.for_loss("cispo"), Normalizer(1, 1))
     loss.backward()
     assert loss.item() == pytest.approx(-1.28)  # -1.28 * (-1) * (-1)
     assert inp.logp.grad.item() == pytest.approx(1.28)
@@ -324,7 +343,7 @@ def test_fully_masked_sequence_contributes_nothing():
     for name in POLICY_LOSSES.names():
         lp = torch.tensor([[-1.0, -1.0], [-INF, 5.0]], requires_grad=True)
         inp = LossInputs(lp, torch.tensor([[-1.0, -1.0], [0.0, 0.0]]), torch.tensor([1.0, 7.0]), mask)
-        loss, _ = policy_loss(name, inp, LossConfig(max_completion_length=2), norm)
+        loss, _ = policy_loss(name, inp, LossConfig.for_loss(name, max_completion_length=2), norm)
         loss.backward()
         assert torch.isfinite(loss) and torch.isfinite(lp.grad).all(), name
         assert lp.grad[1].abs().sum() == 0, name

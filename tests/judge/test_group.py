@@ -170,7 +170,7 @@ def test_usage_is_recorded_per_call():
     assert [r.prompt_tokens for r in log] == sent
     assert grader.stats()["prompt_tokens"] == sum(sent)
     assert log[0].completion_tokens == count_tokens(NOT_JSON.content)
-    metrics = grader.metrics()
+    metrics = grader.counters()
     assert metrics["judge_tokens"] == sum(sent) + sum(r.completion_tokens for r in log)
     assert (metrics["judge_calls"], metrics["judge_invalid_outputs"]) == (2.0, 1.0)
 

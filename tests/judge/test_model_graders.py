@@ -91,7 +91,7 @@ def test_score_model_reply_that_is_not_a_finite_number_abstains(reply, said):
     assert (grade.score, grade.sub_scores) == (None, {"passed": None})
     assert grade.error == f"model said {said}, not a finite number"
     stats = grader.stats()
-    assert (stats["non_finite"], stats["unreadable"], grader.metrics()["judge_non_finite"]) == (1, 0, 1)
+    assert (stats["non_finite"], stats["unreadable"], grader.counters()["judge_non_finite"]) == (1, 0, 1)
 
 
 def test_score_model_pass_threshold_and_sampling_params():
@@ -127,7 +127,7 @@ def test_label_model_scores_passing_labels_per_sample():
     assert grades[2].reason.startswith("not one of the labels")
     assert schema["properties"]["label"]["enum"] == ["correct", "partly_correct", "wrong"]
     assert grader.stats()["unreadable"] == 1 and grader.stats()["scored"] == 3
-    assert grader.metrics()["judge_calls"] == 3 and grader.metrics()["judge_tokens"] > 0
+    assert grader.counters()["judge_calls"] == 3 and grader.counters()["judge_tokens"] > 0
 
 
 def test_failed_calls_abstain():

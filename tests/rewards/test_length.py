@@ -5,7 +5,7 @@ import pytest
 from kitae.data.answers import answers_match
 from kitae.graders.base import Grade, Grader
 from kitae.rewards.graders import LengthGrader
-from kitae.rewards.length import LengthConfig, kimi_length_rewards, length_lambdas, length_weight
+from kitae.rewards.length import LengthConfig, length_lambdas, length_rewards, length_weight
 
 
 @pytest.mark.parametrize(
@@ -21,8 +21,8 @@ from kitae.rewards.length import LengthConfig, kimi_length_rewards, length_lambd
         ([], [], []),
     ],
 )
-def test_kimi_length_rewards(lengths, correct, rewards):
-    assert kimi_length_rewards(lengths, correct) == pytest.approx(rewards)
+def test_length_rewards(lengths, correct, rewards):
+    assert length_rewards(lengths, correct) == pytest.approx(rewards)
 
 
 def test_lambdas_span_half_to_minus_half():

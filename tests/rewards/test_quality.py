@@ -58,7 +58,7 @@ def test_grader_gates_scales_and_shows_user_and_assistant_turns():
     assert grades[2].reason == "not scored: no end marker <|im_end|>"
     assert len(rm.seen) == 2
     assert rm.seen[1] == [{"role": "user", "content": "首都は?"}, {"role": "assistant", "content": "東京です。"}]
-    assert grader.counters.as_dict() == {
+    assert grader.counts.as_dict() == {
         "samples": 5, "scored": 2, "gated": 3, "abstained": 0, "non_finite": 0, "failed_calls": 0, "last_error": None}
 
 
@@ -81,7 +81,7 @@ def test_failing_model_abstains_and_counts():
     grades = grader.grade_group(ITEM, samples)
     assert grades[0].score is None and "CUDA out of memory" in grades[0].error
     assert grades[1].score == 0.0  # gated ones are unaffected
-    assert grader.counters.failed_calls == 1 and grader.counters.abstained == 1
+    assert grader.counts.failed_calls == 1 and grader.counts.abstained == 1
     assert grader.stats()["last_error"] == "reward model failed: RuntimeError: CUDA out of memory"
 
 
@@ -106,6 +106,6 @@ def test_non_finite_scores_abstain_with_a_counted_error():
     ]
     assert grades[4].score is None and grades[4].error == "reward model returned None, not a number"
     assert all(g.sub_scores["rm_score"] is None for g in grades if g.score is None)
-    c = grader.counters
+    c = grader.counts
     assert (c.samples, c.scored, c.non_finite, c.abstained, c.failed_calls) == (5, 1, 4, 4, 0)
     assert c.last_error == "reward model returned None, not a number"

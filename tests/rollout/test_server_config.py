@@ -19,7 +19,7 @@ def load(sampling: dict, algorithm: dict | None = None):
     ({"engine": "server"}, "sampling.servers", "needs at least one server URL"),  # no servers
     ({"servers": ["http://127.0.0.1:8000"]}, "sampling.servers", "set sampling.engine: server"),  # hf engine
     ({**SERVER, "servers": ["localhost:8000"]}, r"sampling.servers\[0\]", "not an http"),  # no scheme
-    ({**SERVER, "sync_every": 0}, "sampling.sync_every", "at least 1"),
+    ({**SERVER, "sync_every": 0}, "sampling.sync_every", ">= 1"),
     ({**SERVER, "sync_every": 4}, "sampling.max_staleness", "at least 3"),  # every sample of 3 steps dropped
     ({**SERVER, "max_staleness": -1}, "sampling.max_staleness", ">= 0"),
     ({**SERVER, "server_timeout": 0}, "sampling.server_timeout", "> 0"),

@@ -65,7 +65,7 @@ def main(config: str, out: str, zero_rows: str = "") -> None:
     trainer.optimizer.step = capture
     results = {}
     for name in LOSSES:
-        trainer.cfg.algorithm.loss = name
+        trainer.cfg.algorithm = load_train_config(config, [f"algorithm.loss={name}"]).algorithm  # its preset's values
         metrics = reduce_metrics(acc, trainer.update.optimize(local, trainer.loss_config()))
         results[name] = {"grad": grads.pop(), "loss": metrics["loss"], "skipped_rows": metrics["skipped_rows"]}
     if acc.is_main_process:

@@ -39,7 +39,16 @@ def test_overrides_are_parsed_as_yaml():
         (["algorithm.aggregation=tokenmean"], "did you mean 'token_mean'?"),
         (["algorithm.kl.estimator=k4"], "algorithm.kl.estimator: got 'k4'; expected one of k1, k2, k3"),
         (["sampling.group_size=1"], "sampling.group_size: GRPO compares samples"),
-        (["optim.prompts_per_step=0"], "optim.prompts_per_step: must be at least 1"),
+        (["optim.prompts_per_step=0"], "optim.prompts_per_step: must be >= 1, got 0"),
+        (["optim.steps=0"], "optim.steps: must be >= 1, got 0"),
+        (["logging.save_every=-1"], "logging.save_every: must be >= 0, got -1"),
+        (["sampling.sync_every=0"], "sampling.sync_every: must be >= 1, got 0"),
+        (["sampling.partial={segment_tokens: 0}"], "sampling.partial.segment_tokens: must be >= 1, got 0"),
+        (["algorithm.mu=0"], "algorithm.mu: must be >= 1, got 0"),
+        (["algorithm.loss=grop"], "algorithm.loss: unknown policy loss 'grop'; did you mean 'grpo'?"),
+        (["algorithm.advantage=rlo"], "algorithm.advantage: unknown advantage estimator 'rlo'; did you mean 'rloo'?"),
+        (["algorithm.eps_low=-0.1"], "algorithm.eps_low: must be >= 0, got -0.1"),
+        (["algorithm.kimi_tau=0"], "algorithm.kimi_tau: must be > 0, got 0"),
         (["model.lora=3"], "model.lora: expected a mapping"),
         (["nonsense"], "an override looks like key.path=value"),
         (["algorithm.max_steps_without_reward=-1"], "algorithm.max_steps_without_reward: must be 0 or more"),
@@ -67,8 +76,49 @@ def test_reward_component_errors(rewards, message):
     assert message in str(err.value)
 
 
-def test_unknown_loss_is_reported_with_did_you_mean_when_the_trainer_builds(tmp_path):
-    from kitae.algorithms.losses import POLICY_LOSSES
+PRESET_CASES = [
+    # algorithm section, field, the value training runs with (and the saved config shows)
+    ({}, "aggregation", "seq_mean_token_mean"),  # grpo: LossConfig's defaults
+    ({}, "eps_high", 0.2),
+    ({}, "advantage", "grpo"),
+    ({"loss": "dapo"}, "eps_high", 0.28),  # a preset fills what is left out
+    ({"loss": "dapo"}, "aggregation", "token_mean"),
+    ({"loss": "dapo", "eps_high": 0.2}, "eps_high", 0.2),  # a value written out wins, even the default's
+    ({"loss": "dapo", "eps_high": 0.2}, "aggregation", "token_mean"),  # ... and only that one
+    ({"loss": "dapo", "aggregation": "seq_mean_token_mean"}, "aggregation", "seq_mean_token_mean"),
+    ({"loss": "dapo", "eps_high": None}, "eps_high", 0.28),  # null: left out
+    ({"loss": "dapo"}, "advantage", "grpo"),
+    ({"loss": "dr_grpo"}, "aggregation", "seq_sum_constant"),
+    ({"loss": "dr_grpo"}, "advantage", "dr_grpo"),  # the Dr. GRPO paper's pair: r - group mean
+    ({"loss": "dr_grpo", "advantage": "grpo"}, "advantage", "grpo"),  # ... unless written
+    ({"loss": "cispo"}, "aggregation", "token_mean"),
+    ({"loss": "cispo"}, "cispo_eps_high", 0.28),
+    ({"loss": "kimi"}, "advantage", "dr_grpo"),
+    ({"loss": "kimi"}, "kimi_tau", 0.1),
+    ({"loss": "gspo", "gspo_eps_high": 1e-3}, "gspo_eps_high", 1e-3),
+]
 
-    with pytest.raises(ConfigError, match="did you mean 'grpo'"):
-        POLICY_LOSSES.get("grop", "algorithm.loss")
+
+@pytest.mark.parametrize("algorithm, field, expected", PRESET_CASES)
+def test_loss_settings_left_out_come_from_the_preset_then_the_defaults(algorithm, field, expected):
+    cfg = load_train_config(data={**MINIMAL, "algorithm": algorithm})
+    assert getattr(cfg.algorithm, field) == expected
+    assert cfg.to_dict()["algorithm"][field] == expected  # what config.yaml saves
+    assert getattr(cfg.loss_config(0.0), field, expected) == expected  # what the loss runs with
+
+
+def test_the_saved_config_reads_back_to_the_same_config():
+    for loss in ("grpo", "dapo", "dr_grpo", "gspo", "cispo", "kimi"):
+        cfg = load_train_config(data={**MINIMAL, "algorithm": {"loss": loss}})
+        again = load_train_config(data=cfg.to_dict())
+        assert again.to_dict() == cfg.to_dict(), loss
+        assert again.loss_config(0.1) == cfg.loss_config(0.1), loss
+
+
+def test_a_loss_setting_left_unset_in_code_is_filled_when_the_loss_config_is_built():
+    """A TrainConfig built in Python and never validated still runs its loss's preset."""
+    from kitae.trainer.config import AlgorithmConfig, RewardConfig, TrainConfig
+
+    cfg = TrainConfig(rewards=[RewardConfig(grader={"type": "answer"})], algorithm=AlgorithmConfig(loss="dapo"))
+    assert cfg.algorithm.eps_high is None
+    assert cfg.loss_config(0.0).eps_high == 0.28

@@ -4,6 +4,8 @@ compares against the update that runs every row in one padded batch."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -23,13 +25,17 @@ def trainer(tiny_assets, tmp_path, rewards_on_path):
     return Trainer(load_train_config(write_config(tiny_assets, tmp_path, **over)))
 
 
+def use_loss(trainer: Trainer, loss: str, **algorithm) -> None:
+    """Switch the trainer to `loss` with the `algorithm` settings given and its preset's values for the rest."""
+    unset = dict.fromkeys(trainer.cfg.algorithm.loss_settings())  # None: filled from the preset, then the defaults
+    trainer.cfg.algorithm = dataclasses.replace(trainer.cfg.algorithm, loss=loss, **{**unset, **algorithm})
+
+
 def update(trainer: Trainer, batch, loss: str, skip: bool, **algorithm) -> tuple[list[torch.Tensor], dict]:
     """The gradient `update.optimize` would step with (the optimizer does not step) and its metrics."""
     grads: list[list[torch.Tensor]] = []
     trainer.optimizer.step = lambda *a, **k: grads.append([p.grad.detach().clone() for p in trainer.model.parameters()])
-    trainer.cfg.algorithm.loss = loss
-    for key, value in algorithm.items():
-        setattr(trainer.cfg.algorithm, key, value)
+    use_loss(trainer, loss, **algorithm)
     trainer.cfg.optim.skip_zero_advantage = skip
     metrics = trainer.update.optimize(batch, trainer.loss_config())
     return grads.pop(), metrics
@@ -93,7 +99,7 @@ def test_packed_micro_batches_give_the_one_padded_batch_gradient_with_less_paddi
     sequences of similar length; against all 8 rows in one forward, padded to the longest (the update before
     packing), computed here directly."""
     batch = full_batch(trainer)
-    trainer.cfg.algorithm.loss = loss
+    use_loss(trainer, loss)
     logp, _ = token_logps(trainer.model, batch, trainer.cfg.sampling.temperature)
     inp = LossInputs(logp, batch.old_logp, batch.advantages, batch.mask)
     policy_loss(loss, inp, trainer.loss_config(), Normalizer.from_masks([batch.mask]))[0].backward()

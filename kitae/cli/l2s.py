@@ -1,6 +1,6 @@
-"""`kitae eval`, `kitae merge` and `kitae l2s ...`: the evaluation and long2short half of the Kimi k1.5 recipe.
+"""`kitae merge` and `kitae l2s ...`: long2short (Kimi k1.5 §2.4), turning a long-reasoning model into a short one
+by weight averaging, shortest-rejection SFT data, DPO pairs, SFT and DPO.
 
-    kitae eval --model runs/verbose --model merged=runs/merged --data bundled:arith/test --grader answer -k 8
     kitae merge runs/verbose kitae-tiny-base --out runs/merged
     kitae l2s shortest --model runs/verbose --data bundled:arith/train --out l2s/shortest.jsonl
     kitae l2s dpo-pairs --model runs/verbose --data bundled:arith/train --out l2s/pairs.jsonl
@@ -8,25 +8,21 @@
     kitae l2s sft --model runs/verbose --data l2s/shortest.jsonl --out runs/l2s-sft
     kitae l2s dpo --model runs/verbose --data l2s/pairs.jsonl --out runs/l2s-dpo
 
-The library does the work (kitae.l2s) and raises; this module prints.
+`kitae eval` (kitae/cli/evaluate.py) compares the models before and after. The library does the work
+(kitae.l2s) and raises; this module prints.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from kitae.cli.options import threads_option
-
-DATA_HELP = "Prompt set: a .jsonl/.parquet file, a datasets folder, or bundled:arith/test."
-GRADER_HELP = "Grader spec: a type name ('answer'), inline YAML/JSON, or a spec file."
+from kitae.cli.options import DATA_HELP, GRADER_HELP, PromptProgress, prompt_rows, sampling_params, threads_option
 
 
 def register(app: typer.Typer) -> None:
-    app.command("eval")(eval_models)
     app.command("merge")(merge)
     l2s = typer.Typer(help="long2short (Kimi k1.5 §2.4): shortest-rejection SFT data, DPO pairs, SFT, DPO.",
                       no_args_is_help=True)
@@ -35,85 +31,6 @@ def register(app: typer.Typer) -> None:
     l2s.command("sft")(sft)
     l2s.command("dpo")(dpo)
     app.add_typer(l2s, name="l2s")
-
-
-def _rows(data: str, limit: Optional[int]) -> list[dict]:
-    from kitae.data.loader import load_prompts
-    from kitae.trainer.config import resolve_data_path
-
-    rows = load_prompts(resolve_data_path(data))
-    return rows[:limit] if limit else rows
-
-
-class _Progress:
-    """A tqdm bar over prompts on stderr, fed with the number of prompts done so far."""
-
-    def __init__(self, total: int, desc: str):
-        from tqdm import tqdm
-
-        self.bar = tqdm(total=total, desc=desc, unit="prompt", leave=False)
-
-    def __call__(self, done: int) -> None:
-        self.bar.update(done - self.bar.n)
-
-    def close(self) -> None:
-        self.bar.close()
-
-
-def _sampling(temperature: float, max_new_tokens: int, seed: int):
-    from kitae.rollout.base import SamplingParams
-
-    return SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
-
-
-def eval_models(
-    model: list[str] = typer.Option(..., "--model", "-m", help="Model folder, or NAME=FOLDER (repeatable)."),
-    data: str = typer.Option("bundled:arith/test", "--data", "-d", help=DATA_HELP),
-    grader: str = typer.Option("answer", "--grader", "-g", help=GRADER_HELP),
-    k: int = typer.Option(8, "-k", help="Samples per prompt; pass@1 is averaged over them."),
-    temperature: float = typer.Option(1.0, help="Sampling temperature (0 = greedy)."),
-    max_new_tokens: int = typer.Option(256, help="Maximum completion tokens."),
-    limit: Optional[int] = typer.Option(None, help="Only the first N prompts."),
-    pass_threshold: float = typer.Option(1.0, help="A sample passes when its score is at least this."),
-    seed: int = typer.Option(0, help="Sampling seed (the same for every model)."),
-    out: Path = typer.Option(Path("eval_results"), "--out", "-o", help="Folder for per-sample results."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON instead of a table."),
-    threads: Optional[int] = threads_option(),
-) -> None:
-    """pass@1 over k samples, mean/p90 completion tokens and template compliance, per model, in one table,
-    then score against mean tokens (the token-efficiency view of Kimi k1.5's long2short figure)."""
-    from kitae.graders import build_grader
-    from kitae.l2s.compare import (ModelReport, efficiency_plot, evaluate_model, format_table, mark_frontier,
-                                   parse_model_arg, unique_names, write_results)
-    from kitae.models import resolve_model_path
-    from kitae.threads import set_threads
-
-    parsed = [parse_model_arg(m) for m in model]
-    for _, path in parsed:  # every model before any work, so the third one's typo does not waste the first's
-        resolve_model_path(path, "--model")
-    g = build_grader(grader, "--grader")
-    rows = _rows(data, limit)
-    reports = []
-    try:
-        for name, (_, path) in zip(unique_names([n for n, _ in parsed]), parsed):
-            set_threads(threads, path)
-            bar = _Progress(len(rows), f"{name} (k={k})")
-            try:
-                metrics, results = evaluate_model(path, rows, g, k, _sampling(temperature, max_new_tokens, seed),
-                                                  pass_threshold, progress=bar)
-            finally:
-                bar.close()
-            reports.append(ModelReport(name, path, metrics, results))
-    finally:
-        g.close()
-    mark_frontier(reports)
-    files = write_results(reports, out)
-    if as_json:
-        typer.echo(json.dumps([r.summary() for r in reports], indent=2, ensure_ascii=False))
-        return
-    typer.echo(format_table(reports))
-    typer.echo("\n" + efficiency_plot(reports))
-    typer.echo(f"\n* = token-efficiency frontier. Per-sample results: {', '.join(str(f) for f in files)}")
 
 
 def merge(
@@ -157,11 +74,11 @@ def _sample(model, samples, data, grader, n, temperature, max_new_tokens, limit,
     if data is None:
         raise ConfigError("--data", "give the prompt set to sample from")
     g = build_grader(grader, "--grader")
-    rows = _rows(data, limit)
+    rows = prompt_rows(data, limit)
     set_threads(threads, model)
-    bar = _Progress(len(rows), f"sampling n={n}")
+    bar = PromptProgress(len(rows), f"sampling n={n}")
     try:
-        return sample_groups(model, rows, g, n, _sampling(temperature, max_new_tokens, seed), pass_threshold, bar)
+        return sample_groups(model, rows, g, n, sampling_params(temperature, max_new_tokens, seed), pass_threshold, bar)
     finally:
         bar.close()
         g.close()

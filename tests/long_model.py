@@ -1,4 +1,5 @@
-"""Tiny real models for the Kimi k1.5 tests: one that answers at length, one that loops (no downloads)."""
+"""A tiny real model that answers one prompt at length and loops on another (no downloads), for the rollout tests
+(partial rollouts, repeat detection) and the long2short tests. tests/conftest.py makes its fixtures visible to all."""
 
 from __future__ import annotations
 
@@ -36,5 +37,3 @@ def long_model_dir(long_engine, tmp_path_factory):
     (root / "prompts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return root
 
-
-from tests.trainer.conftest import rewards_on_path, tiny_assets  # noqa: E402,F401  (shared trainer fixtures)

@@ -1,4 +1,5 @@
-"""report_to: optional copies of the metrics for TensorBoard (tested for real), W&B and trackio."""
+"""report_to: optional copies of the metrics through accelerate's trackers, for TensorBoard (tested for real: the event
+files read back), W&B (offline, when installed) and trackio."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import sys
 import pytest
 
 from kitae.errors import ConfigError
-from kitae.trainer.loggers import LOGGERS, Loggers, make_loggers, register_logger
+from kitae.trainer.config import load_train_config
+from kitae.trainer.loggers import LOGGERS, Loggers, flat_config, make_loggers, register_logger
 
 
 def scalars(logdir):
@@ -20,15 +22,55 @@ def scalars(logdir):
     return {tag: [(e.step, round(e.value, 6)) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}, acc
 
 
+def hparams(logdir):
+    """The hparams TensorBoard shows for the run in `logdir` (from the event file accelerate writes beside it)."""
+    from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
+    from tensorboard.plugins.hparams import metadata
+
+    mux = EventMultiplexer()
+    mux.AddRunsFromDirectory(str(logdir))
+    mux.Reload()
+    [tags] = [tags for tags in mux.PluginRunToTagToContent(metadata.PLUGIN_NAME).values()
+              if metadata.SESSION_START_INFO_TAG in tags]
+    info = metadata.parse_session_start_info_plugin_data(tags[metadata.SESSION_START_INFO_TAG])
+    return {k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind")) for k, v in info.hparams.items()}
+
+
 def test_tensorboard_gets_every_number_and_evals_under_eval(tmp_path):
     pytest.importorskip("tensorboard", reason="pip install tensorboard to test the TensorBoard logger")
     with make_loggers(["tensorboard"], tmp_path, {"name": "t", "lr": 1e-6}) as logger:
         for step in (1, 2, 3):
-            logger.log(step, {"reward": step / 10, "kl": None, "entropy": float("nan")})
+            logger.log(step, {"reward": step / 10, "kl": None, "entropy": float("nan"), "ok": True})
         logger.log_eval(2, {"pass@1": 0.5})
-    got, acc = scalars(tmp_path / "tensorboard")
-    assert got == {"reward": [(1, 0.1), (2, 0.2), (3, 0.3)], "eval/pass@1": [(2, 0.5)]}  # None and NaN left out
-    assert "config/text_summary" in acc.Tags()["tensors"]
+        logger.log(4, {"grader/answer/abstained": 2})  # a component's counter, slashes and all
+    got, _ = scalars(tmp_path / "tensorboard")
+    assert got == {"reward": [(1, 0.1), (2, 0.2), (3, 0.3)], "eval/pass@1": [(2, 0.5)],  # None, NaN, bool left out
+                   "grader/answer/abstained": [(4, 2.0)]}
+    assert hparams(tmp_path / "tensorboard") == {"name": "t", "lr": 1e-6}
+
+
+def test_tensorboard_shows_a_whole_train_config_as_hparams(tmp_path):
+    pytest.importorskip("tensorboard", reason="pip install tensorboard to test the TensorBoard logger")
+    config = load_train_config(data={"name": "hp", "rewards": [{"grader": {"type": "answer"}}],
+                                     "algorithm": {"loss": "dapo"}}).to_dict()
+    make_loggers(["tensorboard"], tmp_path, config).close()
+    shown = hparams(tmp_path / "tensorboard")
+    assert shown["algorithm.loss"] == "dapo" and shown["name"] == "hp"
+    assert shown["optim.betas"] == "[0.9, 0.99]"  # a list as text: hparams take scalars only
+    assert set(shown) == {k for k, v in flat_config(config).items() if v is not None}  # None: no hparam
+
+
+@pytest.mark.parametrize("config, flat", [
+    ({}, {}),
+    ({"a": 1, "b": None}, {"a": 1, "b": None}),  # scalars and None stay
+    ({"a": {"b": {"c": "x"}}, "d": True}, {"a.b.c": "x", "d": True}),  # nested keys joined with dots
+    ({"rewards": [{"grader": {"type": "answer"}}]}, {"rewards": '[{"grader": {"type": "answer"}}]'}),  # JSON text
+    ({"a": {}}, {}),  # an empty section leaves nothing
+    ({"name": "評価"}, {"name": "評価"}),
+    ({"langs": ["ja"]}, {"langs": '["ja"]'}),  # not escaped to \\u
+])
+def test_flat_config(config, flat):
+    assert flat_config(config) == flat
 
 
 @pytest.mark.parametrize("report_to", [[], ["none"], None, "none"])
