@@ -26,7 +26,8 @@ class TrainBatch:
     input_ids: torch.Tensor  # [B, L] right-padded prompt+completion
     attention_mask: torch.Tensor  # [B, L]
     mask: torch.Tensor  # [B, L-1] 1.0 where the target token is a completion token that counts
-    old_logp: torch.Tensor  # [B, L-1] sampling policy's log-probs at those positions (0 elsewhere)
+    old_logp: torch.Tensor  # [B, L-1] sampling policy's log-probs of the completion tokens (0 elsewhere; they
+    # count only where mask is 1)
     advantages: torch.Tensor  # [B]
     ref_logp: torch.Tensor | None = None  # [B, L-1] reference policy's log-probs, when KL is on
     is_weight: torch.Tensor | None = None  # [B, L-1] server engine: truncated importance weights of the sampler
@@ -68,6 +69,16 @@ class TrainBatch:
         total = self.input_ids.numel()
         return total, total - int(self.attention_mask.sum())
 
+    def to(self, device) -> "TrainBatch":
+        """The same rows on ``device``; the rows of a group share one dict of image tensors, moved once."""
+        out = TrainBatch(*(t.to(device) if t is not None else None for t in (
+            self.input_ids, self.attention_mask, self.mask, self.old_logp, self.advantages, self.ref_logp,
+            self.is_weight)))
+        if self.image_inputs is not None:
+            moved = {id(x): {k: v.to(device) for k, v in x.items()} for x in self.image_inputs if x is not None}
+            out.image_inputs = [moved[id(x)] if x is not None else None for x in self.image_inputs]
+        return out
+
 
 def _select_rows(rows: list | None, idx: slice | torch.Tensor) -> list | None:
     if rows is None:
@@ -80,8 +91,10 @@ def _select_rows(rows: list | None, idx: slice | torch.Tensor) -> list | None:
     return [rows[i] for i in idx.reshape(-1).tolist()]
 
 
-def build_batch(completions: list[Completion], advantages: list[float], pad_id: int, counted: list[bool]) -> TrainBatch:
-    """Tensors for the policy update. `counted[i]` False drops sample i from the loss (e.g. truncated)."""
+def build_batch(completions: list[Completion], advantages: list[float], pad_id: int) -> TrainBatch:
+    """Tensors for the policy update: every completion token counts (``mask``), with the sampler's log-probs.
+    Callers take tokens out of the loss by zeroing the mask: truncated samples
+    (:func:`kitae.algorithms.losses.truncation_mask`), earlier segments (:func:`mask_earlier_segments`)."""
     width = max(len(c.prompt_ids) + len(c.completion_ids) for c in completions)
     B = len(completions)
     ids = torch.full((B, width), pad_id, dtype=torch.long)
@@ -92,11 +105,19 @@ def build_batch(completions: list[Completion], advantages: list[float], pad_id: 
         p, t = len(c.prompt_ids), len(c.completion_ids)
         ids[i, : p + t] = torch.tensor(c.prompt_ids + c.completion_ids)
         attn[i, : p + t] = 1
-        if counted[i] and t:
+        if t:
             mask[i, p - 1 : p - 1 + t] = 1.0
             old[i, p - 1 : p - 1 + t] = torch.tensor(c.logprobs)
     images = [c.image_inputs for c in completions] if any(c.image_inputs for c in completions) else None
     return TrainBatch(ids, attn, mask, old, torch.tensor(advantages, dtype=torch.float32), image_inputs=images)
+
+
+def mask_earlier_segments(batch: TrainBatch, completions: list[Completion]) -> None:
+    """Partial rollouts, ``old_segments: exclude``: tokens sampled before a trajectory's last segment leave the
+    loss (they stay in the input as context)."""
+    for i, c in enumerate(completions):
+        p = len(c.prompt_ids)
+        batch.mask[i, p - 1 : p - 1 + c.earlier_tokens] = 0.0  # [L-1] columns of those tokens
 
 
 # What one more micro-batch costs, in positions: its own forward and backward calls (measured in

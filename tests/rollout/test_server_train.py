@@ -35,7 +35,7 @@ def fixed_completion_gap(trainer: Trainer, url: str) -> float:
     got = httpx.post(url + "/v1/completions", json=body, timeout=60).json()["choices"][0]["logprobs"]
     ids = [int(t.removeprefix("token_id:")) for t in got["tokens"]]
     c = Completion("", prompt, ids, got["token_logprobs"], "length")
-    batch = build_batch([c], [0.0], trainer.tokenizer.pad_token_id, [True])
+    batch = build_batch([c], [0.0], trainer.tokenizer.pad_token_id)
     with torch.no_grad():
         own = token_logps(trainer.policy, batch, 1.0)[0][batch.mask > 0]  # T = 1: greedy log-probs are at T 1
     return float((own - torch.tensor(got["token_logprobs"])).abs().max())

@@ -2,7 +2,7 @@
 
     python -m tests.trainer.grad_probe CONFIG OUT [ZERO_ROWS]
 
-builds the Trainer of CONFIG and runs its real ``_optimize`` on one fixed batch of 8 rows once per loss; each
+builds the Trainer of CONFIG and runs its real ``update.optimize`` on one fixed batch of 8 rows once per loss; each
 process takes its share of the rows (process 0 the four long ones, process 1 the four short ones, one of
 them masked out entirely); ZERO_ROWS (e.g. "1,4,5,7") sets those rows' advantages to 0. Process 0 saves to
 OUT, per loss, the gradient the optimizer would have stepped with (after DDP averaged it), the loss averaged
@@ -16,15 +16,17 @@ import sys
 
 import torch
 
+from kitae.algorithms.losses import truncation_mask
 from kitae.rollout.base import Completion
 from kitae.trainer.batch import build_batch, token_logps
 from kitae.trainer.config import load_train_config
 from kitae.trainer.loop import Trainer
+from kitae.trainer.processes import reduce_metrics
 
 LOSSES = ["grpo", "dapo", "dr_grpo", "cispo", "gspo", "kimi"]
 PROMPT, COMPLETION_LENGTHS = 5, [6, 6, 5, 6, 1, 2, 1, 2]  # tokens: 23 on process 0, 6 on process 1
 ADVANTAGES = [1.0, -0.5, 0.8, -1.2, 2.0, -1.5, 0.7, 1.1]
-MASKED = 6  # a row that does not count (overlong filtering): Dr. GRPO's constant still counts it
+MASKED = 6  # a truncated row that does not count (overlong filtering): Dr. GRPO's constant still counts it
 
 
 def full_batch(trainer: Trainer, zero_rows: tuple[int, ...] = ()):
@@ -38,12 +40,12 @@ def full_batch(trainer: Trainer, zero_rows: tuple[int, ...] = ()):
         tokens[i][0] = tokens[4][0]
     completions = [
         Completion(text="", prompt_ids=prompts[i // 4], completion_ids=t, logprobs=[0.0] * len(t),
-                   finish_reason="stop")
+                   finish_reason="length" if i == MASKED else "stop")
         for i, t in enumerate(tokens)
     ]
-    counted = [i != MASKED for i in range(len(completions))]
     advantages = [0.0 if i in zero_rows else a for i, a in enumerate(ADVANTAGES)]
-    batch = build_batch(completions, advantages, trainer.tokenizer.pad_token_id, counted)
+    batch = build_batch(completions, advantages, trainer.tokenizer.pad_token_id)
+    batch.mask = truncation_mask([c.finish_reason for c in completions], batch.mask)
     with torch.no_grad():  # old log-probs = the current policy's: ratio 1, nothing clipped
         batch.old_logp = token_logps(trainer.policy, batch, trainer.cfg.sampling.temperature)[0] * batch.mask
     return batch
@@ -64,8 +66,7 @@ def main(config: str, out: str, zero_rows: str = "") -> None:
     results = {}
     for name in LOSSES:
         trainer.cfg.algorithm = load_train_config(config, [f"algorithm.loss={name}"]).algorithm  # its preset's values
-        trainer.loss_cfg = trainer.cfg.loss_config(trainer._kl_coef_in_loss())
-        metrics = trainer._reduce(trainer._optimize(local))
+        metrics = reduce_metrics(acc, trainer.update.optimize(local, trainer.loss_config()))
         results[name] = {"grad": grads.pop(), "loss": metrics["loss"], "skipped_rows": metrics["skipped_rows"]}
     if acc.is_main_process:
         torch.save(results, out)

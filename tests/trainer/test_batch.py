@@ -34,7 +34,7 @@ def test_logps_match_a_full_forward_where_tokens_count():
     model = tiny_llama(64).eval()
     rows = [completion([1, 2, 3, 4, 5, 6], [7, 8]), completion([1, 2, 3, 4], [9, 10, 11, 12]),
             completion([5, 6, 7, 8, 9], [])]  # prompts of 6, 4 and 5 tokens; the last has no completion
-    batch = build_batch(rows, [0.0] * 3, pad_id=0, counted=[True, True, True])
+    batch = build_batch(rows, [0.0] * 3, pad_id=0)
     logp, logits = token_logps(model, batch)
     want, want_logits = full_forward_logps(model, batch)
     assert logp.shape == want.shape == (3, 7)
@@ -50,7 +50,7 @@ def test_logps_match_a_full_forward_where_tokens_count():
 def test_gradients_match_a_full_forward():
     model = tiny_llama(64)
     rows = [completion([1, 2, 3], [4, 5, 6]), completion([1, 2, 3, 4, 5], [6, 7])]
-    batch = build_batch(rows, [0.0] * 2, pad_id=0, counted=[True, True])
+    batch = build_batch(rows, [0.0] * 2, pad_id=0)
     (token_logps(model, batch)[0] * batch.mask).sum().backward()
     kept = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
@@ -61,7 +61,7 @@ def test_gradients_match_a_full_forward():
 
 def test_temperature_scales_the_logits():
     model = tiny_llama(64).eval()
-    batch = build_batch([completion([1, 2], [3, 4])], [0.0], pad_id=0, counted=[True])
+    batch = build_batch([completion([1, 2], [3, 4])], [0.0], pad_id=0)
     logits = model(input_ids=batch.input_ids).logits[:, :-1] / 2.0
     want = logits.gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1) - torch.logsumexp(logits, -1)
     torch.testing.assert_close(token_logps(model, batch, temperature=2.0)[0][:, 1:], want[:, 1:])
@@ -81,7 +81,7 @@ def test_plan_micro_batches(lengths, max_rows, overhead, want):
 
 def test_micro_batches_keep_every_row_once_trimmed_to_their_longest():
     rows = [completion([1] * p, [2] * t) for p, t in [(3, 9), (5, 1), (2, 10), (4, 2), (3, 0)]]
-    batch = build_batch(rows, [0.5, -0.5, 1.0, -1.0, 0.0], pad_id=0, counted=[True] * 5)
+    batch = build_batch(rows, [0.5, -0.5, 1.0, -1.0, 0.0], pad_id=0)
     batch.ref_logp = torch.randn(batch.mask.shape)
     parts = micro_batches(batch, max_rows=2, rows=[0, 1, 2, 3])  # row 4 left out
     assert sorted(float(a) for mb in parts for a in mb.advantages) == [-1.0, -0.5, 0.5, 1.0]
@@ -97,7 +97,7 @@ def group_batch():
     prompt = [1, 2, 3, 4, 5]
     rows = [completion(prompt, t) for t in ([6, 7, 8], [6, 7, 9, 10], [6], [6, 7, 8])]  # all share 6: prefix 6
     rows += [completion([1, 2, 9], t) for t in ([3, 4], [5])]  # another prompt
-    return build_batch(rows, [0.0] * 6, pad_id=0, counted=[True] * 6)
+    return build_batch(rows, [0.0] * 6, pad_id=0)
 
 
 def test_packed_logps_equal_each_row_alone():
@@ -130,6 +130,6 @@ def test_families_pack_only_where_that_costs_less():
     assert plan_families(batch, range(6), group_size=4, max_rows=3) == [[0, 1, 2], [3], [4, 5]]
     # a one-token prompt before 8 tokens each: 33 positions packed instead of 36, but with attention that dear
     # one sequence of 33 costs more (33 + 33^2) than four of 9 (4 x (9 + 9^2))
-    long_tails = build_batch([completion([1], [2 + k] * 8) for k in range(4)], [0.0] * 4, pad_id=0, counted=[True] * 4)
+    long_tails = build_batch([completion([1], [2 + k] * 8) for k in range(4)], [0.0] * 4, pad_id=0)
     assert plan_families(long_tails, range(4), group_size=4, max_rows=8) == [[0, 1, 2, 3]]
     assert plan_families(long_tails, range(4), group_size=4, max_rows=8, attention=1.0) == [[0], [1], [2], [3]]

@@ -11,10 +11,10 @@ from safetensors.torch import load_file
 from kitae.errors import ConfigError
 from kitae.rollout.base import Completion
 from kitae.store import RunStore
-from kitae.trainer.batch import build_batch
+from kitae.trainer.batch import build_batch, mask_earlier_segments
 from kitae.trainer.checkpoint import latest_checkpoint, load_state
 from kitae.trainer.config import load_train_config
-from kitae.trainer.loop import Trainer, _mask_earlier_segments
+from kitae.trainer.loop import Trainer
 from tests.trainer.conftest import write_config
 
 KIMI = {
@@ -80,8 +80,8 @@ def test_optimizer_reset_and_the_sampling_policy_as_reference(tiny_assets, tmp_p
 
 def test_earlier_segments_leave_the_loss_but_stay_in_the_input():
     c = Completion("", [1, 2, 3], [4, 5, 6, 7, 8], [-1.0] * 5, "stop", earlier_tokens=2)
-    batch = build_batch([c], [0.0], 0, [True])
-    _mask_earlier_segments(batch, [c])
+    batch = build_batch([c], [0.0], 0)
+    mask_earlier_segments(batch, [c])
     # columns p-1 .. p+3 (= 2..6) predict the 5 completion tokens; the first two were sampled earlier
     assert batch.mask.tolist() == [[0, 0, 0, 0, 1, 1, 1]]
     assert batch.input_ids.tolist() == [[1, 2, 3, 4, 5, 6, 7, 8]]

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
-
 import pytest
 import torch
 
 from kitae.graders.base import Grade
 from kitae.rollout.base import Completion
-from kitae.trainer.loop import Trainer
 from kitae.scoring.rewards import GroupScores, RewardComponent, combine
+from kitae.trainer.advantages import reward_tensor
+from kitae.trainer.metrics import reward_metrics
 
 NAN, INF = float("nan"), float("inf")
 
@@ -52,11 +51,10 @@ def test_reward_metrics_and_tensor_skip_values_that_are_not_finite():
     """Infinity once crashed the step (statistics.pstdev), and so every resume; now it only counts as invalid."""
     grades = {"r": [Grade(INF), Grade(1.0), Grade(0.0), Grade(NAN)]}
     scores = [GroupScores(grades, [INF, 1.0, 0.0, NAN])]
-    trainer = SimpleNamespace(components=[RewardComponent("r", 1.0, None)])
-    m = Trainer._reward_metrics(trainer, scores, [_completion(3)] * 4)
+    m = reward_metrics([RewardComponent("r", 1.0, None)], scores, [_completion(3)] * 4)
     assert (m["reward"], m["reward_std"], m["reward/r"]) == (0.5, 0.5, 0.5)
     assert (m["invalid_rate"], m["grader/r/abstain_rate"]) == (0.5, 0.5)
     assert all(math.isfinite(v) for v in m.values())
-    rewards, valid = Trainer._reward_tensor(scores)
+    rewards, valid = reward_tensor(scores)
     assert valid.tolist() == [[False, True, True, False]]
     assert torch.equal(rewards, torch.tensor([[0.0, 1.0, 0.0, 0.0]]))

@@ -172,7 +172,7 @@ def accelerate_launch(module: str, *args: str) -> None:
 
 @pytest.mark.slow
 def test_two_processes_with_uneven_token_counts_step_with_the_full_batch_gradient(tiny_assets, tmp_path, rewards_on_path):
-    """The trainer's own _optimize on 8 rows: in one process, and split over two processes that hold 23 and 6
+    """The trainer's own update.optimize on 8 rows: in one process, and split over two processes that hold 23 and 6
     counted tokens (and one masked row). Every loss and aggregation gives the one-process gradient, because the
     loss is normalized by the whole batch's counts (token_mean: tokens; Dr. GRPO: every row) over all
     processes; each process normalizing by its own counts would weight a token by where it landed."""

@@ -29,16 +29,15 @@ def use_loss(trainer: Trainer, loss: str, **algorithm) -> None:
     """Switch the trainer to `loss` with the `algorithm` settings given and its preset's values for the rest."""
     unset = dict.fromkeys(trainer.cfg.algorithm.loss_settings())  # None: filled from the preset, then the defaults
     trainer.cfg.algorithm = dataclasses.replace(trainer.cfg.algorithm, loss=loss, **{**unset, **algorithm})
-    trainer.loss_cfg = trainer.cfg.loss_config(trainer._kl_coef_in_loss())
 
 
 def update(trainer: Trainer, batch, loss: str, skip: bool, **algorithm) -> tuple[list[torch.Tensor], dict]:
-    """The gradient `_optimize` would step with (the optimizer does not step) and its metrics."""
+    """The gradient `update.optimize` would step with (the optimizer does not step) and its metrics."""
     grads: list[list[torch.Tensor]] = []
     trainer.optimizer.step = lambda *a, **k: grads.append([p.grad.detach().clone() for p in trainer.model.parameters()])
     use_loss(trainer, loss, **algorithm)
     trainer.cfg.optim.skip_zero_advantage = skip
-    metrics = trainer._optimize(batch)
+    metrics = trainer.update.optimize(batch, trainer.loss_config())
     return grads.pop(), metrics
 
 
@@ -64,7 +63,7 @@ def test_with_kl_in_the_loss_zero_advantage_rows_stay(trainer):
     trainer.cfg.algorithm.kl.coef = 0.5
     want, _ = update(trainer, batch, "grpo", skip=False)
     got, metrics = update(trainer, batch, "grpo", skip=True)
-    assert trainer.loss_cfg.kl_coef == 0.5
+    assert trainer.loss_config().kl_coef == 0.5
     assert metrics["skipped_rows"] == 1  # the masked row only: the KL term has a gradient on the others
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, atol=1e-6, rtol=1e-5)
@@ -82,8 +81,8 @@ def test_a_batch_with_nothing_to_learn_still_steps_the_optimizer_as_the_full_bat
                 p.copy_(p0)
         trainer.optimizer.state.clear()
         trainer.cfg.optim.skip_zero_advantage = skip
-        trainer._optimize(learn)
-        metrics = trainer._optimize(nothing)
+        trainer.update.optimize(learn, trainer.loss_config())
+        metrics = trainer.update.optimize(nothing, trainer.loss_config())
         after.append(([p.detach().clone() for p in trainer.model.parameters()], metrics))
     (full, full_metrics), (skipped, skipped_metrics) = after
     assert full_metrics["skipped_rows"] == 0 and skipped_metrics["skipped_rows"] == 8
@@ -103,14 +102,14 @@ def test_packed_micro_batches_give_the_one_padded_batch_gradient_with_less_paddi
     use_loss(trainer, loss)
     logp, _ = token_logps(trainer.model, batch, trainer.cfg.sampling.temperature)
     inp = LossInputs(logp, batch.old_logp, batch.advantages, batch.mask)
-    policy_loss(loss, inp, trainer.loss_cfg, Normalizer.from_masks([batch.mask]))[0].backward()
+    policy_loss(loss, inp, trainer.loss_config(), Normalizer.from_masks([batch.mask]))[0].backward()
     want = [p.grad.clone() for p in trainer.model.parameters()]
     trainer.model.zero_grad(set_to_none=True)
     trainer.cfg.optim.micro_batch_size = micro_batch_size
     got, metrics = update(trainer, batch, loss, skip=False)
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, atol=1e-6, rtol=1e-5)
-    chunks = trainer._update_plan(batch)[1]
+    chunks = trainer.update.plan(batch, trainer.loss_config()).micro_batches
     computed, padding = (sum(mb.padded_tokens()[k] for mb in chunks) for k in (0, 1))
     assert computed < batch.input_ids.numel()
     # 69 tokens; each family's shared prefix (5 and 6 tokens) once: families of 4 rows, or of 3 and 1

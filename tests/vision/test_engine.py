@@ -23,7 +23,7 @@ def test_logprobs_equal_a_separate_forward_with_the_same_images(vl_engine, visio
     comps = [c for g in groups for c in g]
     assert all(c.image_inputs["pixel_values"].shape == (1, 3, 48, 48) for c in comps)
     assert groups[0][0].image_inputs is groups[0][1].image_inputs  # one prompt's samples share its tensors
-    batch = build_batch(comps, [0.0] * len(comps), vl_engine.tokenizer.pad_token_id, [True] * len(comps))
+    batch = build_batch(comps, [0.0] * len(comps), vl_engine.tokenizer.pad_token_id)
     with torch.no_grad():
         logp, _ = token_logps(vl_engine.model, batch, temperature)  # right-padded, all rows at once
     assert torch.allclose(logp * batch.mask, batch.old_logp, atol=1e-4)
@@ -60,7 +60,7 @@ def test_packed_update_logprobs_equal_the_engines_with_the_images(vl_engine, vis
     rows = vision_rows[:3]
     groups = vl_engine.generate([r["messages"] for r in rows], 4, SamplingParams(1.0, max_new_tokens=10, seed=2))
     comps = [c for g in groups for c in g]
-    batch = build_batch(comps, [1.0] * len(comps), vl_engine.tokenizer.pad_token_id, [True] * len(comps))
+    batch = build_batch(comps, [1.0] * len(comps), vl_engine.tokenizer.pad_token_id)
     chunks = packed_micro_batches(batch, list(range(len(batch))), group_size=4, max_rows=6)
     assert any(len(c.index) > c.input_ids.shape[0] for c in chunks)  # some rows really share a sequence
     for pb in chunks:
@@ -96,7 +96,7 @@ def test_the_picture_changes_the_answer(vl_engine, vision_rows):
     ca, cb = (vl_engine.generate([r["messages"]], 1, sp)[0][0] for r in (a, b))
     assert ca.prompt_ids == cb.prompt_ids and not torch.equal(ca.image_inputs["pixel_values"],
                                                               cb.image_inputs["pixel_values"])
-    batch = build_batch([ca, cb], [0.0, 0.0], vl_engine.tokenizer.pad_token_id, [True, True])
+    batch = build_batch([ca, cb], [0.0, 0.0], vl_engine.tokenizer.pad_token_id)
     with torch.no_grad():
         out = vl_engine.model(input_ids=batch.input_ids[:, : len(ca.prompt_ids)], **batch.model_inputs())
     assert (out.logits[0, -1] - out.logits[1, -1]).abs().max() > 0.1
@@ -118,7 +118,7 @@ def test_lora_adapts_the_language_part_only(vision_rows):
     engine = VisionEngine(model, None, load_processor("kitae-tiny-vl"))
     comps = [c for g in engine.generate([vision_rows[0]["messages"]], 2, SamplingParams(max_new_tokens=6, seed=1))
              for c in g]
-    batch = build_batch(comps, [1.0, -1.0], engine.tokenizer.pad_token_id, [True, True])
+    batch = build_batch(comps, [1.0, -1.0], engine.tokenizer.pad_token_id)
     logp, _ = token_logps(model, batch)
     assert torch.allclose(logp * batch.mask, batch.old_logp, atol=1e-4)  # LoRA starts as the identity
     (logp * batch.mask).sum().backward()

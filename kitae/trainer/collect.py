@@ -1,0 +1,164 @@
+"""Sampling and grading one step's groups: prompts from the prompt sampler, G completions each from the rollout
+engine, every reward component's grade.
+
+- Whole trajectories: one sampling round; with DAPO dynamic sampling (``algorithm.dynamic_sampling``), rounds
+  until enough groups have reward variance (``max_rounds`` at most), groups without it dropped.
+- Partial rollouts (Kimi k1.5, ``sampling.partial``): new prompts start and unfinished trajectories continue
+  from the replay buffer (kitae.rollout.partial); only the groups that finished this step come back.
+- After grading, the prompt sampler is told each prompt's pass rate (prioritized and curriculum sampling).
+- The rollout servers (``sampling.engine: server``) get the policy's weights every ``sampling.sync_every`` steps.
+
+In a multi-process run each process samples its share of the prompts (kitae.trainer.processes).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from kitae.algorithms.advantages import dynamic_sampling_keep
+from kitae.rollout.base import Completion, SamplingParams
+from kitae.rollout.partial import PartialRollouts
+from kitae.scoring.evaluate import sample_dict
+from kitae.scoring.rewards import GroupScores, RewardComponent, score_groups
+from kitae.trainer.advantages import reward_tensor
+from kitae.trainer.config import TrainConfig
+from kitae.trainer.metrics import pass_rates
+from kitae.trainer.processes import fewest, gather, local_count, local_share
+
+
+@dataclass
+class Collected:
+    """One step's graded groups: ``groups[i]`` holds the G completions of prompt ``rows[i]``."""
+
+    rows: list[dict] = field(default_factory=list)
+    groups: list[list[Completion]] = field(default_factory=list)
+    scores: list[GroupScores] = field(default_factory=list)
+    rounds: int = 1  # sampling rounds it took (dynamic sampling)
+
+    @property
+    def completions(self) -> list[Completion]:
+        """Every completion, group by group: the rows of the step's training batch."""
+        return [c for g in self.groups for c in g]
+
+    def __add__(self, other: "Collected") -> "Collected":
+        return Collected(self.rows + other.rows, self.groups + other.groups, self.scores + other.scores,
+                         other.rounds)
+
+    def first(self, n: int) -> "Collected":
+        return Collected(self.rows[:n], self.groups[:n], self.scores[:n], self.rounds)
+
+    def where(self, keep: list[bool]) -> "Collected":
+        pick = lambda xs: [x for x, k in zip(xs, keep) if k]  # noqa: E731
+        return Collected(pick(self.rows), pick(self.groups), pick(self.scores), self.rounds)
+
+
+class Rollouts:
+    """The rollout engine, the prompt sampler, the partial-rollout buffer and the reward components of a run."""
+
+    def __init__(self, cfg: TrainConfig, acc, engine, sampler, partial: PartialRollouts | None,
+                 rows: list[dict], components: list[RewardComponent], pass_component: str | None):
+        self.cfg, self.acc, self.engine, self.sampler, self.partial = cfg, acc, engine, sampler, partial
+        self.rows, self.components, self.pass_component = rows, components, pass_component
+
+    def sample_and_grade(self, step: int) -> Collected:
+        """This step's groups, graded; the prompt sampler told their pass rates."""
+        return self._partial_groups(step) if self.partial is not None else self._whole_groups(step)
+
+    def _whole_groups(self, step: int) -> Collected:
+        """``optim.prompts_per_step`` groups (this process's share); with dynamic sampling, rounds until as many
+        groups have reward variance, the rest dropped."""
+        o, ds = self.cfg.optim, self.cfg.algorithm.dynamic_sampling
+        want = local_count(self.acc, o.prompts_per_step)
+        got = Collected()
+        for r in range(ds.max_rounds if ds.enabled else 1):
+            idx = local_share(self.acc, self.sampler.sample(o.prompts_per_step, step))
+            rows = [self.rows[i] for i in idx]
+            groups = self.engine.generate([x["messages"] for x in rows], self.cfg.sampling.group_size,
+                                          self.sampling_params(step, r))
+            last = Collected(rows, groups, self.grade(rows, groups, step), rounds=r + 1)
+            self._tell_sampler(idx, last.scores)
+            kept = last.where(dynamic_sampling_keep(*reward_tensor(last.scores)).tolist()) if ds.enabled else last
+            got = got + kept
+            if fewest(self.acc, len(got.groups)) >= want:  # every process decides alike: same rounds, same draws
+                break
+        if not got.groups:  # every round had zero variance: keep the last round (its advantages are all 0)
+            got = last
+        return got.first(fewest(self.acc, min(len(got.groups), want)))  # equally many groups in every process
+
+    def _partial_groups(self, step: int) -> Collected:
+        """Kimi partial rollouts: new prompts start, buffered trajectories continue; finished groups come back."""
+        idx = self.sampler.sample(self.cfg.optim.prompts_per_step, step)
+        prompts = [(i, self.engine.encode_prompt(self.rows[i]["messages"])) for i in idx]
+        done = self.partial.step(prompts, self.cfg.sampling.group_size, self.sampling_params(step), step)
+        rows = [self.rows[i] for i, _ in done]
+        groups = [g for _, g in done]
+        scores = self.grade(rows, groups, step)
+        self._tell_sampler([i for i, _ in done], scores)
+        return Collected(rows, groups, scores)
+
+    def grade(self, rows: list[dict], groups: list[list[Completion]], step: int) -> list[GroupScores]:
+        """Every reward component's grade of every completion, and the weighted totals."""
+        max_len = self.cfg.sampling.max_new_tokens
+        samples = [[sample_dict(c, max_len, step=step) for c in g] for g in groups]
+        return score_groups(self.components, rows, samples)
+
+    def _tell_sampler(self, indices: list[int], scores: list[GroupScores]) -> None:
+        """The prompt sampler learns each prompt's pass rate (every process keeps the same sampler state)."""
+        if self.pass_component is None:
+            return
+        rates = pass_rates(scores, self.pass_component, self.cfg.data.sampler.pass_threshold)
+        pairs = gather(self.acc, list(zip(indices, rates)))
+        self.sampler.update([i for i, _ in pairs], [r for _, r in pairs])
+
+    def sampling_params(self, step: int, round_: int = 0) -> SamplingParams:
+        """The sampling settings of ``sampling``, with a seed of its own per step, round and process."""
+        s = self.cfg.sampling
+        seed = (self.cfg.seed * 1_000_003 + step * 7919 + round_ * 104_729 + self.acc.process_index) % (2**31)
+        rep = {} if s.repeat is None else {
+            "repeat_min_count": s.repeat.min_count, "repeat_max_period": s.repeat.max_period,
+            "repeat_min_span": s.repeat.min_span,
+        }
+        return SamplingParams(s.temperature, s.top_p, s.top_k, s.repetition_penalty, s.max_new_tokens, seed=seed, **rep)
+
+    # ---- the engine's weights, checkpoints -------------------------------------------------------------
+    def sync_weights(self, policy, version: int, force: bool = False) -> dict[str, float]:
+        """Push the policy to the rollout servers every ``sampling.sync_every`` steps (or now, with ``force``)
+        unless they hold ``version`` already; returns ``sync_secs`` when it pushed."""
+        engine = self.engine
+        if not hasattr(engine, "sync_weights") or engine.weight_sync is None or engine.version == version:
+            return {}
+        every = self.cfg.sampling.sync_every
+        if not (force or (every > 0 and version % every == 0)):
+            return {}
+        t0 = time.perf_counter()
+        if self.acc.is_main_process:
+            engine.sync_weights(policy, version)
+        if self.acc.num_processes > 1:  # every process's engine learns what the replicas now hold
+            from accelerate.utils import broadcast_object_list
+
+            state = [[(r.synced, r.server_version, r.down_until) for r in engine.replicas]]
+            broadcast_object_list(state)
+            for r, (synced, server_version, down_until) in zip(engine.replicas, state[0]):
+                r.synced, r.server_version, r.down_until = synced, server_version, down_until
+            engine.version = version
+        return {"sync_secs": time.perf_counter() - t0}
+
+    def eval_engine(self, policy, tokenizer):
+        """The engine that samples evaluations: the servers, which hold the policy's weights, unless they are
+        frozen (``sampling.sync: none``); then the policy in this process."""
+        if getattr(self.engine, "weight_sync", True) is None:
+            from kitae.rollout.hf import HFEngine
+
+            return HFEngine(policy, tokenizer)
+        return self.engine
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"sampler": self.sampler.state_dict(),
+                "partial": self.partial.state_dict() if self.partial is not None else None}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.sampler.load_state_dict(state["sampler"])
+        if self.partial is not None and state.get("partial") is not None:
+            self.partial.load_state_dict(state["partial"])

@@ -1,0 +1,104 @@
+"""What a training step logs besides the update's own numbers: reward statistics (each component separately,
+with its graders' abstain and error rates), the pass rate and the partial-rollout buffer, and the groups of
+samples the run page shows (:class:`kitae.store.GroupRecord`).
+
+Only finite numbers count in a statistic: graders abstain on others, and should one slip through,
+``statistics.pstdev`` would raise on it at every step, resumed or not.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import torch
+
+from kitae.chat import content_text
+from kitae.graders.base import is_finite_number
+from kitae.rollout.base import Completion
+from kitae.rollout.partial import PartialRollouts
+from kitae.scoring.rewards import GroupScores, RewardComponent
+from kitae.store import GroupRecord, SampleRecord
+from kitae.store.images import RunImages
+
+
+def reward_metrics(components: list[RewardComponent], scores: list[GroupScores],
+                   completions: list[Completion]) -> dict[str, float]:
+    """Reward mean and spread, lengths, finish reasons and groups without variance; per component its mean
+    score and its graders' abstain and error rates."""
+    totals = [t for gs in scores for t in gs.totals]
+    valid = [t for t in totals if is_finite_number(t)]
+    m: dict[str, float] = {
+        "reward": statistics.fmean(valid) if valid else math.nan,
+        "reward_std": statistics.pstdev(valid) if len(valid) > 1 else 0.0,
+        "len_mean": statistics.fmean(c.num_tokens for c in completions),
+        "trunc_rate": statistics.fmean(c.finish_reason == "length" for c in completions),
+        "repeat_rate": statistics.fmean(c.finish_reason == "repeat" for c in completions),
+        "invalid_rate": 1 - len(valid) / len(totals),
+        "zero_var_frac": statistics.fmean(len({t for t in gs.totals if t is not None}) <= 1 for gs in scores),
+    }
+    for comp in components:
+        grades = [g for gs in scores for g in gs.grades[comp.name]]
+        got = [g.score for g in grades if is_finite_number(g.score)]
+        m[f"reward/{comp.name}"] = statistics.fmean(got) if got else math.nan
+        m[f"grader/{comp.name}/abstain_rate"] = 1 - len(got) / len(grades)
+        m[f"grader/{comp.name}/error_rate"] = statistics.fmean(g.error is not None for g in grades)
+    return m
+
+
+def pass_rates(scores: list[GroupScores], component: str, threshold: float) -> list[float | None]:
+    """Per group: the fraction of its graded samples whose ``component`` scored >= ``threshold`` (None when the
+    component graded none)."""
+    out = []
+    for gs in scores:
+        got = [g.score for g in gs.grades[component] if g.score is not None]
+        out.append(statistics.fmean(x >= threshold for x in got) if got else None)
+    return out
+
+
+def pass_rate_and_partial_metrics(scores: list[GroupScores], completions: list[Completion],
+                                  pass_component: str | None, threshold: float,
+                                  partial: PartialRollouts | None) -> dict[str, float]:
+    """``pass_rate`` of the prompt sampler's component (when it has one); with partial rollouts, the replay
+    buffer's size and the share of samples continued from an earlier step."""
+    m: dict[str, float] = {}
+    if pass_component is not None:
+        rates = [r for r in pass_rates(scores, pass_component, threshold) if r is not None]
+        m["pass_rate"] = statistics.fmean(rates) if rates else math.nan
+    if partial is not None:
+        m.update(partial.stats())
+        m["partial/continued_frac"] = statistics.fmean(c.earlier_tokens > 0 for c in completions)
+    return m
+
+
+def group_records(rows: list[dict], groups: list[list[Completion]], scores: list[GroupScores],
+                  advantages: torch.Tensor, images: RunImages) -> list[GroupRecord]:
+    """The step's groups as the run store keeps them: prompt, reference, each sample with its reward,
+    advantage and every component's score, reason, sub-scores and error. ``advantages`` [num_groups, G]."""
+    out = []
+    for gi, (row, group, gs) in enumerate(zip(rows, groups, scores)):
+        samples = []
+        for si, c in enumerate(group):
+            grades = {name: g[si] for name, g in gs.grades.items()}
+            samples.append(
+                SampleRecord(
+                    text=c.text, completion_tokens=c.num_tokens, finish_reason=c.finish_reason,
+                    reward=gs.totals[si], advantage=float(advantages[gi, si]),
+                    scores={n: g.score for n, g in grades.items()},
+                    reasons={n: g.reason for n, g in grades.items()},
+                    sub_scores={n: g.sub_scores for n, g in grades.items() if g.sub_scores},
+                    errors={n: g.error for n, g in grades.items()},
+                )
+            )
+        messages, extra = row["messages"], {k: v for k, v in row.items() if k not in ("messages", "reference_answer")}
+        if row.get("images"):  # the page shows them from the run's folder (kitae.store.images)
+            messages, extra["images"] = images.stored_row(messages, row["images"])
+        user = [content_text(m["content"], image_mark) for m in messages if m["role"] == "user"]
+        out.append(GroupRecord(user[-1] if user else "", messages, row.get("reference_answer"), extra, samples, gi))
+    return out
+
+
+def image_mark(part: dict) -> str:
+    """How a stored prompt's text shows an image: by its stored file name, so prompts that differ only in
+    their picture stay apart ("the same prompt across steps" matches on this text)."""
+    return f"[image {str(part.get('image', ''))[:12]}]"
