@@ -1,0 +1,18 @@
+"""The GRPO trainer: ``kitae train``'s config, checks and loop (docs/architecture.md: one training step).
+
+    config.py      the training config: one typed, validated object (loss presets resolved), saved with the run
+    preflight.py   everything that can be wrong, checked before the model loads; the reward components
+    setup.py       a run's parts built from its config: policy, reference, optimizer, engine, sampler, store
+    loop.py        :class:`Trainer`: steps, evaluations, checkpoints; a step is the five stages below
+    collect.py     1. sample and grade (prompt sampler, rollout engine, dynamic sampling, partial rollouts)
+    update.py      2. the training batch and 4. the policy update (micro-batches, packing, ``mu`` passes)
+    advantages.py  3. advantages from the step's grades
+    metrics.py     5. what a step logs besides the update's numbers; the groups for the run store
+    batch.py       rollouts as training tensors; per-token log-probs of a policy on them
+    samplers.py    prompt samplers (uniform, prioritized, curriculum), registered by name
+    processes.py   what the processes of a multi-process run share and agree on
+    checkpoint.py, resume.py   checkpoints, and what ``--resume`` goes on from
+    loggers.py     copies of the metrics for TensorBoard, W&B and trackio (accelerate's trackers)
+
+Nothing is imported here.
+"""
