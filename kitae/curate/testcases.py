@@ -37,7 +37,7 @@ from kitae.config import setting
 from kitae.curate.report import StepReport, Table, histogram
 from kitae.curate.step import Context, Dropped, Step, StepResult
 from kitae.errors import ConfigError
-from kitae.sandbox import KINDS, Sandbox, open_sandbox
+from kitae.sandbox import Sandbox, SandboxKind, open_sandbox
 from kitae.sandbox.programs import LANGUAGES, CaseLimits, CaseResult, Source, run_programs
 
 
@@ -52,7 +52,7 @@ class TestcasesConfig:
     time_limit: float = 2.0
     memory_mb: int = 512
     workers: int = setting(2, minimum=1)
-    sandbox: str = "bwrap"
+    sandbox: SandboxKind = "bwrap"
     generator_field: str = "generator"
     solutions_field: str = "solutions"
 
@@ -62,8 +62,6 @@ class TestcasesConfig:
             if not 1 <= getattr(self, name) <= self.solutions:
                 raise ConfigError(at(name), f"must be between 1 and solutions ({self.solutions}), "
                                             f"got {getattr(self, name)}")
-        if self.sandbox not in KINDS:
-            raise ConfigError(at("sandbox"), f"one of {', '.join(KINDS)}; got {self.sandbox!r}")
 
 
 @dataclass

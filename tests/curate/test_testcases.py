@@ -103,7 +103,7 @@ def test_files_written_beside_the_output(curated):
         ({"agree": 11}, "testcases.agree: must be between 1 and solutions (10), got 11"),
         ({"solutions": 5}, "testcases.agree: must be between 1 and solutions (5), got 7"),
         ({"cases": 0}, "testcases.cases: must be >= 1, got 0"),
-        ({"sandbox": "docker"}, "testcases.sandbox: one of bwrap, none; got 'docker'"),
+        ({"sandbox": "docker"}, "testcases.sandbox: got 'docker'; expected one of bwrap, none"),
     ],
 )
 def test_config_errors(settings, message):
