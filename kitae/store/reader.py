@@ -282,6 +282,12 @@ class RunReader:
         ]
 
     # ---- events --------------------------------------------------------------------------------
+    def meta_value(self, key: str) -> str | None:
+        """A value of the meta table (``schema_version``, marks a kitae sets on a run), None when unset."""
+        with self._read() as db:
+            row = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row[0]
+
     def events(self) -> list[dict[str, Any]]:
         """What happened to the run itself (resumes, restarts, skipped checkpoints, config changes), oldest
         first: ``{step, kind, message, data, logged_at}`` each."""

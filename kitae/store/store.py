@@ -183,6 +183,11 @@ class RunStore(RunReader):
         with self._write() as db:
             self._insert_event(db, step, kind, message, data or {})
 
+    def set_meta(self, key: str, value: str) -> None:
+        """Set a value of the meta table (see :meth:`meta_value`)."""
+        with self._write() as db:
+            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
     def change_config(self, step: int, config: dict, message: str, changes: list[dict]) -> None:
         """The config changed on resume from `step`: save the new config and a "config_changed" event listing
         `changes` (``{"field", "old", "new"}`` each), in one transaction."""

@@ -23,8 +23,8 @@ from kitae.rollout.base import ENGINES
 from kitae.rollout.partial import PartialRollouts
 from kitae.scoring.rewards import RewardComponent
 from kitae.store import RunStore
-from kitae.trainer.config import KLConfig, ModelConfig, OptimConfig, TrainConfig
-from kitae.trainer.resume import ResumePlan, record_resume
+from kitae.trainer.config import PRESETS_IN_CONFIG, KLConfig, ModelConfig, OptimConfig, TrainConfig
+from kitae.trainer.resume import ResumePlan, record_resume, write_settings_as_they_ran
 from kitae.trainer.samplers import SAMPLERS
 
 # The reference model of a LoRA run: the base model under the adapter, with the adapter switched off.
@@ -161,10 +161,12 @@ def make_kl_controller(kl: KLConfig):
 def open_store(cfg: TrainConfig, plan: ResumePlan | None) -> RunStore:
     """The run store: a new one (and the run's config.yaml), or the resumed run's, with the resume recorded."""
     if plan is not None:
+        write_settings_as_they_ran(cfg.run_dir)  # an older run's saved config: the loss settings it ran with
         store = RunStore.open(cfg.run_dir)
         record_resume(store, plan, cfg)  # trims the steps to redo; records what happened
         store.mark_running()
         return store
     store = RunStore.create(cfg.run_dir, name=cfg.name, config=cfg.to_dict(), model=cfg.model.path)
+    store.set_meta(*PRESETS_IN_CONFIG)  # its saved config holds the loss settings that ran
     (cfg.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True))
     return store

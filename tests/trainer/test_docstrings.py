@@ -4,10 +4,10 @@ import doctest
 
 import pytest
 
-from kitae.trainer import batch, setup
+from kitae.trainer import batch, config, setup
 
 
-@pytest.mark.parametrize("module", [batch, setup], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [batch, config, setup], ids=lambda m: m.__name__)
 def test_docstring_examples(module):
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0
