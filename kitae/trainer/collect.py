@@ -28,6 +28,12 @@ from kitae.trainer.metrics import pass_rates
 from kitae.trainer.processes import fewest, gather, local_count, local_share
 
 
+def due(step: int, every: int) -> bool:
+    """Whether something done every ``every`` steps (0: never) is due at ``step``: evaluations, checkpoints,
+    weight pushes to the rollout servers."""
+    return every > 0 and step % every == 0
+
+
 @dataclass
 class Collected:
     """One step's graded groups: ``groups[i]`` holds the G completions of prompt ``rows[i]``."""
@@ -129,8 +135,7 @@ class Rollouts:
         engine = self.engine
         if not hasattr(engine, "sync_weights") or engine.weight_sync is None or engine.version == version:
             return {}
-        every = self.cfg.sampling.sync_every
-        if not (force or (every > 0 and version % every == 0)):
+        if not (force or due(version, self.cfg.sampling.sync_every)):
             return {}
         t0 = time.perf_counter()
         if self.acc.is_main_process:

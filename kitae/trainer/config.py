@@ -354,7 +354,7 @@ def settings_as_they_ran(data: dict) -> list[tuple[str, Any, Any]]:
     PRESETS_IN_CONFIG mark) to what that kitae trained with: the preset's value for each setting its config held
     at LossConfig's default (the rule it applied at loss time). Returns ``(field, saved, ran)`` per change.
 
-    >>> settings_as_they_ran(cfg := {"algorithm": {"loss": "dapo", "eps_high": 0.2, "aggregation": "token_mean"}})
+    >>> settings_as_they_ran({"algorithm": {"loss": "dapo", "eps_high": 0.2, "aggregation": "token_mean"}})
     [('algorithm.eps_high', 0.2, 0.28)]
     """
     from kitae.algorithms import PRESETS, LossConfig

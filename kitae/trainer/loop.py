@@ -46,7 +46,7 @@ from kitae.threads import set_threads
 from kitae.trainer import setup
 from kitae.trainer.advantages import batch_advantages
 from kitae.trainer.checkpoint import save_checkpoint, set_rng_state
-from kitae.trainer.collect import Collected, Rollouts
+from kitae.trainer.collect import Collected, Rollouts, due
 from kitae.trainer.config import TrainConfig
 from kitae.trainer.loggers import make_loggers
 from kitae.trainer.metrics import group_records, pass_rate_and_partial_metrics, reward_metrics
@@ -148,9 +148,9 @@ class Trainer:
                 metrics = self.train_step(step)
                 if self.on_step:
                     self.on_step(step, metrics)
-                if _due(step, self.cfg.eval.every) and step != self.cfg.optim.steps and self.eval_rows:
+                if due(step, self.cfg.eval.every) and step != self.cfg.optim.steps and self.eval_rows:
                     self.evaluate(step)
-                if _due(step, self.cfg.logging.save_every) or self._stop_requested:
+                if due(step, self.cfg.logging.save_every) or self._stop_requested:
                     self.save(step)
             if not self._stop_requested:
                 if self.eval_rows:
@@ -312,7 +312,3 @@ class Trainer:
         s = self.store.summary()
         keep = ("name", "path", "steps", "metrics", "first_eval", "latest_eval")
         return {"status": status, **{k: s.get(k) for k in keep}}
-
-
-def _due(step: int, every: int) -> bool:
-    return every > 0 and step % every == 0
