@@ -24,11 +24,18 @@ token sequence or the decoded tail, so a multi-token ``<|im_end|>`` stops it), t
 (finish reason "repeat"), else at max_new_tokens ("length"); the text is decoded here and cut after the stop
 string. A server that already stopped there returns exactly these tokens.
 
+Finish reasons: "stop" and "length" are read as they are, and vLLM's "repetition" (0.17 on: its repetition
+detection ended the sample) as kitae's "repeat". A choice the server did not finish is no sample: vLLM's "abort"
+(every version: the request was aborted, e.g. by an engine paused with mode "abort" for a weight update, or
+shutting down), its "error" (0.11.1 on: a retryable request-level error such as a KV-cache load failure, which
+vLLM's own server answers as HTTP 500) and SGLang's "abort" (with its message). Such a reply is dropped and the
+request goes to another replica, as for a failure.
+
 Replicas: each request goes to the replica with the fewest requests in flight. A replica that fails (connection
-error, timeout, HTTP 429/5xx, a reply that cannot be read) is marked down for ``sampling.server_down_secs`` and the
-request goes to another one; when every replica is down the step waits, logging one line every few seconds, and
-gives up with an error after ``sampling.server_max_wait`` seconds. A 4xx answer (a request the server refuses) is
-an error at once: retrying elsewhere would not help.
+error, timeout, HTTP 429/5xx, a reply that cannot be read, a choice it did not finish) is marked down for
+``sampling.server_down_secs`` and the request goes to another one; when every replica is down the step waits,
+logging one line every few seconds, and gives up with an error after ``sampling.server_max_wait`` seconds. A 4xx
+answer (a request the server refuses) is an error at once: retrying elsewhere would not help.
 
 Weights: the trainer pushes its weights after optimizer steps (:meth:`ServerEngine.sync_weights`, strategies in
 kitae.rollout.sync). Each replica remembers which policy version it holds; a reply whose ``weight_version`` is
@@ -63,6 +70,10 @@ MAX_IN_FLIGHT = 256  # requests in flight per replica (the rest wait here, not o
 
 class ReplicaError(WireError):
     """One replica could not answer one request."""
+
+
+class UnfinishedChoice(ValueError):
+    """A reply's choice that the server did not finish (vLLM's finish_reason "abort" or "error")."""
 
 
 # ---- URLs and the pre-flight check -------------------------------------------------------------------------
@@ -145,7 +156,7 @@ class Choice:
 
     token_ids: list[int]
     logprobs: list[float]
-    finish_reason: str  # "stop" | "length"
+    finish_reason: str  # "stop" | "length" | "repeat"
 
 
 @dataclass
@@ -188,10 +199,11 @@ def _version(value: Any) -> int | None:
 def _openai_parse(reply: Any, n: int) -> Reply:
     choices = sorted(reply["choices"], key=lambda c: c.get("index", 0))
     out = []
-    for c in choices:
+    for i, c in enumerate(choices):
+        reason = _finish(c.get("finish_reason"), i, c.get("stop_reason"))
         lp = c["logprobs"]
         ids = [_token_id(t) for t in lp["tokens"]]
-        out.append(Choice(ids, [float(x) for x in lp["token_logprobs"]], _finish(c.get("finish_reason"))))
+        out.append(Choice(ids, [float(x) for x in lp["token_logprobs"]], reason))
     return Reply(out, _version(reply.get("weight_version")))
 
 
@@ -207,20 +219,35 @@ def _sglang_body(prompt_ids: list[int], n: int, sp: SamplingParams, model: str |
 def _sglang_parse(reply: Any, n: int) -> Reply:
     rows = [reply] if isinstance(reply, dict) else list(reply)
     out, versions = [], set()
-    for row in rows:
+    for i, row in enumerate(rows):
         meta = row["meta_info"]
-        triples = meta["output_token_logprobs"]  # [[logprob, token id, text or null], ...]
         reason = meta.get("finish_reason")
-        reason = reason.get("type") if isinstance(reason, dict) else reason
-        out.append(Choice([int(t[1]) for t in triples], [float(t[0]) for t in triples], _finish(reason)))
+        said = reason.get("message") if isinstance(reason, dict) else None
+        reason = _finish(reason.get("type") if isinstance(reason, dict) else reason, i, said)
+        triples = meta["output_token_logprobs"]  # [[logprob, token id, text or null], ...]
+        out.append(Choice([int(t[1]) for t in triples], [float(t[0]) for t in triples], reason))
         versions.add(_version(meta.get("weight_version")))
     return Reply(out, versions.pop() if len(versions) == 1 else None)
 
 
-def _finish(reason: Any) -> str:
-    if reason not in ("stop", "length"):
-        raise ValueError(f"finish_reason {reason!r} (expected 'stop' or 'length')")
-    return reason
+FINISH_REASONS = {"stop": "stop", "length": "length", "repetition": "repeat"}  # the server's -> kitae's
+UNFINISHED = {  # finish reasons of a choice that is no sample, and what they mean
+    "abort": "aborted the request (e.g. an engine paused with mode 'abort' for a weight update, or shutting down)",
+    "error": "had an internal error generating it (vLLM's retryable request-level error, e.g. a KV-cache load "
+             "failure)",
+}
+
+
+def _finish(reason: Any, index: int, said: Any = None) -> str:
+    """kitae's finish reason for the server's; UnfinishedChoice for a choice the server did not finish, ValueError
+    for a reason no server gives."""
+    if reason in UNFINISHED:
+        detail = f": {str(said)[:200]}" if said else ""
+        raise UnfinishedChoice(f"it {UNFINISHED[reason]} (choice {index}: finish_reason '{reason}'{detail}); "
+                               "asked again")
+    if reason not in FINISH_REASONS:
+        raise ValueError(f"finish_reason {reason!r} (expected {', '.join(map(repr, [*FINISH_REASONS, *UNFINISHED]))})")
+    return FINISH_REASONS[reason]
 
 
 SERVER_APIS.register("openai", ServerApi("/v1/completions", _openai_body, _openai_parse))
@@ -434,6 +461,8 @@ class ServerEngine(HFEngine):
             if exc.status is not None and 400 <= exc.status < 500 and exc.status != 429:
                 raise KitaeError(f"{exc}{_refusal_hint(exc.status)}") from None
             self.mark_down(replica, str(exc).removeprefix(f"rollout server {replica.url}: "))
+        except UnfinishedChoice as exc:
+            self.mark_down(replica, str(exc))
         except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
             self.counters.bad_replies += 1
             self.mark_down(replica, f"unreadable reply: {type(exc).__name__}: {exc}")

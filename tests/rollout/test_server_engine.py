@@ -97,6 +97,40 @@ def test_finish_reason_without_a_stop_string(multi_tok, text, server_reason, max
     assert c.finish_reason == want_reason and c.num_tokens <= max_new
 
 
+def test_vllms_repetition_finish_reason_is_kitaes_repeat(multi_tok):
+    """vLLM (0.17 on) ends a sample its repetition detection caught with finish_reason "repetition": kitae's
+    "repeat" (what the repeat penalty and repeat_rate count), the tokens as the server sent them."""
+    tok, _ = multi_tok
+    with CompletionsServer(default=fixed(tok, "47 ab ab ab", "repetition")) as server:
+        engine = engine_for([server], tok, down_secs=0.2, max_wait=2)
+        group = engine.generate(PROMPTS[:1], 2, SamplingParams(max_new_tokens=40))[0]
+    assert [c.finish_reason for c in group] == ["repeat", "repeat"] and group[0].text == "47 ab ab ab"
+    assert engine.counters.bad_replies == 0 and len(server.completions) == 1
+
+
+@pytest.mark.parametrize("reason, said", [
+    ("abort", "aborted the request"),  # vLLM: a paused engine (pause mode "abort"), a shutdown, an abort call
+    ("error", "an internal error"),  # vLLM 0.11.1 on: a retryable request-level error (a KV-cache load failure)
+])
+def test_an_aborted_or_failed_choice_is_asked_again_elsewhere(multi_tok, reason, said):
+    """A choice vLLM did not finish is no sample: the reply is dropped, the replica marked down with what it said,
+    and the group asked of another replica; it is not an unreadable reply."""
+    tok, _ = multi_tok
+
+    def one_unfinished(body):
+        return reply([choice([5, 6], [-1.0, -1.0], reason if i == 1 else "stop", i) for i in range(body["n"])])
+
+    with CompletionsServer(default=one_unfinished) as a, CompletionsServer(default=fixed(tok, "47")) as b:
+        engine = engine_for([a, b], tok)
+        groups = engine.generate(PROMPTS[:1] * 3, 2, SamplingParams(max_new_tokens=4))
+        stats = engine.take_stats()
+    assert all(c.text == "47" for g in groups for c in g)  # every sample from b
+    assert 1 <= len(a.completions) and stats["rollout/failovers"] == len(a.completions)
+    error = engine.replicas[0].last_error
+    assert f"finish_reason '{reason}'" in error and said in error and "choice 1" in error
+    assert "unreadable" not in error and engine.counters.bad_replies == 0
+
+
 def test_repeat_detection_cuts_a_looping_sample(multi_tok):
     tok, _ = multi_tok
     sp = SamplingParams(max_new_tokens=60, repeat_min_count=4, repeat_max_period=4, repeat_min_span=8)
