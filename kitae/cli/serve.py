@@ -128,10 +128,11 @@ def serve_model(
 ) -> None:
     """Serve a local causal LM: a judge (`type: judge`) or a rollout server (`sampling.engine: server`).
 
-    POST /v1/chat/completions: OpenAI chat, with JSON-schema constrained output.
-    POST /v1/completions: vLLM's; token-id prompts, n, per-token log-probs and token ids.
+    POST /v1/chat/completions: OpenAI chat, with JSON-schema constrained output, logprobs and top_logprobs.
+    POST /v1/completions: vLLM's; token-id prompts, n, per-token log-probs (logprobs k: the k most likely too)
+    and token ids.
     POST /update_weights_from_disk: SGLang's; {"model_path": FOLDER} loads its safetensors.
-    GET /health (with weight_version), GET /v1/models.
+    GET /health (with weight_version), GET /v1/models, GET /v1/models/NAME.
 
     Concurrent requests share one continuously batched decoder (kitae/serving/server.py).
     """

@@ -13,7 +13,9 @@ One scheduler thread does all the batched decoding. Each step it
 
 The pieces are kitae's rollout engine's (kitae/rollout/hf.py): ``sample_next``, stop strings matched on the
 tokens and on the decoded tail (multi-token ``<|im_end|>``), and the log-prob convention of
-kitae/rollout/base.py: log_softmax(logits / T) at the sampled token, before top-k, top-p and the penalty.
+kitae/rollout/base.py: log_softmax(logits / T) at the sampled token, before top-k, top-p and the penalty. A job
+that asks for ``top_logprobs`` k also gets, at each step, the k most likely tokens of that same distribution and
+their log-probs (``Job.alternatives``).
 
 Departures from vLLM and SGLang: no paged attention, the batch's KV cache is one left-padded tensor per layer,
 so a short row beside a long one attends over padding (columns are dropped once no row uses them); prefill is
@@ -127,10 +129,13 @@ class Job:
     n: int
     sampling: SamplingParams
     stop_ids: frozenset[int] = frozenset()
+    top_logprobs: int = 0  # alternatives per token: the k most likely tokens and their log-probs
     version: int | None = None
     admitted_at: int | None = None
     finished_at: int | None = None
     completions: list[Completion] = field(default_factory=list)
+    # with top_logprobs k: per sample, per completion token, the k most likely (token id, log-prob), best first
+    alternatives: list[list[list[tuple[int, float]]]] = field(default_factory=list)
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
     rows: list[_Row] = field(default_factory=list, repr=False)  # its samples, also those that left the batch
@@ -155,6 +160,7 @@ class _Row:
     stops: list[tuple[str, list[int]]]
     tokens: list[int] = field(default_factory=list)
     logps: list[float] = field(default_factory=list)
+    tops: list[list[tuple[int, float]]] = field(default_factory=list)  # per token, with the job's top_logprobs
     finish: str | None = None
 
 
@@ -194,9 +200,10 @@ class BatchScheduler:
 
     # ---- public ---------------------------------------------------------------------------------
     def submit(self, prompt_ids: list[int], n: int, sampling: SamplingParams,
-               stop_ids: frozenset[int] | set[int] = frozenset()) -> Job:
-        """Queue ``n`` samples of ``prompt_ids``; the job joins the batch at the next step it fits in."""
-        job = Job(list(prompt_ids), n, sampling, frozenset(stop_ids))
+               stop_ids: frozenset[int] | set[int] = frozenset(), top_logprobs: int = 0) -> Job:
+        """Queue ``n`` samples of ``prompt_ids``; the job joins the batch at the next step it fits in. With
+        ``top_logprobs`` k, each sampled token comes with the k most likely ones (``Job.alternatives``)."""
+        job = Job(list(prompt_ids), n, sampling, frozenset(stop_ids), top_logprobs)
         with self._cond:
             if self._stopped:
                 raise KitaeError("the batching scheduler is stopped")
@@ -251,10 +258,13 @@ class BatchScheduler:
             self._join(self._prefill(newcomers))
         batch = self._batch
         nxt, logps = self._sample()  # [A], [A]
+        tops = self._alternatives()
         keep, done = [], []
         for j, (row, token, logp) in enumerate(zip(batch.rows, nxt.tolist(), logps.tolist())):
             row.tokens.append(token)
             row.logps.append(logp)
+            if j in tops:
+                row.tops.append(tops[j])
             row.finish = self._finish_reason(row)
             if row.finish is None:
                 keep.append(j)
@@ -282,6 +292,7 @@ class BatchScheduler:
                        completion_ids=r.tokens, logprobs=r.logps, finish_reason=r.finish or "length")
             for r in job.rows
         ]
+        job.alternatives = [r.tops for r in job.rows] if job.top_logprobs else []
         job.rows = []
         job.finished_at = self.steps
         self.gate.leave()
@@ -363,6 +374,26 @@ class BatchScheduler:
             if row.seen is not None:
                 row.seen[token] = True
         return nxt, logps
+
+    def _alternatives(self) -> dict[int, list[tuple[int, float]]]:
+        """Row -> its job's ``top_logprobs`` most likely next tokens and their log-probs, best first, for the
+        rows whose job asks: the distribution :func:`sample_next` gives the sampled token's log-prob,
+        log_softmax(logits / T) (T = 1 when greedy), before top-k, top-p and the repetition penalty."""
+        batch = self._batch
+        asking = [j for j, row in enumerate(batch.rows) if row.job.top_logprobs]
+        if not asking:
+            return {}
+        at = torch.tensor(asking, device=batch.logits.device)
+        temps = torch.tensor([batch.rows[j].job.sampling.temperature or 1.0 for j in asking],
+                             device=batch.logits.device)  # [R]
+        logp = torch.log_softmax(batch.logits[at] / temps[:, None], dim=-1)  # [R, V]
+        k = min(max(batch.rows[j].job.top_logprobs for j in asking), logp.shape[-1])
+        best = torch.topk(logp, k, dim=-1)  # values, indices [R, k]
+        out = {}
+        for j, ids, values in zip(asking, best.indices.tolist(), best.values.tolist()):
+            wanted = batch.rows[j].job.top_logprobs
+            out[j] = list(zip(ids[:wanted], values[:wanted]))
+        return out
 
     def _select(self, keep: list[int]) -> None:
         """Keep rows ``keep`` (their cache rows too); drop the left columns no row uses any more."""

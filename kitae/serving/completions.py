@@ -17,15 +17,20 @@ The reply (vLLM's shape, plus ``weight_version``: the weights that sampled every
 
     {"id", "object": "text_completion", "created", "model", "weight_version",
      "choices": [{"index", "text", "finish_reason": "stop" | "length", "stop_reason": null,
-                  "logprobs": {"tokens": ["token_id:17", ...], "token_logprobs": [...], "top_logprobs": null,
+                  "logprobs": {"tokens": ["token_id:17", ...], "token_logprobs": [...],
+                               "top_logprobs": [{"token_id:17": -0.4, "token_id:9": -1.6, ...}, ...],
                                "text_offset": [...]}}],
      "usage": {"prompt_tokens", "completion_tokens", "total_tokens"}}
 
-``logprobs`` (0, or null for none) gives each sampled token's log-prob, log_softmax(logits / T) before top-k,
-top-p and the penalty (kitae/rollout/base.py; vLLM's ``--logprobs-mode processed_logprobs`` is the closest), -inf
-written as -9999.0 as vLLM does; alternatives (``logprobs`` > 0) are refused. The tokens are the completion's
-up to the stop string's last token; ``text`` keeps the stop string only with ``include_stop_str_in_output``
-(vLLM's default is false; kitae's engine sends true).
+``logprobs`` k (0 to 20, vLLM's default ``--max-logprobs``; null for none) gives each sampled token's log-prob
+and, in ``top_logprobs`` (a list with one object per token, vLLM's CompletionLogProbs), the sampled token and the
+k most likely ones at that position: k or k + 1 entries, the sampled one first, as in vLLM and OpenAI's legacy
+completions. Every log-prob is of one distribution, log_softmax(logits / T) (T = 1 when greedy), before top-k,
+top-p and the penalty (kitae/rollout/base.py). vLLM returns the raw model's log-probs by default
+(``--logprobs-mode raw_logprobs``, before temperature) and after every processor, top-k and top-p included,
+with ``processed_logprobs``; at temperature 1 without top-k and top-p, all three agree. -inf is written as
+-9999.0 as vLLM does. The tokens are the completion's up to the stop string's last token; ``text`` keeps the
+stop string only with ``include_stop_str_in_output`` (vLLM's default is false; kitae's engine sends true).
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ IGNORED_FIELDS = {"user", "stream_options", "priority", "request_id", "metadata"
 MAX_N = 256
 MAX_STOP_TOKEN_IDS = 64
 MIN_LOGPROB = -9999.0  # vLLM's stand-in for -inf, which JSON cannot carry
+MAX_LOGPROBS = 20  # alternatives per token at most: vLLM's default --max-logprobs
 
 
 @dataclass
@@ -67,7 +73,7 @@ class CompletionRequest:
     stop_token_ids: list[int] = field(default_factory=list)
     include_stop: bool = False
     skip_special_tokens: bool = True
-    logprobs: bool = False
+    logprobs: int | None = None  # None: no log-probs; k: the sampled token's and the k most likely ones'
     token_ids_out: bool = False
     repetition_penalty: float = 1.0
     ignore_eos: bool = False
@@ -138,44 +144,70 @@ def _flag(body: dict[str, Any], key: str, default: bool) -> bool:
     return value
 
 
-def _logprobs(value: Any) -> bool:
+def _logprobs(value: Any) -> int | None:
     if value is None:
-        return False
-    if isinstance(value, bool) or not isinstance(value, int) or value != 0:
-        raise check.bad(f"logprobs must be 0 (the sampled token's log-prob) or null; kitae serve model does not "
-                        f"return alternatives, got {value!r}"[:200], "logprobs")
-    return True
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LOGPROBS:
+        raise check.bad(f"logprobs must be an integer from 0 (the sampled token's log-prob) to {MAX_LOGPROBS} (and "
+                        f"that many most likely tokens' at each position), or null; got {value!r}"[:200], "logprobs")
+    return value
 
 
 # ---- the reply -------------------------------------------------------------------------------------------
 def completion_reply(req: CompletionRequest, completions: list[Completion], tokenizer: Any, name: str,
-                     version: int, stop_ids: set[int] | frozenset[int]) -> dict[str, Any]:
+                     version: int, stop_ids: set[int] | frozenset[int],
+                     alternatives: list[list[list[tuple[int, float]]]] | None = None) -> dict[str, Any]:
+    """vLLM's reply; ``alternatives``: per completion, per token, the most likely (token id, log-prob)."""
     prompt = len(completions[0].prompt_ids) if completions else 0
     done = sum(c.num_tokens for c in completions)
+    alternatives = alternatives or [None] * len(completions)
     return {
         "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()), "model": name,
         "weight_version": version,
-        "choices": [_choice(i, c, req, tokenizer, stop_ids) for i, c in enumerate(completions)],
+        "choices": [_choice(i, c, alts, req, tokenizer, stop_ids)
+                    for i, (c, alts) in enumerate(zip(completions, alternatives))],
         "usage": {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done},
     }
 
 
-def _choice(index: int, c: Completion, req: CompletionRequest, tokenizer: Any, stop_ids: Any) -> dict[str, Any]:
+def _choice(index: int, c: Completion, alternatives: list[list[tuple[int, float]]] | None,
+            req: CompletionRequest, tokenizer: Any, stop_ids: Any) -> dict[str, Any]:
     finish = "stop" if c.finish_reason == "stop" else "length"
     choice = {"index": index, "text": choice_text(c, req, tokenizer, stop_ids), "finish_reason": finish,
               "stop_reason": None, "logprobs": None}
-    if req.logprobs:
-        pieces = tokenizer.batch_decode([[t] for t in c.completion_ids], skip_special_tokens=False)
-        offsets, at = [], 0
-        for piece in pieces:
-            offsets.append(at)
-            at += len(piece)
-        choice["logprobs"] = {
-            "tokens": [f"token_id:{t}" for t in c.completion_ids] if req.token_ids_out else pieces,
-            "token_logprobs": [max(lp, MIN_LOGPROB) for lp in c.logprobs],
-            "top_logprobs": None, "text_offset": offsets,
-        }
+    if req.logprobs is not None:
+        choice["logprobs"] = _logprobs_object(c, alternatives or [[] for _ in c.completion_ids], req, tokenizer)
     return choice
+
+
+def _logprobs_object(c: Completion, alternatives: list[list[tuple[int, float]]], req: CompletionRequest,
+                     tokenizer: Any) -> dict[str, Any]:
+    """vLLM's CompletionLogProbs: per token its name, its log-prob, ``{name: log-prob}`` of the sampled token and
+    the most likely ones (sampled first, each token once), and where its text starts."""
+    ids = sorted({*c.completion_ids, *(t for alts in alternatives for t, _ in alts)})
+    if req.token_ids_out:
+        names = {t: f"token_id:{t}" for t in ids}
+    else:
+        names = dict(zip(ids, token_pieces(tokenizer, ids)))
+    pieces = token_pieces(tokenizer, c.completion_ids)
+    offsets, at = [], 0
+    for piece in pieces:
+        offsets.append(at)
+        at += len(piece)
+    top = []
+    for token, logp, alts in zip(c.completion_ids, c.logprobs, alternatives):
+        entry = {names[token]: max(logp, MIN_LOGPROB)}
+        for t, lp in alts:
+            entry.setdefault(names[t], max(lp, MIN_LOGPROB))
+        top.append(entry)
+    return {"tokens": [names[t] for t in c.completion_ids],
+            "token_logprobs": [max(lp, MIN_LOGPROB) for lp in c.logprobs], "top_logprobs": top,
+            "text_offset": offsets}
+
+
+def token_pieces(tokenizer: Any, ids: list[int]) -> list[str]:
+    """Each token's own text, special tokens included (a piece of a multi-byte character decodes to U+FFFD)."""
+    return tokenizer.batch_decode([[t] for t in ids], skip_special_tokens=False)
 
 
 def choice_text(c: Completion, req: CompletionRequest, tokenizer: Any, stop_ids: Any) -> str:

@@ -3,10 +3,13 @@ http.server, loopback by default): a local judge, and a rollout server for kitae
 
     GET  /health                {"status": "ok", "model": NAME, "weight_version": V}
     GET  /v1/models             {"object": "list", "data": [{"id": NAME, "object": "model", "max_model_len": N}]}
+    GET  /v1/models/NAME        that model object (OpenAI's retrieve; another name is a 404)
     POST /v1/chat/completions   {"model": NAME, "messages": [...], "temperature", "top_p", "max_tokens"
-                                 (or "max_completion_tokens"), "n", "stop", "seed", "response_format"}
+                                 (or "max_completion_tokens"), "n", "stop", "seed", "response_format",
+                                 "logprobs", "top_logprobs"}
                                 -> {"object": "chat.completion", "choices": [{"message": {"role": "assistant",
-                                    "content": ...}, "finish_reason": "stop" | "length"}],
+                                    "content": ...}, "logprobs": null | {"content": [...]},
+                                    "finish_reason": "stop" | "length"}],
                                     "usage": {"prompt_tokens", "completion_tokens", "total_tokens"}}
     POST /v1/completions        vLLM's, with token-id prompts, ``n``, per-token log-probs and token ids, and
                                 the weight version that sampled them (kitae/serving/completions.py)
@@ -24,7 +27,15 @@ engine's (kitae/rollout/hf.py), and the content stops before ``<|im_start|>``, `
 ``<|endoftext|>``, any other special token of the tokenizer, or a ``stop`` string (no control-token text
 reaches a client). Defaults follow OpenAI: temperature 1, top_p 1; ``max_tokens`` defaults to ``--max-tokens``
 (512), capped by the context left. Sample ``i`` of a request with a seed is seeded ``seed + i``, the same alone
-or batched with other requests.
+or batched with other requests. A message's role is one of :data:`CHAT_ROLES` (OpenAI's), given to the chat
+template as it is.
+
+``logprobs: true`` (and ``top_logprobs`` k, 0 to 20) gives ``choices[i].logprobs.content``: per completion token
+(the tokens ``usage`` counts, the end-of-turn token included, as vLLM) ``{"token", "logprob", "bytes",
+"top_logprobs": [{"token", "logprob", "bytes"}]}``, the k most likely tokens best first, every log-prob of the
+sampling distribution before top-p, log_softmax(logits / T) (kitae/serving/completions.py says how that stands
+to vLLM's). ``bytes`` is the UTF-8 of the token's text as vLLM gives it (a piece of a multi-byte character reads
+as U+FFFD). Not with constrained JSON decoding (a 400).
 
 ``response_format``:
     {"type": "json_schema", "json_schema": {"schema": ...}}  constrained decoding (kitae/serving/constrained.py),
@@ -53,6 +64,7 @@ import uuid
 from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 from typing import Any
+from urllib.parse import unquote
 
 import jsonschema
 
@@ -61,7 +73,8 @@ from kitae.rollout.base import SamplingParams
 from kitae.rollout.hf import HFEngine
 from kitae.http import requests as check
 from kitae.serving.batching import BatchScheduler, WeightGate
-from kitae.serving.completions import CompletionRequest, completion_reply, parse_completion
+from kitae.serving.completions import (MAX_LOGPROBS, MIN_LOGPROB, CompletionRequest, completion_reply,
+                                       parse_completion, token_pieces)
 from kitae.serving.constrained import ConstrainedDecoder, supported
 from kitae.http.server import HttpLimits, json_server
 from kitae.http.requests import SEED_MAX, SEED_MIN, RequestError, cut_at_markers
@@ -69,9 +82,9 @@ from kitae.serving.weights import LOAD_FORMATS, apply_reload, plan_reload
 
 
 KNOWN_FIELDS = {"model", "messages", "temperature", "top_p", "max_tokens", "max_completion_tokens", "n", "stop",
-                "seed", "response_format"}
+                "seed", "response_format", "logprobs", "top_logprobs"}
 NEUTRAL_FIELDS = {  # accepted with these values (they change nothing), refused with any other
-    "stream": (False,), "logprobs": (False,), "top_logprobs": (0,), "tools": ([],), "functions": ([],),
+    "stream": (False,), "tools": ([],), "functions": ([],),
     "tool_choice": ("none", "auto"), "presence_penalty": (0,), "frequency_penalty": (0,), "logit_bias": ({},),
     "chat_template_kwargs": ({},),
 }
@@ -80,6 +93,8 @@ RELOAD_FIELDS = {"model_path", "load_format", "weight_version"}
 POST_PATHS = ("/v1/completions", "/v1/chat/completions", RELOAD_PATH)
 IGNORED_FIELDS = {"user", "metadata", "store", "service_tier", "parallel_tool_calls", "stream_options",
                   "reasoning_effort"}  # bookkeeping, or no effect on a model without a reasoning mode
+CHAT_ROLES = ("system", "user", "assistant", "tool", "developer")  # OpenAI's message roles
+MODELS_PATH = "/v1/models"
 
 
 class ApiError(RequestError):
@@ -107,6 +122,8 @@ class ChatRequest:
     seed: int | None = None
     format: str = "text"  # text | json_object | json_schema
     schema: dict[str, Any] | None = None
+    logprobs: bool = False
+    top_logprobs: int = 0  # the most likely tokens per position, with logprobs
 
 
 def parse_request(body: Any, max_n: int = 16, max_context: int = 1 << 20,
@@ -116,6 +133,7 @@ def parse_request(body: Any, max_n: int = 16, max_context: int = 1 << 20,
     body = check.require_object(body)
     check.check_fields(body, KNOWN_FIELDS, NEUTRAL_FIELDS, IGNORED_FIELDS, "kitae serve model")
     req = ChatRequest(messages=check.messages(body.get("messages"), "messages", max_prompt_chars, "--max-context"))
+    _check_roles(req.messages)
     req.temperature = check.number(body, "temperature", 1.0, 0.0, 2.0)
     req.top_p = check.number(body, "top_p", 1.0, 0.0, 1.0)
     key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
@@ -124,7 +142,30 @@ def parse_request(body: Any, max_n: int = 16, max_context: int = 1 << 20,
     req.stop = check.stop_strings(body.get("stop"))
     req.seed = check.integer(body, "seed", None, SEED_MIN, SEED_MAX)
     req.format, req.schema = _response_format(body.get("response_format"))
+    req.logprobs, req.top_logprobs = _chat_logprobs_fields(body, req)
     return req
+
+
+def _check_roles(messages: list[dict[str, str]]) -> None:
+    for i, m in enumerate(messages):
+        if m["role"] not in CHAT_ROLES:
+            raise ApiError(400, f"messages[{i}].role must be one of {', '.join(CHAT_ROLES)}; got {m['role'][:40]!r}",
+                           f"messages[{i}].role")
+
+
+def _chat_logprobs_fields(body: dict[str, Any], req: ChatRequest) -> tuple[bool, int]:
+    """OpenAI's ``logprobs`` (true or false) and ``top_logprobs`` (0 to 20, only with ``logprobs: true``)."""
+    logprobs = body.get("logprobs")
+    if logprobs is not None and not isinstance(logprobs, bool):
+        raise ApiError(400, f"logprobs must be true or false, got {str(logprobs)[:40]!r}", "logprobs")
+    top = check.integer(body, "top_logprobs", 0, 0, MAX_LOGPROBS)
+    if top and not logprobs:
+        raise ApiError(400, "top_logprobs needs logprobs: true (as in OpenAI's and vLLM's chat API)", "top_logprobs")
+    if logprobs and req.format == "json_schema" and supported(req.schema):
+        raise ApiError(400, "log-probs are not returned with constrained JSON decoding (this response_format "
+                       "json_schema is decoded by its grammar); leave out logprobs, or ask for json_object",
+                       "logprobs")
+    return bool(logprobs), top
 
 
 def _response_format(value: Any) -> tuple[str, dict[str, Any] | None]:
@@ -154,6 +195,9 @@ class Choice:
     text: str
     finish_reason: str
     tokens: int
+    token_ids: list[int] = field(default_factory=list)  # sampled through the batch: the tokens, and
+    logprobs: list[float] = field(default_factory=list)  # their log-probs,
+    alternatives: list[list[tuple[int, float]]] | None = None  # and with top_logprobs, the most likely ones
 
 
 class ChatService:
@@ -191,11 +235,21 @@ class ChatService:
     def handle_get(self, path: str) -> Any:
         if path == "/health":
             return {"status": "ok", "model": self.name, "weight_version": self.gate.version}
-        if path == "/v1/models":
-            return {"object": "list", "data": [{"id": self.name, "object": "model", "created": 0,
-                                                "owned_by": "kitae", "max_model_len": self.max_context}]}
-        raise ApiError(404, f"no endpoint GET {path} (this server has /health and /v1/models)",
-                       kind="not_found_error")
+        if path == MODELS_PATH:
+            return {"object": "list", "data": [self.model_card()]}
+        if path.startswith(MODELS_PATH + "/"):  # OpenAI's retrieve; an id may hold "/" (org/name), or be encoded
+            wanted = unquote(path.removeprefix(MODELS_PATH + "/"))
+            if wanted != self.name:
+                raise ApiError(404, f"the model '{wanted[:200]}' does not exist; this server serves '{self.name}'",
+                               "model", "not_found_error")
+            return self.model_card()
+        raise ApiError(404, f"no endpoint GET {path} (this server has /health, /v1/models and /v1/models/"
+                       f"{self.name})", kind="not_found_error")
+
+    def model_card(self) -> dict[str, Any]:
+        """The served model as OpenAI's model object, with vLLM's ``max_model_len``."""
+        return {"id": self.name, "object": "model", "created": 0, "owned_by": "kitae",
+                "max_model_len": self.max_context}
 
     def handle_post(self, path: str, body: Any) -> Any:
         if path not in POST_PATHS:
@@ -221,9 +275,10 @@ class ChatService:
                             repetition_penalty=req.repetition_penalty, max_new_tokens=max_tokens, stop=req.stop,
                             seed=req.seed)
         stop_ids = set(req.stop_token_ids) | (set() if req.ignore_eos else self.eos_ids)
-        job = self.scheduler.submit(prompt_ids, req.n, sp, stop_ids)
+        job = self.scheduler.submit(prompt_ids, req.n, sp, stop_ids, top_logprobs=req.logprobs or 0)
         completions = job.wait()
-        return completion_reply(req, completions, self.engine.tokenizer, self.name, job.version, stop_ids)
+        return completion_reply(req, completions, self.engine.tokenizer, self.name, job.version, stop_ids,
+                                job.alternatives)
 
     def _room(self, prompt_ids: list[int], max_tokens: int | None, param: str) -> int:
         """``max_tokens``, else the default, capped by the context the prompt leaves; 400 when it does not fit."""
@@ -272,6 +327,7 @@ class ChatService:
             "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
             "model": self.name,
             "choices": [{"index": i, "message": {"role": "assistant", "content": c.text},
+                         "logprobs": chat_logprobs(c, self.engine.tokenizer) if req.logprobs else None,
                          "finish_reason": c.finish_reason} for i, c in enumerate(choices)],
             "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": done,
                       "total_tokens": len(prompt_ids) + done},
@@ -284,16 +340,17 @@ class ChatService:
 
     def _plain(self, req: ChatRequest, prompt_ids: list[int], max_tokens: int, n: int) -> list[Choice]:
         """``n`` samples through the batching scheduler (sample ``i`` seeded ``seed + i``)."""
-        completions = self.scheduler.submit(prompt_ids, n, self._sampling(req, max_tokens)).wait()
+        job = self.scheduler.submit(prompt_ids, n, self._sampling(req, max_tokens), top_logprobs=req.top_logprobs)
+        completions = job.wait()
         out = []
-        for c in completions:
+        for c, alternatives in zip(completions, job.alternatives or [None] * len(completions)):
             text, marked = cut_at_markers(c.text, self.markers)  # no control token text reaches the client
             for s in req.stop:  # the engine keeps the stop string; OpenAI does not
                 if not marked and c.finish_reason == "stop" and text.endswith(s):
                     text = text[: -len(s)]
                     break
             finish = "stop" if marked or c.finish_reason != "length" else "length"
-            out.append(Choice(text, finish, c.num_tokens))
+            out.append(Choice(text, finish, c.num_tokens, c.completion_ids, c.logprobs, alternatives))
         return out
 
     def _choice(self, req: ChatRequest, prompt_ids: list[int], max_tokens: int, index: int) -> Choice:
@@ -325,6 +382,20 @@ class ChatService:
         if req.schema is None:
             return isinstance(value, dict)
         return jsonschema.validators.validator_for(req.schema)(req.schema).is_valid(value)
+
+
+def chat_logprobs(choice: Choice, tokenizer: Any) -> dict[str, Any]:
+    """OpenAI's ``choices[i].logprobs``: per token its text, log-prob and UTF-8 bytes, and the most likely tokens."""
+    alternatives = choice.alternatives or [[] for _ in choice.token_ids]
+    ids = sorted({*choice.token_ids, *(t for alts in alternatives for t, _ in alts)})
+    names = dict(zip(ids, token_pieces(tokenizer, ids)))
+
+    def entry(token: int, logp: float) -> dict[str, Any]:
+        name = names[token]
+        return {"token": name, "logprob": max(logp, MIN_LOGPROB), "bytes": list(name.encode("utf-8", "replace"))}
+
+    return {"content": [{**entry(t, lp), "top_logprobs": [entry(a, alp) for a, alp in alts]}
+                        for t, lp, alts in zip(choice.token_ids, choice.logprobs, alternatives)]}
 
 
 def longest_token_chars(tokenizer: Any) -> int:

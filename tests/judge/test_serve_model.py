@@ -46,6 +46,75 @@ def test_models_and_health(served):
     assert httpx.get(url + "/health").json() == {"status": "ok", "model": "tiny", "weight_version": 0}
 
 
+def test_a_model_is_retrieved_by_its_id(served):
+    """OpenAI's GET /v1/models/{model}: the served model's object, the one /v1/models lists; 404 for others."""
+    _, url = served
+    reply = httpx.get(url + "/v1/models/tiny")
+    assert reply.status_code == 200 and reply.json() == httpx.get(url + "/v1/models").json()["data"][0]
+    for other in ("gpt-4o", "tiny2", "org%2Ftiny", ""):
+        missing = httpx.get(url + "/v1/models/" + other)
+        assert missing.status_code == 404, other
+        error = missing.json()["error"]
+        assert error["type"] == "not_found_error" and error["param"] == "model" and "'tiny'" in error["message"]
+
+
+def test_a_model_id_with_a_slash_is_retrieved(random_lm):
+    service = load_service(random_lm, name="org/tiny-7b")
+    try:
+        assert service.handle_get("/v1/models/org/tiny-7b")["id"] == "org/tiny-7b"
+        assert service.handle_get("/v1/models/org%2Ftiny-7b")["id"] == "org/tiny-7b"  # the id URL-encoded
+    finally:
+        service.close()
+
+
+def test_chat_logprobs_are_the_top_k_of_the_sampling_distribution(served):
+    """``logprobs: true, top_logprobs: k``: choices[].logprobs.content, one entry per completion token (the
+    tokens usage counts), each with its log-prob, its UTF-8 bytes and the k most likely tokens, best first, as a
+    forward pass over the same tokens gives them."""
+    import torch
+
+    service, url = served
+    body = {"messages": MSG, "temperature": 0, "max_tokens": 6, "logprobs": True, "top_logprobs": 3}
+    reply = post(url, body)
+    assert reply.status_code == 200, reply.text
+    choice = reply.json()["choices"][0]
+    content = choice["logprobs"]["content"]
+    assert len(content) == reply.json()["usage"]["completion_tokens"]
+    prompt = service.engine.encode_prompt(MSG)
+    [[own]] = service.engine.generate_tokens([prompt], 1, SamplingParams(temperature=0, max_new_tokens=6,
+                                                                        stop=service.markers))
+    tok = service.engine.tokenizer
+    assert [c["token"] for c in content] == [tok.decode([t]) for t in own.completion_ids]
+    with torch.no_grad():
+        logits = service.engine.model(torch.tensor([prompt + own.completion_ids])).logits[0].float()
+    dist = torch.log_softmax(logits, dim=-1)[len(prompt) - 1 : -1]  # [C, V]
+    for at, entry in enumerate(content):
+        assert entry["bytes"] == list(entry["token"].encode("utf-8"))
+        assert abs(entry["logprob"] - dist[at, own.completion_ids[at]].item()) < 1e-4
+        best = torch.topk(dist[at], 3)
+        assert [t["token"] for t in entry["top_logprobs"]] == [tok.decode([i]) for i in best.indices.tolist()]
+        assert max(abs(t["logprob"] - v) for t, v in zip(entry["top_logprobs"], best.values.tolist())) < 1e-4
+        assert all(t["bytes"] == list(t["token"].encode("utf-8")) for t in entry["top_logprobs"])
+        assert entry["top_logprobs"][0]["token"] == entry["token"]  # greedy: the sampled one is the best
+
+
+def test_chat_logprobs_without_alternatives(served):
+    _, url = served
+    reply = post(url, {"messages": MSG, "temperature": 1.0, "seed": 4, "max_tokens": 4, "n": 2,
+                       "logprobs": True}).json()
+    for choice in reply["choices"]:
+        content = choice["logprobs"]["content"]
+        assert content and all(c["top_logprobs"] == [] and c["logprob"] <= 0 for c in content)
+    plain = post(url, {"messages": MSG, "max_tokens": 2}).json()
+    assert plain["choices"][0]["logprobs"] is None
+
+
+@pytest.mark.parametrize("role", ["system", "user", "assistant", "tool", "developer"])
+def test_the_chat_roles_are_accepted(served, role):
+    reply = post(served[1], {"messages": [{"role": role, "content": "hi"}, *MSG], "max_tokens": 2})
+    assert reply.status_code == 200, reply.text
+
+
 def test_plain_completion_matches_the_engine(served):
     service, url = served
     reply = post(url, {"model": "tiny", "messages": MSG, "temperature": 0, "max_tokens": 6}).json()
@@ -146,7 +215,14 @@ def test_sampled_replies_are_checked(text, fmt, valid):
         ({"messages": MSG, "logit_bias": {"5": 100}}, 400, "logit_bias"),
         ({"messages": MSG, "top_k": 5}, 400, "top_k"),
         ({"messages": MSG, "chat_template_kwargs": {"enable_thinking": False}}, 400, "chat_template_kwargs"),
-        ({"messages": MSG, "logprobs": True}, 400, "logprobs"),
+        ({"messages": MSG, "logprobs": "yes"}, 400, "logprobs"),
+        ({"messages": MSG, "logprobs": True, "top_logprobs": 21}, 400, "top_logprobs"),  # vLLM's max_logprobs
+        ({"messages": MSG, "logprobs": True, "top_logprobs": -1}, 400, "top_logprobs"),
+        ({"messages": MSG, "top_logprobs": 2}, 400, "top_logprobs"),  # without logprobs: true
+        ({"messages": MSG, "logprobs": True, "response_format": {"type": "json_schema", "json_schema": {
+            "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}}}, 400, "logprobs"),
+        ({"messages": [{"role": "robot", "content": "x"}]}, 400, "messages[0].role"),
+        ({"messages": [*MSG, {"role": "User", "content": "x"}]}, 400, "messages[1].role"),
         ({"messages": MSG, "tools": [{"type": "function"}]}, 400, "tools"),
     ],
 )
@@ -172,6 +248,12 @@ def test_an_unsupported_field_is_named_with_the_supported_ones(served):
     error = post(served[1], {"messages": MSG, "presence_penalty": 1, "top_k": 3}).json()["error"]
     assert error["message"].startswith("kitae serve model does not support presence_penalty, top_k; remove them")
     assert "temperature" in error["message"] and error["type"] == "invalid_request_error"
+
+
+def test_an_unknown_role_is_named_with_the_allowed_ones(served):
+    error = post(served[1], {"messages": [{"role": "robot", "content": "x"}]}).json()["error"]
+    assert "'robot'" in error["message"]
+    assert all(role in error["message"] for role in ("system", "user", "assistant", "tool", "developer"))
 
 
 def test_an_oversize_prompt_is_refused_by_its_characters(served):

@@ -26,7 +26,8 @@ def choice(token_ids: list[int], logprobs: list[float], finish: str = "stop", in
     """One choice of a completions reply, vLLM-shaped."""
     return {"index": index, "text": "", "finish_reason": finish,
             "logprobs": {"tokens": [f"token_id:{t}" for t in token_ids], "token_logprobs": logprobs,
-                         "top_logprobs": None, "text_offset": [0] * len(token_ids)}}
+                         "top_logprobs": [{f"token_id:{t}": lp} for t, lp in zip(token_ids, logprobs)],
+                         "text_offset": [0] * len(token_ids)}}
 
 
 def reply(choices: list[dict], weight_version: int | None = 0) -> dict:

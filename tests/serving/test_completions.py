@@ -68,11 +68,16 @@ def tokens_of(choice: dict) -> list[int]:
     return [int(t.removeprefix("token_id:")) for t in choice["logprobs"]["tokens"]]
 
 
-def forward_logprobs(model, prompt: list[int], tokens: list[int], temperature: float) -> torch.Tensor:
-    """log_softmax(logits / T) at each token of the completion, from one forward pass."""
+def forward_distributions(model, prompt: list[int], tokens: list[int], temperature: float) -> torch.Tensor:
+    """log_softmax(logits / T) over the vocabulary at each position of the completion, from one forward pass."""
     with torch.no_grad():
         logits = model(torch.tensor([prompt + tokens])).logits[0].float()  # [P + C, V]
-    logp = torch.log_softmax(logits / (temperature or 1.0), dim=-1)[len(prompt) - 1 : -1]  # [C, V]
+    return torch.log_softmax(logits / (temperature or 1.0), dim=-1)[len(prompt) - 1 : -1]  # [C, V]
+
+
+def forward_logprobs(model, prompt: list[int], tokens: list[int], temperature: float) -> torch.Tensor:
+    """log_softmax(logits / T) at each token of the completion, from one forward pass."""
+    logp = forward_distributions(model, prompt, tokens, temperature)  # [C, V]
     return logp.gather(-1, torch.tensor(tokens)[:, None]).squeeze(-1)  # [C]
 
 
@@ -88,7 +93,9 @@ def test_a_rollout_request_gets_token_ids_and_logprobs(served):
     tok = service.engine.tokenizer
     for choice in reply["choices"]:
         tokens, logprobs = tokens_of(choice), choice["logprobs"]["token_logprobs"]
-        assert 0 < len(tokens) == len(logprobs) <= 10 and choice["logprobs"]["top_logprobs"] is None
+        assert 0 < len(tokens) == len(logprobs) <= 10
+        # vLLM's CompletionLogProbs: top_logprobs is a list, with logprobs 0 the sampled token alone per position
+        assert choice["logprobs"]["top_logprobs"] == [{f"token_id:{t}": lp} for t, lp in zip(tokens, logprobs)]
         stopped = tokens[-1] in stop_ids or choice["text"].endswith(("<|im_end|>", "<|endoftext|>"))
         assert choice["finish_reason"] == ("stop" if stopped else "length") and (stopped or len(tokens) == 10)
         assert choice["text"] == tok.decode(tokens)  # the stop string kept, nothing after it
@@ -114,6 +121,40 @@ def test_a_text_prompt_is_the_same_as_its_token_ids(served):
     assert by_text["usage"] == by_ids["usage"]
     plain = complete(url, {"prompt": [text], "temperature": 0, "max_tokens": 6, "add_special_tokens": False}).json()
     assert plain["choices"][0]["text"] == by_text["choices"][0]["text"] and plain["choices"][0]["logprobs"] is None
+
+
+@pytest.mark.parametrize("temperature", [0, 0.7])
+def test_logprobs_k_gives_the_top_k_of_the_sampling_distribution(served, temperature):
+    """OpenAI's legacy ``logprobs: k``: at each position the sampled token and the k most likely ones (k or k + 1
+    entries), their log-probs those of the forward pass under log_softmax(logits / T), the sampled token's the
+    one in token_logprobs."""
+    service, url = served
+    prompt, k = ids_of(service), 5
+    body = rollout_body(prompt, n=2, max_tokens=8, temperature=temperature, logprobs=k, top_k=-1)
+    reply = complete(url, body)
+    assert reply.status_code == 200, reply.text
+    for choice in reply.json()["choices"]:
+        tokens, lp = tokens_of(choice), choice["logprobs"]
+        dist = forward_distributions(service.engine.model, prompt, tokens, temperature)  # [C, V]
+        assert len(lp["top_logprobs"]) == len(tokens)
+        for at, (token, top) in enumerate(zip(tokens, lp["top_logprobs"])):
+            best = torch.topk(dist[at], k)
+            want = {f"token_id:{i}": v for i, v in zip(best.indices.tolist(), best.values.tolist())}
+            want.setdefault(f"token_id:{token}", dist[at, token].item())
+            assert top.keys() == want.keys() and len(top) in (k, k + 1)
+            assert max(abs(top[key] - want[key]) for key in want) < 1e-4
+            assert top[f"token_id:{token}"] == lp["token_logprobs"][at]
+            if temperature == 0:  # greedy: the sampled token is the most likely one
+                assert len(top) == k and token == best.indices[0].item()
+
+
+def test_logprobs_k_names_tokens_by_text_without_token_ids(served):
+    service, url = served
+    reply = complete(url, {"prompt": ids_of(service), "temperature": 0, "max_tokens": 4, "logprobs": 3}).json()
+    lp = reply["choices"][0]["logprobs"]
+    for token, top in zip(lp["tokens"], lp["top_logprobs"]):
+        assert token in top and not any(key.startswith("token_id:") for key in top)
+        assert top[token] == max(top.values())  # greedy
 
 
 def test_stop_strings_are_kept_only_when_asked(served):
@@ -163,8 +204,10 @@ def test_chat_and_completions_share_the_batch(served):
     ({"presence_penalty": 0.5}, "presence_penalty"),  # would change the samples: not silently ignored
     ({"frequency_penalty": 1}, "frequency_penalty"),
     ({"logit_bias": {"5": 10}}, "logit_bias"),
-    ({"logprobs": 5}, "logprobs"),  # alternatives are not returned
+    ({"logprobs": 21}, "logprobs"),  # past vLLM's default max_logprobs (20)
+    ({"logprobs": -1}, "logprobs"),  # vLLM's "the whole vocabulary" needs --max-logprobs -1 there
     ({"logprobs": True}, "logprobs"),
+    ({"logprobs": 1.5}, "logprobs"),
     ({"echo": True}, "echo"),
     ({"stream": True}, "stream"),
     ({"best_of": 4}, "best_of"),
