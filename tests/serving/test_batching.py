@@ -184,6 +184,30 @@ def test_logprobs_equal_a_full_forward_pass(scheduler, engine):
             assert (want - torch.tensor(c.logprobs)).abs().max().item() < 1e-4
 
 
+def test_alternatives_are_each_rows_own_top_k_beside_rows_without(scheduler, engine):
+    """A job asking for top_logprobs beside jobs that do not (other temperatures, other prompts, leaving at other
+    steps): its alternatives are the k most likely tokens of its own log_softmax(logits / T), the others get none
+    and sample what they sample alone."""
+    plain = [sp(temperature=0.7, seed=2, max_new_tokens=40, stop=[]), sp(temperature=0, max_new_tokens=5)]
+    alone = [scheduler.submit(prompts(engine)[i], 2, s).wait() for i, s in enumerate(plain)]
+    jobs = [scheduler.submit(prompts(engine)[i], 2, s) for i, s in enumerate(plain)]
+    asking = submit_beside(scheduler, jobs[0], prompts(engine)[2], 2, sp(temperature=1.5, seed=9, max_new_tokens=12),
+                           top_logprobs=4)
+    for job, want in zip(jobs, alone):
+        assert [c.completion_ids for c in job.wait()] == [c.completion_ids for c in want] and job.alternatives == []
+    assert asking.admitted_at < jobs[0].finished_at  # they shared the batch
+    for c, alternatives in zip(asking.wait(), asking.alternatives):
+        ids = torch.tensor([c.prompt_ids + c.completion_ids])  # [1, P + C]
+        with torch.no_grad():
+            logits = engine.model(ids).logits[0].float()  # [P + C, V]
+        logp = torch.log_softmax(logits / 1.5, dim=-1)[len(c.prompt_ids) - 1 : -1]  # [C, V]
+        assert len(alternatives) == c.num_tokens
+        for at, alts in enumerate(alternatives):
+            best = torch.topk(logp[at], 4)
+            assert [t for t, _ in alts] == best.indices.tolist()
+            assert max(abs(v - w) for (_, v), w in zip(alts, best.values.tolist())) < 1e-4
+
+
 # ---- stops -------------------------------------------------------------------------------------------------
 def test_stop_strings_and_ids_end_samples_as_the_rollout_engine_does(scheduler, engine):
     p = prompts(engine)[0]
