@@ -34,7 +34,8 @@ class LoraConfig:
 
 @dataclass
 class ModelConfig:
-    path: str = "bundled"  # "bundled" = the tiny base model shipped with kitae
+    path: str = "bundled"  # "bundled" (the tiny base model shipped with kitae), a local folder, or a Hub id
+    revision: str | None = None  # a Hub id's branch, tag or commit (default: its main branch)
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     lora: LoraConfig | None = None
     gradient_checkpointing: bool = False

@@ -3,7 +3,7 @@
 Loading a model takes seconds to minutes; a typo in a grader spec or a row too long for the model must not wait
 for it. :func:`preflight` checks, in this order, and raises ConfigError or DataError at the first problem:
 
-1. the model path: a local folder (kitae never downloads models);
+1. the model path: a local folder, or a Hub id found in the Hub cache or downloaded (kitae.hub);
 2. every reward component: grader specs built, ``module:function`` reward functions imported (the current folder
    and the config file's folder are on the import path, see :func:`add_import_paths`); the eval grader;
    the sampler's pass component;
@@ -60,7 +60,7 @@ def preflight(cfg: TrainConfig, config_dir: str | Path | None = None) -> Checked
     from kitae.graders import build_grader
     from kitae.models import is_vision_model, load_processor, load_tokenizer, resolve_model_path
 
-    model_path = resolve_model_path(cfg.model.path, "model.path")
+    model_path = resolve_model_path(cfg.model.path, "model.path", revision=cfg.model.revision)
     add_import_paths(config_dir)
     components = build_components(cfg.rewards)
     built = [c.grader for c in components]
