@@ -58,23 +58,36 @@ def offline() -> bool:
 
 
 def hub_snapshot(repo_id: str, revision: str | None = None, key: str = "model", repo_type: str = "model",
-                 what: str = "model") -> str:
-    """The local snapshot folder of `repo_id` at `revision` (default: the repository's main branch)."""
-    return _snapshot(repo_id, revision, key, repo_type, what, cache_folder(), offline())
+                 what: str = "model", files: tuple[str, ...] | None = None) -> str:
+    """The local snapshot folder of `repo_id` at `revision` (default: the repository's main branch). Online,
+    only the files matching `files` are fetched (default for models: :data:`MODEL_FILES`; else every file)."""
+    return _snapshot(repo_id, revision, key, repo_type, what, files, cache_folder(), offline())
+
+
+def hub_file(repo_id: str, filename: str, revision: str | None = None, repo_type: str = "model") -> str | None:
+    """One file of a Hub repository (cached or downloaded), or None when the repository has no such file or it
+    cannot be had now (the snapshot that follows reports why)."""
+    from huggingface_hub import errors, hf_hub_download
+
+    try:
+        return hf_hub_download(repo_id, filename, revision=revision, repo_type=repo_type)
+    except (errors.HfHubHTTPError, errors.LocalEntryNotFoundError, errors.EntryNotFoundError,
+            errors.HFValidationError, OSError):
+        return None
 
 
 @lru_cache(maxsize=64)  # one lookup per id, revision and cache in a process (every loader resolves the same id)
-def _snapshot(repo_id: str, revision: str | None, key: str, repo_type: str, what: str, cache: str,
-              is_offline: bool) -> str:
+def _snapshot(repo_id: str, revision: str | None, key: str, repo_type: str, what: str,
+              files: tuple[str, ...] | None, cache: str, is_offline: bool) -> str:
     from huggingface_hub import errors, snapshot_download
 
     fetch = f"`hf download {repo_id}{f' --revision {revision}' if revision else ''}" + \
             (f" --repo-type {repo_type}`" if repo_type != "model" else "`")
     where = f"{what} {repo_id!r}" + (f" at revision {revision!r}" if revision else "")
-    patterns = MODEL_FILES if repo_type == "model" else None
+    patterns = list(files) if files else MODEL_FILES if repo_type == "model" else None
     try:
         folder = snapshot_download(repo_id, revision=revision, repo_type=repo_type, allow_patterns=patterns)
-        if repo_type == "model" and not is_offline and not any(Path(folder).glob("*.safetensors")):
+        if repo_type == "model" and not files and not is_offline and not any(Path(folder).glob("*.safetensors")):
             # an older repository with PyTorch .bin weights only: fetch those too (never both formats)
             folder = snapshot_download(repo_id, revision=revision, repo_type=repo_type,
                                        allow_patterns=MODEL_FILES + ["*.bin"])

@@ -68,8 +68,9 @@ def preflight(cfg: TrainConfig, config_dir: str | Path | None = None) -> Checked
         eval_grader = build_grader(cfg.eval.grader, "eval.grader")
         built.append(eval_grader)
         pass_name = pass_component(cfg, [c.name for c in components])
-        train_file, train_rows = _load(cfg.data.train, None)
-        eval_file, eval_rows = _load(cfg.data.eval, cfg.eval.limit)
+        rowmap = cfg.data.rowmap()
+        train_file, train_rows = _load(cfg.data.train, None, rowmap)
+        eval_file, eval_rows = _load(cfg.data.eval, cfg.eval.limit, rowmap)
         tokenizer = load_tokenizer(model_path)
         processor = load_processor(model_path) if is_vision_model(model_path) else None
         check_images(cfg, processor, [(train_file, train_rows), (eval_file, eval_rows)])
@@ -141,14 +142,17 @@ def pass_component(cfg: TrainConfig, names: list[str]) -> str | None:
     return sc.correct
 
 
-def _load(spec: str | None, limit: int | None) -> tuple[str, list[dict]]:
+def _load(spec: Any, limit: int | None, rowmap: Any = None) -> tuple[str, list[dict]]:
+    """(how errors name the data, its checked rows): a file, folder, bundled:NAME or DatasetSource."""
     from kitae.data.loader import load_prompts
+    from kitae.data.sources import DatasetSource
 
     if not spec:
         return "", []
-    file = resolve_data_path(spec)
-    rows = load_prompts(file)
-    return file, rows[:limit] if limit else rows
+    source = resolve_data_path(spec)
+    rows = load_prompts(source, rowmap=rowmap)
+    name = source.describe() if isinstance(source, DatasetSource) else source
+    return name, rows[:limit] if limit else rows
 
 
 def model_context(model_path: str) -> int | None:
