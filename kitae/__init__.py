@@ -2,9 +2,9 @@
 
 Layout (one folder per part of the system, listed from the bottom layer up; a part imports only parts
 listed above it, never one below: docs/architecture.md, checked by tests/test_architecture.py):
-    kitae/errors.py, jsonsafe.py, aio.py, registry.py, config.py, chat.py, models.py, threads.py
-                      the ground: errors for people, the one registry, the typed config reader, chat formatting,
-                      model loading, the thread rule
+    kitae/errors.py, jsonsafe.py, aio.py, registry.py, config.py, hub.py, chat.py, models.py, threads.py
+                      the ground: errors for people, the one registry, the typed config reader, Hub ids, chat
+                      formatting, model loading, the thread rule
     kitae/data        dataset loading and validation, images, the bundled task
     kitae/sandbox     where untrusted code runs (python and code graders, test generators): bubblewrap, rlimits
     kitae/http        HTTP plumbing shared by servers and clients: limits, request checks, retrying client

@@ -106,8 +106,9 @@ def convert(tp: Any, value: Any, path: str) -> Any:
             try:
                 return convert(arg, value, path)
             except ConfigError as exc:
-                errors.append(exc)
-        raise errors[0]
+                # a mapping given for `str | Section`: the section's own error says what is wrong with it
+                errors.append((isinstance(value, dict) and dataclasses.is_dataclass(arg), exc))
+        raise max(errors, key=lambda e: e[0])[1]
     if origin is typing.Literal:
         if value not in args:
             hint = closest(value, [str(a) for a in args]) if isinstance(value, str) else None

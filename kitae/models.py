@@ -1,9 +1,11 @@
 """Loading models and tokenizers, and where the bundled ones live.
 
 The bundled base model ships inside the package (kitae/assets/models/kitae-tiny-base), so the main job runs on
-a fresh machine with no download. kitae never downloads models: every model path goes through
-:func:`resolve_model_path` (or :func:`local_model_folder`), which refuses a Hub id, a bare name or a missing
-folder with one clear error before transformers is asked for anything, so nothing ever contacts a model hub.
+a fresh machine with no download. Every model path goes through :func:`resolve_model_path` (or
+:func:`model_folder`): "bundled", a local folder holding config.json, or a Hugging Face Hub id (``ORG/NAME``,
+optionally ``ORG/NAME@REVISION``), found in the Hub cache or downloaded there as transformers would
+(kitae.hub: ``HF_HOME``, ``HF_TOKEN``, ``HF_HUB_OFFLINE``). A missing folder, an id that is neither cached
+nor reachable, or a folder without config.json is one clear error before transformers is asked for anything.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kitae.errors import ConfigError
+from kitae.hub import hub_snapshot, looks_like_repo_id, split_revision
 
 ASSETS = Path(__file__).parent / "assets"
 BUNDLED_MODEL = ASSETS / "models" / "kitae-tiny-base"
@@ -21,47 +24,64 @@ BUNDLED_VL = ASSETS / "models" / "kitae-tiny-vl"
 BUNDLED_DATA = ASSETS / "data" / "arith"
 
 
-NEVER_DOWNLOADS = "kitae never downloads models"
 _BUILD = {BUNDLED_MODEL: "scripts/build_base_model.py", BUNDLED_RM: "scripts/build_reward_model.py",
           BUNDLED_VL: "scripts/build_vision_model.py"}
 
 
-def resolve_model_path(path: str | Path | None, key: str = "model", adapter: bool = False) -> str:
+def resolve_model_path(path: str | Path | None, key: str = "model", adapter: bool = False,
+                       revision: str | None = None) -> str:
     """`None`, "bundled" or "kitae-tiny-base" -> the bundled base model; "kitae-tiny-vl" -> the bundled
-    vision-language model; a local model folder as given.
+    vision-language model; a local model folder as given; a Hub id -> its snapshot folder in the Hub cache.
 
     Anything else raises ConfigError under `key` (the flag or config field that named it) before any model
-    library is asked: see :func:`local_model_folder`.
+    library is asked: see :func:`model_folder`.
     """
     if path is None or str(path) in ("bundled", "kitae-tiny-base"):
         path = BUNDLED_MODEL
     elif str(path) == "kitae-tiny-vl":
         path = BUNDLED_VL
-    return local_model_folder(path, key, adapter)
+    return model_folder(path, key, adapter, revision)
 
 
-def local_model_folder(path: str | Path, key: str = "model", adapter: bool = False) -> str:
+def model_folder(path: str | Path, key: str = "model", adapter: bool = False, revision: str | None = None) -> str:
     """`path` when it is a folder holding config.json (with `adapter`, adapter_config.json also counts: a LoRA
-    adapter); otherwise ConfigError ``KEY: no model folder at 'PATH'; kitae never downloads models (...)``."""
+    adapter); a Hub id's snapshot folder (kitae.hub.hub_snapshot, `revision` or ``ID@REVISION``) when no such
+    local path exists; otherwise ConfigError ``KEY: no model folder at 'PATH' (why)``."""
     folder = Path(path)
     names = ("config.json", "adapter_config.json") if adapter else ("config.json",)
     if folder.is_dir() and any((folder / name).is_file() for name in names):
+        if revision is not None:
+            raise ConfigError(f"{key} revision", f"{str(path)!r} is a local folder: a revision applies to Hub ids "
+                              "only; remove it")
         return str(path)
-    raise ConfigError(key, f"no model folder at {str(path)!r}; {NEVER_DOWNLOADS} ({_why(folder, names)})")
+    repo, rev = split_revision(str(path), revision)
+    if not folder.exists() and folder not in _BUILD and looks_like_repo_id(repo):
+        snapshot = Path(hub_snapshot(repo, rev, key))
+        if any((snapshot / name).is_file() for name in names):
+            return str(snapshot)
+        raise ConfigError(key, f"the Hub repository {repo!r} has no {' or '.join(names)} (in {snapshot}): it is "
+                          "not a transformers model; give a model repository or a local folder")
+    raise ConfigError(key, f"no model folder at {str(path)!r} ({_why(folder, names)})")
+
+
+def model_name(folder: str | Path) -> str:
+    """What to call the model in `folder`: ``ORG/NAME`` for a Hub cache snapshot
+    (``.../models--ORG--NAME/snapshots/REV``), else the folder's name."""
+    folder = Path(folder)
+    repo = folder.parent.parent.name
+    if folder.parent.name == "snapshots" and repo.startswith("models--"):
+        return repo.removeprefix("models--").replace("--", "/")
+    return folder.name
 
 
 def _why(folder: Path, names: tuple[str, ...]) -> str:
-    text = str(folder)
     if folder in _BUILD:
         return f"the bundled model is missing; rebuild it with `python {_BUILD[folder]}`"
     if folder.is_dir():
         return f"the folder has no {' or '.join(names)}"
     if folder.exists():
         return "that is a file; give the folder that holds config.json and the weights"
-    if re.fullmatch(r"[\w.-]+/[\w.-]+", text) and not text.startswith("."):
-        return (f"'{text}' looks like a Hub model id: download it yourself, e.g. `hf download {text} --local-dir "
-                f"models/{folder.name}`, and give that folder")
-    return "give a local folder holding config.json, or 'bundled'"
+    return "give a local folder holding config.json, a Hub id such as Qwen/Qwen2.5-0.5B-Instruct, or 'bundled'"
 
 
 def load_tokenizer(path: str | Path | None) -> Any:

@@ -1,12 +1,20 @@
-"""Every test starts with the torch thread count the session started with.
+"""Every test starts with the torch thread count the session started with, and no test can reach a model hub.
 
 A trainer's ``threads`` setting (and some fixtures) change torch's process-wide thread count; restoring it
 after each test keeps every later test's result independent of the order tests run in.
+
+Hub ids resolve offline from an empty cache of the session's own (set before huggingface_hub is imported, so
+its constants and every subprocess see it): a test that needs a cached model lays it out (tests/hub_cache.py).
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
+
+_HF_HOME = tempfile.mkdtemp(prefix="kitae-tests-hf-")
+os.environ.update(HF_HUB_OFFLINE="1", HF_HOME=_HF_HOME, HF_HUB_CACHE=os.path.join(_HF_HOME, "hub"))
 
 import pytest
 import torch

@@ -1,5 +1,6 @@
-"""kitae never downloads models: a Hub id, a bare name or a missing folder as a model path is one clean error line
-from every command that loads a model, before anything is loaded (no Hub lookup, no retries, no traceback)."""
+"""A model path that is not there is one clean error line from every command that loads a model, before anything
+is loaded (no retries, no traceback): a missing folder, a folder without config.json, or a Hub id (ORG/NAME or a
+bare name) that is not in the Hub cache while HF_HUB_OFFLINE=1. Hub ids that are cached: tests/test_hub.py."""
 
 from __future__ import annotations
 
@@ -12,21 +13,36 @@ import pytest
 
 from kitae.errors import ConfigError
 from kitae.models import BUNDLED_MODEL, load_causal_lm, load_tokenizer, resolve_model_path
+from tests.hub_cache import offline_hub
 
 ROOT = Path(__file__).resolve().parents[1]
-NEVER = "kitae never downloads models"
+NOT_CACHED = "is not a local folder and not in the Hub cache"
 
 
-@pytest.mark.parametrize("path", ["Qwen/Qwen3-0.6B", "my-model", "/no/such/folder", "gpt2"])
-def test_anything_but_a_local_model_folder_is_refused(path):
+@pytest.fixture(autouse=True)
+def _empty_offline_hub(monkeypatch, tmp_path):
+    offline_hub(monkeypatch, tmp_path / "hf")
+
+
+@pytest.mark.parametrize("path, message", [
+    ("Qwen/Qwen3-0.6B", f"--model: model 'Qwen/Qwen3-0.6B' {NOT_CACHED}"),  # a Hub id, not cached
+    ("my-model", f"--model: model 'my-model' {NOT_CACHED}"),                # a bare name is a Hub id too
+    ("gpt2", f"--model: model 'gpt2' {NOT_CACHED}"),
+    ("/no/such/folder", "--model: no model folder at '/no/such/folder' (give a local folder"),
+    ("./models/x", "--model: no model folder at './models/x'"),                 # a relative path: never the Hub
+])
+def test_a_model_that_is_not_there_is_refused(path, message):
     with pytest.raises(ConfigError) as err:
         resolve_model_path(path, "--model")
-    assert str(err.value).startswith(f"--model: no model folder at '{path}'; {NEVER}")
+    assert str(err.value).startswith(message), err.value
 
 
-def test_a_hub_id_gets_a_hint_to_download_it_yourself():
-    with pytest.raises(ConfigError, match="looks like a Hub model id"):
+def test_an_uncached_hub_id_offline_says_how_to_fetch_it(tmp_path):
+    with pytest.raises(ConfigError) as err:
         resolve_model_path("Qwen/Qwen3-0.6B")
+    text = str(err.value)
+    assert "HF_HUB_OFFLINE=1" in text and "`hf download Qwen/Qwen3-0.6B`" in text
+    assert str(tmp_path / "hf" / "hub") in text  # the cache folder it looked in
 
 
 def test_a_folder_or_file_without_config_json_is_refused(tmp_path):
@@ -51,13 +67,13 @@ def test_bundled_and_local_folders_resolve(tmp_path):
 
 def test_loaders_check_before_asking_transformers():
     for load in (load_causal_lm, load_tokenizer):
-        with pytest.raises(ConfigError, match=NEVER):
+        with pytest.raises(ConfigError, match=NOT_CACHED):
             load("Qwen/Qwen3-0.6B")
 
 
 def _kitae(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}  # HF_HUB_OFFLINE unset: no hub either
-    env["PYTHONPATH"] = str(ROOT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(PYTHONPATH=str(ROOT), HF_HOME=str(cwd / "hf"), HF_HUB_OFFLINE="1")  # an empty cache, offline
     return subprocess.run([sys.executable, "-m", "kitae.cli.main", *args], capture_output=True, text=True,
                           timeout=300, env=env, cwd=cwd)
 
@@ -97,6 +113,6 @@ def test_every_model_command_refuses_a_non_local_model_cleanly(tmp_path, args, b
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and f"no model folder at '{bad}'" in lines[0], lines
-    assert NEVER in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    assert f"no model folder at '{bad}'" in lines[0] or f"'{bad}' {NOT_CACHED}" in lines[0], lines
     assert not (tmp_path / "runs").exists() and not (tmp_path / "merged").exists()

@@ -65,13 +65,13 @@ def serve_rm(
     threads: int = threads_option(),
 ) -> None:
     """Serve a local reward model (AutoModelForSequenceClassification) for `type: reward_model` graders."""
-    from kitae.models import local_model_folder
+    from kitae.models import model_folder
     from kitae.rewards.reward_model import LocalRewardModel, resolve_rm_path
     from kitae.rewards.server import make_server
     from kitae.http.server import HttpLimits
 
     token = _token(token, host, "let anyone on the network use this reward model")
-    path = local_model_folder(resolve_rm_path(model), "--model")
+    path = model_folder(resolve_rm_path(model), "--model")
     set_threads(threads, path)
     scorer = LocalRewardModel(path, batch_size=batch_size, max_length=max_length, device=device, dtype=dtype)
     server = make_server(scorer, host, port, name, quiet=not verbose, token=token,
@@ -139,12 +139,12 @@ def serve_model(
     from kitae.models import resolve_model_path
 
     token = _token(token, host, "let anyone on the network use this model")
-    resolve_model_path(model, "--model")  # before torch is imported: a wrong path fails at once
+    path = resolve_model_path(model, "--model")  # before torch is imported: a wrong path fails at once
     from kitae.http.server import HttpLimits
     from kitae.serving.server import load_service, make_server
 
-    set_threads(threads, model)
-    service = load_service(None if model == "bundled" else model, name, device, dtype, max_context=max_context,
+    set_threads(threads, path)
+    service = load_service(path, name, device, dtype, max_context=max_context,
                            default_max_tokens=max_tokens, max_batch=max_batch)
     server = make_server(service, host, port, quiet=not verbose, token=token, limits=HttpLimits.from_mb(max_body_mb))
     try:

@@ -42,6 +42,7 @@ import numpy as np
 
 from kitae.curate.text import normalize
 from kitae.errors import ConfigError
+from kitae.hub import hub_snapshot, looks_like_repo_id, split_revision
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 PACKAGED = {  # model name -> (python package that ships the weights, folder inside it)
@@ -61,12 +62,14 @@ def resolve_model(name: str, path: str = "model") -> str:
             raise ConfigError(path, f"{name!r} ships in the {package.replace('_', '-')} package; {EMBED_HINT}")
         return str(Path(spec.origin).parent / folder)
     local = Path(name).expanduser()
+    if not local.exists() and looks_like_repo_id(split_revision(name)[0]):  # a Hub id: its cached snapshot
+        local = Path(hub_snapshot(*split_revision(name), key=path, what="embedding model"))
     if local.is_dir() and ((local / "modules.json").exists() or (local / "config.json").exists()):
         return str(local)
     raise ConfigError(
         path,
-        f"{name!r} is not a local sentence-transformers folder (kitae never downloads models); use "
-        f"{DEFAULT_MODEL!r} (packaged) or the path of a folder saved with SentenceTransformer.save()",
+        f"{name!r} is not a sentence-transformers folder or Hub id; use {DEFAULT_MODEL!r} (packaged), a Hub id "
+        "such as sentence-transformers/all-MiniLM-L6-v2, or the path of a folder saved with SentenceTransformer.save()",
     )
 
 

@@ -1,4 +1,5 @@
-"""Prompt datasets: JSONL, Parquet or a saved `datasets` dataset, validated row by row.
+"""Prompt datasets: JSONL, Parquet, a saved `datasets` dataset or any `load_dataset` source (a Hub dataset:
+kitae.data.sources), validated row by row.
 
 A row is a prompt for RL:
     {"messages": [{"role": "user", "content": "12+35は？"}],   # chat format; the last turn is the user's
@@ -28,16 +29,23 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from kitae.data.images import ImageError, check_image, resolve_ref
+from kitae.data.sources import DatasetSource, RowMap
 from kitae.errors import DataError
 
 ROLES = ("system", "user", "assistant")
 
 
-def load_prompts(source: str | Path | Any, require_reference: bool = False, split: str | None = None) -> list[dict]:
+def load_prompts(source: str | Path | Any, require_reference: bool = False, split: str | None = None,
+                 rowmap: RowMap | None = None) -> list[dict]:
     """Load and validate a prompt set. `source` is a .jsonl/.json/.parquet file, a `datasets` folder
-    (saved with `save_to_disk`), or an in-memory `datasets.Dataset`."""
+    (saved with `save_to_disk`), an in-memory `datasets.Dataset`, or a :class:`~kitae.data.sources.DatasetSource`
+    (a Hub dataset, any ``datasets.load_dataset`` source). `rowmap` maps each row's columns to kitae's fields
+    first (kitae.data.sources.RowMap)."""
     name, rows = _read(source, split)
-    base = None if name.startswith("<") else Path(name) if Path(name).is_dir() else Path(name).parent
+    local = not name.startswith("<") and not isinstance(source, DatasetSource)
+    base = (Path(name) if Path(name).is_dir() else Path(name).parent) if local else None
+    if rowmap is not None and not rowmap.empty:
+        rows = (rowmap.apply(row, name, i + 1) for i, row in enumerate(rows))
     out = [validate_row(row, name, i + 1, require_reference, base) for i, row in enumerate(rows)]
     if not out:
         raise DataError(name, None, None, "the dataset has no rows")
@@ -48,6 +56,8 @@ def _read(source: Any, split: str | None) -> tuple[str, Iterable[Any]]:
     """(the name errors use, the rows)."""
     if hasattr(source, "column_names") and hasattr(source, "__iter__"):  # a datasets.Dataset
         return "<datasets.Dataset>", list(source)
+    if isinstance(source, DatasetSource):
+        return source.describe(), source.load()
     path = Path(source)
     if not path.exists():
         raise DataError(str(path), None, None, "file not found; pass a .jsonl, .parquet or a datasets folder")

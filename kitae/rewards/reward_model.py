@@ -69,9 +69,9 @@ class LocalRewardModel:
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        from kitae.models import local_model_folder
+        from kitae.models import model_folder
 
-        self.path = local_model_folder(resolve_rm_path(path))  # never a Hub lookup
+        self.path = model_folder(resolve_rm_path(path))  # a local folder or a Hub id (kitae.hub)
         self.batch_size, self.max_length, self.label_index = batch_size, max_length, label_index
         self.tokenizer = AutoTokenizer.from_pretrained(self.path)
         self.tokenizer.truncation_side = "left"
@@ -86,7 +86,9 @@ class LocalRewardModel:
 
     @property
     def name(self) -> str:
-        return Path(self.path).name
+        from kitae.models import model_name
+
+        return model_name(self.path)
 
     def format(self, messages: list[Message]) -> str:
         return format_conversation(self.tokenizer, messages)

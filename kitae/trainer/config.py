@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from kitae.config import apply_overrides, from_dict, read_yaml, setting
+from kitae.data.sources import DatasetSource, RowMap
 from kitae.errors import ConfigError
 from kitae.models import BUNDLED_DATA
 
@@ -34,7 +35,8 @@ class LoraConfig:
 
 @dataclass
 class ModelConfig:
-    path: str = "bundled"  # "bundled" = the tiny base model shipped with kitae
+    path: str = "bundled"  # "bundled" (the tiny base model shipped with kitae), a local folder, or a Hub id
+    revision: str | None = None  # a Hub id's branch, tag or commit (default: its main branch)
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     lora: LoraConfig | None = None
     gradient_checkpointing: bool = False
@@ -68,10 +70,25 @@ class SamplerConfig:
 
 @dataclass
 class DataConfig:
-    train: str = "bundled:arith/train"  # a file, a datasets folder, or bundled:NAME
-    eval: str | None = "bundled:arith/test"
+    """The prompt sets. ``train``/``eval``: a file (.jsonl/.json/.parquet), a datasets folder, bundled:NAME, or a
+    mapping ``{hub: ORG/NAME, name: CONFIG, split: SPLIT}`` / ``{path: json|csv|parquet, data_files: GLOB}``
+    (kitae.data.sources.DatasetSource). ``fields`` maps kitae's fields to the dataset's columns
+    (``{prompt: question, reference_answer: answer}``), ``answer_pattern`` cuts the reference out of a longer
+    answer (its first group), ``system`` is a system prompt put before every prompt without one."""
+
+    train: str | DatasetSource = "bundled:arith/train"
+    eval: str | DatasetSource | None = "bundled:arith/test"
+    fields: dict[str, str] = field(default_factory=dict)
+    answer_pattern: str | None = None
+    system: str | None = None
     shuffle: bool = True
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
+
+    def validate(self, path: str) -> None:
+        self.rowmap(path)  # a bad pattern fails when the config is read
+
+    def rowmap(self, path: str = "data") -> RowMap:
+        return RowMap(self.fields, self.answer_pattern, self.system, path)
 
 
 @dataclass
@@ -377,9 +394,9 @@ def load_train_config(path: str | Path | None = None, overrides: list[str] | Non
     return from_dict(TrainConfig, raw)
 
 
-def resolve_data_path(spec: str) -> str:
-    """`bundled:arith/train` -> the bundled JSONL; anything else is returned unchanged."""
-    if spec.startswith("bundled:"):
+def resolve_data_path(spec: str | DatasetSource) -> str | DatasetSource:
+    """`bundled:arith/train` -> the bundled JSONL; anything else (a path, a DatasetSource) is returned unchanged."""
+    if isinstance(spec, str) and spec.startswith("bundled:"):
         name = spec.removeprefix("bundled:")
         task, _, split = name.partition("/")
         path = BUNDLED_DATA.parent / task / f"{split or 'train'}.jsonl"

@@ -81,7 +81,7 @@ class Trainer:
         self.cfg = cfg
         self.acc = Accelerator(cpu=not torch.cuda.is_available())
         set_seed(cfg.seed)
-        set_threads(cfg.threads, cfg.model.path, option="threads")  # threads: N, else the rule for the model's size
+        set_threads(cfg.threads, checked.model_path, option="threads")  # threads: N, else the rule for the model's size
         self.run_dir = cfg.run_dir
         # before the model loads: a resume that cannot go on as asked fails in seconds, naming why
         self.resume_plan = plan_resume(cfg, allow_config_change, resume_from_scratch) if resume else None
@@ -90,8 +90,8 @@ class Trainer:
         self.tokenizer = checked.tokenizer
         self.processor = checked.processor  # vision-language models; None for text
         self._run_images = RunImages(self.run_dir)
-        model = setup.load_policy(cfg.model, ckpt.path / "model" if ckpt else None)
-        self.ref_model = setup.load_reference(cfg, self.acc.device)
+        model = setup.load_policy(cfg.model, checked.model_path, ckpt.path / "model" if ckpt else None)
+        self.ref_model = setup.load_reference(cfg, checked.model_path, self.acc.device)
         optimizer, self.scheduler = setup.make_optimizer(model, cfg.optim)
         self.model, self.optimizer = self.acc.prepare(model, optimizer)
         self.engine = setup.make_engine(cfg, self.policy, self.tokenizer, self.processor, checked.servers)

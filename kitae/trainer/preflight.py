@@ -3,7 +3,7 @@
 Loading a model takes seconds to minutes; a typo in a grader spec or a row too long for the model must not wait
 for it. :func:`preflight` checks, in this order, and raises ConfigError or DataError at the first problem:
 
-1. the model path: a local folder (kitae never downloads models);
+1. the model path: a local folder, or a Hub id found in the Hub cache or downloaded (kitae.hub);
 2. every reward component: grader specs built, ``module:function`` reward functions imported (the current folder
    and the config file's folder are on the import path, see :func:`add_import_paths`); the eval grader;
    the sampler's pass component;
@@ -60,7 +60,7 @@ def preflight(cfg: TrainConfig, config_dir: str | Path | None = None) -> Checked
     from kitae.graders import build_grader
     from kitae.models import is_vision_model, load_processor, load_tokenizer, resolve_model_path
 
-    model_path = resolve_model_path(cfg.model.path, "model.path")
+    model_path = resolve_model_path(cfg.model.path, "model.path", revision=cfg.model.revision)
     add_import_paths(config_dir)
     components = build_components(cfg.rewards)
     built = [c.grader for c in components]
@@ -68,8 +68,9 @@ def preflight(cfg: TrainConfig, config_dir: str | Path | None = None) -> Checked
         eval_grader = build_grader(cfg.eval.grader, "eval.grader")
         built.append(eval_grader)
         pass_name = pass_component(cfg, [c.name for c in components])
-        train_file, train_rows = _load(cfg.data.train, None)
-        eval_file, eval_rows = _load(cfg.data.eval, cfg.eval.limit)
+        rowmap = cfg.data.rowmap()
+        train_file, train_rows = _load(cfg.data.train, None, rowmap)
+        eval_file, eval_rows = _load(cfg.data.eval, cfg.eval.limit, rowmap)
         tokenizer = load_tokenizer(model_path)
         processor = load_processor(model_path) if is_vision_model(model_path) else None
         check_images(cfg, processor, [(train_file, train_rows), (eval_file, eval_rows)])
@@ -141,14 +142,17 @@ def pass_component(cfg: TrainConfig, names: list[str]) -> str | None:
     return sc.correct
 
 
-def _load(spec: str | None, limit: int | None) -> tuple[str, list[dict]]:
+def _load(spec: Any, limit: int | None, rowmap: Any = None) -> tuple[str, list[dict]]:
+    """(how errors name the data, its checked rows): a file, folder, bundled:NAME or DatasetSource."""
     from kitae.data.loader import load_prompts
+    from kitae.data.sources import DatasetSource
 
     if not spec:
         return "", []
-    file = resolve_data_path(spec)
-    rows = load_prompts(file)
-    return file, rows[:limit] if limit else rows
+    source = resolve_data_path(spec)
+    rows = load_prompts(source, rowmap=rowmap)
+    name = source.describe() if isinstance(source, DatasetSource) else source
+    return name, rows[:limit] if limit else rows
 
 
 def model_context(model_path: str) -> int | None:

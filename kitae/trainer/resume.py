@@ -41,6 +41,7 @@ FROZEN = {
     "name": "the run's name is its folder's name; rename the folder back",
     "seed": "the sampling seeds and the prompt order follow it",
     "model.path": "the checkpoint holds this model's weights",
+    "model.revision": "the checkpoint holds this revision's weights",
     "model.dtype": "the checkpoint's weights and optimizer state are in this dtype",
     "model.lora": "the checkpoint holds this adapter",
     "data.train": "the prompt sampler's state indexes these rows",

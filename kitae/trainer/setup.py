@@ -32,11 +32,12 @@ BASE_UNDER_ADAPTER = "adapter-disabled"
 
 
 # ---- models -----------------------------------------------------------------------------------------------
-def load_policy(cfg: ModelConfig, checkpoint_model: Path | None = None):
-    """The model to train: ``model.path`` (or a checkpoint's model/), with a LoRA adapter when ``model.lora`` is
-    set (a checkpoint's adapter, else a new one on the language model's ``target_modules``)."""
+def load_policy(cfg: ModelConfig, path: str, checkpoint_model: Path | None = None):
+    """The model to train: the one at `path` (``model.path`` as pre-flight resolved it: a local folder) or a
+    checkpoint's model/, with a LoRA adapter when ``model.lora`` is set (a checkpoint's adapter, else a new one
+    on the language model's ``target_modules``)."""
     lora = cfg.lora
-    model = load_causal_lm(checkpoint_model if checkpoint_model is not None and lora is None else cfg.path, cfg.dtype)
+    model = load_causal_lm(checkpoint_model if checkpoint_model is not None and lora is None else path, cfg.dtype)
     if lora is not None:
         import peft
 
@@ -54,7 +55,7 @@ def load_policy(cfg: ModelConfig, checkpoint_model: Path | None = None):
     return model
 
 
-def load_reference(cfg: TrainConfig, device):
+def load_reference(cfg: TrainConfig, path: str, device):
     """The KL's reference policy: None when the KL weight is 0 (no reference model), :data:`BASE_UNDER_ADAPTER`
     for LoRA runs, else the starting model, frozen, in eval mode."""
     kl = cfg.algorithm.kl
@@ -62,7 +63,7 @@ def load_reference(cfg: TrainConfig, device):
         return None
     if cfg.model.lora is not None:
         return BASE_UNDER_ADAPTER
-    ref = load_causal_lm(cfg.model.path, cfg.model.dtype).to(device)
+    ref = load_causal_lm(path, cfg.model.dtype).to(device)
     ref.requires_grad_(False)
     return ref.eval()
 

@@ -116,5 +116,5 @@ def test_empty_and_config_errors(ctx):
         from_dict(DedupeConfig, {"threshold": 1.5}, "dedupe")
     with pytest.raises(ConfigError, match=r"dedupe.guards\[0\]"):
         from_dict(DedupeConfig, {"guards": ["numbrs"]}, "dedupe")
-    with pytest.raises(ConfigError, match="never downloads"):
-        run(load()[:2], ctx, model="some-org/some-model")
+    with pytest.raises(ConfigError, match="'some-org/some-model' is not a local folder and not in the Hub cache"):
+        run(load()[:2], ctx, model="some-org/some-model")  # a Hub id, offline and not cached

@@ -370,8 +370,8 @@ def test_cli_process_end_to_end(tiny_lm, tmp_path):
 
 
 @pytest.mark.parametrize("model, dtype, message", [
-    ("/no/such/folder", "float32", "--model: no model folder at '/no/such/folder'; kitae never downloads models"),
-    ("Qwen/Qwen2.5-0.5B-Instruct", "float32", "--model: no model folder"),  # a hub id is not fetched
+    ("/no/such/folder", "float32", "--model: no model folder at '/no/such/folder' (give a local folder"),
+    ("Qwen/Qwen2.5-0.5B-Instruct", "float32", "not in the Hub cache"),  # offline, not cached: not fetched
     (None, "int4", "--dtype: expected float32, bfloat16 or float16"),
 ])
 def test_load_errors_for_people(random_lm, model, dtype, message):
