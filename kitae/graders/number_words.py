@@ -4,7 +4,7 @@
     ('25 percent, 112, 2/3', {0: False, 12: False, 17: False})
 
 Cardinals from zero to the trillions (``three thousand five hundred``, ``one hundred and twelve``, ``a
-million``) and simple fractions (``a half``, ``one-third``, ``three quarters``, ``half``). Ordinal words
+million``) and simple fractions (``a half``, ``one-third``, ``three quarters``, ``half of``). Ordinal words
 (``third quarter``, ``twenty-first``) are left as words. :func:`spell_out` also says where each number it
 wrote starts and whether its phrase had a scale word (thousand, million, ...): "two million" is an amount,
 "two" alone is a count in prose (see :attr:`kitae.graders.numbers.Quantity.in_words`).
@@ -28,7 +28,7 @@ _NUMERATOR = "|".join(["a", *list(_UNITS)[1:11]])
 _SPELLED = re.compile(
     r"\b(?=[abefhmnostz])(?:"  # the first letters of the words below: 3x faster
     rf"\b(?P<num>{_NUMERATOR})[\s-](?P<den>{'|'.join(_DENOMINATORS)})s?\b"  # two thirds, a half, one-quarter
-    rf"|\b(?P<half>half)\b"
+    rf"|\b(?P<half>half)(?=\s+of\b)"  # half of it (not the second half)
     rf"|\b(?P<phrase>(?:a\s+(?=(?:hundred|thousand|million|billion|trillion)\b))?(?:{_WORD})"
     rf"(?:(?:\s+and\s+|[\s-]+)(?:{_WORD}))*)\b(?!-(?:{_ORDINAL_UNITS})))",  # not twenty-first
     re.IGNORECASE,

@@ -43,13 +43,14 @@ number words are all read, so ``twenty`` matches a reference's 20 (see :func:`ke
 What is not a number at all (blanked out on both sides; the guide's key numbers are decimals, percentages and
 amounts, and these are none of them):
 - list numbering at the start of a line (``1.``, ``2)``, ``(3)``) and circled numbers (①);
-- ordinals: ``3rd``, ``21st``, ``2nd-quarter``, 第3, ``3位``, ``2番目``, ``3回目``, ``No. 1``, ``#3``. An
-  ordinal names a position, not a quantity, so a reference whose only number is an ordinal ("She finished
-  3rd") has no key number and is skipped: check a rank with ``string_check`` or the judge;
-- dates: 2024-03-15, 2024/3/15, 2024年3月5日, 3月5日, 2024年3月期, 令和6年, ``March 5, 2024``, ``Mar. 5th``,
-  ``5 March 2024``, ``the 5th of March``, ``3/5/2024``, ``3/5/24``, ``05.03.2024``, ``3/2024``. ``March
-  2024`` keeps its year (a year, as above); a month and day without a year in digits (``3/15``) reads as a
-  fraction, so write such dates with the year or the month's name;
+- ordinals: ``3rd``, ``21st``, ``2nd-quarter``, 第3, ``3位``, ``2番目``, ``3回目``, ``No. 1``, ``#3``, and the
+  quarter and half-year labels ``3Q`` and ``1H``. An ordinal names a position, not a quantity, so a
+  reference whose only number is an ordinal ("She finished 3rd") has no key number and is skipped: check a
+  rank with ``string_check`` or the judge;
+- dates: 2024-03-15, 2024/3/15, 2024.3.15, 2024年3月5日, 3月5日, 2024年3月期, 令和6年, ``March 5, 2024``,
+  ``Mar. 5th``, ``March 5–7``, ``5 March 2024``, ``the 5th of March``, ``3/5/2024``, ``3/5/24``, ``05.03.2024``,
+  ``3/2024``. ``March 2024`` keeps its year (a year, as above); a month and day in digits without a year
+  (``3/15``) reads as a fraction, so write such dates with the year or the month's name;
 - clock times: ``10:30``, ``3:30 PM``, ``3 p.m.``, ``10am``, ``7 o'clock``, 午後3時半, 15時30分 (durations
   are counts: ``3時間``, ``3ヶ月``);
 - phone numbers with eight or more digits: ``555-123-4567``, ``(555) 123-4567``, ``+1 (555) 123-4567``,
@@ -111,10 +112,10 @@ _DAY = r"\d{1,2}(?:st|nd|rd|th)?(?!\d)"
 _AND_YEAR = r"(?:,?\s(?:19|20)\d\d(?!\d))?"
 _DATE = re.compile(  # each pattern starts with a lookahead at its first character: 4x faster
     r"(?=[\dJFMASOND令平昭大明])(?:"
-    r"(?<!\d)\d{4}[-/年]\d{1,2}[-/月]\d{1,2}日?"  # 2024-03-15, 2024/3/15, 2024年3月15日
+    r"(?<!\d)\d{4}[-/.年]\d{1,2}[-/.月]\d{1,2}日?"  # 2024-03-15, 2024/3/15, 2024.3.15, 2024年3月15日
     r"|(?<![\d.])(?:\d{4}年\s?)?\d{1,2}月(?:\s?\d{1,2}日)?"  # 3月5日, 2024年3月 (3ヶ月 is a duration)
     r"|(?:令和|平成|昭和|大正|明治)\s?(?:\d{1,2}|元)年"  # 令和6年
-    rf"|{_MONTH}\s{_DAY}{_AND_YEAR}"  # March 5, 2024; Mar. 5th
+    rf"|{_MONTH}\s{_DAY}(?:\s?[-–]\s?{_DAY})?{_AND_YEAR}"  # March 5, 2024; Mar. 5th; March 5–7
     rf"|(?<![\d.,]){_DAY}\s(?:of\s)?{_MONTH}{_AND_YEAR}"  # 5 March 2024, 5th of March
     r"|(?<![\d/.,-])\d{1,2}(?P<sep>[/.-])\d{1,2}(?P=sep)\d{4}(?![\d/.-])"  # 3/5/2024, 05.03.2024, 3-5-2024
     r"|(?<![\d/.,-])\d{1,2}/\d{1,2}/\d{2}(?![\d/])"  # 3/5/24
@@ -150,6 +151,7 @@ _ORDINAL = re.compile(
     r"(?=[第\dN#])(?:"
     r"第\s?\d+"  # 第3四半期
     r"|(?<![\d.,])\d+(?:st|nd|rd|th|ST|ND|RD|TH)(?![A-Za-z])"  # 3rd, 2nd-quarter, 21st
+    r"|(?<![A-Za-z\d.,])(?:[1-4]Q|[12]H)(?![A-Za-z])"  # 3Q, 1H: a quarter, a half year (Q3 is a name)
     r"|(?<![\d.,])\d+\s?(?:位|番目|番手|回目|度目|着)"  # 3位, 2番目, 3回目
     r"|\bNo\.\s?\d+|(?<![A-Za-z0-9_&])#\d+"  # No. 1, #3
     r")"

@@ -228,11 +228,14 @@ def test_numeric_spec_fields(spec, sample, score):
         ("2番目と3回目", []),  # 番目, 回目: the second, the third time
         ("No. 1 seller, #3 overall, 40 stores", [(40, False)]),  # numbered labels
         ("十二位", []),  # a kanji ordinal
+        ("3Q累計で120億円、1H実績", [(1.2e10, False)]),  # a quarter and a half year as Japanese reports write them
         # dates: English, US, European and Japanese styles
         ("On March 5, 2024 it was 9", [(9, False)]),  # month name, day, year
         ("Mar. 5th and 5 March 2024 and the 5th of March", []),  # abbreviated, day first, "of"
+        ("March 5–7 and 12%", [(12, True)]),  # a range of days
         ("due 3/5/2024 or 3/5/24 or 05.03.2024, fee 7", [(7, False)]),  # numeric dates
         ("from 3/2024", []),  # month and year
+        ("2024.3.15時点", []),  # a dotted date
         ("3月5日に2024年3月期の売上", []),  # Japanese month and day; a fiscal month
         ("令和6年に5人", [(5, False)]),  # an era year
         ("In March 2024 it was 5", [(2024, False), (5, False)]),  # month and year alone: the year is a year
@@ -256,14 +259,14 @@ def test_numeric_spec_fields(spec, sample, score):
         ("1/4 and 3/4 of it", [(0.25, False), (0.75, False)]),
         ("½ and ¾", [(0.5, False), (0.75, False)]),  # vulgar fractions (NFKC: 1⁄2)
         ("4分の1、四分の三", [(0.25, False), (0.75, False)]),  # Japanese fractions
-        ("2023/24 and 1/2/3", [(2023, False), (24, False), (1, False), (2, False), (3, False)]),  # a fiscal year, a list
+        ("2023/24, 1/2/3", [(2023, False), (24, False), (1, False), (2, False), (3, False)]),  # fiscal year; list
         # apostrophe grouping (Swiss)
         ("1'250'000 and 1’250’000.50", [(1250000, False), (1250000.5, False)]),
         # English number words
         ("twenty-five percent of one hundred and twelve", [(25, True), (112, False)]),
         ("three thousand five hundred, two million, a billion", [(3500, False), (2e6, False), (1e9, False)]),
         ("two thirds, a quarter, one-half", [(2 / 3, False), (0.25, False), (0.5, False)]),
-        ("the twenty-first century, the third quarter", []),  # ordinal words stay words
+        ("the twenty-first century, the third quarter, the second half", []),  # ordinal words and halves of a year
         ("someone often", []),  # no number inside words
         # Japanese number words (kanji numerals), mixed with digits
         ("二十、二十五、百二十", [(20, False), (25, False), (120, False)]),  # (already so)
@@ -306,7 +309,7 @@ def test_what_is_a_number(text, expected):
         ("0.75 of the budget", "3/4 of the budget", 1.0),
         ("0.25", "4分の1", 1.0),  # a Japanese fraction
         ("1/4", "0.25", 1.0),  # and the other way round
-        ("0.5", "half", 1.0),
+        ("0.5 of it", "half of it", 1.0),
         ("1250000", "1'250'000", 1.0),  # was 0: 1, 250 and 0
         ("CHF 1'250'000", "1.25 million", 1.0),
     ],
