@@ -103,7 +103,8 @@ def _extend(state: tuple | None, word: str, sep: str) -> tuple | None:
             return None
         return total, small + value, "zero" if word == "zero" else kind, scale
     if word == "hundred":
-        return (total, small * 100, "hundred", scale) if last in ("unit", "teen") else None
+        fits = last in ("unit", "teen") and 0 < small < 20  # five hundred, twelve hundred; not 101 hundred
+        return (total, small * 100, "hundred", scale) if fits else None
     if word in _SCALES and last in ("unit", "teen", "tens", "hundred") and (scale is None or _SCALES[word] < scale):
         return total + small * _SCALES[word], 0, "scale", _SCALES[word]
     return None

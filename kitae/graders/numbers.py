@@ -156,13 +156,16 @@ _ORDINAL = re.compile(
     r"|\bNo\.\s?\d+|(?<![A-Za-z0-9_&])#\d+"  # No. 1, #3
     r")"
 )
-_JA_FRACTION = re.compile(r"(?P<den>[0-9〇零一二三四五六七八九十百千]+)\s?分の\s?(?P<num>[0-9〇零一二三四五六七八九十百千]+)")
+_JA_NUMERALS = "0-9〇零一二三四五六七八九十百千"
+_JA_FRACTION = re.compile(  # the lookbehind starts it at the start of a run only: linear time on long digit runs
+    rf"(?<![{_JA_NUMERALS}])(?P<den>[{_JA_NUMERALS}]+)\s?分の\s?(?P<num>[{_JA_NUMERALS}]+)")
 _WORD_CURRENCY = re.compile(r"\s?(?:dollars?|yen|euros?|pounds?|円|ドル)(?![A-Za-z])", re.I)  # five dollars
 _CIRCLED = re.compile(r"[\u2460-\u24ff\u2776-\u2793\u3251-\u325f\u32b1-\u32bf]")
 
 _KANJI_DIGITS = {c: i for i, c in enumerate("〇一二三四五六七八九")} | {"零": 0}
 _KANJI_RUN = re.compile(r"[〇零一二三四五六七八九十百千万億兆]+")
 _COUNTERS = "円ドル%パーセント割倍人個件回年歳万億兆"
+_LONGEST_KANJI_NUMERAL = 30  # 九千九百九十九兆九千九百九十九億... is 24 characters
 
 
 @dataclass(frozen=True)
@@ -336,6 +339,8 @@ def _kanji_replacement(m: re.Match) -> str:
         return run  # 3千万: a scale suffix of an arabic number, read later
     if not body or (len(body) == 1 and (not after or after not in _COUNTERS)):
         return run
+    if len(body) > _LONGEST_KANJI_NUMERAL:
+        return run  # 一一一... thousands long: no number anyone writes (and past int()'s 4300-digit limit)
     return run[:lead] + str(kanji_to_int(body))
 
 

@@ -112,6 +112,18 @@ def test_kanji_numerals(run, value):
     assert kanji_to_int(run) == value
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "一" * 5000,  # raised ValueError before (int() of a 5000-digit string), now a word
+        "one hundred and " * 2000,  # each "hundred" after 101 starts a new number: no 4000-digit integer
+    ],
+    ids=["kanji run", "hundreds"],
+)
+def test_long_runs_do_not_raise(text):
+    assert all(q.value < 1e300 for q in extract_quantities(text))
+
+
 SEED_REFERENCE = "WACC ≈ 9.91%、株主資本コスト 10.34%、税引後負債コスト 4.15%、EV ≈ $1,705M。"
 
 
