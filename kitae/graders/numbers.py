@@ -180,7 +180,8 @@ class Quantity:
 
 
 def extract_quantities(text: str) -> list[Quantity]:
-    """The key numbers of ``text``, in order (see the module docstring for what counts)."""
+    """The numbers ``text`` states, in order (the module docstring says what counts; :func:`key_numbers` picks
+    those of a reference that the numeric grader checks)."""
     prepared, spelled = _prepare(text)
     found, consumed = [], 0
     for m in _NUMBER_RE.finditer(prepared):
