@@ -1,8 +1,9 @@
 """Final-answer extraction for short-answer tasks (the bundled arithmetic and fact task).
 
 The answer is read from the content before the end-of-turn marker. For a numeric reference it is the last
-number in the content (NFKC-normalized, so full-width digits count; thousands commas dropped); otherwise the
-whole content, normalized (NFKC, casefold, surrounding punctuation and polite endings stripped).
+number in the content (NFKC-normalized, so full-width digits count; thousands commas dropped: 1,234 is 1234;
+a single comma before one or two digits is a decimal comma: 1,22 is 1.22, as math-verify reads it); otherwise
+the whole content, normalized (NFKC, casefold, surrounding punctuation and polite endings stripped).
 
     >>> answers_match("12+35=47です。<|im_end|>", "47")
     True
@@ -18,7 +19,12 @@ import unicodedata
 
 from kitae.chat import IM_END, split_at_end
 
-_NUMBER = re.compile(r"[-−]?\d+(?:,\d{3})*(?:\.\d+)?")
+_NUMBER = re.compile(
+    r"[-−]?\d+(?:,\d{3})+(?:\.\d+)?(?![\d,])"  # 1,234.5
+    r"|(?<![\d,])[-−]?\d+,\d{1,2}(?![\d,])"  # 1,22: a decimal comma (1,2,3 is three numbers)
+    r"|[-−]?\d+(?:\.\d+)?"
+)
+_DECIMAL_COMMA = re.compile(r"[-−]?\d+,\d{1,2}")
 _STRIP = " \t\n。、．.,!！?？「」『』\"'"
 _ENDINGS = ("です", "でした", "だ")
 _PREFIXES = ("答えは", "答え:", "the answer is", "answer:", "it is", "the capital is")
@@ -30,7 +36,8 @@ def normalize_text(text: str) -> str:
 
 def _as_number(text: str) -> float | None:
     """A finite number, or None: "inf", "nan" and "1e999" are not numbers an answer can be close to."""
-    text = normalize_text(text).replace("−", "-").replace(",", "")
+    text = normalize_text(text).replace("−", "-")
+    text = text.replace(",", ".") if _DECIMAL_COMMA.fullmatch(text) else text.replace(",", "")
     try:
         value = float(text)
     except ValueError:

@@ -264,10 +264,10 @@ def _similarity_alone(ctx: CheckContext) -> list[str]:
 def _numeric_without_numbers(ctx: CheckContext) -> list[str]:
     if not any(s.get("type") == "numeric" for s in ctx.leaves()):
         return []
-    from kitae.graders.numbers import extract_quantities
+    from kitae.graders.numbers import key_numbers
 
     refs = [row.item.get("reference_answer") for row in ctx.rows]
-    without = sum(1 for r in refs if r is None or not extract_quantities(str(r)))
+    without = sum(1 for r in refs if r is None or not key_numbers(str(r)))
     if without * 2 > len(refs):
         return [f"numeric grading where {without} of {len(refs)} references have no number: those rows are skipped, "
                 "so the model learns from part of the data only"]

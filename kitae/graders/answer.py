@@ -7,6 +7,9 @@ reference (numbers exactly, text normalized), else 0.0. The bundled arithmetic t
 math-verify's own timeouts use signals and fail off the main thread, so they are disabled and the
 comparison runs in a worker process (see :mod:`kitae.sandbox.worker`) with a wall-clock ``timeout``
 (default 5 s); a timeout or parse failure abstains with an error instead of hanging or crashing the caller.
+A bare reference with a decimal comma (``1,22``, ``-0,5``: one comma, one or two digits after it) is read
+as math-verify reads that text, 1.22, not as the set {1, 22} that ``$1,22$`` would be; ``1,234`` stays 1234
+and ``1,2,3`` a set.
 
     {type: math}                             # sample vs item.reference_answer
     {type: math, reference: "{{item.solution}}", timeout: 10}
@@ -15,6 +18,7 @@ comparison runs in a worker process (see :mod:`kitae.sandbox.worker`) with a wal
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +29,14 @@ from kitae.graders.pair import PairGrader, PairSpec
 from kitae.graders.spec import read_spec, register_grader
 from kitae.graders.template import as_text
 from kitae.sandbox.worker import SandboxError, Worker
+
+
+_DECIMAL_COMMA = re.compile(r"\s*[-−]?\d+,\d{1,2}\s*")  # 1,22 and 12,5; not 1,234 nor 1,2,3
+
+
+def _math_reference(text: str) -> str:
+    """``1,22`` -> ``1.22``: math-verify reads the bare text so, but a set once it is wrapped in $...$."""
+    return text.replace(",", ".") if _DECIMAL_COMMA.fullmatch(text) else text
 
 
 @register_grader("answer")
@@ -60,7 +72,7 @@ class MathGrader(PairGrader):
 
     def score(self, text: str, reference: Any) -> Grade:
         try:
-            result = self.worker.call({"gold": as_text(reference), "answer": text})
+            result = self.worker.call({"gold": _math_reference(as_text(reference)), "answer": text})
         except SandboxError as exc:
             return Grade.abstain(error=f"math-verify: {exc}")
         if result["gold"] is None:

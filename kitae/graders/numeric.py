@@ -9,8 +9,16 @@ without numbers scores 0.
 Years are context, not key numbers: the guide's key numbers are "decimals, percentages, amounts", and a
 reference such as "In 2024 revenue was $1,705M" asks for the amount, so a year (a plain 1900-2099, see
 :mod:`kitae.graders.numbers`) is left out, unless the reference has no other number ("Founded in 1998."
-asks for the year); a year that is a key number must be matched exactly (1% of 2024 is 20 years). Worked
-example (the hosted RFT grader guide)::
+asks for the year); a year that is a key number must be matched exactly (1% of 2024 is 20 years).
+
+What else is not a key number, so that a right answer cannot "miss" it (details in
+:mod:`kitae.graders.numbers`): ordinals (``3rd``, ``2nd-quarter``, 第3, ``3位``: a position, not an amount;
+a reference whose only number is an ordinal is skipped), dates (``March 5, 2024``, ``3/5/2024``,
+2024年3月5日), clock times (``3 p.m.``, 午後3時), phone numbers (``555-123-4567``, ``03-1234-5678``),
+version numbers (``v2.4.1``, ``Python 3.12``) and list numbering; nor is an English number word alone in the
+reference (``one of the two plants``: prose). The sample's numbers are read the same way, and its number
+words and fractions count too: ``twenty``, 二十, ``3万`` match 20, 20 and 30000; ``1/4``, ``4分の1`` match 0.25;
+``1'250'000`` is 1250000. Worked example (the hosted RFT grader guide)::
 
     reference: WACC ≈ 9.91%, cost of equity 10.34%, after-tax cost of debt 4.15%, EV ≈ $1,705M
     sample:    9.95%, 10.3%, 4.2%, 1,700M        -> (1 + 1 + 0.5 + 1) / 4 = 0.875
@@ -29,7 +37,7 @@ from typing import Any
 from kitae.config import setting
 from kitae.errors import ConfigError
 from kitae.graders.base import Grade
-from kitae.graders.numbers import Quantity, extract_quantities
+from kitae.graders.numbers import Quantity, extract_quantities, key_numbers
 from kitae.graders.pair import PairGrader, PairSpec
 from kitae.graders.spec import read_spec, register_grader
 from kitae.graders.template import as_text
@@ -74,8 +82,7 @@ class NumericGrader(PairGrader):
         return self.partial_credit if error <= self.partial_tolerance + eps else 0.0
 
     def score(self, text: str, reference: Any) -> Grade:
-        stated = _unique(extract_quantities(as_text(reference)))
-        wanted = [q for q in stated if not q.year] or stated
+        wanted = key_numbers(as_text(reference))
         if not wanted:
             return Grade(score=None, reason="reference has no number: skipped")
         got = extract_quantities(text)
@@ -94,11 +101,3 @@ class NumericGrader(PairGrader):
         credit = self.credit(error)
         return credit, f"{want.text}→{best.text} ({error:.1%}): {credit:g}"
 
-
-def _unique(quantities: list[Quantity]) -> list[Quantity]:
-    seen, out = set(), []
-    for q in quantities:
-        if (q.value, q.percent) not in seen:
-            seen.add((q.value, q.percent))
-            out.append(q)
-    return out

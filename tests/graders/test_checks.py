@@ -126,6 +126,13 @@ def test_format_spec_errors(spec, message):
         ("5", "1e999", 0.0),  # a reference that overflows to infinity is no number: not within 1e-9·inf of 5
         ("47", "inf", 0.0),  # "inf" and "nan" are words here, not numbers every answer is close to
         ("the limit is inf", "inf", 1.0),
+        # a decimal comma (as math-verify reads 1,22): one comma before one or two digits
+        ("1.22", "1,22", 1.0),  # was 0: the reference read 122
+        ("122", "1,22", 0.0),  # was 1
+        ("答えは1,22です", "1.22", 1.0),  # was 0: the answer read 22
+        ("x = -0,5", "-0.5", 1.0),  # was 0
+        ("1,234", "1234", 1.0),  # a comma before three digits still groups thousands
+        ("1,2,3", "3", 1.0),  # a list: the last number is 3
     ],
 )
 def test_answer_grader(output, reference, expected):
@@ -147,6 +154,14 @@ def math_grader():
         (r"$\boxed{2x+1}$", "1+2x", 1.0),  # symbolic equivalence
         (r"$\boxed{3}$", "4", 0.0),
         (r"$x = \sqrt{2}$", r"\sqrt{2}", 1.0),
+        # a bare reference with a decimal comma reads as math_verify.parse("1,22") does: 1.22, not the set {1, 22}
+        (r"$\boxed{1.22}$", "1,22", 1.0),  # was 0
+        ("1,22", "1,22", 1.0),  # was 0: math-verify reads the plain answer 1,22 as 1.22 too
+        (r"$\boxed{12.5}$", "12,5", 1.0),  # was 0
+        (r"$\boxed{-0.5}$", "-0,5", 1.0),  # was 0
+        (r"$\boxed{\{1, 22\}}$", "1,22", 0.0),  # was 1: the set is not the decimal
+        (r"$\boxed{1234}$", "1,234", 1.0),  # a comma before three digits groups thousands (already so)
+        (r"$\boxed{\{1, 2, 3\}}$", "1,2,3", 1.0),  # two commas: a set (already so)
     ],
 )
 def test_math_grader(math_grader, output, reference, expected):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import doctest
+
 import pytest
 
-from kitae.graders import build_grader
+from kitae.graders import build_grader, number_words, numbers
 from kitae.graders.numbers import extract_quantities, kanji_to_int
 
 
@@ -110,6 +112,18 @@ def test_kanji_numerals(run, value):
     assert kanji_to_int(run) == value
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "一" * 5000,  # raised ValueError before (int() of a 5000-digit string), now a word
+        "one hundred and " * 2000,  # each "hundred" after 101 starts a new number: no 4000-digit integer
+    ],
+    ids=["kanji run", "hundreds"],
+)
+def test_long_runs_do_not_raise(text):
+    assert all(q.value < 1e300 for q in extract_quantities(text))
+
+
 SEED_REFERENCE = "WACC ≈ 9.91%、株主資本コスト 10.34%、税引後負債コスト 4.15%、EV ≈ $1,705M。"
 
 
@@ -213,3 +227,111 @@ def test_numeric_spec_fields(spec, sample, score):
     grader = build_grader({"type": "numeric", **spec})
     grade = grader.grade_group({"reference_answer": "100", "expected": 7}, [{"output_text": sample}])[0]
     assert grade.score == pytest.approx(score)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        # ordinals name a position, not an amount
+        ("ranked 3rd with 12%", [(12, True)]),  # English ordinal suffix
+        ("the 2nd-quarter margin was 8.5%", [(8.5, True)]),  # ordinal joined to its noun
+        ("the 21st and 102nd entries", []),  # any ordinal suffix
+        ("3位で売上5億円", [(5e8, False)]),  # Japanese rank
+        ("2番目と3回目", []),  # 番目, 回目: the second, the third time
+        ("No. 1 seller, #3 overall, 40 stores", [(40, False)]),  # numbered labels
+        ("十二位", []),  # a kanji ordinal
+        ("3Q累計で120億円、1H実績", [(1.2e10, False)]),  # a quarter and a half year as Japanese reports write them
+        # dates: English, US, European and Japanese styles
+        ("On March 5, 2024 it was 9", [(9, False)]),  # month name, day, year
+        ("Mar. 5th and 5 March 2024 and the 5th of March", []),  # abbreviated, day first, "of"
+        ("March 5–7 and 12%", [(12, True)]),  # a range of days
+        ("due 3/5/2024 or 3/5/24 or 05.03.2024, fee 7", [(7, False)]),  # numeric dates
+        ("from 3/2024", []),  # month and year
+        ("2024.3.15時点", []),  # a dotted date
+        ("3月5日に2024年3月期の売上", []),  # Japanese month and day; a fiscal month
+        ("令和6年に5人", [(5, False)]),  # an era year
+        ("In March 2024 it was 5", [(2024, False), (5, False)]),  # month and year alone: the year is a year
+        # clock times
+        ("at 3 p.m. or 10am or 3:30 PM, 4 people", [(4, False)]),  # a.m./p.m.
+        ("7 o'clock", []),
+        ("2024-03-15T10:30:00Z", []),  # an ISO timestamp: neither date nor time is a number
+        ("午後3時半と15時30分", []),  # Japanese clock times
+        ("3時間と3ヶ月", [(3, False), (3, False)]),  # durations are counts: 3 hours, 3 months
+        # phone numbers
+        ("call 555-123-4567 or (555) 123-4567 or +1 (555) 123-4567", []),  # US
+        ("1-800-555-1234 or 555.123.4567", []),  # toll-free, dotted
+        ("電話03-1234-5678、携帯090-1234-5678、+81 3-1234-5678", []),  # Japanese, domestic and international
+        ("+1 234 567", [(1234567, False)]),  # fewer than eight digits: a number, not a phone
+        # version numbers and addresses
+        ("Python 3.12 and CUDA 12.1 cut latency 20%", [(20, True)]),  # a version after a software name
+        ("v2.4.1, version 3.12, バージョン2", []),  # after v, version, バージョン
+        ("2.4.1 and 192.168.0.1", []),  # three or more dotted parts
+        ("1.234.567", [(1234567, False)]),  # point groups of three are still one number
+        # fractions
+        ("1/4 and 3/4 of it", [(0.25, False), (0.75, False)]),
+        ("½ and ¾", [(0.5, False), (0.75, False)]),  # vulgar fractions (NFKC: 1⁄2)
+        ("4分の1、四分の三", [(0.25, False), (0.75, False)]),  # Japanese fractions
+        ("2023/24, 1/2/3", [(2023, False), (24, False), (1, False), (2, False), (3, False)]),  # fiscal year; list
+        # apostrophe grouping (Swiss)
+        ("1'250'000 and 1’250’000.50", [(1250000, False), (1250000.5, False)]),
+        # English number words
+        ("twenty-five percent of one hundred and twelve", [(25, True), (112, False)]),
+        ("three thousand five hundred, two million, a billion", [(3500, False), (2e6, False), (1e9, False)]),
+        ("two thirds, a quarter, one-half", [(2 / 3, False), (0.25, False), (0.5, False)]),
+        ("the twenty-first century, the third quarter, the second half", []),  # ordinal words and halves of a year
+        ("someone often", []),  # no number inside words
+        # Japanese number words (kanji numerals), mixed with digits
+        ("二十、二十五、百二十", [(20, False), (25, False), (120, False)]),  # (already so)
+        ("3万と1.5億", [(3e4, False), (1.5e8, False)]),  # (already so)
+        ("〇と零", []),  # one kanji numeral alone is a word (〇 is also a mark)
+    ],
+)
+def test_what_is_a_number(text, expected):
+    assert values(text) == [(pytest.approx(v), p) for v, p in expected]
+
+
+@pytest.mark.parametrize(
+    "reference, sample, score",
+    [
+        # an ordinal, date, time, phone or version in the reference is no key number a right answer can miss
+        ("Japan ranked 3rd with a 12.5% share", "Japan: 12.5%", 1.0),  # was 0.5: 3 missed
+        ("The 2nd-quarter margin was 8.5%", "margin 8.5%", 1.0),  # was 0.5
+        ("3位、シェア12.5%", "シェアは12.5%", 1.0),  # was 0.5
+        ("On March 5, 2024 revenue was $1.2M", "$1.2M", 1.0),  # was 0.5: 5 missed
+        ("As of 12/31/2023 cash was $4M", "cash: $4M", 1.0),  # was 0.33: 12 and 31 missed
+        ("2024年3月5日時点で12億円", "12億円", 1.0),  # Japanese date (already so)
+        ("The call at 3 p.m. lasted 45 minutes", "45 minutes", 1.0),  # was 0.5
+        ("午後3時に45分間", "45分", 1.0),  # was 0.5
+        ("Call 555-123-4567; the fee is $30", "$30", 1.0),  # was 0.25
+        ("電話03-1234-5678、料金3,000円", "3,000円", 1.0),  # was 0.25
+        ("Python 3.12 is 25% faster", "25% faster", 1.0),  # was 0.5
+        ("v2.4.1 fixed 12 bugs", "12 bugs", 1.0),  # was 0.5: the 1 of v2.4.1
+        ("She finished 3rd", "third", None),  # was 0; only an ordinal: no key number, the row is skipped
+        # the reference's number words alone are prose, not key numbers
+        ("One of the two plants makes 40% of output", "40%", 1.0),  # number words are read now, but alone are prose
+        ("Two million dollars", "$2M", 1.0),  # was None; a number word with a scale is an amount
+        ("twenty percent", "20%", 1.0),  # was None; ... and with a percent
+        # an answer's number words, fractions and apostrophe groups match the reference's numbers
+        ("20", "twenty", 1.0),  # was 0: no number in the sample
+        ("25 people", "twenty-five people", 1.0),  # was 0
+        ("20", "二十", 1.0),  # kanji numerals (already so)
+        ("120", "百二十", 1.0),  # (already so)
+        ("30000", "3万", 1.0),  # digits with a kanji scale (already so)
+        ("0.25", "1/4", 1.0),  # was 0: 1 and 4
+        ("0.75 of the budget", "3/4 of the budget", 1.0),  # was 0
+        ("0.25", "4分の1", 1.0),  # was 0: a Japanese fraction
+        ("1/4", "0.25", 1.0),  # was 0: and the other way round
+        ("0.5 of it", "half of it", 1.0),  # was 0
+        ("1250000", "1'250'000", 1.0),  # was 0: 1, 250 and 0
+        ("CHF 1'250'000", "1.25 million", 1.0),  # was 0
+    ],
+)
+def test_key_numbers_as_the_guide_means_them(reference, sample, score):
+    grade = build_grader("numeric").grade_group({"reference_answer": reference}, [{"output_text": sample}])[0]
+    assert grade.score == (None if score is None else pytest.approx(score)), grade.reason
+
+
+@pytest.mark.parametrize("module", [numbers, number_words], ids=lambda m: m.__name__)
+def test_docstring_examples(module):
+    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0 and result.attempted > 0
