@@ -39,6 +39,7 @@ EVENT_KINDS = (
     "restarted",  # --resume-from-scratch: back to step 0; the earlier history was copied aside first
     "checkpoint_skipped",  # a checkpoint was incomplete or unreadable; an older one was used
     "config_changed",  # the config changed on resume (data: the changed fields, old and new)
+    "step_skipped",  # an optimizer step was skipped: its gradient norm was not finite (kitae.trainer.update)
 )
 
 

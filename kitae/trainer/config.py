@@ -27,9 +27,9 @@ if TYPE_CHECKING:
 
 @dataclass
 class LoraConfig:
-    r: int = 8
+    r: int = setting(8, minimum=1)
     alpha: int = 16
-    dropout: float = 0.0
+    dropout: float = setting(0.0, minimum=0, maximum=1)
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
 
 
@@ -51,10 +51,10 @@ class SamplerConfig:
     correct: str | None = None  # reward component whose score makes the pass rates (default: one named 'correct')
     pass_threshold: float = 1.0  # a sample passes when that component's score >= this
     ema: float = 0.0  # success-rate memory: 0 = mean of every attempt, else the newest attempt's weight
-    floor: float = 0.05  # prioritized: P(i) ∝ max(1 - s_i, floor)
+    floor: float = setting(0.05, minimum=0)  # prioritized: P(i) ∝ max(1 - s_i, floor)
     schedule: Literal["hard_focus", "easy_to_hard"] = "hard_focus"  # curriculum
-    warmup_steps: int = 10  # curriculum hard_focus: steps on the whole set before only hard prompts
-    ramp_steps: int = 50  # curriculum easy_to_hard: steps until every level is in the pool
+    warmup_steps: int = setting(10, minimum=0)  # curriculum hard_focus: steps on the whole set before only hard prompts
+    ramp_steps: int = setting(50, minimum=0)  # curriculum easy_to_hard: steps until every level is in the pool
     difficulty_key: str | None = "difficulty"  # curriculum: the row field with the label; null = measured rates
     levels: list[str] = field(default_factory=lambda: ["easy", "medium", "hard"])  # every label, easiest first
     hard_levels: list[str] | None = None  # curriculum hard_focus: labels that count as hard (default: the last)
@@ -99,7 +99,7 @@ class RewardConfig:
     """
 
     name: str = ""
-    weight: float = 1.0
+    weight: float = 1.0  # any finite number: a negative weight makes the component a penalty
     grader: dict[str, Any] | None = None
     function: str | None = None
 
@@ -112,13 +112,13 @@ class RewardConfig:
 
 @dataclass
 class AdaptiveKL:
-    target: float = 0.1
-    horizon: int = 10000
+    target: float = setting(0.1, above=0)
+    horizon: int = setting(10000, minimum=1)
 
 
 @dataclass
 class KLConfig:
-    coef: float = 0.0  # 0: no reference model is loaded
+    coef: float = setting(0.0, minimum=0)  # 0: no reference model is loaded
     estimator: Literal["k1", "k2", "k3"] = "k3"
     where: Literal["loss", "reward"] = "loss"
     adaptive: AdaptiveKL | None = None
@@ -127,7 +127,7 @@ class KLConfig:
 @dataclass
 class DynamicSampling:
     enabled: bool = False
-    max_rounds: int = 3  # generation rounds per step before training on what there is
+    max_rounds: int = setting(3, minimum=1)  # generation rounds per step before training on what there is
 
 
 @dataclass
@@ -220,11 +220,11 @@ class SamplingConfig:
 
     engine: str = "hf"  # hf | server
     group_size: int = 8
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    repetition_penalty: float = 1.0
-    max_new_tokens: int = 64  # with partial rollouts: the total over every segment
+    temperature: float = setting(1.0, minimum=0)  # 0: greedy
+    top_p: float = setting(1.0, above=0, maximum=1)
+    top_k: int = 0  # 0 (or -1): no top-k
+    repetition_penalty: float = setting(1.0, above=0)
+    max_new_tokens: int = setting(64, minimum=1)  # with partial rollouts: the total over every segment
     partial: PartialRolloutConfig | None = None  # null = whole trajectories each iteration
     repeat: RepeatConfig | None = None  # null = no repeat detection
     # ---- engine: server ----
@@ -277,12 +277,19 @@ class OptimConfig:
     # similar length go together, kitae.trainer.batch.micro_batches)
     skip_zero_advantage: bool = True  # leave rows that cannot change the gradient out of the forward/backward
     # (advantage 0 with no KL term in the loss; no counted token): same gradient, less work
-    lr: float = 1e-4
-    weight_decay: float = 0.0
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
-    max_grad_norm: float = 1.0
+    lr: float = setting(1e-4, above=0)
+    weight_decay: float = setting(0.0, minimum=0)
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.99])  # each in [0, 1)
+    max_grad_norm: float = setting(1.0, above=0)  # gradients are clipped to this norm
     scheduler: Literal["constant", "linear", "cosine"] = "constant"
-    warmup_steps: int = 0
+    warmup_steps: int = setting(0, minimum=0)
+
+    def validate(self, path: str) -> None:
+        if len(self.betas) != 2:
+            raise ConfigError(f"{path}.betas", f"expected two numbers (Adam's beta1, beta2), got {len(self.betas)}")
+        for i, beta in enumerate(self.betas):
+            if not 0 <= beta < 1:
+                raise ConfigError(f"{path}.betas[{i}]", f"must be in [0, 1) (Adam's beta), got {beta}")
 
 
 @dataclass
@@ -301,10 +308,10 @@ class LoggingConfig:
 
 @dataclass
 class EvalConfig:
-    every: int = 25  # 0 = never during training (a final eval still runs when data.eval is set)
-    k: int = 4  # samples per prompt for pass@1
+    every: int = setting(25, minimum=0)  # 0 = never during training (a final eval still runs when data.eval is set)
+    k: int = setting(4, minimum=1)  # samples per prompt for pass@1
     limit: int | None = 100  # eval prompts
-    temperature: float = 1.0
+    temperature: float = setting(1.0, minimum=0)  # 0: greedy
     max_new_tokens: int | None = None  # default: sampling.max_new_tokens
     grader: dict[str, Any] = field(default_factory=lambda: {"type": "answer"})
     pass_threshold: float = 1.0

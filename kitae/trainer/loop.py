@@ -205,7 +205,7 @@ class Trainer:
         t_prep = time.perf_counter()
         # 4. update
         trained = self.update.optimize(batch, self.loss_config())
-        self.scheduler.step()
+        self._step_scheduler()  # also after a skipped optimizer step: the schedule counts steps, as verl's does
         synced = self.rollouts.sync_weights(self.policy, step)
         t_end = time.perf_counter()
         # 5. log
@@ -216,6 +216,7 @@ class Trainer:
         records = group_records(got.rows, got.groups, got.scores, advantages.view(len(got.groups), -1),
                                 self._run_images)
         self._log(step, metrics, records)
+        self._record_skipped_steps(step, trained)
         self._stop_without_reward(step, metrics["invalid_rate"], got.scores)
         return metrics
 
@@ -240,14 +241,17 @@ class Trainer:
 
     def _log_idle_step(self, step: int, t0: float, t_gen: float) -> dict[str, float]:
         """A partial-rollout iteration in which no group finished: nothing to train on; the schedule moves on."""
-        with warnings.catch_warnings():  # torch warns when the scheduler steps before any optimizer step
-            warnings.simplefilter("ignore", UserWarning)
-            self.scheduler.step()
+        self._step_scheduler()
         partial = self.rollouts.partial
         metrics = {"groups": 0, "lr": self.scheduler.get_last_lr()[0], "secs_per_step": time.perf_counter() - t0,
                    "secs_generate": t_gen - t0, **(partial.stats() if partial else {})}
         self._log(step, metrics, [])
         return metrics
+
+    def _step_scheduler(self) -> None:
+        with warnings.catch_warnings():  # torch warns when the scheduler steps before any optimizer step
+            warnings.simplefilter("ignore", UserWarning)
+            self.scheduler.step()
 
     def _log(self, step: int, metrics: dict[str, float], records: list) -> None:
         """The step's metrics and groups (every process's) into the run store and the loggers."""
@@ -259,6 +263,16 @@ class Trainer:
             self.store.log_groups(step, records)
             self.store.log_metrics(step, metrics)
             self.loggers.log(step, metrics)
+
+    def _record_skipped_steps(self, step: int, trained: dict[str, float]) -> None:
+        """An optimizer step skipped for a gradient norm that was not finite (kitae.trainer.update) is an event
+        of the run: it says the step's batch did not train."""
+        skipped = int(trained.get("skipped_steps", 0))
+        if skipped and self.store is not None:
+            self.store.log_event(step, "step_skipped", f"{skipped} of {self.cfg.algorithm.mu} optimizer step(s) "
+                                 f"skipped: the gradient norm was not finite ({trained['grad_norm']}); the weights "
+                                 "were left as they were", {"skipped_steps": skipped,
+                                                            "total": self.update.skipped_steps})
 
     def _stop_without_reward(self, step: int, invalid_rate: float, scores: list[GroupScores]) -> None:
         """After `algorithm.max_steps_without_reward` steps in a row in which no sample got a reward (a grader

@@ -3,6 +3,8 @@
 Loading a model takes seconds to minutes; a typo in a grader spec or a row too long for the model must not wait
 for it. :func:`preflight` checks, in this order, and raises ConfigError or DataError at the first problem:
 
+0. the config's numbers (:func:`kitae.config.check_numbers`): bounds, and no NaN or infinity, for a config
+   changed in Python after it was read (one read from YAML was checked as it was read);
 1. the model path: a local folder, or a Hub id found in the Hub cache or downloaded (kitae.hub);
 2. every reward component: grader specs built, ``module:function`` reward functions imported (the current folder
    and the config file's folder are on the import path, see :func:`add_import_paths`); the eval grader;
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kitae.config import check_numbers
 from kitae.errors import ConfigError, DataError
 from kitae.registry import load_target, unknown_name_message
 from kitae.scoring.rewards import RewardComponent
@@ -60,6 +63,7 @@ def preflight(cfg: TrainConfig, config_dir: str | Path | None = None) -> Checked
     from kitae.graders import build_grader
     from kitae.models import is_vision_model, load_processor, load_tokenizer, resolve_model_path
 
+    check_numbers(cfg)
     model_path = resolve_model_path(cfg.model.path, "model.path", revision=cfg.model.revision)
     add_import_paths(config_dir)
     components = build_components(cfg.rewards)
