@@ -27,9 +27,9 @@ if TYPE_CHECKING:
 
 @dataclass
 class LoraConfig:
-    r: int = setting(8, minimum=1)
-    alpha: int = 16
-    dropout: float = setting(0.0, minimum=0, maximum=1)
+    r: int = setting(8, minimum=1)  # the adapter's rank
+    alpha: int = 16  # scaling: the update is alpha / r times the low-rank product
+    dropout: float = setting(0.0, minimum=0, maximum=1)  # dropout on the adapter's input
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
 
 
@@ -37,9 +37,9 @@ class LoraConfig:
 class ModelConfig:
     path: str = "bundled"  # "bundled" (the tiny base model shipped with kitae), a local folder, or a Hub id
     revision: str | None = None  # a Hub id's branch, tag or commit (default: its main branch)
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # the weights' dtype
     lora: LoraConfig | None = None
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = False  # recompute activations in the backward pass: less memory, more time
 
 
 @dataclass
@@ -76,12 +76,12 @@ class DataConfig:
     (``{prompt: question, reference_answer: answer}``), ``answer_pattern`` cuts the reference out of a longer
     answer (its first group), ``system`` is a system prompt put before every prompt without one."""
 
-    train: str | DatasetSource = "bundled:arith/train"
-    eval: str | DatasetSource | None = "bundled:arith/test"
-    fields: dict[str, str] = field(default_factory=dict)
-    answer_pattern: str | None = None
-    system: str | None = None
-    shuffle: bool = True
+    train: str | DatasetSource = "bundled:arith/train"  # the training prompts (the forms: above)
+    eval: str | DatasetSource | None = "bundled:arith/test"  # held-out prompts for evaluations; null = none
+    fields: dict[str, str] = field(default_factory=dict)  # kitae field -> the dataset's column, e.g. {prompt: question}
+    answer_pattern: str | None = None  # a regex; the reference is its first group (else the whole match)
+    system: str | None = None  # a system prompt put before every prompt that has none
+    shuffle: bool = True  # the prompt order: shuffled each epoch (by the seed) or as in the file
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
 
     def validate(self, path: str) -> None:
@@ -112,21 +112,21 @@ class RewardConfig:
 
 @dataclass
 class AdaptiveKL:
-    target: float = setting(0.1, above=0)
-    horizon: int = setting(10000, minimum=1)
+    target: float = setting(0.1, above=0)  # the KL per token the controller steers to
+    horizon: int = setting(10000, minimum=1)  # how fast it steers (steps x samples), as in Ziegler et al.
 
 
 @dataclass
 class KLConfig:
     coef: float = setting(0.0, minimum=0)  # 0: no reference model is loaded
-    estimator: Literal["k1", "k2", "k3"] = "k3"
-    where: Literal["loss", "reward"] = "loss"
+    estimator: Literal["k1", "k2", "k3"] = "k3"  # the KL estimator (k3: Schulman's unbiased, low-variance one)
+    where: Literal["loss", "reward"] = "loss"  # a KL term in the loss, or subtracted from the reward
     adaptive: AdaptiveKL | None = None
 
 
 @dataclass
 class DynamicSampling:
-    enabled: bool = False
+    enabled: bool = False  # resample groups whose rewards are all equal (DAPO)
     max_rounds: int = setting(3, minimum=1)  # generation rounds per step before training on what there is
 
 
@@ -146,7 +146,7 @@ class AlgorithmConfig:
     eps_low: float | None = None  # PPO clip range: ratio in [1 - eps_low, 1 + eps_high] (default 0.2)
     eps_high: float | None = None  # default 0.2; dapo: 0.28 (clip-higher)
     gspo_eps_low: float | None = None  # the sequence-ratio clip range of gspo (default 3e-4, 4e-4)
-    gspo_eps_high: float | None = None
+    gspo_eps_high: float | None = None  # gspo: the upper side of that range (default 4e-4)
     cispo_eps_high: float | None = None  # cispo: importance weights capped at 1 + this (default 0.28)
     aggregation: str | None = None  # seq_mean_token_mean (default) | token_mean (dapo, cispo) | seq_sum_constant
     # (dr_grpo)
@@ -159,9 +159,9 @@ class AlgorithmConfig:
     max_steps_without_reward: int | None = 3  # after this many steps in a row in which no sample got a reward
     # (every component abstained or failed on every sample), save a checkpoint and stop with an error; 0 or null:
     # never stop
-    # engine server: per-token weight min(pi_train_old / pi_server, tis_cap) on the loss (truncated importance
-    # sampling, kitae/algorithms/mismatch.py); null = no weight (the ratio still uses the trainer's log-probs)
-    tis_cap: float | None = 2.0
+    tis_cap: float | None = 2.0  # engine server: per-token weight min(pi_train_old / pi_server, tis_cap) on the
+    # loss (truncated importance sampling, kitae/algorithms/mismatch.py); null = no weight (the ratio still uses
+    # the trainer's log-probs)
 
     def validate(self, path: str) -> None:
         """Check the loss and advantage names and fill in every loss setting left out (see the class)."""
@@ -206,10 +206,10 @@ class RepeatConfig:
     repeated at least min_count times in a row, covering at least min_span tokens, ends with finish reason
     "repeat". `penalty` (e.g. -1.0) becomes a reward component named 'repeat' (0 for other samples)."""
 
-    min_count: int = 4
-    max_period: int = 16
-    min_span: int = 16
-    penalty: float = 0.0
+    min_count: int = 4  # repeats of the block
+    max_period: int = 16  # the longest block, in tokens
+    min_span: int = 16  # tokens the repeats must cover
+    penalty: float = 0.0  # the repeat component's score for such a sample; 0 = no component
 
 
 @dataclass
@@ -219,11 +219,11 @@ class SamplingConfig:
     trainer's weights to them after optimizer steps (``sync``; kitae/rollout/server.py, kitae/rollout/sync.py)."""
 
     engine: str = "hf"  # hf | server
-    group_size: int = 8
+    group_size: int = 8  # samples per prompt (G)
     temperature: float = setting(1.0, minimum=0)  # 0: greedy
-    top_p: float = setting(1.0, above=0, maximum=1)
+    top_p: float = setting(1.0, above=0, maximum=1)  # nucleus sampling; 1 = off
     top_k: int = 0  # 0 (or -1): no top-k
-    repetition_penalty: float = setting(1.0, above=0)
+    repetition_penalty: float = setting(1.0, above=0)  # transformers' repetition penalty; 1 = off
     max_new_tokens: int = setting(64, minimum=1)  # with partial rollouts: the total over every segment
     partial: PartialRolloutConfig | None = None  # null = whole trajectories each iteration
     repeat: RepeatConfig | None = None  # null = no repeat detection
@@ -271,18 +271,18 @@ class SamplingConfig:
 
 @dataclass
 class OptimConfig:
-    steps: int = setting(100, minimum=1)
-    prompts_per_step: int = setting(8, minimum=1)
+    steps: int = setting(100, minimum=1)  # training steps (one sample-grade-update round each)
+    prompts_per_step: int = setting(8, minimum=1)  # prompts per step (each gets group_size samples)
     micro_batch_size: int = setting(32, minimum=1)  # at most this many sequences per forward/backward (rows of
     # similar length go together, kitae.trainer.batch.micro_batches)
     skip_zero_advantage: bool = True  # leave rows that cannot change the gradient out of the forward/backward
     # (advantage 0 with no KL term in the loss; no counted token): same gradient, less work
-    lr: float = setting(1e-4, above=0)
-    weight_decay: float = setting(0.0, minimum=0)
+    lr: float = setting(1e-4, above=0)  # AdamW's learning rate
+    weight_decay: float = setting(0.0, minimum=0)  # AdamW's weight decay
     betas: list[float] = field(default_factory=lambda: [0.9, 0.99])  # each in [0, 1)
     max_grad_norm: float = setting(1.0, above=0)  # gradients are clipped to this norm
-    scheduler: Literal["constant", "linear", "cosine"] = "constant"
-    warmup_steps: int = setting(0, minimum=0)
+    scheduler: Literal["constant", "linear", "cosine"] = "constant"  # the learning rate after warm-up
+    warmup_steps: int = setting(0, minimum=0)  # steps of linear warm-up to lr
 
     def validate(self, path: str) -> None:
         if len(self.betas) != 2:
@@ -313,19 +313,19 @@ class EvalConfig:
     limit: int | None = 100  # eval prompts
     temperature: float = setting(1.0, minimum=0)  # 0: greedy
     max_new_tokens: int | None = None  # default: sampling.max_new_tokens
-    grader: dict[str, Any] = field(default_factory=lambda: {"type": "answer"})
-    pass_threshold: float = 1.0
+    grader: dict[str, Any] = field(default_factory=lambda: {"type": "answer"})  # the spec that decides pass@1
+    pass_threshold: float = 1.0  # a sample passes when its score >= this
 
 
 @dataclass
 class TrainConfig:
-    name: str = "run"
-    output_dir: str = "runs"
-    seed: int = 0
+    name: str = "run"  # the run's name: its folder is OUTPUT_DIR/NAME
+    output_dir: str = "runs"  # where run folders go
+    seed: int = 0  # sampling, the prompt order and new LoRA weights follow it
     threads: int | None = None  # torch CPU threads per process; None = kitae.threads' rule for the model's size
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
-    rewards: list[RewardConfig] = field(default_factory=list)
+    rewards: list[RewardConfig] = field(default_factory=list)  # the reward components (the README's list)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
