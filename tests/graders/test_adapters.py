@@ -206,6 +206,27 @@ def test_every_dataset_column_is_passed_but_the_ones_trl_skips():
     grader_from_callable(fn).grade_group(row, [{"output_text": "x"}] * 2)
     assert seen == {"answer": ["hi", "hi"], "level": [2, 2], "tags": [["a"], ["a"]]}
 
+
+def test_the_readmes_reward_functions():
+    """README.md's my_rewards.py, run as kitae runs it (tests/test_readme.py trains with it too)."""
+    from tests.test_readme import my_rewards
+
+    fns: dict = {}
+    exec(compile(my_rewards(), "README.md: my_rewards.py", "exec"), fns)
+    chat = {"messages": [{"role": "user", "content": "12+35?"}], "reference_answer": "47"}
+    samples = [dict(s, output_text=t) for s, t in zip(TRAINING, ["47<|im_end|>", " 48 <|im_end|>"])]
+    scores = {name: [g.score for g in grader_from_callable(fns[name], name).grade_group(chat, samples)]
+              for name in ("brevity", "correct", "shorter_later")}
+    assert scores == {"brevity": [-0.02, -0.04], "correct": [1.0, 0.0],
+                      "shorter_later": [pytest.approx(-0.045), pytest.approx(-0.0225)]}  # step 3 of 4: -3/4 * ids/100
+    plain = [g.score for g in grader_from_callable(fns["brevity"]).grade_group({"prompt": "12+35?"}, samples)]
+    assert plain == [-0.02, -0.04]  # a plain prompt string: string completions
+    outside = grader_from_callable(fns["shorter_later"]).grade_group(chat, [{"output_text": "47", "completion_ids": [1]}])
+    assert [g.score for g in outside] == [None]  # no trainer_state outside training: it abstains
+    no_ref = grader_from_callable(fns["correct"]).grade_group({"messages": chat["messages"]}, samples)
+    assert [g.score for g in no_ref] == [None, None]  # a row without the field: the call fails, counted as an error
+    assert "missing 1 required positional argument: 'reference_answer'" in no_ref[0].error
+
 @pytest.mark.parametrize(
     "returned, scores, error",
     [
