@@ -158,10 +158,15 @@ def component_message(name: str, steps: int, last_step: int, errors: list[str], 
     return "\n".join(lines)
 
 
-def component_warning(name: str, step: int, errors: list[str], stop_after: int | None) -> str:
-    """The warning at the first step in which component ``name`` gave no sample a finite score."""
-    then = (f"the run stops if it goes on for {stop_after} steps in a row (algorithm.max_steps_without_reward)"
-            if stop_after else "the run goes on without it (algorithm.component_without_reward: warn)")
+def component_warning(name: str, step: int, errors: list[str], limit: int, mode: str) -> str:
+    """The warning at the first step in which component ``name`` gave no sample a finite score; ``limit`` and
+    ``mode`` are ``algorithm.max_steps_without_reward`` and ``algorithm.component_without_reward``."""
+    if mode == "stop" and limit:
+        then = f"the run stops if it goes on for {limit} steps in a row (algorithm.max_steps_without_reward)"
+    elif mode == "stop":
+        then = "the run goes on without it (algorithm.max_steps_without_reward: 0)"
+    else:
+        then = "the run goes on without it (algorithm.component_without_reward: warn)"
     return (f"reward component {name!r} gave no sample a finite score in step {step}; {then}. Its last errors: "
             + " | ".join(errors))
 

@@ -292,10 +292,9 @@ class Trainer:
             self.save(step)
             raise KitaeError(component_message(name, steps, step, component_errors(name, got.scores), self.run_dir))
         if self.acc.is_main_process:
-            stop_after = limit if a.component_without_reward == "stop" else None
             for name in first_dry:
-                warnings.warn(component_warning(name, step, component_errors(name, got.scores), stop_after),
-                              stacklevel=2)
+                warnings.warn(component_warning(name, step, component_errors(name, got.scores), limit,
+                                                a.component_without_reward), stacklevel=2)
         if step == self.start_step + 1:
             self._warn_same_scores(step, got)
 

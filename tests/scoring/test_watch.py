@@ -61,3 +61,18 @@ def test_docstring_examples(module):
 
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0 and result.attempted > 0
+
+
+@pytest.mark.parametrize(
+    "limit, mode, then",
+    [
+        (3, "stop", "the run stops if it goes on for 3 steps in a row (algorithm.max_steps_without_reward)"),
+        (0, "stop", "the run goes on without it (algorithm.max_steps_without_reward: 0)"),  # never stops
+        (3, "warn", "the run goes on without it (algorithm.component_without_reward: warn)"),
+    ],
+)
+def test_the_first_step_warning_says_what_happens_next(limit, mode, then):
+    from kitae.scoring.rewards import component_warning
+
+    assert component_warning("fn", 4, ["E1", "E2"], limit, mode) == (
+        f"reward component 'fn' gave no sample a finite score in step 4; {then}. Its last errors: E1 | E2")
