@@ -78,7 +78,8 @@ class TrainerState:
         step = sample.get("step")
         if not isinstance(step, int) or isinstance(step, bool):
             return None
-        return cls(step - 1, int(sample.get("max_steps", 0)), float(sample.get("epoch", 0.0)))  # TrainerState's defaults
+        # without them, TrainerState's defaults
+        return cls(step - 1, int(sample.get("max_steps", 0)), float(sample.get("epoch", 0.0)))
 
 
 # ---- TRL reward function -> Grader ----------------------------------------------------------------

@@ -187,8 +187,8 @@ def same_score_warning(name: str, value: float, step: int, conversational: bool)
     shape = ('completions are lists of chat messages, [{"role": "assistant", "content": TEXT}] (TRL\'s conversational '
              'format): read completion[0]["content"]' if conversational else
              "completions are strings (the prompts are plain strings, TRL's standard format)")
-    return (f"reward function {name!r} gave every sample it scored in step {step} the same score ({value:g}): it cannot tell "
-            f"completions apart, so it adds nothing to the advantages. Check what it reads: here {shape}.")
+    return (f"reward function {name!r} gave every sample it scored in step {step} the same score ({value:g}): it "
+            f"cannot tell completions apart, so it adds nothing to the advantages. Check what it reads: here {shape}.")
 
 
 def _short(text: str, limit: int = 300) -> str:
