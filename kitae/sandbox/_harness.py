@@ -11,14 +11,16 @@ imports nothing from kitae). The job comes as JSON on stdin:
      "program_seconds": 60,              wall-clock budget per program: its cases past it are not run
      "sys_path": [...], "preload": [...]}    site-packages to import from; modules imported once, up front
 
-and one JSON line per program and case goes to stdout as each case ends:
+and to stdout ``{"ready": true}`` once it has started, then one JSON line per program and case as each case
+ends:
 
     {"program": 0, "case": 3, "status": "ok" | "exit" | "signal" | "timeout" | "not run", "returncode": 0,
      "signal": null, "seconds": 0.01, "cpu_seconds": 0.01, "stdout": "...", "stderr": "...",
      "output_truncated": false, "value": "3"}
 
 (``value``: call mode, the repr of what the expression returned). A Python program that does not compile
-gives one line {"program": 0, "compile_error": "..."} instead. A child gets the case's limits (RLIMIT_CPU,
+gives one line {"program": 0, "compile_error": "..."} instead; a failure of the harness itself, one line
+{"harness_error": "..."} (then it exits with status 3). A child gets the case's limits (RLIMIT_CPU,
 RLIMIT_AS, RLIMIT_FSIZE on its output) and its own process group; when it ends, every other process in the
 sandbox is killed (daemons it left), so one case cannot reach into the next.
 """
@@ -40,16 +42,25 @@ IN_SANDBOX = False
 
 def main():
     global IN_SANDBOX
-    job = json.loads(sys.stdin.buffer.read())
-    IN_SANDBOX = _pid1_is_bwrap()
-    sys.path.extend(job.get("sys_path", []))
-    for module in job.get("preload", []):
-        importlib.import_module(module)
     results = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    for k, program in enumerate(job["programs"]):
-        for row in run_program(job, k, program):
-            results.write(json.dumps(row) + "\n")
-            results.flush()
+
+    def send(row):
+        results.write(json.dumps(row) + "\n")
+        results.flush()
+
+    try:
+        job = json.loads(sys.stdin.buffer.read())
+        IN_SANDBOX = _pid1_is_bwrap()
+        sys.path.extend(job.get("sys_path", []))
+        for module in job.get("preload", []):
+            importlib.import_module(module)
+        send({"ready": True})
+        for k, program in enumerate(job["programs"]):
+            for row in run_program(job, k, program):
+                send(row)
+    except Exception as exc:  # the harness's own failure: the caller abstains, it does not score
+        send({"harness_error": f"{type(exc).__name__}: {exc}"})
+        sys.exit(3)
 
 
 def run_program(job, k, program):

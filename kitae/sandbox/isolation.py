@@ -191,11 +191,13 @@ class Sandbox:
             args += ["--unshare-user"]
         args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
                  "--die-with-parent", "--new-session", "--hostname", "sandbox"]
-        args += system_binds(self.extra_paths)
+        args += system_binds()
         args += ["--proc", "/proc", "--dev", "/dev",
                  "--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
-                 "--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/tmp",
-                 "--bind" if writable else "--ro-bind", str(Path(workdir).resolve()), INSIDE_WORKDIR,
+                 "--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/tmp"]
+        # After the private /tmp, which would hide a Python installed under it (a venv in a Docker build)
+        args += install_binds(self.extra_paths)
+        args += ["--bind" if writable else "--ro-bind", str(Path(workdir).resolve()), INSIDE_WORKDIR,
                  "--remount-ro", "/", "--chdir", INSIDE_WORKDIR, "--clearenv"]
         for key, value in clean_env(home="/tmp").items():
             args += ["--setenv", key, value]
@@ -243,8 +245,8 @@ def clean_env(home: str) -> dict[str, str]:
             "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-def system_binds(extra_paths: tuple[str, ...] = ()) -> list[str]:
-    """Read-only binds: /usr with the top-level links into it, the linker's /etc files, Python, extras."""
+def system_binds() -> list[str]:
+    """Read-only binds: /usr with the top-level links into it, the linker's /etc files."""
     args = ["--ro-bind", "/usr", "/usr"]
     for link in SYSTEM_LINKS:
         if os.path.islink(link):
@@ -254,6 +256,16 @@ def system_binds(extra_paths: tuple[str, ...] = ()) -> list[str]:
     args += ["--perms", "0755", "--dir", "/etc"]
     for path in ETC_FILES:
         args += ["--ro-bind-try", path, path]
+    return args
+
+
+def install_binds(extra_paths: tuple[str, ...] = ()) -> list[str]:
+    """Read-only binds of the Python installation and ``extra_paths``, wherever they live (/root, /opt, /tmp).
+
+    They come after the sandbox's own /tmp and /dev/shm in the command line: bwrap mounts in order, and a
+    tmpfs mounted later would cover an installation bound beneath it.
+    """
+    args = []
     for root in _outside_usr(python_roots() + [str(p) for p in extra_paths]):
         for parent in reversed(Path(root).parents[:-1]):  # else bwrap makes parents 0700: nobody could enter
             args += ["--perms", "0755", "--dir", str(parent)]

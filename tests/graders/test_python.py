@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from kitae.errors import ConfigError
 from kitae.graders import build_grader
+from tests.sandbox.venv import venv_under_tmp
 
+ROOT = Path(__file__).resolve().parents[2]
 ITEM = {"reference_answer": "47"}
 
 
@@ -208,3 +212,16 @@ def test_spec_errors(spec, message):
     with pytest.raises(ConfigError) as err:
         build_grader({"type": "python", **spec})
     assert message in str(err.value)
+
+
+def test_a_python_installed_under_tmp_grades(tmp_path):
+    """The sandbox's private /tmp must not cover the interpreter it runs (it did: every grade abstained)."""
+    python = venv_under_tmp(tmp_path / "venv")
+    code = ("from kitae.graders import build_grader\n"
+            "g = build_grader({'type': 'python', 'source': 'def grade(s, i):\\n    return 0.5\\n'})\n"
+            "grade = g.grade_group({}, [{'output_text': 'x'}])[0]\n"
+            "g.close()\n"
+            "print(grade.score, grade.error)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([python, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "0.5 None", done.stdout + done.stderr[-2000:]
