@@ -198,7 +198,7 @@ def _run_chunk(sandbox: Sandbox, workdir: Path, entries: dict[int, dict], cases:
     job = {"programs": [entries[k] for k in order], "mode": mode, "cases": cases,
            "cpu_seconds": limits.seconds, "wall_seconds": limits.wall_seconds, "memory_mb": limits.memory_mb,
            "output_bytes": output_bytes, "program_seconds": limits.total_seconds, "sys_path": site_packages(),
-           "preload": list(preload)}
+           "preload": list(preload), "in_sandbox": sandbox.isolated}
     budget = Limits(wall_seconds=limits.total_seconds * len(order) + 5, cpu_seconds=None,
                     memory_mb=limits.memory_mb + 512, processes=limits.processes,
                     file_mb=max(64, 4 * math.ceil(limits.output_kb / 1024)))
