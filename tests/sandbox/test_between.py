@@ -47,7 +47,8 @@ DAEMONS = {
         """,
     "fork and exec": """
         import sys
-        code = f"import ctypes, time; ctypes.CDLL(None).prctl(15, ctypes.c_char_p({MARKER!r}.encode()), 0, 0, 0); time.sleep(30)"
+        code = (f"import ctypes, time; ctypes.CDLL(None).prctl(15, ctypes.c_char_p({MARKER!r}.encode()), 0, 0, 0); "
+                "time.sleep(30)")
         argv = [sys.executable.encode(), b"-S", b"-c", code.encode()]
         pid = libc.fork()
         if pid == 0:

@@ -12,6 +12,6 @@ def venv_under_tmp(folder: Path) -> str:
     """A venv in ``folder`` (under /tmp) that sees this Python's packages; the path of its interpreter."""
     assert str(folder).startswith("/tmp/"), folder
     folder.mkdir(exist_ok=True)
-    folder.chmod(0o755)  # as a venv is made (pytest's folders are 0700: nobody, who runs the code as root, could not enter)
+    folder.chmod(0o755)  # as venvs are made; pytest's are 0700, and nobody (the code, when kitae is root) could not enter
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(folder)], check=True)
     return str(folder / "bin" / "python")
