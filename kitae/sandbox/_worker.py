@@ -8,10 +8,10 @@ Modes: "python" runs a user's ``grade(sample, item)`` (OpenAI's python grader), 
 for it ("fork_per_request": the source is loaded once, every grade starts from that state, and the child holds
 neither protocol channel), with a CPU budget per request and an audit hook that refuses sockets and new
 processes (a courtesy error for honest mistakes: the security boundary is the sandbox around this process,
-which ctypes cannot talk its way out of); "math"
-answers math-verify comparisons with its signal-based timeouts disabled (the parent enforces the wall-clock
-limit by killing this process). Inside a sandbox ("reap_strays") every other process of the sandbox is
-killed after each request, so nothing a grade started outlives it.
+which ctypes cannot talk its way out of); "math" answers math-verify comparisons with its signal-based
+timeouts disabled (the parent enforces the wall-clock limit by killing this process). Inside a sandbox
+("reap_strays") every other process of the sandbox is killed after each request, so nothing a grade started
+outlives it.
 """
 
 import json

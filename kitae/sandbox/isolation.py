@@ -132,7 +132,7 @@ class Sandbox:
     # ---- commands --------------------------------------------------------------------------------------
     def spawn(self, argv: list[str], workdir: Path, limits: Limits, writable: bool = False,
               **pipes) -> subprocess.Popen:
-        """Start ``argv`` in ``workdir`` under ``limits``, in the sandbox (``pipes``: stdin/stdout/stderr for Popen).
+        """Start ``argv`` in ``workdir`` under ``limits`` (``pipes``: stdin/stdout/stderr for Popen).
 
         Under bwrap the process carries ``sandbox_init``, a pidfd of the sandbox's pid 1: it becomes readable only
         once every process of the namespace is gone, so :func:`kitae.sandbox.process.kill` can wait for that.
