@@ -17,12 +17,14 @@ from kitae.scoring.rewards import RewardComponent, score_groups
 
 
 def sample_dict(c: Completion, max_new_tokens: int, **extra: Any) -> dict:
-    """What graders see of one completion."""
+    """What graders see of one completion; ``completion_ids`` are its sampled token ids (a reward function's
+    ``completion_ids``). The trainer adds the step's ``step``, ``max_steps`` and ``epoch``."""
     return {
         "output_text": c.text,
         "finish_reason": c.finish_reason,
         "completion_tokens": c.num_tokens,
         "max_completion_length": max_new_tokens,
+        "completion_ids": list(c.completion_ids),
         **extra,
     }
 
@@ -59,7 +61,7 @@ def evaluate(
                         "reference_answer": row.get("reference_answer"),
                         "difficulty": row.get("difficulty"),
                         "lang": row.get("lang"),
-                        **s,
+                        **{k: v for k, v in s.items() if k != "completion_ids"},  # text is what is kept
                         "score": grade.score,
                         "passed": grade.score is not None and grade.score >= pass_threshold,
                         "compliant": is_template_compliant(s["output_text"], s["finish_reason"]),

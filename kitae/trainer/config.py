@@ -159,6 +159,9 @@ class AlgorithmConfig:
     max_steps_without_reward: int | None = 3  # after this many steps in a row in which no sample got a reward
     # (every component abstained or failed on every sample), save a checkpoint and stop with an error; 0 or null:
     # never stop
+    component_without_reward: Literal["stop", "warn"] = "stop"  # stop (as above, after that many steps in a row
+    # in which one component gave no sample a finite score) or warn (for a component meant to abstain on whole
+    # steps); either way a warning at the first such step
     tis_cap: float | None = 2.0  # engine server: per-token weight min(pi_train_old / pi_server, tis_cap) on the
     # loss (truncated importance sampling, kitae/algorithms/mismatch.py); null = no weight (the ratio still uses
     # the trainer's log-probs)

@@ -40,7 +40,18 @@ from kitae.algorithms.losses import LossConfig
 from kitae.errors import KitaeError
 from kitae.rollout.base import SamplingParams
 from kitae.scoring.evaluate import evaluate
-from kitae.scoring.rewards import GroupScores, counter_deltas, last_problems, no_reward_message
+from kitae.scoring.rewards import (
+    Drought,
+    GroupScores,
+    component_errors,
+    component_message,
+    component_warning,
+    counter_deltas,
+    function_scores,
+    last_problems,
+    no_reward_message,
+    same_score_warning,
+)
 from kitae.store.images import RunImages
 from kitae.threads import set_threads
 from kitae.trainer import setup
@@ -111,7 +122,7 @@ class Trainer:
         self.store = setup.open_store(cfg, self.resume_plan) if self.acc.is_main_process else None
         self.loggers = make_loggers(cfg.logging.report_to if self.store else [], self.run_dir, cfg.to_dict())
         self._stop_requested = False
-        self._steps_without_reward = 0
+        self._drought = Drought([c.name for c in self.components])  # steps in a row without a finite score
         self._counters: dict[str, float] = {}  # graders' own counters (judge tokens, ...) at the last step
 
     @property
@@ -217,7 +228,7 @@ class Trainer:
                                 self._run_images)
         self._log(step, metrics, records)
         self._record_skipped_steps(step, trained)
-        self._stop_without_reward(step, metrics["invalid_rate"], got.scores)
+        self._watch_rewards(step, metrics, got)
         return metrics
 
     def _step_metrics(self, got: Collected, trained: dict[str, float], times: dict[str, float]) -> dict[str, float]:
@@ -274,18 +285,47 @@ class Trainer:
                                  "were left as they were", {"skipped_steps": skipped,
                                                             "total": self.update.skipped_steps})
 
-    def _stop_without_reward(self, step: int, invalid_rate: float, scores: list[GroupScores]) -> None:
-        """After `algorithm.max_steps_without_reward` steps in a row in which no sample got a reward (a grader
-        failing on every sample, a reward server down), save a checkpoint and stop with an error: a run that
-        trains on nothing must not end as "finished". `invalid_rate` is the mean over processes, so every
-        process decides alike."""
-        limit = self.cfg.algorithm.max_steps_without_reward
-        self._steps_without_reward = self._steps_without_reward + 1 if invalid_rate >= 1.0 else 0
-        count = self._steps_without_reward
-        if not limit or count < limit:
-            return
-        self.save(step)
-        raise KitaeError(no_reward_message(count, step, last_problems(self.components, scores), self.run_dir))
+    def _watch_rewards(self, step: int, metrics: dict[str, float], got: Collected) -> None:
+        """Stop (a checkpoint saved, an error raised) after `algorithm.max_steps_without_reward` steps in a row in
+        which no sample got a reward (a grader failing on every sample, a reward server down), or in which one
+        component gave no sample a finite score (a reward function that fails on every sample: the run trained
+        on the others alone); `algorithm.component_without_reward: warn` only warns for the latter. A run that
+        trains on nothing, or not on what was asked, must not end as "finished". Warns at the first step a
+        component has no finite score, and at the run's first step when a reward function gives every sample
+        the same score. The rates are means over processes, so every process decides alike."""
+        a = self.cfg.algorithm
+        limit = a.max_steps_without_reward or 0
+        dry = {c.name: metrics[f"grader/{c.name}/abstain_rate"] >= 1.0 for c in self.components}
+        first_dry = self._drought.update(metrics["invalid_rate"] >= 1.0, dry)
+        if limit and self._drought.no_reward >= limit:
+            self.save(step)
+            raise KitaeError(no_reward_message(self._drought.no_reward, step,
+                                               last_problems(self.components, got.scores), self.run_dir))
+        name, steps = self._drought.longest()
+        if limit and steps >= limit and a.component_without_reward == "stop":
+            self.save(step)
+            raise KitaeError(component_message(name, steps, step, component_errors(name, got.scores), self.run_dir))
+        if self.acc.is_main_process:
+            for name in first_dry:
+                warnings.warn(component_warning(name, step, component_errors(name, got.scores), limit,
+                                                a.component_without_reward), stacklevel=2)
+        if step == self.start_step + 1:
+            self._warn_same_scores(step, got)
+
+    def _warn_same_scores(self, step: int, got: Collected) -> None:
+        """A reward function that gave every sample of the step (all processes) one score reads its input wrong,
+        often: for chat prompts TRL's completions are message lists, not strings."""
+        values: dict[str, set[float]] = {}
+        scored: dict[str, int] = {}
+        for per_process in gather(self.acc, [function_scores(self.components, got.scores)]):
+            for name, (distinct, n) in per_process.items():
+                values.setdefault(name, set()).update(distinct)
+                scored[name] = scored.get(name, 0) + n
+        row = got.rows[0]
+        conversational = isinstance(row.get("prompt", row.get("messages")), list)
+        for name, seen in values.items():
+            if len(seen) == 1 and scored[name] > 1 and self.acc.is_main_process:
+                warnings.warn(same_score_warning(name, next(iter(seen)), step, conversational), stacklevel=2)
 
     # ---- evaluation, checkpoints, summary -------------------------------------------------------
     def evaluate(self, step: int) -> dict[str, float] | None:
