@@ -43,6 +43,7 @@ FROZEN = {
     "model.path": "the checkpoint holds this model's weights",
     "model.revision": "the checkpoint holds this revision's weights",
     "model.dtype": "the checkpoint's weights and optimizer state are in this dtype",
+    "model.master_weights": "the checkpoint's optimizer state is kept in these weights' dtype",
     "model.lora": "the checkpoint holds this adapter",
     "data.train": "the prompt sampler's state indexes these rows",
     "data.sampler.name": "the checkpoint holds this sampler's state",
