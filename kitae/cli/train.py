@@ -40,6 +40,7 @@ def train(
     lists resumes, restarts, skipped checkpoints and config changes.
     """
     from kitae.errors import KitaeError
+    from kitae.store.failures import NO_SPACE, READ_ONLY, write_failure
     from kitae.trainer.config import load_train_config
     from kitae.trainer.preflight import preflight
     from kitae.trainer.resume import write_settings_as_they_ran
@@ -60,8 +61,13 @@ def train(
     else:
         cfg = load_train_config(config, list(set_))
     checked = preflight(cfg, config.parent)  # every check that does not need the weights, before they load
-    _run(cfg, resume is not None, quiet, checked, allow_config_change=allow_config_change,
-         resume_from_scratch=resume_from_scratch)
+    try:
+        _run(cfg, resume is not None, quiet, checked, allow_config_change=allow_config_change,
+             resume_from_scratch=resume_from_scratch)
+    except OSError as exc:  # a full disk or a read-only folder under a write no library call names (a logger's)
+        if exc.errno not in NO_SPACE + READ_ONLY:
+            raise
+        raise write_failure(exc, exc.filename or cfg.run_dir, cfg.run_dir) from exc
 
 
 def _run(cfg, resume: bool, quiet: bool, checked=None, **resume_options: bool) -> None:
