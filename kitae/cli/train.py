@@ -37,7 +37,8 @@ def train(
     Ctrl-C saves a checkpoint and stops; `kitae train --resume runs/NAME` continues with its history intact,
     from the newest complete checkpoint (a broken newer one is skipped and named). It refuses, before the model
     loads, when no checkpoint is usable or when the config differs from the run's saved one; `kitae runs show`
-    lists resumes, restarts, skipped checkpoints and config changes.
+    lists resumes, restarts, skipped checkpoints and config changes. One process trains a run at a time
+    (runs/NAME/run.lock): a second `kitae train` of a run that is training is refused, naming its pid.
     """
     from kitae.errors import KitaeError
     from kitae.store.failures import NO_SPACE, READ_ONLY, write_failure

@@ -71,7 +71,10 @@ class RunLock:
             os.close(fd)  # closing the only descriptor of the open file releases its flock
 
     def __del__(self) -> None:  # a store dropped without close() must not keep its run locked in this process
-        self.release()
+        try:
+            self.release()
+        except Exception:  # noqa: BLE001 - at interpreter exit the kernel lets it go anyway
+            pass
 
     @property
     def held(self) -> bool:
