@@ -37,9 +37,11 @@ def train(
     Ctrl-C saves a checkpoint and stops; `kitae train --resume runs/NAME` continues with its history intact,
     from the newest complete checkpoint (a broken newer one is skipped and named). It refuses, before the model
     loads, when no checkpoint is usable or when the config differs from the run's saved one; `kitae runs show`
-    lists resumes, restarts, skipped checkpoints and config changes.
+    lists resumes, restarts, skipped checkpoints and config changes. One process trains a run at a time
+    (runs/NAME/run.lock): a second `kitae train` of a run that is training is refused, naming its pid.
     """
     from kitae.errors import KitaeError
+    from kitae.store.failures import NO_SPACE, READ_ONLY, write_failure
     from kitae.trainer.config import load_train_config
     from kitae.trainer.preflight import preflight
     from kitae.trainer.resume import write_settings_as_they_ran
@@ -60,8 +62,13 @@ def train(
     else:
         cfg = load_train_config(config, list(set_))
     checked = preflight(cfg, config.parent)  # every check that does not need the weights, before they load
-    _run(cfg, resume is not None, quiet, checked, allow_config_change=allow_config_change,
-         resume_from_scratch=resume_from_scratch)
+    try:
+        _run(cfg, resume is not None, quiet, checked, allow_config_change=allow_config_change,
+             resume_from_scratch=resume_from_scratch)
+    except OSError as exc:  # a full disk or a read-only folder under a write no library call names (a logger's)
+        if exc.errno not in NO_SPACE + READ_ONLY:
+            raise
+        raise write_failure(exc, exc.filename or cfg.run_dir, cfg.run_dir) from exc
 
 
 def _run(cfg, resume: bool, quiet: bool, checked=None, **resume_options: bool) -> None:

@@ -53,6 +53,7 @@ from kitae.scoring.rewards import (
     same_score_warning,
 )
 from kitae.store.images import RunImages
+from kitae.store.lock import RunLock
 from kitae.threads import set_threads
 from kitae.trainer import setup
 from kitae.trainer.advantages import batch_advantages
@@ -94,6 +95,17 @@ class Trainer:
         set_seed(cfg.seed)
         set_threads(cfg.threads, checked.model_path, option="threads")  # threads: N, else the rule for the model's size
         self.run_dir = cfg.run_dir
+        # one writer per run (kitae.store.lock), taken before a checkpoint is looked for; the store holds it
+        run_lock = RunLock.acquire(self.run_dir) if self.acc.is_main_process else None
+        try:
+            self._build(cfg, resume, checked, allow_config_change, resume_from_scratch, run_lock)
+        except BaseException:
+            if run_lock is not None:
+                run_lock.release()
+            raise
+
+    def _build(self, cfg: TrainConfig, resume: bool, checked: Checked, allow_config_change: bool,
+               resume_from_scratch: bool, run_lock: RunLock | None) -> None:
         # before the model loads: a resume that cannot go on as asked fails in seconds, naming why
         self.resume_plan = plan_resume(cfg, allow_config_change, resume_from_scratch) if resume else None
         ckpt = self.resume_plan.checkpoint if self.resume_plan else None
@@ -119,7 +131,7 @@ class Trainer:
         if ckpt:
             self._restore(ckpt.state, self.resume_plan)
             ckpt.state = None  # restored: its tensors are not held twice
-        self.store = setup.open_store(cfg, self.resume_plan) if self.acc.is_main_process else None
+        self.store = setup.open_store(cfg, self.resume_plan, run_lock) if self.acc.is_main_process else None
         self.loggers = make_loggers(cfg.logging.report_to if self.store else [], self.run_dir, cfg.to_dict())
         self._stop_requested = False
         self._drought = Drought([c.name for c in self.components])  # steps in a row without a finite score
@@ -178,8 +190,13 @@ class Trainer:
             self.loggers.close()
             if self.store is not None:
                 final = self.summary(status) if status != "crashed" else {"status": status, "error": error}
-                self.store.finish(status, final)
-                self.store.close()
+                try:
+                    self.store.finish(status, final)
+                except KitaeError:  # a full disk: the error that stopped the run is the one to see
+                    if error is None:
+                        raise
+                finally:
+                    self.store.close()  # and lets the run's lock go
 
     def _install_signal_handlers(self) -> dict:
         def request_stop(signum, frame):

@@ -13,7 +13,6 @@ import math
 from pathlib import Path
 
 import torch
-import yaml
 
 from kitae.algorithms.kl import KL_CONTROLLERS
 from kitae.errors import ConfigError
@@ -23,8 +22,9 @@ from kitae.rollout.base import ENGINES
 from kitae.rollout.partial import PartialRollouts
 from kitae.scoring.rewards import RewardComponent
 from kitae.store import RunStore
+from kitae.store.lock import RunLock
 from kitae.trainer.config import PRESETS_IN_CONFIG, KLConfig, ModelConfig, OptimConfig, TrainConfig
-from kitae.trainer.resume import ResumePlan, record_resume, write_settings_as_they_ran
+from kitae.trainer.resume import ResumePlan, record_resume, write_config_yaml, write_settings_as_they_ran
 from kitae.trainer.samplers import SAMPLERS
 
 # The reference model of a LoRA run: the base model under the adapter, with the adapter switched off.
@@ -159,15 +159,26 @@ def make_kl_controller(kl: KLConfig):
     return KL_CONTROLLERS.get("adaptive", "algorithm.kl.adaptive")(kl.coef, kl.adaptive.target, kl.adaptive.horizon)
 
 
-def open_store(cfg: TrainConfig, plan: ResumePlan | None) -> RunStore:
-    """The run store: a new one (and the run's config.yaml), or the resumed run's, with the resume recorded."""
+def open_store(cfg: TrainConfig, plan: ResumePlan | None, lock: RunLock | None = None) -> RunStore:
+    """The run store: a new one (and the run's config.yaml), or the resumed run's, with the resume recorded.
+
+    ``lock``: the run's lock (kitae.store.lock), taken by the trainer before anything else; the store holds it
+    from here on and lets it go when it is closed (also when opening fails)."""
     if plan is not None:
-        write_settings_as_they_ran(cfg.run_dir)  # an older run's saved config: the loss settings it ran with
-        store = RunStore.open(cfg.run_dir)
-        record_resume(store, plan, cfg)  # trims the steps to redo; records what happened
-        store.mark_running()
+        store = RunStore.open(cfg.run_dir, lock=lock)
+        try:
+            write_settings_as_they_ran(cfg.run_dir, store)  # an older run's saved config: the loss settings it ran with
+            record_resume(store, plan, cfg)  # trims the steps to redo; records what happened
+            store.mark_running()
+        except BaseException:
+            store.close()
+            raise
         return store
-    store = RunStore.create(cfg.run_dir, name=cfg.name, config=cfg.to_dict(), model=cfg.model.path)
-    store.set_meta(*PRESETS_IN_CONFIG)  # its saved config holds the loss settings that ran
-    (cfg.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True))
+    store = RunStore.create(cfg.run_dir, name=cfg.name, config=cfg.to_dict(), model=cfg.model.path, lock=lock)
+    try:
+        store.set_meta(*PRESETS_IN_CONFIG)  # its saved config holds the loss settings that ran
+        write_config_yaml(cfg.run_dir / "config.yaml", cfg.to_dict(), cfg.run_dir)
+    except BaseException:
+        store.close()
+        raise
     return store
