@@ -15,7 +15,7 @@ def register(app: typer.Typer) -> None:
 
 def train(
     config: Optional[Path] = typer.Argument(None, help="YAML config (see examples/zero.yaml)."),
-    set_: list[str] = typer.Option([], "--set", help="Override a config value: --set optim.lr=1e-5 (repeatable)."),
+    set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Override a config value: --set optim.lr=1e-5 (repeatable)."),
     resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the run in this folder (runs/NAME) from "
                                           "its newest complete checkpoint."),
     allow_config_change: bool = typer.Option(
