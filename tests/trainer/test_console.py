@@ -110,3 +110,12 @@ def test_ctrl_c_saves_exits_130_and_says_how_to_resume(tiny_assets, tmp_path, re
     assert last == f"interrupted at step {step}; resume with: kitae train --resume {run}"
     assert 1 <= step < 500 and (run / "checkpoints" / f"step-{step:06d}").is_dir()
     assert f"run t stopped after {step} steps" in out
+
+
+def test_the_step_clock_docstring_example():
+    import doctest
+
+    import kitae.cli.train
+
+    result = doctest.testmod(kitae.cli.train)
+    assert result.failed == 0 and result.attempted > 0
