@@ -135,6 +135,7 @@ class Trainer:
         self.loggers = make_loggers(cfg.logging.report_to if self.store else [], self.run_dir, cfg.to_dict())
         self._stop_requested = False
         self._drought = Drought([c.name for c in self.components])  # steps in a row without a finite score
+        self.stop_signal: int | None = None  # the signal (SIGINT, SIGTERM) that stopped the run, if one did
         self._counters: dict[str, float] = {}  # graders' own counters (judge tokens, ...) at the last step
 
     @property
@@ -202,7 +203,7 @@ class Trainer:
         def request_stop(signum, frame):
             if self._stop_requested:  # a second Ctrl-C stops at once
                 raise KeyboardInterrupt
-            self._stop_requested = True
+            self._stop_requested, self.stop_signal = True, signum
 
         try:
             return {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
