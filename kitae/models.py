@@ -21,17 +21,19 @@ ASSETS = Path(__file__).parent / "assets"
 BUNDLED_MODEL = ASSETS / "models" / "kitae-tiny-base"
 BUNDLED_RM = ASSETS / "models" / "kitae-tiny-rm"
 BUNDLED_VL = ASSETS / "models" / "kitae-tiny-vl"
+BUNDLED_CODE = ASSETS / "models" / "kitae-tiny-code"
 BUNDLED_DATA = ASSETS / "data" / "arith"
 
 
 _BUILD = {BUNDLED_MODEL: "scripts/build_base_model.py", BUNDLED_RM: "scripts/build_reward_model.py",
-          BUNDLED_VL: "scripts/build_vision_model.py"}
+          BUNDLED_VL: "scripts/build_vision_model.py", BUNDLED_CODE: "scripts/build_code_model.py"}
 
 
 def resolve_model_path(path: str | Path | None, key: str = "model", adapter: bool = False,
                        revision: str | None = None) -> str:
     """`None`, "bundled" or "kitae-tiny-base" -> the bundled base model; "kitae-tiny-vl" -> the bundled
-    vision-language model; a local model folder as given; a Hub id -> its snapshot folder in the Hub cache.
+    vision-language model; "kitae-tiny-code" -> the bundled code model; a local model folder as given; a Hub id
+    -> its snapshot folder in the Hub cache.
 
     Anything else raises ConfigError under `key` (the flag or config field that named it) before any model
     library is asked: see :func:`model_folder`.
@@ -40,6 +42,8 @@ def resolve_model_path(path: str | Path | None, key: str = "model", adapter: boo
         path = BUNDLED_MODEL
     elif str(path) == "kitae-tiny-vl":
         path = BUNDLED_VL
+    elif str(path) == "kitae-tiny-code":
+        path = BUNDLED_CODE
     return model_folder(path, key, adapter, revision)
 
 
