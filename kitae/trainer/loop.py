@@ -77,6 +77,7 @@ class Trainer:
         checked = checked or preflight(cfg)
         self.cfg = cfg
         self.acc = setup.make_accelerator(cfg)  # on CUDA when there is one; model.dtype's mixed precision
+        setup.check_distributed(self.acc)  # FSDP and DeepSpeed refused before the model loads
         set_seed(cfg.seed)
         set_threads(cfg.threads, checked.model_path, option="threads")  # threads: N, else the rule for the model's size
         self.run_dir = cfg.run_dir

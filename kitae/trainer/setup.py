@@ -93,6 +93,27 @@ def make_accelerator(cfg: TrainConfig):
     return Accelerator(cpu=not cuda, mixed_precision=precision(cfg.model, cuda).mixed)
 
 
+# The reasons kitae's loop cannot run under a launcher's weight or optimizer sharding yet (docs/scale.md).
+_SHARDED = {
+    "FSDP": "FSDP shards the weights, so every forward pass needs every process; kitae samples and evaluates in "
+            "one process at a time, and saves the model and optimizer from the main process alone",
+    "DEEPSPEED": "DeepSpeed steps its optimizer inside each backward (once per micro-batch under kitae's update, "
+                 "not once per pass), clips the gradient itself (the non-finite-norm guard cannot skip a step), "
+                 "and its ZeRO optimizer's state is split over the processes (a checkpoint would hold one part)",
+}
+
+
+def check_distributed(acc) -> None:
+    """Refuse an ``accelerate launch`` setup the GRPO loop would hang in or train wrongly under: FSDP and
+    DeepSpeed (:data:`_SHARDED` says why). Data parallel (DDP, one full copy per process) is what kitae runs."""
+    kind = getattr(acc.distributed_type, "name", str(acc.distributed_type))
+    if kind in _SHARDED:
+        raise ConfigError("accelerate launch --config_file", f"distributed_type {kind} is not supported by kitae's "
+                          f"trainer yet: {_SHARDED[kind]}. Launch with data parallel (distributed_type MULTI_GPU) "
+                          "and shrink the memory with model.lora, model.gradient_checkpointing or a smaller "
+                          "optim.micro_batch_size")
+
+
 # ---- models -----------------------------------------------------------------------------------------------
 def load_policy(cfg: ModelConfig, path: str, checkpoint_model: Path | None = None, cuda: bool = False):
     """The model to train: the one at `path` (``model.path`` as pre-flight resolved it: a local folder) or a

@@ -111,3 +111,27 @@ def test_bf16_on_cpu_by_default_keeps_the_weights_in_bf16(tiny_assets, tmp_path)
     assert {p.dtype for p in t.policy.parameters()} == {torch.bfloat16}
     assert {p.dtype for p in t.ref_model.parameters()} == {torch.bfloat16}
     assert t.engine.device == next(t.policy.parameters()).device  # the engine samples with the policy itself
+
+
+@pytest.mark.parametrize("kind, refused, why", [
+    ("NO", False, ""),
+    ("MULTI_GPU", False, ""),  # DDP: one full copy per process
+    ("MULTI_CPU", False, ""),
+    ("FSDP", True, "every forward pass needs every process"),
+    ("DEEPSPEED", True, "steps its optimizer inside each backward"),
+])
+def test_sharded_launchers_are_refused_with_the_reason(kind, refused, why):
+    # accelerate gives FSDP and DeepSpeed only with a GPU (on CPU it falls back to MULTI_CPU or to one process),
+    # so the accelerator's distributed_type is given here as accelerate names it
+    from types import SimpleNamespace
+
+    from accelerate.utils import DistributedType
+
+    from kitae.trainer.setup import check_distributed
+
+    acc = SimpleNamespace(distributed_type=DistributedType[kind])
+    if not refused:
+        check_distributed(acc)
+        return
+    with pytest.raises(ConfigError, match=f"accelerate launch.*{kind} is not supported.*{why}"):
+        check_distributed(acc)
