@@ -178,6 +178,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         print(f"  precision: weights {next(trainer.policy.parameters()).dtype}, autocast "
               f"{trainer.acc.mixed_precision}, attention {trainer.policy.config._attn_implementation}", flush=True)
         rows["in-process"] = summarize(run_phase(trainer, args, deadline), args)
+        trainer.acc.free_memory()  # the accelerator keeps the prepared model and optimizer
         del trainer
         gc.collect()
         if args.device == "cuda":
