@@ -102,9 +102,11 @@ def load_tokenizer(path: str | Path | None) -> Any:
     return tok
 
 
-def load_causal_lm(path: str | Path | None, dtype: str = "float32", device: str = "cpu") -> Any:
+def load_causal_lm(path: str | Path | None, dtype: str = "float32", device: str = "cpu",
+                   attn_implementation: str | None = None) -> Any:
     """The model at `path`: a causal LM, or a vision-language model (:func:`is_vision_model`) through
-    ``AutoModelForImageTextToText``, which is a causal LM over text and image tokens."""
+    ``AutoModelForImageTextToText``, which is a causal LM over text and image tokens. ``attn_implementation``
+    ("eager", "sdpa", "flash_attention_2"; None: transformers' default for the model) reaches its config."""
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
@@ -112,7 +114,8 @@ def load_causal_lm(path: str | Path | None, dtype: str = "float32", device: str 
     folder = resolve_model_path(path)
     vision = is_vision_model(folder)
     auto = AutoModelForImageTextToText if vision else AutoModelForCausalLM
-    model = auto.from_pretrained(folder, dtype=torch_dtype)
+    extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    model = auto.from_pretrained(folder, dtype=torch_dtype, **extra)
     if vision:
         mask_placeholder_tokens(model)
     return model.to(device)

@@ -38,7 +38,11 @@ class LoraConfig:
 class ModelConfig:
     path: str = "bundled"  # "bundled" (the tiny base model shipped with kitae), a local folder, or a Hub id
     revision: str | None = None  # a Hub id's branch, tag or commit (default: its main branch)
+    # the dtype forward and backward compute in; with master_weights (kitae.trainer.setup.precision) the weights
+    # and the optimizer's state stay float32 and the forward runs under autocast to this dtype
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    master_weights: Literal["auto", "float32", "dtype"] = "auto"  # auto: float32 on CUDA, `dtype` on CPU
+    attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2"] = "auto"
     lora: LoraConfig | None = None
     gradient_checkpointing: bool = False
 

@@ -34,8 +34,6 @@ import time
 import warnings
 from typing import Any, Callable
 
-import torch
-
 from kitae.algorithms.losses import LossConfig
 from kitae.errors import KitaeError
 from kitae.rollout.base import SamplingParams
@@ -86,12 +84,12 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, resume: bool = False, *, checked: Checked | None = None,
                  allow_config_change: bool = False, resume_from_scratch: bool = False):
-        from accelerate import Accelerator
         from accelerate.utils import set_seed
 
         checked = checked or preflight(cfg)
         self.cfg = cfg
-        self.acc = Accelerator(cpu=not torch.cuda.is_available())
+        self.acc = setup.make_accelerator(cfg)  # on CUDA when there is one; model.dtype's mixed precision
+        setup.check_distributed(self.acc)  # FSDP and DeepSpeed refused before the model loads
         set_seed(cfg.seed)
         set_threads(cfg.threads, checked.model_path, option="threads")  # threads: N, else the rule for the model's size
         self.run_dir = cfg.run_dir
@@ -113,7 +111,8 @@ class Trainer:
         self.tokenizer = checked.tokenizer
         self.processor = checked.processor  # vision-language models; None for text
         self._run_images = RunImages(self.run_dir)
-        model = setup.load_policy(cfg.model, checked.model_path, ckpt.path / "model" if ckpt else None)
+        model = setup.load_policy(cfg.model, checked.model_path, ckpt.path / "model" if ckpt else None,
+                                  cuda=self.acc.device.type == "cuda")
         self.ref_model = setup.load_reference(cfg, checked.model_path, self.acc.device)
         optimizer, self.scheduler = setup.make_optimizer(model, cfg.optim)
         self.model, self.optimizer = self.acc.prepare(model, optimizer)
