@@ -24,7 +24,7 @@ def chat(
     top_p: float = typer.Option(0.95, help="Nucleus sampling mass."),
     repetition_penalty: float = typer.Option(1.05, help="HF-style repetition penalty."),
     max_new_tokens: int = typer.Option(1024, help="Stop after this many new tokens."),
-    seed: Optional[int] = typer.Option(None, help="Random seed for reproducible sampling."),
+    seed: int = typer.Option(0, help="Random seed: the same seed and settings give the same answer."),
     raw: bool = typer.Option(False, help="Print the raw completion with its end marker and finish reason."),
     threads: Optional[int] = threads_option(),
 ) -> None:

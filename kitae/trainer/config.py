@@ -11,6 +11,7 @@ A minimal config is a few lines (everything else has a default):
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +38,12 @@ class LoraConfig:
 class ModelConfig:
     path: str = "bundled"  # "bundled" (the tiny base model shipped with kitae), a local folder, or a Hub id
     revision: str | None = None  # a Hub id's branch, tag or commit (default: its main branch)
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # the weights' dtype
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # the dtype forward and backward compute in;
+    # with master_weights (kitae.trainer.setup.precision) the weights and the optimizer's state stay float32 and the
+    # forward runs under autocast to this dtype
+    master_weights: Literal["auto", "float32", "dtype"] = "auto"  # auto: float32 on CUDA, `dtype` on CPU
+    attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2"] = "auto"  # auto: flash_attention_2
+    # on CUDA in bf16/fp16 when flash_attn imports, else transformers' default (sdpa)
     lora: LoraConfig | None = None
     gradient_checkpointing: bool = False  # recompute activations in the backward pass: less memory, more time
 
@@ -316,7 +322,8 @@ class EvalConfig:
     limit: int | None = 100  # eval prompts
     temperature: float = setting(1.0, minimum=0)  # 0: greedy
     max_new_tokens: int | None = None  # default: sampling.max_new_tokens
-    grader: dict[str, Any] = field(default_factory=lambda: {"type": "answer"})  # the spec that decides pass@1
+    grader: dict[str, Any] | None = None  # the spec that decides pass@1; default: the grader of the reward
+    # named `correct`, else {type: answer}
     pass_threshold: float = 1.0  # a sample passes when its score >= this
 
 
@@ -337,6 +344,7 @@ class TrainConfig:
 
     def validate(self, path: str) -> None:
         self.algorithm.validate("algorithm")  # also when the section was left out and built by default
+        self.eval.grader = self.eval_grader_spec()  # filled in, so the saved config.yaml shows what evaluated
         if not self.rewards:
             raise ConfigError("rewards", "give at least one reward component (a grader spec or a function)")
         if self.threads is not None and self.threads < 1:
@@ -349,6 +357,10 @@ class TrainConfig:
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ConfigError("rewards", f"component names must be unique; repeated: {', '.join(sorted(dup))}")
+
+    def eval_grader_spec(self) -> dict[str, Any]:
+        """``eval.grader``, or when it is left out the default (:func:`default_eval_grader`)."""
+        return self.eval.grader if self.eval.grader is not None else default_eval_grader(self.rewards)
 
     @property
     def run_dir(self) -> Path:
@@ -402,6 +414,19 @@ def load_train_config(path: str | Path | None = None, overrides: list[str] | Non
     raw = read_yaml(path) if path is not None else dict(data or {})
     apply_overrides(raw, overrides or [])
     return from_dict(TrainConfig, raw)
+
+
+def default_eval_grader(rewards: list[RewardConfig]) -> dict[str, Any]:
+    """The eval grader a config leaves out: a copy of the spec of the reward component named ``correct`` (so a
+    run rewarded by the ``code`` grader is evaluated by it), else answer matching.
+
+        >>> default_eval_grader([RewardConfig("correct", grader={"type": "code"})])
+        {'type': 'code'}
+        >>> default_eval_grader([RewardConfig("format", grader={"type": "template"})])
+        {'type': 'answer'}
+    """
+    spec = next((r.grader for r in rewards if r.name == "correct" and r.grader is not None), None)
+    return copy.deepcopy(spec) if spec is not None else {"type": "answer"}
 
 
 def resolve_data_path(spec: str | DatasetSource) -> str | DatasetSource:

@@ -34,8 +34,6 @@ import time
 import warnings
 from typing import Any, Callable
 
-import torch
-
 from kitae.algorithms.losses import LossConfig
 from kitae.errors import KitaeError
 from kitae.rollout.base import SamplingParams
@@ -53,6 +51,7 @@ from kitae.scoring.rewards import (
     same_score_warning,
 )
 from kitae.store.images import RunImages
+from kitae.store.lock import RunLock
 from kitae.threads import set_threads
 from kitae.trainer import setup
 from kitae.trainer.advantages import batch_advantages
@@ -85,15 +84,26 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, resume: bool = False, *, checked: Checked | None = None,
                  allow_config_change: bool = False, resume_from_scratch: bool = False):
-        from accelerate import Accelerator
         from accelerate.utils import set_seed
 
         checked = checked or preflight(cfg)
         self.cfg = cfg
-        self.acc = Accelerator(cpu=not torch.cuda.is_available())
+        self.acc = setup.make_accelerator(cfg)  # on CUDA when there is one; model.dtype's mixed precision
+        setup.check_distributed(self.acc)  # FSDP and DeepSpeed refused before the model loads
         set_seed(cfg.seed)
         set_threads(cfg.threads, checked.model_path, option="threads")  # threads: N, else the rule for the model's size
         self.run_dir = cfg.run_dir
+        # one writer per run (kitae.store.lock), taken before a checkpoint is looked for; the store holds it
+        run_lock = RunLock.acquire(self.run_dir) if self.acc.is_main_process else None
+        try:
+            self._build(cfg, resume, checked, allow_config_change, resume_from_scratch, run_lock)
+        except BaseException:
+            if run_lock is not None:
+                run_lock.release()
+            raise
+
+    def _build(self, cfg: TrainConfig, resume: bool, checked: Checked, allow_config_change: bool,
+               resume_from_scratch: bool, run_lock: RunLock | None) -> None:
         # before the model loads: a resume that cannot go on as asked fails in seconds, naming why
         self.resume_plan = plan_resume(cfg, allow_config_change, resume_from_scratch) if resume else None
         ckpt = self.resume_plan.checkpoint if self.resume_plan else None
@@ -101,7 +111,8 @@ class Trainer:
         self.tokenizer = checked.tokenizer
         self.processor = checked.processor  # vision-language models; None for text
         self._run_images = RunImages(self.run_dir)
-        model = setup.load_policy(cfg.model, checked.model_path, ckpt.path / "model" if ckpt else None)
+        model = setup.load_policy(cfg.model, checked.model_path, ckpt.path / "model" if ckpt else None,
+                                  cuda=self.acc.device.type == "cuda")
         self.ref_model = setup.load_reference(cfg, checked.model_path, self.acc.device)
         optimizer, self.scheduler = setup.make_optimizer(model, cfg.optim)
         self.model, self.optimizer = self.acc.prepare(model, optimizer)
@@ -119,10 +130,11 @@ class Trainer:
         if ckpt:
             self._restore(ckpt.state, self.resume_plan)
             ckpt.state = None  # restored: its tensors are not held twice
-        self.store = setup.open_store(cfg, self.resume_plan) if self.acc.is_main_process else None
+        self.store = setup.open_store(cfg, self.resume_plan, run_lock) if self.acc.is_main_process else None
         self.loggers = make_loggers(cfg.logging.report_to if self.store else [], self.run_dir, cfg.to_dict())
         self._stop_requested = False
         self._drought = Drought([c.name for c in self.components])  # steps in a row without a finite score
+        self.stop_signal: int | None = None  # the signal (SIGINT, SIGTERM) that stopped the run, if one did
         self._counters: dict[str, float] = {}  # graders' own counters (judge tokens, ...) at the last step
 
     @property
@@ -178,14 +190,19 @@ class Trainer:
             self.loggers.close()
             if self.store is not None:
                 final = self.summary(status) if status != "crashed" else {"status": status, "error": error}
-                self.store.finish(status, final)
-                self.store.close()
+                try:
+                    self.store.finish(status, final)
+                except KitaeError:  # a full disk: the error that stopped the run is the one to see
+                    if error is None:
+                        raise
+                finally:
+                    self.store.close()  # and lets the run's lock go
 
     def _install_signal_handlers(self) -> dict:
         def request_stop(signum, frame):
             if self._stop_requested:  # a second Ctrl-C stops at once
                 raise KeyboardInterrupt
-            self._stop_requested = True
+            self._stop_requested, self.stop_signal = True, signum
 
         try:
             return {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}

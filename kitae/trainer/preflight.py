@@ -69,7 +69,7 @@ def preflight(cfg: TrainConfig, config_dir: str | Path | None = None) -> Checked
     components = build_components(cfg.rewards)
     built = [c.grader for c in components]
     try:
-        eval_grader = build_grader(cfg.eval.grader, "eval.grader")
+        eval_grader = build_grader(cfg.eval_grader_spec(), "eval.grader")
         built.append(eval_grader)
         pass_name = pass_component(cfg, [c.name for c in components])
         rowmap = cfg.data.rowmap()

@@ -16,8 +16,12 @@ optimizer steps over the batch.
 Numerical guard (as verl has it): a pass whose gradient norm is NaN or infinite does not step the optimizer; its
 gradient is dropped, the weights and the optimizer's state stay exactly as they were, and the pass is counted
 (``skipped_steps`` in the step's metrics, :attr:`PolicyUpdate.skipped_steps` over the update's life). The norm is
-that of the gradient DDP averaged, so every process skips alike. The loss clamps the log-ratio too
-(kitae.algorithms.losses), so one bad batch cannot turn the weights into NaN.
+that of the gradient DDP averaged, so every process skips alike. With fp16 mixed precision accelerate's loss
+scaler does the skipping (and lowers its scale); the pass is counted the same way. The loss clamps the log-ratio
+too (kitae.algorithms.losses), so one bad batch cannot turn the weights into NaN.
+
+Precision (kitae.trainer.setup.precision): with mixed precision the prepared model's forward runs under
+accelerate's autocast; the reference model's forward is put under the same autocast here.
 """
 
 from __future__ import annotations
@@ -122,8 +126,9 @@ class PolicyUpdate:
             if self.ref_model == BASE_UNDER_ADAPTER:
                 with self.policy.disable_adapter():
                     logp = token_logps(self.model, mb, temp)[0]
-            else:
-                logp = token_logps(self.ref_model, mb, temp)[0]
+            else:  # under the policy's autocast (accelerate wraps only the prepared model's forward)
+                with self.acc.autocast():
+                    logp = token_logps(self.ref_model, mb, temp)[0]
             out[rows, : logp.shape[1]] = logp  # [b, w-1] of the trimmed rows
         return out
 
@@ -187,8 +192,8 @@ class PolicyUpdate:
         norm = float(self.acc.clip_grad_norm_(self.model.parameters(), self.cfg.optim.max_grad_norm))
         if not math.isfinite(norm):
             self.skipped_steps += 1
-        else:
-            self.optimizer.step()
+        if math.isfinite(norm) or self.acc.scaler is not None:
+            self.optimizer.step()  # fp16's loss scaler skips a non-finite step itself, and must see it to lower its scale
         self.optimizer.zero_grad(set_to_none=True)
         return norm
 

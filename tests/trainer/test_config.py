@@ -177,3 +177,29 @@ def test_a_nan_reward_weight_is_refused_and_a_negative_one_is_a_penalty():
                             overrides=["sampling.repeat={penalty: -1.0}", "sampling.temperature=0"])
     assert cfg.rewards[0].weight == -0.5 and cfg.sampling.repeat.penalty == -1.0  # penalties stay negative
     assert cfg.sampling.temperature == 0.0  # 0: greedy
+
+
+CODE = {"type": "code", "time_limit": 1}
+
+
+@pytest.mark.parametrize("rewards, eval_section, expected", [
+    ([{"name": "correct", "grader": CODE}], {}, CODE),                        # rewarded by code, evaluated by code
+    ([{"name": "correct", "grader": CODE}, {"grader": {"type": "template"}}], {}, CODE),
+    ([{"grader": {"type": "template"}}], {}, {"type": "answer"}),             # no `correct` component: answers
+    ([{"name": "correct", "function": "m:f"}], {}, {"type": "answer"}),       # a function has no grader spec
+    ([{"name": "correct", "grader": CODE}], {"grader": {"type": "answer"}}, {"type": "answer"}),  # as written
+])
+def test_the_eval_grader_left_out_is_the_correct_component_s_grader(rewards, eval_section, expected):
+    cfg = load_train_config(data={"rewards": rewards, "eval": eval_section})
+    assert cfg.eval.grader == expected
+    assert load_train_config(data=cfg.to_dict()).eval.grader == expected  # the saved config says what evaluated
+    if cfg.rewards[0].grader is not None:
+        cfg.rewards[0].grader["time_limit"] = 2
+        assert cfg.eval.grader == expected  # a copy, not the reward's own spec
+
+
+def test_a_config_built_in_code_without_an_eval_grader_evaluates_with_its_correct_component():
+    from kitae.trainer.config import RewardConfig, TrainConfig
+
+    cfg = TrainConfig(rewards=[RewardConfig("correct", grader=CODE)])
+    assert cfg.eval.grader is None and cfg.eval_grader_spec() == CODE

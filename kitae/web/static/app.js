@@ -215,11 +215,24 @@
       charts.forEach((c) => c.destroy());
       put(grid, summary.panels.length ? null : h("p", {class: "muted empty"},
         "No metrics yet: the plots appear with the first logged step."));
+      // A panel with a group is one small chart of several under the group's heading (the eval set's metrics).
+      const groups = {};
+      const groupOf = (p) => {
+        if (!groups[p.group]) {
+          const charts = h("div", {class: "small-panels"});
+          grid.appendChild(h("section", {class: "panel-group card", dataset: {group: p.group}},
+            h("h3", null, p.group_title), p.group_help ? h("p", {class: "muted small"}, p.group_help) : null, charts));
+          groups[p.group] = charts;
+        }
+        return groups[p.group];
+      };
       charts = summary.panels.map((p) => {
-        const card = h("section", {class: "panel card", dataset: {panel: p.name}},
-          h("h3", null, p.title), p.help ? h("p", {class: "muted small"}, p.help) : null);
-        grid.appendChild(card);
-        const c = chart(card, {height: 200});
+        const card = p.group
+          ? h("section", {class: "panel small-panel", dataset: {panel: p.name}}, h("h4", null, p.title))
+          : h("section", {class: "panel card", dataset: {panel: p.name}},
+            h("h3", null, p.title), p.help ? h("p", {class: "muted small"}, p.help) : null);
+        (p.group ? groupOf(p) : grid).appendChild(card);
+        const c = chart(card, {height: p.group ? 150 : 200});
         c.panel = p;
         return c;
       });
