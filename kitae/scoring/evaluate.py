@@ -13,7 +13,7 @@ from typing import Any, Callable
 from kitae.chat import is_template_compliant
 from kitae.graders.base import Grader
 from kitae.rollout.base import Completion, SamplingParams
-from kitae.scoring.rewards import RewardComponent, score_groups
+from kitae.scoring.rewards import RewardComponent, Think, score_groups
 
 
 def sample_dict(c: Completion, max_new_tokens: int, **extra: Any) -> dict:
@@ -38,13 +38,16 @@ def evaluate(
     pass_threshold: float = 1.0,
     batch_prompts: int = 32,
     progress: Callable[[int], None] | None = None,
+    think: Think = "keep",
 ) -> tuple[dict[str, float], list[dict]]:
     """(metrics, per-sample results). Metrics: pass@1, compliance, len_mean, len_p90, trunc_rate, and
     pass@1/<difficulty> and pass@1/<lang> when rows carry those labels. Prompts go in batches of
     `batch_prompts`, each sampled with ``sampling.offset_seed(first row)``; ``progress(n)`` is called after each
-    with the number of prompts done."""
+    with the number of prompts done. ``think="strip"``: the grader sees the answer after a ``<think>`` block
+    (:func:`kitae.scoring.rewards.answer_after_think`; a completion cut off while thinking fails); compliance,
+    lengths and the kept text are of the whole completion."""
     sp = sampling or SamplingParams()
-    comp = [RewardComponent("score", 1.0, grader)]
+    comp = [RewardComponent("score", 1.0, grader, think)]
     results: list[dict] = []
     for start in range(0, len(rows), batch_prompts):
         batch = rows[start : start + batch_prompts]

@@ -12,6 +12,9 @@ A run watches its rewards (:class:`Drought`): steps in a row in which no sample 
 (:func:`component_message`; a reward function that fails on every sample trained on nothing while the others
 carried the run), or they warn (:func:`component_warning`). At the first step, a reward function that gives every
 sample the same score is worth a warning too (:func:`same_score_warning`): it cannot tell completions apart.
+
+Reasoning models: a component whose ``think`` is "strip" grades the answer after a ``<think>...</think>`` block
+(:func:`answer_after_think`); its ``completion_tokens`` and ``completion_ids`` still count every token.
 """
 
 from __future__ import annotations
@@ -19,11 +22,15 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from kitae.graders.adapters import CallableGrader
 from kitae.graders.base import Grade, Grader, is_finite_number
 from kitae.store.records import valid_text
+
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+Think = Literal["strip", "keep"]
 
 
 @dataclass
@@ -31,6 +38,34 @@ class RewardComponent:
     name: str
     weight: float
     grader: Grader
+    think: Think = "keep"  # "strip": the grader sees the answer after a <think> block (answer_after_think)
+
+
+def answer_after_think(text: str) -> str:
+    """What a grader sees of a reasoning model's completion under ``think: strip``: the text after the last
+    ``</think>``, leading whitespace trimmed. A completion that opened ``<think>`` and never closed it (cut off
+    while thinking) has no answer: "" (a correctness grader scores it as wrong). One with no think block is
+    unchanged. The end of the turn (``<|im_end|>``) is after the block, so it is kept.
+
+    >>> answer_after_think("<think>2+2 is 4</think>  4<|im_end|>")
+    '4<|im_end|>'
+    >>> answer_after_think("<think>2+2 is"), answer_after_think("4")
+    ('', '4')
+    """
+    head, closed, tail = text.rpartition(THINK_CLOSE)
+    if closed:
+        return tail.lstrip()
+    return "" if text.lstrip().startswith(THINK_OPEN) else text
+
+
+def graded_samples(samples: list[dict], think: Think) -> list[dict]:
+    """The samples as a component's grader sees them: with ``think: strip`` a copy of each whose ``output_text``
+    is :func:`answer_after_think` of it (every other field, token counts included, as sampled; the samples
+    themselves are not changed, so the run store keeps the whole text)."""
+    if think == "keep":
+        return samples
+    return [{**s, "output_text": answer_after_think(s["output_text"])} if isinstance(s.get("output_text"), str) else s
+            for s in samples]
 
 
 @dataclass
@@ -59,7 +94,8 @@ def combine(grades: dict[str, list[Grade]], weights: dict[str, float]) -> list[f
 
 
 async def _score_all(components: list[RewardComponent], items: list[dict], groups: list[list[dict]]):
-    tasks = [c.grader.agrade_group(item, samples) for item, samples in zip(items, groups) for c in components]
+    tasks = [c.grader.agrade_group(item, graded_samples(samples, c.think))
+             for item, samples in zip(items, groups) for c in components]
     return await asyncio.gather(*tasks)
 
 

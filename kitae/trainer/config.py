@@ -101,19 +101,37 @@ class DataConfig:
 class RewardConfig:
     """One reward component: a grader spec, or a Python callable "module:function" with TRL's signature.
 
-    weight 0 logs the component without training on it.
+    weight 0 logs the component without training on it. ``think`` (reasoning models): "strip" grades the answer
+    after a ``<think>...</think>`` block (kitae.scoring.rewards.answer_after_think: "" for a completion cut off
+    while thinking), "keep" the whole completion. Left out: "keep" for the grader types that read the whole turn
+    or only its token counts (WHOLE_TURN_GRADERS), "strip" for every other grader and reward function; validation
+    fills it in, so the saved config.yaml shows what ran.
     """
 
     name: str = ""
     weight: float = 1.0  # any finite number: a negative weight makes the component a penalty
     grader: dict[str, Any] | None = None
     function: str | None = None
+    think: Literal["strip", "keep"] | None = None
 
     def validate(self, path: str) -> None:
         if (self.grader is None) == (self.function is None):
             raise ConfigError(path, "give exactly one of 'grader' (a grader spec) or 'function' (module:function)")
         if not self.name:
             self.name = (self.grader or {}).get("name") or (self.grader or {}).get("type") or self.function.split(":")[-1]
+        if self.think is None:
+            self.think = self.default_think()
+
+    def default_think(self) -> Literal["strip", "keep"]:
+        return "keep" if (self.grader or {}).get("type") in WHOLE_TURN_GRADERS else "strip"
+
+
+# Grader types that see the whole completion by default. template checks how the turn ends (the same with or
+# without the leading block) but also counts characters (min_chars, full_chars) and would read a turn that ended
+# inside an unclosed think block as "no end marker"; so it sees all of it. overlong and soft_overlong read token
+# counts only (the same either way). Kimi's length reward strips: its nested correctness grader must see the
+# answer, and its lengths (unit: tokens) are the completion's tokens either way.
+WHOLE_TURN_GRADERS = ("template", "overlong", "soft_overlong")
 
 
 @dataclass
@@ -325,6 +343,8 @@ class EvalConfig:
     grader: dict[str, Any] | None = None  # the spec that decides pass@1; default: the grader of the reward
     # named `correct`, else {type: answer}
     pass_threshold: float = 1.0  # a sample passes when its score >= this
+    think: Literal["strip", "keep"] = "strip"  # strip: the grader sees the answer after a <think> block (see
+    # RewardConfig); compliance and lengths are always of the whole completion
 
 
 @dataclass

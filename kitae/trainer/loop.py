@@ -358,7 +358,8 @@ class Trainer:
             progress = self.on_eval_start(step, len(self.eval_rows)) if self.on_eval_start else None
             t0 = time.perf_counter()
             metrics, samples = evaluate(self.rollouts.eval_engine(self.policy, self.tokenizer), self.eval_rows,
-                                        self.eval_grader, e.k, sp, e.pass_threshold, progress=progress)
+                                        self.eval_grader, e.k, sp, e.pass_threshold, progress=progress,
+                                        think=e.think)
             self.store.log_eval(step, metrics, samples)
             self.loggers.log_eval(step, metrics)
             if self.on_eval:

@@ -220,6 +220,6 @@ def build_components(cfgs: list[RewardConfig]) -> list[RewardComponent]:
             grader = build_grader(c.grader, f"{path}.grader")
         else:
             grader = grader_from_callable(load_target(c.function, f"{path}.function"), c.name)
-        out.append(RewardComponent(c.name, c.weight, grader))
+        out.append(RewardComponent(c.name, c.weight, grader, c.think or c.default_think()))
     return out
 
