@@ -84,6 +84,14 @@ class HFEngine:
             self.model.train(was_training)
         return [flat[i * n : (i + 1) * n] for i in range(len(prompt_ids))]
 
+    def set_chat(self, chat_template_kwargs: dict[str, Any] | None = None, end_marker: str | None = None) -> None:
+        """A run's chat settings (``model.chat_template_kwargs``, ``model.end_marker``: the marker's text, its
+        ids and the model's eos ids found again with it)."""
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        if end_marker is not None:
+            self.end_marker = end_marker_of(self.tokenizer, override=end_marker)
+            self._stop_cache.clear()
+
     def encode_prompt(self, messages: list[Message]) -> list[int]:
         text = format_prompt(self.tokenizer, messages, self.chat_template_kwargs)
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]

@@ -40,6 +40,9 @@ class ModelConfig:
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     lora: LoraConfig | None = None
     gradient_checkpointing: bool = False
+    # the chat template's variables for every prompt, e.g. {enable_thinking: false} for Qwen3
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    end_marker: str | None = None  # the model's end of turn; default: found from its chat template (kitae.chat)
 
 
 @dataclass

@@ -130,16 +130,19 @@ def apply_optim_config(optimizer, scheduler, o: OptimConfig) -> None:
 # ---- sampling ---------------------------------------------------------------------------------------------
 def make_engine(cfg: TrainConfig, policy, tokenizer, processor, servers: dict | None):
     """The rollout engine of ``sampling.engine``; one with a ``from_config`` (the server engine) gets the sampling
-    settings and the servers pre-flight found answering. Vision-language models sample in this process."""
+    settings and the servers pre-flight found answering. Vision-language models sample in this process. Every
+    engine gets ``model.chat_template_kwargs`` and ``model.end_marker``."""
     cls = ENGINES.get(cfg.sampling.engine, "sampling.engine")
     if processor is not None:  # pre-flight allows only the in-process engine here
         from kitae.rollout.vision import VisionEngine
 
-        return VisionEngine(policy, tokenizer, processor)
-    build = getattr(cls, "from_config", None)
-    if build is None:
-        return cls(policy, tokenizer)
-    return build(policy, tokenizer, cfg.sampling, cfg.run_dir, servers)
+        engine = VisionEngine(policy, tokenizer, processor)
+    elif (build := getattr(cls, "from_config", None)) is not None:
+        engine = build(policy, tokenizer, cfg.sampling, cfg.run_dir, servers)
+    else:
+        engine = cls(policy, tokenizer)
+    engine.set_chat(cfg.model.chat_template_kwargs, cfg.model.end_marker)
+    return engine
 
 
 def make_sampler(cfg: TrainConfig, rows: list[dict]):

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from kitae.cli.main import app
 from kitae.models import load_tokenizer
+from kitae.rollout.base import SamplingParams
 from kitae.store import RunStore
 from kitae.trainer.config import LoraConfig, ModelConfig, load_train_config
 from kitae.trainer.loop import Trainer
@@ -79,3 +80,22 @@ def test_two_grpo_steps_an_eval_a_checkpoint_transformers_reloads_and_kitae_chat
                                       "--raw"])
     assert result.exit_code == 0, result.output
     assert "finish_reason=" in result.output
+
+
+def test_a_run_s_chat_template_kwargs_and_end_marker_reach_its_engines(family_dirs, tmp_path):
+    folder = family_dirs["qwen3"]
+    train = folder.parent / "train.jsonl"
+    cfg = load_train_config(write_config(folder.parent, tmp_path, **{
+        "model.path": str(folder), "model.chat_template_kwargs": {"enable_thinking": False},
+        "model.end_marker": "</think>", "data.train": str(train), "data.eval": str(train),
+        "rewards": [{"name": "template", "grader": {"type": "template"}}],
+    }))
+    trainer = Trainer(cfg)
+    try:
+        for engine in (trainer.engine, trainer.rollouts.eval_engine(trainer.policy, trainer.tokenizer)):
+            ids = engine.encode_prompt([{"role": "user", "content": "hi"}])
+            assert trainer.tokenizer.decode(ids).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+            assert engine.end_marker.text == "</think>"
+            assert "</think>" in engine.ending(SamplingParams()).stop
+    finally:
+        trainer.store.close() if trainer.store else None
