@@ -109,8 +109,8 @@ class EndMarker:
 
     ``text`` closes an assistant turn in its chat template: the graders' end marker. ``ids`` are every token id
     that ends generation (the generation config's ``eos_token_id``, one or a list, the tokenizer's end-of-sequence
-    token, and ``text``'s id when it is one token); ``texts`` those ids' texts, in the same order. ChatML's, the default, is the
-    bundled model's.
+    token, and ``text``'s id when it is one token); ``texts`` those ids' texts, in the same order. ChatML's, the
+    default, is the bundled model's.
     """
 
     text: str = IM_END

@@ -39,7 +39,8 @@ class DiversityConfig:
     end_marker: str | None = None  # None: the model's (the sample's end_marker), else <|im_end|>
 
 
-def diversity_penalties(texts: list[str], cfg: DiversityConfig = DiversityConfig(), end: str | None = None) -> list[Reward]:
+def diversity_penalties(texts: list[str], cfg: DiversityConfig = DiversityConfig(),
+                        end: str | None = None) -> list[Reward]:
     """One Reward per completion of the group, in order; metrics: duplicate (1/0), max_similarity. Contents end
     at ``cfg.end_marker``, else at `end` (the model's), else at ``<|im_end|>``."""
     marker = sample_end({"end_marker": end}, cfg.end_marker)

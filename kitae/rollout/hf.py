@@ -10,11 +10,11 @@ sampling policy's log-prob of each token and the reason it ended, and because it
   and values in place, where transformers' DynamicCache concatenates, copying the whole cache at every layer
   and token (a fifth of the decode time of a 20M-parameter model: docs/performance.md).
 
-Stopping follows the GRPO-zero recipe: a stop string such as ``<|im_end|>`` may be several tokens, so stops are matched on
-the token sequence *and* on the decoded tail of each sample. Unless ``SamplingParams.stop`` lists its own, a sample
-stops at ChatML's markers and at every end of the model (:class:`kitae.chat.EndMarker`: its chat template's turn terminator and every
-end-of-sequence id, e.g. Llama 3's ``<|eot_id|>`` and ``<|end_of_text|>``), and each completion carries the
-marker's text for the graders. With ``SamplingParams.repeat_min_count`` set, a
+Stopping follows the GRPO-zero recipe: a stop string such as ``<|im_end|>`` may be several tokens, so stops are
+matched on the token sequence *and* on the decoded tail of each sample. Unless ``SamplingParams.stop`` lists its
+own, a sample stops at ChatML's markers and at every end of the model (:class:`kitae.chat.EndMarker`: its chat
+template's turn terminator and every end-of-sequence id, e.g. Llama 3's ``<|eot_id|>`` and ``<|end_of_text|>``),
+and each completion carries the marker's text for the graders. With ``SamplingParams.repeat_min_count`` set, a
 sample that loops (its tail is one short block repeated, :func:`repeat_period`) ends early with finish reason
 "repeat" (Kimi k1.5 §2.6.2).
 """

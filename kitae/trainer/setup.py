@@ -62,8 +62,9 @@ FUSED_ATTENTION = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_pr
 
 def lora_targets(model, names: list[str]) -> list[str]:
     """``model.lora.target_modules`` as this model has them: a name the model lacks becomes its family's fused
-    layer (Phi-3's ``qkv_proj`` for q_proj, k_proj, v_proj); ``all-linear`` and patterns stay as given; a name neither the model nor that layer has is a
-    ConfigError listing the model's linear layers (peft would leave it out silently while another name matches)."""
+    layer (Phi-3's ``qkv_proj`` for q_proj, k_proj, v_proj); ``all-linear`` and patterns stay as given; a name
+    neither the model nor that layer has is a ConfigError listing the model's linear layers (peft would leave it
+    out silently while another name matches)."""
     linear = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     out = []
     for name in names:
