@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Callable
 
-from kitae.chat import is_template_compliant
+from kitae.chat import IM_END, is_template_compliant, sample_end
 from kitae.graders.base import Grader
 from kitae.rollout.base import Completion, SamplingParams
 from kitae.scoring.rewards import RewardComponent, Think, score_groups
@@ -18,13 +18,15 @@ from kitae.scoring.rewards import RewardComponent, Think, score_groups
 
 def sample_dict(c: Completion, max_new_tokens: int, **extra: Any) -> dict:
     """What graders see of one completion; ``completion_ids`` are its sampled token ids (a reward function's
-    ``completion_ids``). The trainer adds the step's ``step``, ``max_steps`` and ``epoch``."""
+    ``completion_ids``), ``end_marker`` the model's end of turn when it is not ChatML's ``<|im_end|>``, the
+    graders' default. The trainer adds the step's ``step``, ``max_steps`` and ``epoch``."""
     return {
         "output_text": c.text,
         "finish_reason": c.finish_reason,
         "completion_tokens": c.num_tokens,
         "max_completion_length": max_new_tokens,
         "completion_ids": list(c.completion_ids),
+        **({"end_marker": c.end_marker} if c.end_marker != IM_END else {}),
         **extra,
     }
 
@@ -67,7 +69,7 @@ def evaluate(
                         **{k: v for k, v in s.items() if k != "completion_ids"},  # text is what is kept
                         "score": grade.score,
                         "passed": grade.score is not None and grade.score >= pass_threshold,
-                        "compliant": is_template_compliant(s["output_text"], s["finish_reason"]),
+                        "compliant": is_template_compliant(s["output_text"], s["finish_reason"], sample_end(s)),
                         "error": grade.error,
                     }
                 )

@@ -158,7 +158,8 @@ class Rollouts:
         if getattr(self.engine, "weight_sync", True) is None:
             from kitae.rollout.hf import HFEngine
 
-            return HFEngine(policy, tokenizer)
+            return HFEngine(policy, tokenizer, end_marker=self.engine.end_marker,
+                            chat_template_kwargs=self.engine.chat_template_kwargs)
         return self.engine
 
     def state_dict(self) -> dict[str, Any]:

@@ -46,6 +46,9 @@ class ModelConfig:
     # on CUDA in bf16/fp16 when flash_attn imports, else transformers' default (sdpa)
     lora: LoraConfig | None = None
     gradient_checkpointing: bool = False  # recompute activations in the backward pass: less memory, more time
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # the chat template's variables for every
+    # prompt, e.g. {enable_thinking: false} for Qwen3
+    end_marker: str | None = None  # the model's end of turn; default: found from its chat template (kitae.chat)
 
 
 @dataclass

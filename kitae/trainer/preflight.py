@@ -80,7 +80,7 @@ def preflight(cfg: TrainConfig, config_dir: str | Path | None = None) -> Checked
         check_images(cfg, processor, [(train_file, train_rows), (eval_file, eval_rows)])
         context = model_context(model_path)
         if context is not None:
-            encode = prompt_encoder(cfg.sampling.engine, tokenizer, processor)
+            encode = prompt_encoder(cfg.sampling.engine, tokenizer, processor, cfg.model.chat_template_kwargs)
             check_lengths(train_rows, train_file, encode, context, cfg.sampling.max_new_tokens,
                           "sampling.max_new_tokens")
             eval_key = "eval.max_new_tokens" if cfg.eval.max_new_tokens else "sampling.max_new_tokens"
@@ -172,17 +172,19 @@ def model_context(model_path: str) -> int | None:
     return None
 
 
-def prompt_encoder(engine: str, tokenizer: Any, processor: Any = None):
+def prompt_encoder(engine: str, tokenizer: Any, processor: Any = None, chat_template_kwargs: dict | None = None):
     """The prompt token ids of a row's messages, exactly as the rollout engine makes them (image tokens
-    included, for a vision-language model)."""
+    included, for a vision-language model; ``model.chat_template_kwargs`` applied)."""
     from kitae.rollout.base import ENGINES
 
     if processor is not None:
         from kitae.rollout.vision import VisionEngine
 
-        return VisionEngine(None, tokenizer, processor).encode_prompt
-
-    return ENGINES.get(engine, "sampling.engine")(None, tokenizer).encode_prompt
+        built = VisionEngine(None, tokenizer, processor)
+    else:
+        built = ENGINES.get(engine, "sampling.engine")(None, tokenizer)
+    built.set_chat(chat_template_kwargs)
+    return built.encode_prompt
 
 
 def check_lengths(rows: list[dict], file: str, encode, context: int, max_new_tokens: int, key: str) -> None:

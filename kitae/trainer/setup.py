@@ -131,13 +131,37 @@ def load_policy(cfg: ModelConfig, path: str, checkpoint_model: Path | None = Non
         else:
             lc = peft.LoraConfig(
                 r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                target_modules=language_targets(model, lora.target_modules), task_type="CAUSAL_LM",
+                target_modules=language_targets(model, lora_targets(model, lora.target_modules)),
+                task_type="CAUSAL_LM",
             )
             model = peft.get_peft_model(model, lc)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     model.config.use_cache = True
     return model
+
+
+# Families that fuse attention projections into one layer: the names it replaces -> its name.
+FUSED_ATTENTION = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj"}  # Phi-3
+
+
+def lora_targets(model, names: list[str]) -> list[str]:
+    """``model.lora.target_modules`` as this model has them: a name the model lacks becomes its family's fused
+    layer (Phi-3's ``qkv_proj`` for q_proj, k_proj, v_proj); ``all-linear`` and patterns stay as given; a name
+    neither the model nor that layer has is a ConfigError listing the model's linear layers (peft would leave it
+    out silently while another name matches)."""
+    linear = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    out = []
+    for name in names:
+        if name == "all-linear" or not name.isidentifier():  # peft's keyword, a pattern: as given
+            out.append(name)
+            continue
+        name = name if name in linear else FUSED_ATTENTION.get(name, name)
+        if name not in linear:
+            raise ConfigError("model.lora.target_modules", f"{name!r} is not a linear layer of this model; its "
+                              f"linear layers are {', '.join(sorted(linear))}")
+        out.append(name)
+    return list(dict.fromkeys(out))
 
 
 def load_reference(cfg: TrainConfig, path: str, device):
@@ -196,16 +220,19 @@ def apply_optim_config(optimizer, scheduler, o: OptimConfig) -> None:
 # ---- sampling ---------------------------------------------------------------------------------------------
 def make_engine(cfg: TrainConfig, policy, tokenizer, processor, servers: dict | None):
     """The rollout engine of ``sampling.engine``; one with a ``from_config`` (the server engine) gets the sampling
-    settings and the servers pre-flight found answering. Vision-language models sample in this process."""
+    settings and the servers pre-flight found answering. Vision-language models sample in this process. Every
+    engine gets ``model.chat_template_kwargs`` and ``model.end_marker``."""
     cls = ENGINES.get(cfg.sampling.engine, "sampling.engine")
     if processor is not None:  # pre-flight allows only the in-process engine here
         from kitae.rollout.vision import VisionEngine
 
-        return VisionEngine(policy, tokenizer, processor)
-    build = getattr(cls, "from_config", None)
-    if build is None:
-        return cls(policy, tokenizer)
-    return build(policy, tokenizer, cfg.sampling, cfg.run_dir, servers)
+        engine = VisionEngine(policy, tokenizer, processor)
+    elif (build := getattr(cls, "from_config", None)) is not None:
+        engine = build(policy, tokenizer, cfg.sampling, cfg.run_dir, servers)
+    else:
+        engine = cls(policy, tokenizer)
+    engine.set_chat(cfg.model.chat_template_kwargs, cfg.model.end_marker)
+    return engine
 
 
 def make_sampler(cfg: TrainConfig, rows: list[dict]):
