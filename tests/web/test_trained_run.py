@@ -55,7 +55,7 @@ def test_the_page_follows_a_training_run(tiny_assets, tmp_path, rewards_on_path,
     assert result["status"] == "finished"
     reward = page.locator('.panel[data-panel="reward"] path.series[data-key="reward"]')
     assert int(reward.get_attribute("data-points")) == STEPS  # every step, none twice
-    for panel, key in [("eval", "eval/pass@1"), ("entropy", "entropy"), ("length", "trunc_rate"),
+    for panel, key in [("eval/pass@1", "eval/pass@1"), ("entropy", "entropy"), ("length", "trunc_rate"),
                        ("graders", "grader/flaky/abstain_rate"), ("speed", "secs_per_step")]:
         assert page.locator(f'.panel[data-panel="{panel}"] path.series[data-key="{key}"]').count() == 1, key
     screenshot(page, "trained-run")
