@@ -1,12 +1,23 @@
-"""Chat formatting (ChatML) and the end-of-turn marker.
+"""Chat formatting and the model's end-of-turn marker.
 
 The GRPO-zero recipe's inference code: format the conversation as ChatML, generate, and stop at ``<|im_end|>``, which may be
 several tokens for a tokenizer that does not know it as a special token. Prompts use the tokenizer's own
-``chat_template`` when it has one and ChatML otherwise.
+``chat_template`` when it has one (its options, such as Qwen3's ``enable_thinking``, as ``chat_template_kwargs``)
+and ChatML otherwise.
+
+Other families end a turn otherwise (Llama 3 ``<|eot_id|>``, Gemma ``<end_of_turn>``, Mistral ``</s>``, Phi-3
+``<|end|>``): :func:`end_marker_of` finds the model's :class:`EndMarker` from its tokenizer, chat template and
+generation config, once, where the engine gets the tokenizer. The engine stops at every one of its ids and texts;
+completions carry its text to the graders (``sample["end_marker"]``, :func:`sample_end`), so the template reward,
+repetition, diversity and the reward model's gate cut the content at the model's own marker.
 """
 
 from __future__ import annotations
 
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 IM_START = "<|im_start|>"
@@ -60,10 +71,12 @@ def chatml(messages: list[Message], add_generation_prompt: bool = True) -> str:
     return text + (f"{IM_START}assistant\n" if add_generation_prompt else "")
 
 
-def format_prompt(tokenizer: Any, messages: list[Message]) -> str:
-    """The prompt text for generation: the tokenizer's chat template if it has one, else ChatML."""
+def format_prompt(tokenizer: Any, messages: list[Message], chat_template_kwargs: dict[str, Any] | None = None) -> str:
+    """The prompt text for generation: the tokenizer's chat template if it has one (``chat_template_kwargs`` are
+    its variables, e.g. ``{"enable_thinking": False}`` for Qwen3), else ChatML."""
     if tokenizer is not None and getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                             **(chat_template_kwargs or {}))
     return chatml(messages)
 
 
@@ -87,3 +100,98 @@ def is_template_compliant(text: str, finish_reason: str | None = None, end: str 
     if any(tok in content for tok in TEMPLATE_TOKENS):
         return False
     return bool(content.strip())
+
+
+# ---- the model's end of turn ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class EndMarker:
+    """How a model ends its turn.
+
+    ``text`` closes an assistant turn in its chat template: the graders' end marker. ``ids`` are every token id
+    that ends generation (the generation config's ``eos_token_id``, one or a list, the tokenizer's end-of-sequence
+    token, and ``text``'s id when it is one token); ``texts`` those ids' texts, in the same order. ChatML's, the
+    default, is the bundled model's.
+    """
+
+    text: str = IM_END
+    ids: tuple[int, ...] = ()
+    texts: tuple[str, ...] = ()
+
+    @property
+    def stops(self) -> tuple[str, ...]:
+        """The texts generation stops at: ``text`` first, then the end ids' texts."""
+        return tuple(dict.fromkeys(t for t in (self.text, *self.texts) if t))
+
+
+CHATML_END = EndMarker()
+_PROBE = "kitae-end-probe"
+
+
+def end_marker_of(tokenizer: Any, override: str | None = None, eos_ids: Any = None) -> EndMarker:
+    """The model's :class:`EndMarker`: ``override`` when given, else the text the chat template puts after an
+    assistant turn, else the tokenizer's end-of-sequence token, else ``<|im_end|>`` (no chat template: ChatML).
+
+    ``eos_ids``: the generation config's ``eos_token_id`` (an int or a list); by default read from
+    generation_config.json beside the tokenizer.
+    """
+    if tokenizer is None:
+        return CHATML_END
+    text = override or template_end(tokenizer) or (None if getattr(tokenizer, "chat_template", None) else IM_END)
+    text = text or getattr(tokenizer, "eos_token", None) or IM_END
+    ids = _id_list(eos_ids if eos_ids is not None else _generation_eos(tokenizer))
+    ids += _id_list(getattr(tokenizer, "eos_token_id", None))
+    own = _single_token_id(tokenizer, text)
+    ids += [] if own is None else [own]
+    ids = list(dict.fromkeys(ids))
+    texts = tuple(tokenizer.decode([i], skip_special_tokens=False) for i in ids)
+    return EndMarker(text, tuple(ids), texts)
+
+
+def template_end(tokenizer: Any) -> str | None:
+    """What the tokenizer's chat template writes right after an assistant turn's content (whitespace skipped):
+    the longest added token there (``<|eot_id|>``, ``<end_of_turn>``, ``</s>``), else the text up to the next
+    whitespace (a ChatML ``<|im_end|>`` the tokenizer splits); None without a template or when it writes nothing."""
+    if not getattr(tokenizer, "chat_template", None):
+        return None
+    turns = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": _PROBE}]
+    try:
+        text = tokenizer.apply_chat_template(turns, tokenize=False)
+    except Exception:  # a template that refuses the probe conversation: no marker from it
+        return None
+    if not isinstance(text, str) or _PROBE not in text:
+        return None
+    tail = text.split(_PROBE, 1)[1].lstrip()
+    added = sorted(getattr(tokenizer, "get_added_vocab", dict)(), key=len, reverse=True)
+    for token in added:
+        if token and tail.startswith(token):
+            return token
+    first = re.match(r"\S+", tail)
+    return first.group(0) if first else None
+
+
+def sample_end(sample: dict, configured: str | None = None) -> str:
+    """The end marker a grader cuts a sample at: its spec's ``end_marker`` when set, else the one of the model
+    that wrote the sample (``sample["end_marker"]``, set by the rollout), else ``<|im_end|>``."""
+    return configured or sample.get("end_marker") or IM_END
+
+
+def _generation_eos(tokenizer: Any) -> Any:
+    """``eos_token_id`` of generation_config.json in the tokenizer's folder, when there is one."""
+    path = Path(str(getattr(tokenizer, "name_or_path", "") or "")) / "generation_config.json"
+    try:
+        return json.loads(path.read_text()).get("eos_token_id") if path.is_file() else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _id_list(ids: Any) -> list[int]:
+    items = ids if isinstance(ids, (list, tuple)) else [ids]
+    return [int(i) for i in items if isinstance(i, int) and not isinstance(i, bool) and i >= 0]
+
+
+def _single_token_id(tokenizer: Any, text: str) -> int | None:
+    try:
+        ids = tokenizer.encode(text, add_special_tokens=False)
+    except Exception:
+        return None
+    return ids[0] if len(ids) == 1 else None

@@ -6,15 +6,22 @@
 Unknown keys raise ``ConfigError("optim.lrr: unknown key; did you mean 'lr'?")``; values are checked against the
 field's type (``optim.lr: expected a number, got 'fast'``). `--set a.b=c` values are parsed as YAML.
 
+Numbers: a ``float`` field (alone, in a list, a tuple, a mapping or an Optional) refuses NaN and ±infinity, which
+YAML writes ``.nan``/``.inf`` and reads ``1e400`` as, unless the field says ``setting(finite=False)``; a field's
+``setting(minimum=, above=, maximum=)`` bounds what its meaning allows (``optim.lr: must be > 0, got 0.0``).
+:func:`check_numbers` applies the same rule to a config built in Python (pre-flight does, before a model loads).
+
 Every YAML kitae reads (configs, `--set` values, grader specs, curate recipes) goes through :func:`safe_load`:
 ``yaml.safe_load`` with limits, so a file nested 50,000 levels deep or an alias bomb (anchors that expand to
-billions of values) is a ConfigError naming the file and line, not a RecursionError or gigabytes of memory.
-Error messages show values through :func:`short_repr`, never in full.
+billions of values) is a ConfigError naming the file and line, not a RecursionError or gigabytes of memory; a file
+over MAX_YAML_BYTES is refused by its size, unread. Error messages show values through :func:`short_repr`, never
+in full.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import reprlib
 import types
 import typing
@@ -32,27 +39,89 @@ T = TypeVar("T")
 
 
 def setting(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING,
-            minimum: float | None = None, maximum: float | None = None) -> Any:
+            minimum: float | None = None, above: float | None = None, maximum: float | None = None,
+            finite: bool = True) -> Any:
     """A dataclass field with bounds that :func:`from_dict` checks (choices are ``Literal[...]`` types)::
 
         @dataclass
         class NumericSpec:
-            tolerance: float = setting(0.01, minimum=0)
+            tolerance: float = setting(0.01, minimum=0)   # >= 0
+            lr: float = setting(1e-4, above=0)            # > 0
+            top_p: float = setting(1.0, above=0, maximum=1)
             operation: Literal["eq", "ne"] = "eq"
+
+    A float field refuses NaN and ±infinity unless ``finite=False`` (a field whose meaning has a use for them).
     """
-    meta = {k: v for k, v in (("minimum", minimum), ("maximum", maximum)) if v is not None}
+    bounds = (("minimum", minimum), ("above", above), ("maximum", maximum))
+    meta: dict[str, Any] = {k: v for k, v in bounds if v is not None}
+    if not finite:
+        meta["finite"] = False
     return dataclasses.field(default=default, default_factory=default_factory, metadata=meta)
 
 
 def check_bounds(field: dataclasses.Field, value: Any, path: str) -> None:
-    """A number outside the field's ``minimum``/``maximum`` (see :func:`setting`) is a ConfigError."""
+    """A number outside the field's ``minimum``/``above``/``maximum`` (see :func:`setting`), or a NaN or
+    ±infinity where the field does not allow them, is a ConfigError."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return
-    low, high = field.metadata.get("minimum"), field.metadata.get("maximum")
+    if isinstance(value, float) and not math.isfinite(value):
+        if field.metadata.get("finite", True):
+            raise ConfigError(path, not_finite_message(value))
+        return
+    low, above, high = (field.metadata.get(k) for k in ("minimum", "above", "maximum"))
     if low is not None and value < low:
         raise ConfigError(path, f"must be >= {low}, got {short_repr(value)}")
+    if above is not None and value <= above:
+        raise ConfigError(path, f"must be > {above}, got {short_repr(value)}")
     if high is not None and value > high:
         raise ConfigError(path, f"must be <= {high}, got {short_repr(value)}")
+
+
+def not_finite_message(written: Any) -> str:
+    """The error of a NaN or infinity (`written`: the value as the config gave it) where a number must be finite."""
+    return (f"expected a finite number, got {short_repr(written)}: NaN and infinity are not values for this "
+            "setting (a number beyond about 1.8e308, such as 1e400, reads as infinity); give a finite number")
+
+
+def check_numbers(obj: Any, path: str = "") -> None:
+    """The number rule of :func:`from_dict` (bounds, NaN and infinity) for a dataclass instance built in Python,
+    through its nested dataclasses and its lists, tuples and mappings of floats. Raises ConfigError at the
+    first bad value, naming its key path."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value, where = getattr(obj, f.name), _join(path, f.name)
+        check_bounds(f, value, where)
+        _check_nested(hints.get(f.name, Any), value, where, f.metadata.get("finite", True))
+
+
+def _check_nested(tp: Any, value: Any, path: str, finite: bool) -> None:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        check_numbers(value, path)
+        return
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        tp = next((a for a in args if _fits(a, value)), Any)
+        origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is float and isinstance(value, float) and finite and not math.isfinite(value):
+        raise ConfigError(path, not_finite_message(value))
+    if origin is list and isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_nested(args[0] if args else Any, v, f"{path}[{i}]", finite)
+    elif origin is tuple and isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            arg = args[0] if len(args) == 2 and args[1] is Ellipsis else args[i] if i < len(args) else Any
+            _check_nested(arg, v, f"{path}[{i}]", finite)
+    elif origin is dict and isinstance(value, dict):
+        for k, v in value.items():
+            _check_nested(args[1] if args else Any, v, _join(path, k), finite)
+
+
+def _fits(tp: Any, value: Any) -> bool:
+    """Whether `value` is of the kind the union member `tp` converts to (for :func:`_check_nested`)."""
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    kinds = {list: list, tuple: (list, tuple), dict: dict}.get(typing.get_origin(tp))
+    return kinds is not None and isinstance(value, kinds)
 
 
 def from_dict(cls: type[T], data: Any, path: str = "", skip: tuple[str, ...] = ()) -> T:
@@ -80,7 +149,7 @@ def from_dict(cls: type[T], data: Any, path: str = "", skip: tuple[str, ...] = (
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         if required and f.init and name not in data:
             raise ConfigError(_join(path, name), "missing (required)")
-    kwargs = {k: convert(hints[k], v, _join(path, k)) for k, v in data.items()}
+    kwargs = {k: convert(hints[k], v, _join(path, k), fields[k].metadata.get("finite", True)) for k, v in data.items()}
     for k, v in kwargs.items():
         check_bounds(fields[k], v, _join(path, k))
     try:
@@ -93,7 +162,9 @@ def from_dict(cls: type[T], data: Any, path: str = "", skip: tuple[str, ...] = (
     return obj
 
 
-def convert(tp: Any, value: Any, path: str) -> Any:
+def convert(tp: Any, value: Any, path: str, finite: bool = True) -> Any:
+    """`value` as type `tp` (see :func:`from_dict`); a float NaN or ±infinity is a ConfigError unless `finite`
+    is False."""
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if tp is Any:
@@ -104,7 +175,7 @@ def convert(tp: Any, value: Any, path: str) -> Any:
         errors = []
         for arg in (a for a in args if a is not type(None)):
             try:
-                return convert(arg, value, path)
+                return convert(arg, value, path, finite)
             except ConfigError as exc:
                 # a mapping given for `str | Section`: the section's own error says what is wrong with it
                 errors.append((isinstance(value, dict) and dataclasses.is_dataclass(arg), exc))
@@ -123,20 +194,15 @@ def convert(tp: Any, value: Any, path: str) -> Any:
     if origin is list:
         if not isinstance(value, list):
             raise ConfigError(path, f"expected a list, got {type(value).__name__}")
-        return [convert(args[0] if args else Any, v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return [convert(args[0] if args else Any, v, f"{path}[{i}]", finite) for i, v in enumerate(value)]
     if origin is tuple:
-        return _tuple(args, value, path)
+        return _tuple(args, value, path, finite)
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(path, f"expected a mapping, got {type(value).__name__}")
-        return {k: convert(args[1] if args else Any, v, _join(path, k)) for k, v in value.items()}
+        return {k: convert(args[1] if args else Any, v, _join(path, k), finite) for k, v in value.items()}
     if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            value = _number(value, path)
-        try:
-            return float(value)
-        except OverflowError:  # an integer of 309 digits or more
-            raise ConfigError(path, f"expected a number, got {short_repr(value)}, too large") from None
+        return _float(value, path, finite)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, float) and value.is_integer():
@@ -154,7 +220,7 @@ def convert(tp: Any, value: Any, path: str) -> Any:
     return value
 
 
-def _tuple(args: tuple, value: Any, path: str) -> tuple:
+def _tuple(args: tuple, value: Any, path: str, finite: bool) -> tuple:
     """A YAML list as ``tuple[X, ...]`` (any length) or ``tuple[X, Y]`` (exactly that many values)."""
     if not isinstance(value, (list, tuple)):
         raise ConfigError(path, f"expected a list, got {type(value).__name__}")
@@ -162,7 +228,20 @@ def _tuple(args: tuple, value: Any, path: str) -> tuple:
         args = (args[0],) * len(value)
     elif args and len(value) != len(args):
         raise ConfigError(path, f"expected a list of {len(args)} values, got {len(value)}")
-    return tuple(convert(args[i] if args else Any, v, f"{path}[{i}]") for i, v in enumerate(value))
+    return tuple(convert(args[i] if args else Any, v, f"{path}[{i}]", finite) for i, v in enumerate(value))
+
+
+def _float(written: Any, path: str, finite: bool) -> float:
+    value = written
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        value = _number(value, path)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer of 309 digits or more
+        raise ConfigError(path, f"expected a number, got {short_repr(value)}, too large") from None
+    if finite and not math.isfinite(number):  # .nan, .inf, or a literal too large for a float: 1e400
+        raise ConfigError(path, not_finite_message(written))
+    return number
 
 
 def _number(value: Any, path: str) -> float:
@@ -211,7 +290,12 @@ def read_yaml(path: str | Path) -> dict:
 
 
 def read_text(path: Path, where: str) -> str:
-    """A UTF-8 text file's contents; other bytes are a ConfigError naming the line."""
+    """A YAML file's UTF-8 text; other bytes are a ConfigError naming the line, and a file over MAX_YAML_BYTES
+    is one too, before a byte of it is read (PyYAML takes minutes over 100 MB)."""
+    size = path.stat().st_size
+    if size > MAX_YAML_BYTES:
+        raise ConfigError(where, f"{size:,} bytes: too large for a config or spec file (at most "
+                          f"{MAX_YAML_BYTES:,} bytes; they take a few kilobytes): is this the file you meant?")
     raw = path.read_bytes()
     try:
         return raw.decode("utf-8-sig")
@@ -224,6 +308,7 @@ def read_text(path: Path, where: str) -> str:
 # ---- YAML with limits ------------------------------------------------------------------------
 MAX_YAML_DEPTH = 100  # nesting levels, counted through aliases; configs use under 10
 MAX_YAML_NODES = 100_000  # values in a document once every alias is expanded; configs use a few hundred
+MAX_YAML_BYTES = 1 << 20  # 1 MiB of text (characters, for a string); configs and specs take a few kilobytes
 
 
 class _BoundedLoader(yaml.SafeLoader):
@@ -245,8 +330,12 @@ class _BoundedLoader(yaml.SafeLoader):
 
 
 def safe_load(text: str, name: str = "<text>") -> Any:
-    """``yaml.safe_load`` that refuses documents nested deeper than MAX_YAML_DEPTH or whose aliases expand to
-    more than MAX_YAML_NODES values, and recursive aliases. Raises yaml.YAMLError (with file and line)."""
+    """``yaml.safe_load`` that refuses a text over MAX_YAML_BYTES characters (unparsed), documents nested deeper
+    than MAX_YAML_DEPTH or whose aliases expand to more than MAX_YAML_NODES values, and recursive aliases.
+    Raises yaml.YAMLError (with file and line)."""
+    if len(text) > MAX_YAML_BYTES:
+        raise yaml.YAMLError(f"in {name}: {len(text):,} characters, too large (at most {MAX_YAML_BYTES:,}; configs "
+                             "and specs take a few kilobytes)")
     loader = _BoundedLoader(text, name)
     try:
         node = loader.get_single_node()

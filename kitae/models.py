@@ -21,17 +21,19 @@ ASSETS = Path(__file__).parent / "assets"
 BUNDLED_MODEL = ASSETS / "models" / "kitae-tiny-base"
 BUNDLED_RM = ASSETS / "models" / "kitae-tiny-rm"
 BUNDLED_VL = ASSETS / "models" / "kitae-tiny-vl"
+BUNDLED_CODE = ASSETS / "models" / "kitae-tiny-code"
 BUNDLED_DATA = ASSETS / "data" / "arith"
 
 
 _BUILD = {BUNDLED_MODEL: "scripts/build_base_model.py", BUNDLED_RM: "scripts/build_reward_model.py",
-          BUNDLED_VL: "scripts/build_vision_model.py"}
+          BUNDLED_VL: "scripts/build_vision_model.py", BUNDLED_CODE: "scripts/build_code_model.py"}
 
 
 def resolve_model_path(path: str | Path | None, key: str = "model", adapter: bool = False,
                        revision: str | None = None) -> str:
     """`None`, "bundled" or "kitae-tiny-base" -> the bundled base model; "kitae-tiny-vl" -> the bundled
-    vision-language model; a local model folder as given; a Hub id -> its snapshot folder in the Hub cache.
+    vision-language model; "kitae-tiny-code" -> the bundled code model; a local model folder as given; a Hub id
+    -> its snapshot folder in the Hub cache.
 
     Anything else raises ConfigError under `key` (the flag or config field that named it) before any model
     library is asked: see :func:`model_folder`.
@@ -40,6 +42,8 @@ def resolve_model_path(path: str | Path | None, key: str = "model", adapter: boo
         path = BUNDLED_MODEL
     elif str(path) == "kitae-tiny-vl":
         path = BUNDLED_VL
+    elif str(path) == "kitae-tiny-code":
+        path = BUNDLED_CODE
     return model_folder(path, key, adapter, revision)
 
 
@@ -98,9 +102,11 @@ def load_tokenizer(path: str | Path | None) -> Any:
     return tok
 
 
-def load_causal_lm(path: str | Path | None, dtype: str = "float32", device: str = "cpu") -> Any:
+def load_causal_lm(path: str | Path | None, dtype: str = "float32", device: str = "cpu",
+                   attn_implementation: str | None = None) -> Any:
     """The model at `path`: a causal LM, or a vision-language model (:func:`is_vision_model`) through
-    ``AutoModelForImageTextToText``, which is a causal LM over text and image tokens."""
+    ``AutoModelForImageTextToText``, which is a causal LM over text and image tokens. ``attn_implementation``
+    ("eager", "sdpa", "flash_attention_2"; None: transformers' default for the model) reaches its config."""
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
@@ -108,7 +114,8 @@ def load_causal_lm(path: str | Path | None, dtype: str = "float32", device: str 
     folder = resolve_model_path(path)
     vision = is_vision_model(folder)
     auto = AutoModelForImageTextToText if vision else AutoModelForCausalLM
-    model = auto.from_pretrained(folder, dtype=torch_dtype)
+    extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    model = auto.from_pretrained(folder, dtype=torch_dtype, **extra)
     if vision:
         mask_placeholder_tokens(model)
     return model.to(device)

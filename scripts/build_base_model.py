@@ -29,6 +29,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -66,8 +67,9 @@ class BuildConfig:
 
 
 # ------------------------------------------------------------------------------------------ tokenizer
-def build_tokenizer(cfg: BuildConfig, out_dir: Path):
-    """Train the byte-level BPE, wrap it for transformers, save it, and return the reloaded tokenizer."""
+def build_tokenizer(cfg: BuildConfig, out_dir: Path, texts: list[str] | None = None):
+    """Train the byte-level BPE on `texts` (default: a sample of this model's corpus), wrap it for transformers,
+    save it, and return the reloaded tokenizer."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -81,7 +83,7 @@ def build_tokenizer(cfg: BuildConfig, out_dir: Path):
         vocab_size=cfg.vocab_size, special_tokens=[END_OF_TEXT, IM_START, IM_END],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
     )
-    bpe.train_from_iterator(_corpus.tokenizer_training_text(cfg.seed), trainer=trainer)
+    bpe.train_from_iterator(texts or _corpus.tokenizer_training_text(cfg.seed), trainer=trainer)
     tok = PreTrainedTokenizerFast(
         tokenizer_object=bpe, eos_token=IM_END, pad_token=END_OF_TEXT,
         additional_special_tokens=[IM_START], model_max_length=cfg.seq_len * 2,
@@ -109,15 +111,18 @@ def check_tokenizer(model_dir: Path):
 
 
 # -------------------------------------------------------------------------------------------- corpus
-def packed_rows(tok, n_rows: int, cfg: BuildConfig, banned: set[str]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(input_ids, labels), each [n_rows, seq_len]: whole documents packed left, padding masked with -100."""
+def packed_rows(tok, n_rows: int, cfg: BuildConfig, banned: set[str],
+                document: Callable[[random.Random], str] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, labels), each [n_rows, seq_len]: whole documents packed left, padding masked with -100.
+    `document(rng)` makes one document (default: this model's corpus, without the `banned` questions)."""
     rng = random.Random(cfg.seed + 1)
     mix = _corpus.Mixture()
+    document = document or (lambda r: _corpus.document(r, mix, banned))
     ids = torch.full((n_rows, cfg.seq_len), tok.pad_token_id, dtype=torch.long)  # [rows, seq]
     labels = torch.full((n_rows, cfg.seq_len), -100, dtype=torch.long)  # [rows, seq]
     row, col = 0, 0
     while row < n_rows:
-        docs = [_corpus.document(rng, mix, banned) for _ in range(2048)]
+        docs = [document(rng) for _ in range(2048)]
         for doc in tok(docs, add_special_tokens=False)["input_ids"]:
             doc = doc[: cfg.seq_len]
             if col + len(doc) > cfg.seq_len:

@@ -31,3 +31,21 @@ def test_chat_prints_the_answer_alone():
     assert proc.returncode == 0, proc.stderr
     answer = proc.stdout.strip()
     assert answer and "<|im_end|>" not in answer and "<|im_start|>" not in answer
+
+
+def test_chat_samples_with_seed_0_by_default():
+    """The README's "kitae chat samples at temperature 0.5 with seed 0": no --seed is --seed 0, so an answer
+    repeats run to run; other seeds give other answers (else equal answers would show nothing)."""
+    from typer.testing import CliRunner
+
+    from kitae.cli.main import app
+
+    def chat(*extra: str) -> str:
+        result = CliRunner().invoke(app, ["chat", "1+1は？", "--temperature", "1.0", "--top-p", "1.0",
+                                          "--max-new-tokens", "32", "--threads", "1", *extra])
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    default = chat()
+    assert chat() == default == chat("--seed", "0")
+    assert any(chat("--seed", str(seed)) != default for seed in (1, 2, 3))

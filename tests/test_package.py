@@ -85,3 +85,13 @@ def test_the_command_starts_without_importing_torch_or_transformers():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("path", ["graded.jsonl", "eval_results/base.jsonl", "eval_results/summary.json"])
+def test_what_the_readmes_commands_write_in_the_checkout_is_ignored(path):
+    """`kitae eval` (default --out eval_results/) and the README's `kitae grade ... -o graded.jsonl`, run in a
+    fresh clone, leave nothing for `git status` to show."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    out = subprocess.run(["git", "check-ignore", "--no-index", "-q", path], cwd=ROOT, timeout=60)
+    assert out.returncode == 0, f"{path} is not ignored by .gitignore"

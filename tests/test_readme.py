@@ -80,7 +80,7 @@ COVERED = {
 
 # ---- reading the README -------------------------------------------------------------------------------
 def blocks(kind: str) -> list[list[str]]:
-    """The lines of every fenced block of this kind (```bash, ```console)."""
+    """The lines of every fenced block of this kind (```bash, ```console, ```python)."""
     out, current = [], None
     for line in README.read_text(encoding="utf-8").splitlines():
         if current is None and line.strip() == f"```{kind}":
@@ -230,11 +230,10 @@ def _kitae_argv() -> list[str]:
     return ["kitae"] if _has_kitae() else [sys.executable, "-m", "kitae.cli.main"]
 
 
-MY_REWARDS = '''
-def brevity(prompts, completions, **kwargs):
-    """Shorter answers score higher."""
-    return [-len(c[0]["content"]) / 100 for c in completions]
-'''
+def my_rewards() -> str:
+    """The README's my_rewards.py (its TRL-style reward functions), as written."""
+    [code] = [b for b in blocks("python") if b and b[0] == "# my_rewards.py"]
+    return "\n".join(code) + "\n"
 
 
 @pytest.mark.slow
@@ -242,7 +241,7 @@ def test_minimal_config_as_written(user_dir):
     """The README's minimal config, verbatim, with its data/ and my_rewards.py beside it."""
     [config] = [b for b in blocks("yaml") if b and b[0] == "name: my-run"]
     (user_dir / "my.yaml").write_text("\n".join(config) + "\n", encoding="utf-8")
-    (user_dir / "my_rewards.py").write_text(MY_REWARDS)
+    (user_dir / "my_rewards.py").write_text(my_rewards())
     (user_dir / "data").mkdir()
     rows = (ROOT / "kitae/assets/data/arith/test.jsonl").read_text(encoding="utf-8").splitlines()
     (user_dir / "data/train.jsonl").write_text("\n".join(rows[:20]) + "\n", encoding="utf-8")

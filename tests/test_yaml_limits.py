@@ -30,7 +30,7 @@ def _write(tmp_path, text: str, name: str = "cfg.yaml"):
     [
         "name: " + "[" * 50_000 + "]" * 50_000 + "\n",  # flow nesting 50,000 deep
         "name: " + "{a: " * 5_000 + "1" + "}" * 5_000 + "\n",  # flow mappings
-        "".join(" " * i + f"k{i}:\n" for i in range(2_000)),  # block nesting by indentation
+        "".join(" " * i + f"k{i}:\n" for i in range(1_000)),  # block nesting by indentation (500 kB)
     ],
     ids=["flow-lists", "flow-maps", "block"],
 )
@@ -133,3 +133,36 @@ def test_a_large_value_in_a_grader_choice_field_is_not_printed(tmp_path):
         build_grader(str(spec))
     message = str(err.value)
     assert message.startswith("grader.operation: got [") and "expected one of eq, ne" in message and len(message) < 200
+
+
+def test_a_huge_config_file_is_refused_by_its_size_before_it_is_read(tmp_path):
+    """Refused by size, not parsed: the text is invalid YAML at its first line, which parsing would report."""
+    from kitae.config import MAX_YAML_BYTES
+
+    path = tmp_path / "cfg.yaml"
+    with path.open("w", encoding="utf-8") as f:
+        f.write("\t: [\n")  # a tab where YAML allows none: a parse error on line 1
+        f.write(("# " + "x" * 98 + "\n") * (MAX_YAML_BYTES // 100 + 1))
+    with pytest.raises(ConfigError) as err:
+        load_train_config(path)
+    msg = str(err.value)
+    assert str(path) in msg and "too large" in msg and f"{MAX_YAML_BYTES:,}" in msg, msg
+
+
+def test_huge_yaml_text_is_refused_before_parsing():
+    import yaml
+
+    from kitae.config import MAX_YAML_BYTES
+
+    with pytest.raises(yaml.YAMLError, match="too large"):
+        safe_load("\t: [\n" + "#" * MAX_YAML_BYTES, "x.yaml")
+
+
+def test_a_huge_grader_spec_file_is_refused_by_its_size(tmp_path):
+    from kitae.config import MAX_YAML_BYTES
+    from kitae.graders import build_grader
+
+    spec = _write(tmp_path, "type: string_check\nreference: '" + "x" * MAX_YAML_BYTES + "'\n", "spec.yaml")
+    with pytest.raises(ConfigError) as err:
+        build_grader(str(spec))
+    assert "spec.yaml" in str(err.value) and "too large" in str(err.value)

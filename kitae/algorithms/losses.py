@@ -42,6 +42,12 @@ Sampler mismatch: ``LossInputs.is_weight`` [B, T] (truncated importance weights,
 multiplies every loss's per-token policy term before the KL term is added. For the sequence-level gspo and kimi
 losses this weighs each sequence's loss by the mean weight of its tokens.
 
+Numerical guard (as verl has it): every ratio is ``exp(clamp(log_ratio, -20, 20))`` (:data:`LOG_RATIO_LIMIT`;
+for gspo the sequence's log-ratio is clamped). Without it a token at log-ratio 89 has ratio inf in float32, and
+with a negative advantage an inf loss and gradient that turn the weights into NaN at the optimizer step; clamped,
+the term is finite and has no gradient beyond the limit. Kimi's loss uses the log-ratio itself (no exp) and is
+not clamped: its pull toward pi_old must reach exactly such tokens.
+
 Aggregation (:func:`aggregate`) divides by the :class:`Normalizer`'s full optimizer-batch counts, never by
 the micro-batch's own, so micro-batch losses sum to the full-batch loss: gradient accumulation is exact. In
 multi-process runs the counts are summed over the processes (:meth:`Normalizer.over_processes`), so the
@@ -76,6 +82,7 @@ from kitae.registry import Registry
 
 POLICY_LOSSES = Registry("policy loss")
 AGGREGATIONS = Registry("loss aggregation")
+LOG_RATIO_LIMIT = 20.0  # verl's clamp of the log-ratio before exp: a ratio stays within [e^-20, e^20]
 
 
 @dataclass
@@ -260,6 +267,11 @@ def _prepare(inp: LossInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     return mask, log_ratio, inp.advantages.float().unsqueeze(-1)  # [B, T], [B, T], [B, 1]
 
 
+def _ratio(log_ratio: torch.Tensor) -> torch.Tensor:
+    """exp of the log-ratio clamped to ±LOG_RATIO_LIMIT: finite, and no gradient beyond the limit (shape kept)."""
+    return torch.exp(log_ratio.clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT))
+
+
 def _zero_at_zero_advantage(fn: Callable) -> Callable:
     """Mark a loss whose per-token terms are the advantage times something finite: at A = 0 the term and its
     gradient are exactly 0 (:func:`rows_without_gradient`)."""
@@ -314,7 +326,7 @@ def grpo_loss(inp: LossInputs, cfg: LossConfig, norm: Normalizer) -> tuple[torch
     logp [ln 1.5, ln 0.9] -> rho [1.5, 0.9] -> per token -[min(1.5, 1.2), 0.9] = [-1.2, -0.9] ->
     seq_mean_token_mean loss -1.05; only the first token is clipped (clip_frac 0.5)."""
     mask, log_ratio, adv = _prepare(inp)
-    ratio = torch.exp(log_ratio)  # [B, T]
+    ratio = _ratio(log_ratio)  # [B, T]
     clipped = ratio.clamp(1 - cfg.eps_low, 1 + cfg.eps_high)  # [B, T]
     pg = -torch.minimum(ratio * adv, clipped * adv)  # [B, T]
     r = ratio.detach()
@@ -330,13 +342,13 @@ def gspo_loss(inp: LossInputs, cfg: LossConfig, norm: Normalizer) -> tuple[torch
     -> s = exp(0.004) = 1.004008 > 1.0004 -> loss -min(1.004008, 1.0004) = -1.0004, no gradient."""
     mask, log_ratio, adv = _prepare(inp)
     seq_log_ratio = (log_ratio * mask).sum(dim=-1) / mask.sum(dim=-1).clamp(min=1.0)  # [B]
-    s = torch.exp(seq_log_ratio)  # [B]
+    s = _ratio(seq_log_ratio)  # [B]
     a = adv.squeeze(-1)  # [B]
     lo, hi = 1 - cfg.gspo_eps_low, 1 + cfg.gspo_eps_high
     per_seq = -torch.minimum(s * a, s.clamp(lo, hi) * a)  # [B]
     s_tok = _per_sequence(s.detach(), mask)  # [B, T]
     metrics = _clip_metrics(s_tok, adv, lo, hi, mask)
-    metrics["ratio_mean"] = _masked_mean(torch.exp(log_ratio).detach(), mask)
+    metrics["ratio_mean"] = _masked_mean(_ratio(log_ratio).detach(), mask)
     metrics["seq_ratio_mean"] = float(s.detach().mean()) if s.numel() else 1.0
     return _finish(_per_sequence(per_seq, mask), inp, cfg, norm, "seq_mean_token_mean", metrics)
 
@@ -348,7 +360,7 @@ def cispo_loss(inp: LossInputs, cfg: LossConfig, norm: Normalizer) -> tuple[torc
     [-1, -2] -> weights sg([1.28, 0.5]) -> per token -[1.28*2*(-1), 0.5*2*(-2)] = [2.56, 2];
     d loss / d logp = [-2.56, -1] before aggregation."""
     mask, log_ratio, adv = _prepare(inp)
-    ratio = torch.exp(log_ratio).detach()  # [B, T]
+    ratio = _ratio(log_ratio).detach()  # [B, T]
     weight = ratio.clamp(max=1 + cfg.cispo_eps_high)  # [B, T], no gradient through the weight
     logp = torch.where(mask > 0, inp.logp.float(), torch.zeros_like(mask))  # [B, T]
     pg = -weight * adv * logp  # [B, T]
@@ -373,7 +385,7 @@ def kimi_loss(inp: LossInputs, cfg: LossConfig, norm: Normalizer) -> tuple[torch
     tau = cfg.kimi_tau
     per_seq = (adv.squeeze(-1) - tau * delta) ** 2 / (2 * tau)  # [B]
     metrics = {"clip_frac": 0.0, "clip_frac_low": 0.0, "clip_frac_high": 0.0,
-               "ratio_mean": _masked_mean(torch.exp(log_ratio).detach(), mask)}
+               "ratio_mean": _masked_mean(_ratio(log_ratio).detach(), mask)}
     return _finish(_per_sequence(per_seq, mask), inp, cfg, norm, "seq_mean_token_mean", metrics)
 
 

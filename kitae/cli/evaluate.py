@@ -31,7 +31,9 @@ def eval_models(
     limit: Optional[int] = typer.Option(None, help="Only the first N prompts."),
     pass_threshold: float = typer.Option(1.0, help="A sample passes when its score is at least this."),
     seed: int = typer.Option(0, help="Sampling seed (the same for every model)."),
-    out: Path = typer.Option(Path("eval_results"), "--out", "-o", help="Folder for per-sample results."),
+    out: Path = typer.Option(Path("eval_results"), "--out", "-o", help="Folder for per-sample results (NAME.jsonl "
+                             "per model and summary.json); the default is in the current folder (git ignores it in "
+                             "a kitae checkout)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON instead of a table."),
     threads: Optional[int] = threads_option(),
 ) -> None:
@@ -68,4 +70,4 @@ def eval_models(
         return
     typer.echo(format_table(reports))
     typer.echo("\n" + efficiency_plot(reports))
-    typer.echo(f"\n* = token-efficiency frontier. Per-sample results: {', '.join(str(f) for f in files)}")
+    typer.echo(f"\n* = token-efficiency frontier. Per-sample results: {', '.join(str(f.resolve()) for f in files)}")

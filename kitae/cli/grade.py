@@ -14,11 +14,12 @@ import re
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from kitae.graders.base import Grade
+if TYPE_CHECKING:  # the graders load only when a command grades (kitae --help starts in a blink)
+    from kitae.graders.base import Grade
 
 GRADER_HELP = "Grader spec: a .yaml/.json file, inline YAML/JSON, or a type name such as 'numeric'."
 DATA_HELP = ('JSON Lines: {"item": {...}, "sample": {"output_text": ...}} or {"item": ..., "samples": [...]}.')

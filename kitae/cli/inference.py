@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from kitae.chat import IM_END, split_at_end, to_messages
+from kitae.chat import split_at_end, to_messages
 from kitae.cli.options import threads_option
 
 
@@ -24,11 +24,12 @@ def chat(
     top_p: float = typer.Option(0.95, help="Nucleus sampling mass."),
     repetition_penalty: float = typer.Option(1.05, help="HF-style repetition penalty."),
     max_new_tokens: int = typer.Option(1024, help="Stop after this many new tokens."),
-    seed: Optional[int] = typer.Option(None, help="Random seed for reproducible sampling."),
+    seed: int = typer.Option(0, help="Random seed: the same seed and settings give the same answer."),
     raw: bool = typer.Option(False, help="Print the raw completion with its end marker and finish reason."),
     threads: Optional[int] = threads_option(),
 ) -> None:
-    """Answer one prompt the way the GRPO-zero recipe's inference code does: ChatML, stop at <|im_end|>."""
+    """Answer one prompt the way the GRPO-zero recipe's inference code does: the model's chat template (ChatML
+    when it has none), stop at its end of turn (<|im_end|>, <|eot_id|>, <end_of_turn>, ...)."""
     from kitae.models import resolve_model_path
 
     path = resolve_model_path(model, "--model")  # before torch is imported: a wrong path fails at once
@@ -44,7 +45,7 @@ def chat(
         typer.echo(c.text)
         typer.echo(f"[finish_reason={c.finish_reason} tokens={c.num_tokens}]", err=True)
     else:
-        typer.echo(split_at_end(c.text, IM_END)[0])
+        typer.echo(split_at_end(c.text, c.end_marker)[0])
 
 
 def generate(

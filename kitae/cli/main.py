@@ -70,10 +70,17 @@ def _quiet_libraries() -> None:
     warnings.filterwarnings("ignore", message=r".*`\w*gradient_checkpointing\w*` is deprecated", category=FutureWarning)
 
 
+def command():
+    """The click command `kitae` runs: the typer app with readable option metavars (TEXT, PATH, no ``<bool>``)."""
+    from kitae.cli.options import readable_metavars
+
+    return readable_metavars(typer.main.get_command(app))
+
+
 def main() -> None:
     _quiet_libraries()
     try:
-        app(prog_name="kitae")
+        command()(prog_name="kitae")
     except KitaeError as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         sys.exit(2)

@@ -8,6 +8,9 @@ import typer
 
 DATA_HELP = "Prompt set: a .jsonl/.parquet file, a datasets folder, or bundled:arith/test."
 GRADER_HELP = "Grader spec: a type name ('answer'), inline YAML/JSON, or a spec file."
+# typer's type labels (<str>, <list[str]>, <bool>) as click's metavars: what a person types after the option
+METAVARS = {"str": "TEXT", "int": "INTEGER", "float": "NUMBER", "path": "PATH", "file": "FILE",
+            "directory": "FOLDER", "datetime": "DATETIME"}
 THREADS_HELP = ("Torch CPU threads. Default: 1 for a model under 10M parameters, else the cores the load average "
                 "leaves free (docs/threads.md).")
 
@@ -45,3 +48,26 @@ def sampling_params(temperature: float, max_new_tokens: int, seed: int) -> Any:
     from kitae.rollout.base import SamplingParams
 
     return SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
+
+
+def readable_metavars(command: Any) -> Any:
+    """`command` (a click command or group, as typer builds it) with readable metavars on every option below it:
+    nothing after a flag (typer shows ``<bool>``), ``TEXT``/``INTEGER``/``NUMBER``/``PATH`` for a value (``<str>``,
+    ``<int range>``, ``<list[str]>``: a repeatable option says so in its help) and ``a|b|c`` for a choice. An
+    option given its own metavar keeps it."""
+    help_option = command.get_help_option(command.context_class(command))  # made once, then kept (typer's click)
+    for param in [*getattr(command, "params", []), *([help_option] if help_option else [])]:
+        if param.param_type_name == "option" and param.metavar is None and hasattr(param, "display_type"):
+            param.metavar = "" if param.is_flag else _metavar(param.display_type(None))
+    for sub in getattr(command, "commands", {}).values():
+        readable_metavars(sub)
+    return command
+
+
+def _metavar(label: str) -> str:
+    """``<list[str]>`` -> ``TEXT``, ``<int range>`` -> ``INTEGER``, ``<float32|bfloat16>`` -> ``float32|bfloat16``."""
+    label = label.strip("<>")
+    if label.startswith("list[") and label.endswith("]"):
+        label = label[5:-1]
+    label = label.removesuffix(" range")
+    return METAVARS.get(label.lower(), label if "|" in label else label.upper())

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-import yaml
 
-from kitae.store import RunSummary, list_runs, open_run
+if TYPE_CHECKING:  # the store loads only when a runs command runs
+    from kitae.store import RunSummary
 
 runs_app = typer.Typer(help="List and inspect training runs (runs/NAME/run.db).", no_args_is_help=True)
 
@@ -24,6 +24,8 @@ def register(app: typer.Typer) -> None:
 @runs_app.command("list")
 def list_command(runs: Path = RUNS_OPTION) -> None:
     """One line per run: name, status, model, steps, latest reward, latest eval score, last update."""
+    from kitae.store import list_runs
+
     summaries = list_runs(runs)
     if not summaries:
         typer.echo(f"no runs in {runs}/ (start one with `kitae train`, or point --runs at the folder)")
@@ -40,6 +42,8 @@ def show_command(
     config: bool = typer.Option(False, "--config", help="Also print the run's config."),
 ) -> None:
     """A run's status, latest metrics and every evaluation; its config with --config."""
+    from kitae.store import open_run
+
     with open_run(runs, name) as store:
         with store.snapshot():
             summary = store.summary()
@@ -86,7 +90,7 @@ def format_summary(summary: dict[str, Any], evals: list[dict[str, Any]], with_co
         *_final_lines(summary.get("final")),
     ]
     if with_config:
-        lines += ["", "config", *_indent(yaml.safe_dump(summary["config"], sort_keys=False, allow_unicode=True))]
+        lines += ["", "config", *_yaml_lines(summary["config"])]
     return "\n".join(lines).rstrip()
 
 
@@ -104,7 +108,7 @@ def _final_lines(final: dict[str, Any] | None) -> list[str]:
     extra = {k: v for k, v in (final or {}).items() if k not in _SHOWN}
     if not extra:
         return []
-    return ["", "final summary", *_indent(yaml.safe_dump(extra, sort_keys=False, allow_unicode=True))]
+    return ["", "final summary", *_yaml_lines(extra)]
 
 
 def _metric_lines(metrics: dict[str, dict[str, Any]], last_step: int | None) -> list[str]:
@@ -145,6 +149,12 @@ def _event_lines(events: list[dict[str, Any]]) -> list[str]:
     for e in events:
         lines.append(f"  {fmt_time(e['logged_at'])}  step {e['step']:<6}  {e['kind'].ljust(width)}  {e['message']}")
     return lines
+
+
+def _yaml_lines(data: Any) -> list[str]:
+    import yaml
+
+    return _indent(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
 
 
 def _indent(text: str) -> list[str]:

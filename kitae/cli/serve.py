@@ -25,8 +25,12 @@ from typing import Literal, Optional
 import typer
 
 from kitae.cli.options import threads_option
-from kitae.http.server import DEFAULT_MAX_BODY_MB, TOKEN_ENV
 from kitae.threads import set_threads
+
+# kitae.http.server's TOKEN_ENV and DEFAULT_MAX_BODY_MB, written out so `kitae --help` does not import the HTTP
+# server (tests/test_cli_startup.py holds them equal)
+TOKEN_ENV = "KITAE_SERVE_TOKEN"
+DEFAULT_MAX_BODY_MB = 8.0
 
 HOST_HELP = "Interface to listen on (loopback by default); any other address needs --token."
 TOKEN_HELP = (f"Access token every request must send as 'Authorization: Bearer TOKEN' (default: ${TOKEN_ENV}); "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shlex
 from pathlib import Path
 from typing import Optional
 
@@ -15,7 +16,7 @@ def register(app: typer.Typer) -> None:
 
 def train(
     config: Optional[Path] = typer.Argument(None, help="YAML config (see examples/zero.yaml)."),
-    set_: list[str] = typer.Option([], "--set", help="Override a config value: --set optim.lr=1e-5 (repeatable)."),
+    set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Override a config value: --set optim.lr=1e-5 (repeatable)."),
     resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the run in this folder (runs/NAME) from "
                                           "its newest complete checkpoint."),
     allow_config_change: bool = typer.Option(
@@ -34,12 +35,15 @@ def train(
     (`module:function`, found in the current folder or the config file's folder), the data, and that every
     prompt plus max_new_tokens fits the model's context.
     The run lives in runs/NAME: config.yaml, run.db (metrics, every group of samples, evals) and checkpoints/.
-    Ctrl-C saves a checkpoint and stops; `kitae train --resume runs/NAME` continues with its history intact,
-    from the newest complete checkpoint (a broken newer one is skipped and named). It refuses, before the model
-    loads, when no checkpoint is usable or when the config differs from the run's saved one; `kitae runs show`
-    lists resumes, restarts, skipped checkpoints and config changes.
+    Ctrl-C saves a checkpoint, stops with exit status 130 and prints the resume command: `kitae train --resume
+    runs/NAME` continues with its history intact, from the newest complete checkpoint (a broken newer one is
+    skipped and named). It refuses, before the model loads, when no checkpoint is usable or when the config
+    differs from the run's saved one; `kitae runs show` lists resumes, restarts, skipped checkpoints and config
+    changes. One process trains a run at a time (runs/NAME/run.lock): a second `kitae train` of a run that is
+    training is refused, naming its pid.
     """
     from kitae.errors import KitaeError
+    from kitae.store.failures import NO_SPACE, READ_ONLY, write_failure
     from kitae.trainer.config import load_train_config
     from kitae.trainer.preflight import preflight
     from kitae.trainer.resume import write_settings_as_they_ran
@@ -60,24 +64,105 @@ def train(
     else:
         cfg = load_train_config(config, list(set_))
     checked = preflight(cfg, config.parent)  # every check that does not need the weights, before they load
-    _run(cfg, resume is not None, quiet, checked, allow_config_change=allow_config_change,
-         resume_from_scratch=resume_from_scratch)
+    try:
+        _run(cfg, resume is not None, quiet, checked, allow_config_change=allow_config_change,
+             resume_from_scratch=resume_from_scratch)
+    except OSError as exc:  # a full disk or a read-only folder under a write no library call names (a logger's)
+        if exc.errno not in NO_SPACE + READ_ONLY:
+            raise
+        raise write_failure(exc, exc.filename or cfg.run_dir, cfg.run_dir) from exc
 
 
 def _run(cfg, resume: bool, quiet: bool, checked=None, **resume_options: bool) -> None:
-    from tqdm import tqdm
-
+    """Train; a run stopped by Ctrl-C (or SIGTERM) exits 128 + the signal (130, 143) and says how to resume."""
     from kitae.trainer.loop import Trainer
 
-    trainer = Trainer(cfg, resume=resume, checked=checked, **resume_options)
+    try:
+        trainer = Trainer(cfg, resume=resume, checked=checked, **resume_options)
+    except KeyboardInterrupt:  # before the first step: nothing saved, nothing to resume
+        typer.echo("\ninterrupted before training started; nothing was saved", err=True)
+        raise typer.Exit(130) from None
     show = trainer.acc.is_main_process and not quiet
-    bar = tqdm(total=cfg.optim.steps, initial=trainer.start_step, desc=cfg.name, unit="step", disable=not show)
+    bar = step_bar(cfg.optim.steps, trainer.start_step, cfg.name, disable=not show)
     console = Console(bar, show, trainer.acc.is_main_process)
     trainer.on_step, trainer.on_eval_start, trainer.on_eval = console.on_step, console.on_eval_start, console.on_eval
-    summary = trainer.train()
+    try:
+        summary = trainer.train()
+    except KeyboardInterrupt:  # a second Ctrl-C stops at once, without saving the step it was in
+        bar.close()
+        typer.echo(f"interrupted; resume from the newest checkpoint with: {resume_command(cfg)}", err=True)
+        raise typer.Exit(130) from None
     bar.close()
     if trainer.acc.is_main_process:
         typer.echo(format_summary(summary))
+    if trainer.stop_signal is not None:
+        if trainer.acc.is_main_process:
+            typer.echo(interrupted_line(summary.get("steps"), cfg), err=True)
+        raise typer.Exit(128 + trainer.stop_signal)
+
+
+def resume_command(cfg) -> str:
+    return f"kitae train --resume {shlex.quote(str(cfg.run_dir))}"
+
+
+def interrupted_line(step: int | None, cfg) -> str:
+    """What a stopped run tells a person: where it stopped and the command that continues it."""
+    if not step:  # stopped in the step-0 evaluation: no step trained, no checkpoint
+        return "interrupted before the first step; nothing to resume: start the run again"
+    return f"interrupted at step {step}; resume with: {resume_command(cfg)}"
+
+
+# ---- the step bar and its ETA ----------------------------------------------------------------------
+class StepClock:
+    """Seconds per training step for the ETA: the mean of the last `window` steps' own times (the loop's
+    ``secs_per_step``, which holds no evaluation, checkpoint or start-up time), leaving out the first step of
+    the process once a second one is there: it pays for warm-up (first allocations, the first backward), and
+    steps early in a run change length as the model's completions do, so old steps should not count long.
+
+    >>> clock = StepClock(window=3)
+    >>> for seconds in (30.0, 2.0, 4.0):
+    ...     clock.add(seconds)
+    >>> clock.seconds_per_step(), clock.eta(10)
+    (3.0, 30.0)
+    """
+
+    def __init__(self, window: int = 10):
+        self.window = window
+        self.times: list[float] = []
+
+    def add(self, seconds: float) -> None:
+        self.times.append(float(seconds))
+
+    def seconds_per_step(self) -> float | None:
+        if not self.times:
+            return None
+        recent = (self.times[1:] if len(self.times) > 1 else self.times)[-self.window:]
+        return sum(recent) / len(recent)
+
+    def eta(self, steps_left: int) -> float | None:
+        per_step = self.seconds_per_step()
+        return None if per_step is None else per_step * steps_left
+
+
+def step_bar(total: int, initial: int, desc: str, disable: bool = False, **kw):
+    """The tqdm bar of `kitae train`: its rate and ETA come from a StepClock (``bar.clock``), not from tqdm's
+    smoothed average of the time between updates, which counts the first step's warm-up for a long while."""
+    from tqdm import tqdm
+
+    class StepBar(tqdm):
+        def __init__(self, *args, **kwargs):
+            self.clock = StepClock()  # before tqdm's __init__, which draws the bar
+            super().__init__(*args, **kwargs)
+
+        @property
+        def format_dict(self):
+            d = super().format_dict
+            per_step = self.clock.seconds_per_step()
+            if per_step:
+                d["rate"] = 1.0 / per_step  # tqdm's remaining time is (total - n) / rate
+            return d
+
+    return StepBar(total=total, initial=initial, desc=desc, unit="step", disable=disable, **kw)
 
 
 class Console:
@@ -89,6 +174,8 @@ class Console:
         self.write = write or bar.write  # a line printed above the bars
 
     def on_step(self, step: int, m: dict) -> None:
+        if m.get("secs_per_step") is not None and hasattr(self.bar, "clock"):
+            self.bar.clock.add(m["secs_per_step"])
         self.bar.update(1)
         self.bar.set_postfix(
             reward=_fmt(m.get("reward")), kl=_fmt(m.get("kl")), len=_fmt(m.get("len_mean"), 1), refresh=False

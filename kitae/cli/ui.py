@@ -14,7 +14,8 @@ from typing import Optional
 import typer
 
 from kitae.errors import KitaeError
-from kitae.web.server import TOKEN_ENV
+
+TOKEN_ENV = "KITAE_UI_TOKEN"  # kitae.web.server's, written out so `kitae --help` does not import the web server
 
 
 def register(app: typer.Typer) -> None:

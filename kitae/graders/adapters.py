@@ -1,15 +1,21 @@
 """Two adapters between kitae graders and TRL's reward-function contract.
 
-TRL's contract (``GRPOTrainer(reward_funcs=...)``)::
+TRL's contract (``GRPOTrainer(reward_funcs=...)``, TRL's ``_calculate_rewards``)::
 
-    fn(prompts, completions, completion_ids=None, **columns) -> list[float | None]    # None = abstain
+    fn(prompts, completions, completion_ids, trainer_state, log_extra, log_metric, **columns)
+        -> list[float | None]    # None = abstain
 
-where ``columns`` are the dataset's other columns, one value per completion, plus TRL's ``trainer_state``,
-``log_extra`` and ``log_metric``; a function may be ``async``.
+called by keyword, one entry per completion: ``columns`` are the dataset's other columns (all but ``prompt``,
+``completion`` and ``completion_ids``), each value repeated for every completion of its prompt; a function may
+be ``async`` and usually takes ``**kwargs`` for what it does not read. A prompt that is a message list
+(TRL's conversational format) makes every completion a message list, ``[{"role": "assistant", "content":
+TEXT}]``; a prompt string (the standard format) gets completion strings.
 
 - :func:`grader_from_callable` wraps such a function as a :class:`Grader` (kitae's trainer uses it so any
-  TRL reward function is a reward component); completions are the text up to ``<|im_end|>``, as TRL, which
-  decodes without special tokens, would pass them;
+  TRL reward function is a reward component), passing the whole contract: completions are the text up to
+  ``<|im_end|>``, as TRL, which decodes without special tokens, would pass them; ``completion_ids`` the
+  sampled token ids (end token included, as TRL's); ``trainer_state`` a :class:`TrainerState` during
+  training and None outside it; ``log_metric``/``log_extra`` record into the grade (see the function);
 - :func:`as_reward_function` turns any kitae grader or mix into such a function (so TRL users can adopt
   kitae's graders alone). TRL lays a batch out as consecutive copies of each prompt; consecutive rows with
   the same prompt and columns are graded as one group, so group graders see their group.
@@ -32,15 +38,48 @@ import inspect
 import math
 import numbers
 import warnings
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from kitae.chat import IM_END
 from kitae.errors import ConfigError
-from kitae.graders.base import Grade, Grader, Item, Sample, run_sync
+from kitae.graders.base import Grade, Grader, Item, Sample, is_finite_number, run_sync
 from kitae.graders.template import output_text
 
 # Keyword arguments TRL adds that are not dataset columns.
 TRL_EXTRA_KWARGS = ("trainer_state", "log_extra", "log_metric", "environments")
+# Dataset columns TRL does not pass on (the prompt is passed as prompts, the completion is the model's).
+TRL_SKIPPED_COLUMNS = ("prompt", "completion", "completion_ids")
+
+
+@dataclass(frozen=True)
+class TrainerState:
+    """``trainer_state`` as a reward function sees it in a kitae run: the attributes of transformers'
+    ``TrainerState`` that a reward schedule reads, with TRL's meaning.
+
+    ``global_step``: steps finished, so 0 while the first step's completions are graded (kitae's 1-based
+    step less 1); ``max_steps``: the run's ``optim.steps``; ``epoch``: passes over the training prompts so far
+    (prompts drawn before this step / training rows, a float as TRL's). Outside training (a grader built with
+    :func:`grader_from_callable` grading on its own, ``kitae eval``) there is no state: ``trainer_state`` is None.
+
+    >>> TrainerState.of({"step": 3, "max_steps": 10, "epoch": 0.5})
+    TrainerState(global_step=2, max_steps=10, epoch=0.5)
+    >>> TrainerState.of({"output_text": "a"}) is None
+    True
+    """
+
+    global_step: int
+    max_steps: int
+    epoch: float
+
+    @classmethod
+    def of(cls, sample: Sample) -> "TrainerState | None":
+        """The state of the training step a sample was drawn at (its ``step``, ``max_steps``, ``epoch``)."""
+        step = sample.get("step")
+        if not isinstance(step, int) or isinstance(step, bool):
+            return None
+        # without them, TrainerState's defaults
+        return cls(step - 1, int(sample.get("max_steps", 0)), float(sample.get("epoch", 0.0)))
 
 
 # ---- TRL reward function -> Grader ----------------------------------------------------------------
@@ -53,25 +92,59 @@ class CallableGrader(Grader):
         self.fn = fn
         self.name = name or getattr(fn, "__name__", "reward")
 
-    def _kwargs(self, item: Item, samples: list[Sample]) -> dict[str, Any]:
+    def _kwargs(self, item: Item, samples: list[Sample], log: "_CallLog") -> dict[str, Any]:
         n = len(samples)
         prompt = item.get("prompt", item.get("messages", ""))
         conversational = isinstance(prompt, list)
         texts = [output_text(s) for s in samples]
         completions = [[{"role": "assistant", "content": t}] for t in texts] if conversational else texts
-        columns = {k: [v] * n for k, v in item.items() if k != "prompt"}
+        columns = {k: [v] * n for k, v in item.items() if k not in TRL_SKIPPED_COLUMNS}
         ids = [s.get("completion_ids") for s in samples]
-        return {"prompts": [prompt] * n, "completions": completions,
-                "completion_ids": ids if all(i is not None for i in ids) else None, **columns}
+        return {**columns, "prompts": [prompt] * n, "completions": completions,
+                "completion_ids": ids if all(i is not None for i in ids) else None,
+                "trainer_state": TrainerState.of(samples[0]) if samples else None,
+                "log_extra": log.extra, "log_metric": log.metric}
 
     def grade_samples(self, item: Item, samples: list[Sample]) -> list[Grade]:
         return run_sync(self.agrade_samples(item, samples))
 
     async def agrade_samples(self, item: Item, samples: list[Sample]) -> list[Grade]:
-        out = self.fn(**self._kwargs(item, samples))
+        log = _CallLog(len(samples))
+        out = self.fn(**self._kwargs(item, samples, log))
         if inspect.isawaitable(out):
             out = await out
-        return [_to_grade(value, self.name) for value in list(out)]
+        return log.into([_to_grade(value, self.name) for value in list(out)])
+
+
+class _CallLog:
+    """What one call of a reward function logged: ``log_metric(name, value)`` becomes the sub-score ``name``
+    of every sample of the call (a group's value; the mean when logged twice), ``log_extra(column, values)``
+    (one value per sample) the sub-score ``column`` where a value is a number, else ``column: value`` in the
+    sample's reason. The run store keeps both with the component's grade."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.metrics: dict[str, list[float]] = {}
+        self.columns: dict[str, list[Any]] = {}
+
+    def metric(self, name: str, value: float) -> None:
+        if is_finite_number(value):
+            self.metrics.setdefault(str(name), []).append(float(value))
+
+    def extra(self, column: str, values: list) -> None:
+        self.columns[str(column)] = list(values)
+
+    def into(self, grades: list[Grade]) -> list[Grade]:
+        for name, values in self.metrics.items():
+            for g in grades:
+                g.sub_scores[name] = sum(values) / len(values)
+        for column, values in self.columns.items():
+            for g, value in zip(grades, values):
+                if is_finite_number(value):
+                    g.sub_scores[column] = float(value)
+                elif value is not None and value != "":
+                    g.reason = "; ".join(filter(None, [g.reason, f"{column}: {value}"]))
+        return grades
 
 
 def _to_grade(value: Any, name: str) -> Grade:
@@ -85,11 +158,14 @@ def _to_grade(value: Any, name: str) -> Grade:
 
 
 def grader_from_callable(fn: Callable[..., Any], name: str | None = None) -> Grader:
-    """Wrap ``fn(prompts, completions, completion_ids=None, **columns) -> list[float|None]`` (sync or async).
+    """Wrap a TRL reward function ``fn(prompts, completions, completion_ids, trainer_state, log_extra,
+    log_metric, **columns) -> list[float|None]`` (sync or async), called as TRL calls it (module docstring).
 
-    The item's ``prompt`` (or ``messages``) is the prompt; its other fields are passed as columns.
-    A conversational prompt (a message list) gets conversational completions, as TRL does. None abstains;
-    a value that is not a number, or is NaN or ±infinity, abstains with an error saying so (counted).
+    The item's ``prompt`` (or ``messages``) is the prompt; its other fields are passed as columns. A
+    conversational prompt (a message list) gets conversational completions, as TRL does. ``completion_ids``
+    are the samples' token ids (None when a sample has none: graded from text alone); ``trainer_state`` is a
+    :class:`TrainerState` when the samples carry their training ``step`` (kitae's trainer), else None. None
+    abstains; a value that is not a number, or is NaN or ±infinity, abstains with an error saying so (counted).
     """
     return CallableGrader(fn, name)
 

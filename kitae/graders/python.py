@@ -15,8 +15,11 @@ user namespaces; runs that do say so. A crash, timeout, exception, non-number, N
 sample's ``error`` (the grade abstains); it never stops the caller. ``image_tag`` (OpenAI's runtime image) is
 accepted and ignored: the code sees this machine's Python and its packages. ``pass_threshold`` (OpenAI's)
 leaves the score as ``grade`` returned it and adds ``sub_scores.passed``: 1 when the score is at least the
-threshold, else 0. One worker serves the grader's samples one at a time and is restarted after a failure, so
-module-level state in ``source`` persists between samples of a healthy worker; processes a grade starts end
+threshold, else 0. One worker serves the grader's samples one at a time and is restarted after a failure: it
+runs ``source`` once, then each grade in a child forked from it, so every grade starts from the module state
+the source left (a model loaded at import is loaded once) and nothing one grade changes reaches the next; the
+child holds neither of the worker's channels, so a completion that a grader runs cannot answer for later
+samples (it runs in the grade's process, so it can still decide its own grade). Processes a grade starts end
 with it.
 """
 
@@ -60,7 +63,7 @@ class PythonGrader(Grader):
         self.source, self.pass_threshold = source, pass_threshold
         self.sandbox = sandbox if sandbox is not None else Sandbox()
         self.worker = Worker("python", timeout_s=timeout, memory_mb=memory_mb, cpu_seconds=cpu_seconds,
-                             sandbox=self.sandbox, source=source)
+                             sandbox=self.sandbox, source=source, fork_per_request=True)
 
     @classmethod
     def from_spec(cls, spec: dict, path: str) -> "PythonGrader":

@@ -4,8 +4,8 @@ Paths may be nested, with list elements by index in OpenAI's brackets or as a do
 ``{{sample.output_tools[0].function.name}}``, ``{{item.meta.answers[-1]}}``, ``{{item.meta.answers.0}}``.
 Departures from OpenAI, stated:
 
-- ``{{sample.output_text}}`` is the completion *up to* the end-of-turn marker ``<|im_end|>`` (rollouts keep
-  the marker so the template reward can see it); ``{{sample.raw_text}}`` is the completion as generated.
+- ``{{sample.output_text}}`` is the completion *up to* the model's end-of-turn marker (``<|im_end|>``, or the
+  sample's ``end_marker``: ``<|eot_id|>`` for Llama 3; rollouts keep the marker so the template reward can see it); ``{{sample.raw_text}}`` is the completion as generated.
 - ``{{sample.output_json}}`` parses the output text (inside a ```json fence if there is one).
 - ``{{sample.output_tools}}`` is the sample's ``output_tools`` field when it has one; otherwise the tool calls
   written in the text as ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (the Qwen/Hermes chat
@@ -26,7 +26,7 @@ import json
 import re
 from typing import Any
 
-from kitae.chat import IM_END, split_at_end
+from kitae.chat import sample_end, split_at_end
 from kitae.config import short_repr
 from kitae.errors import ConfigError, KitaeError
 from kitae.registry import unknown_name_message
@@ -130,8 +130,8 @@ def sample_field(sample: dict, name: str) -> Any:
 
 
 def output_text(sample: dict) -> str:
-    """The completion's content, up to the end-of-turn marker."""
-    return split_at_end(str(sample.get("output_text", "")), IM_END)[0]
+    """The completion's content, up to the end-of-turn marker (the model's, :func:`kitae.chat.sample_end`)."""
+    return split_at_end(str(sample.get("output_text", "")), sample_end(sample))[0]
 
 
 def output_json(sample: dict) -> Any:

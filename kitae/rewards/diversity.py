@@ -10,7 +10,7 @@ kitae's reading (spec fields of ``type: diversity``, a group grader):
     coef: 0.2                 # ... by -coef × similarity (the highest similarity to any other distinct content)
     n: 3                      # similarity is Jaccard over sets of character n-grams (language-agnostic:
                               # works for Japanese without a tokenizer); whitespace runs count as one space
-    end_marker: "<|im_end|>"
+    end_marker: null          # null: the model's end of turn (the samples' end_marker), else "<|im_end|>"
 
 Open choices: completions are compared on their content (the text before the end marker, stripped), so
 "47<|im_end|>" and "47" are duplicates. A later copy gets exactly duplicate_penalty and no similarity term; the
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kitae.chat import IM_END
+from kitae.chat import sample_end
 from kitae.config import setting
 from kitae.rewards.common import Reward, content_of, jaccard, shingles
 
@@ -36,12 +36,15 @@ class DiversityConfig:
     threshold: float = setting(0.85, minimum=0.0)
     coef: float = 0.2
     n: int = setting(3, minimum=1)
-    end_marker: str = IM_END
+    end_marker: str | None = None  # None: the model's (the sample's end_marker), else <|im_end|>
 
 
-def diversity_penalties(texts: list[str], cfg: DiversityConfig = DiversityConfig()) -> list[Reward]:
-    """One Reward per completion of the group, in order; metrics: duplicate (1/0), max_similarity."""
-    contents = [content_of(t, cfg.end_marker) for t in texts]
+def diversity_penalties(texts: list[str], cfg: DiversityConfig = DiversityConfig(),
+                        end: str | None = None) -> list[Reward]:
+    """One Reward per completion of the group, in order; metrics: duplicate (1/0), max_similarity. Contents end
+    at ``cfg.end_marker``, else at `end` (the model's), else at ``<|im_end|>``."""
+    marker = sample_end({"end_marker": end}, cfg.end_marker)
+    contents = [content_of(t, marker) for t in texts]
     grams = [shingles(c, cfg.n) for c in contents]
     seen: set[str] = set()
     out = []

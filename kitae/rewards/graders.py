@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from kitae.chat import IM_END
+from kitae.chat import sample_end
 from kitae.config import setting
 from kitae.errors import ConfigError
 from kitae.graders.base import Grade, Grader, Item, Sample
@@ -73,7 +73,8 @@ class TemplateGrader(_ConfigGrader):
     config_cls = TemplateConfig
 
     def grade_sample(self, item: Item, sample: Sample) -> Grade:
-        return to_grade(template_reward(sample["output_text"], sample.get("finish_reason"), self.cfg))
+        return to_grade(template_reward(sample["output_text"], sample.get("finish_reason"), self.cfg,
+                                        sample.get("end_marker")))
 
 
 @register_grader("repetition")
@@ -83,7 +84,7 @@ class RepetitionGrader(_ConfigGrader):
     config_cls = RepetitionConfig
 
     def grade_sample(self, item: Item, sample: Sample) -> Grade:
-        return to_grade(repetition_penalty(sample["output_text"], self.cfg))
+        return to_grade(repetition_penalty(sample["output_text"], self.cfg, sample.get("end_marker")))
 
 
 def _token_lengths(sample: Sample, default_max: int | None) -> tuple[int, int] | str:
@@ -132,7 +133,8 @@ class DiversityGrader(_ConfigGrader):
     needs_group = True
 
     def grade_samples(self, item: Item, samples: list[Sample]) -> list[Grade]:
-        return [to_grade(r) for r in diversity_penalties([s["output_text"] for s in samples], self.cfg)]
+        end = samples[0].get("end_marker") if samples else None  # one model wrote the group
+        return [to_grade(r) for r in diversity_penalties([s["output_text"] for s in samples], self.cfg, end)]
 
 
 def config_part(spec: Any, cls: type) -> Any:
@@ -172,7 +174,7 @@ class LengthGrader(Grader):
         tokens = [sample_int(s, "completion_tokens") for s in samples]
         if self.cfg.unit == "tokens" and all(t is not None for t in tokens):
             return [int(t) for t in tokens]
-        return [len(content_of(s["output_text"])) for s in samples]
+        return [len(content_of(s["output_text"], sample_end(s))) for s in samples]
 
     async def agrade_samples(self, item: Item, samples: list[Sample]) -> list[Grade]:
         verdicts = await self.correct.agrade_group(item, samples)
@@ -219,7 +221,7 @@ class RewardModelSpec(QualityConfig):
     url: str | None = None
     batch_size: int = setting(8, minimum=1)
     include_system: bool = False
-    end_marker: str = IM_END
+    end_marker: str | None = None  # None: the model's (the sample's end_marker), else <|im_end|>
     # a server (url) only
     protocol: str = "kitae"
     served_model: str | None = None
@@ -286,7 +288,7 @@ class RewardModelGrader(Grader):
         device: cpu             # local
         dtype: float32          # local: float32 | bfloat16 | float16
         include_system: false   # show system turns to the RM (the recipe used user + assistant only)
-        end_marker: "<|im_end|>"
+        end_marker: null        # the gate's and the content's end of turn; null: the model's, else "<|im_end|>"
 
     A failing reward model never raises: the group's ungated samples get None and ``counts`` count it; a
     score that is NaN, ±infinity or not a number makes its sample abstain with that error (``non_finite``).
@@ -295,7 +297,7 @@ class RewardModelGrader(Grader):
     needs_group = True
 
     def __init__(self, scorer: Any = None, load: Callable[[], Any] | None = None,
-                 quality: QualityConfig = QualityConfig(), include_system: bool = False, end_marker: str = IM_END):
+                 quality: QualityConfig = QualityConfig(), include_system: bool = False, end_marker: str | None = None):
         """`scorer` has ``score(conversations) -> list[float]`` (sync or async); or `load` builds it on first use."""
         if (scorer is None) == (load is None):
             raise ValueError("give a scorer or a function that loads one, not both")
@@ -337,14 +339,14 @@ class RewardModelGrader(Grader):
         grades: list[Grade | None] = [None] * len(samples)
         todo: list[int] = []
         for i, s in enumerate(samples):
-            violation = template_violation(s["output_text"], s.get("finish_reason"), self.end_marker)
+            violation = template_violation(s["output_text"], s.get("finish_reason"), sample_end(s, self.end_marker))
             if self.quality.gate and violation:
                 grades[i] = to_grade(gated_reward(violation, self.quality))
                 self.counts.gated += 1
             else:
                 todo.append(i)
         if todo:
-            contents = [content_of(samples[i]["output_text"], self.end_marker) for i in todo]
+            contents = [content_of(samples[i]["output_text"], sample_end(samples[i], self.end_marker)) for i in todo]
             scores = await self._score_or_none(item, contents)
             for i, content, score in zip(todo, contents, scores):
                 grades[i] = self._shape(score, len(content))

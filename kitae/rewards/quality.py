@@ -13,6 +13,9 @@ kitae's reading (spec fields of ``type: reward_model`` besides the model's own, 
     gate: true          # a non-compliant completion is not sent to the RM ...
     gated_score: 0.0    # ... and gets this (the template reward already punishes it)
 
+Every number must be finite (``scale: .nan`` would make every score the top reward, as ``min(10, nan)`` is 10);
+scale, clip and full_chars must be >= 0 (kitae.config refuses the others when the spec is read).
+
 Open choices: the gate uses the template check of kitae/rewards/template.py (end marker, no stray tokens, not cut,
 not empty) but not min_chars; clipping comes before the length factor, so the result stays within ±clip.
 """
@@ -28,11 +31,11 @@ from kitae.rewards.common import Reward, length_factor
 
 @dataclass(frozen=True)
 class QualityConfig:
-    scale: float = 1.0
+    scale: float = setting(1.0, minimum=0)  # a negative scale would reward what the reward model dislikes
     clip: float = setting(10.0, minimum=0.0)
-    full_chars: int = 100
+    full_chars: int = setting(100, minimum=0)
     gate: bool = True
-    gated_score: float = 0.0
+    gated_score: float = 0.0  # any finite number (a penalty may be negative)
 
 
 def gated_reward(violation: str, cfg: QualityConfig = QualityConfig()) -> Reward:

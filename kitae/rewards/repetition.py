@@ -17,7 +17,7 @@ Spec fields of ``type: repetition``:
     n: 6           # n-gram length in characters
     coef: 0.5      # penalty = -coef × rate ...
     floor: -2.0    # ... but never below floor
-    end_marker: "<|im_end|>"   # the rate is computed on the content before it
+    end_marker: null   # the rate is computed on the content before it; null: the model's, else "<|im_end|>"
 
 Text shorter than n has no n-gram and rate 0.
 """
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kitae.chat import IM_END
+from kitae.chat import sample_end
 from kitae.config import setting
 from kitae.rewards.common import Reward, char_ngrams, content_of
 
@@ -36,7 +36,7 @@ class RepetitionConfig:
     n: int = setting(6, minimum=1)
     coef: float = 0.5
     floor: float = -2.0
-    end_marker: str = IM_END
+    end_marker: str | None = None  # None: the model's (the sample's end_marker), else <|im_end|>
 
 
 def repetition_rate(text: str, n: int = 6) -> float:
@@ -49,9 +49,10 @@ def repetition_rate(text: str, n: int = 6) -> float:
     return len(grams) / len(set(grams)) - 1.0 if grams else 0.0
 
 
-def repetition_penalty(text: str, cfg: RepetitionConfig = RepetitionConfig()) -> Reward:
-    """max(floor, -coef × rate) on the completion's content; metrics: rate."""
-    rate = repetition_rate(content_of(text, cfg.end_marker), cfg.n)
+def repetition_penalty(text: str, cfg: RepetitionConfig = RepetitionConfig(), end: str | None = None) -> Reward:
+    """max(floor, -coef × rate) on the completion's content (before ``cfg.end_marker``, else `end`, else
+    ``<|im_end|>``); metrics: rate."""
+    rate = repetition_rate(content_of(text, sample_end({"end_marker": end}, cfg.end_marker)), cfg.n)
     score = max(cfg.floor, -cfg.coef * rate) + 0.0  # + 0.0 turns -0.0 into 0.0
     reason = f"repetition rate {rate:.2f}" if score < 0 else None
     return Reward(score, {"rate": rate}, reason)

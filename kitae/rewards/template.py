@@ -10,7 +10,7 @@ kitae's reading, every constant configurable (spec fields of ``type: template``)
     min_chars: 15        # compliant but fewer content characters than this ...
     short_penalty: -5.0  # ... gets this. Set min_chars: 1 for tasks whose answers are "47".
     full_chars: 100      # length factor = min(1, chars / full_chars); 0 turns it off (open choice, see common.py)
-    end_marker: "<|im_end|>"
+    end_marker: null     # the model's end of turn (the rollout's sample["end_marker"]); "<|im_end|>" when unknown
     stray_tokens: ["<|im_start|>", "<|im_end|>", "<|endoftext|>"]
 
 Characters are counted on the content before the end marker, stripped (Python code points, so "東京" is 2).
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kitae.chat import IM_END, TEMPLATE_TOKENS, split_at_end
+from kitae.chat import IM_END, TEMPLATE_TOKENS, sample_end, split_at_end
 from kitae.config import setting
 from kitae.rewards.common import Reward, content_of, length_factor
 
@@ -35,7 +35,7 @@ class TemplateConfig:
     min_chars: int = setting(15, minimum=0)
     short_penalty: float = -5.0
     full_chars: int = 100
-    end_marker: str = IM_END
+    end_marker: str | None = None  # None: the model's (the sample's end_marker), else <|im_end|>
     stray_tokens: tuple[str, ...] = TEMPLATE_TOKENS
 
 
@@ -64,16 +64,19 @@ def template_violation(
     return None
 
 
-def template_reward(text: str, finish_reason: str | None = None, cfg: TemplateConfig = TemplateConfig()) -> Reward:
-    """The template reward of one completion; metrics: compliant (1/0), chars, length_factor.
+def template_reward(text: str, finish_reason: str | None = None, cfg: TemplateConfig = TemplateConfig(),
+                    end: str | None = None) -> Reward:
+    """The template reward of one completion; metrics: compliant (1/0), chars, length_factor. The end marker is
+    ``cfg.end_marker`` when set, else `end` (the model's), else ``<|im_end|>``.
 
     >>> template_reward("東京は日本の首都です。<|im_end|>", cfg=TemplateConfig(min_chars=10, full_chars=20)).score
     0.55
     >>> template_reward("47<|im_end|>").score  # compliant but 2 < 15 characters
     -5.0
     """
-    chars = len(content_of(text, cfg.end_marker))
-    violation = template_violation(text, finish_reason, cfg.end_marker, cfg.stray_tokens)
+    end = sample_end({"end_marker": end}, cfg.end_marker)
+    chars = len(content_of(text, end))
+    violation = template_violation(text, finish_reason, end, cfg.stray_tokens)
     metrics: dict[str, float | None] = {"compliant": 0.0 if violation else 1.0, "chars": float(chars)}
     if violation:
         return Reward(cfg.penalty, metrics, violation)

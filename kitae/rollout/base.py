@@ -1,7 +1,7 @@
 """The rollout engine interface: G completions per prompt, with what the trainer needs to learn from them.
 
 An engine takes chat prompts and returns, per prompt, `n` :class:`Completion` s: the text (the end marker kept, so
-graders can check the template), prompt and completion token ids, the sampling policy's per-token log-probs, and
+graders can check the template) and that marker (the model's own: ``<|eot_id|>`` for Llama 3, kitae.chat.EndMarker), prompt and completion token ids, the sampling policy's per-token log-probs, and
 why the sample ended ("stop", "length", or "repeat").
 
 Log-probs are those of the temperature-scaled model distribution, log_softmax(logits / T), at the sampled tokens,
@@ -23,11 +23,13 @@ token.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kitae.chat import END_OF_TEXT, IM_END, Message
 from kitae.registry import Registry
+
+CHATML_STOPS = (IM_END, END_OF_TEXT)  # where every sample stops by default, whatever the model
 
 ENGINES = Registry("rollout engine")
 ENGINES.register_lazy("hf", "kitae.rollout.hf:HFEngine")
@@ -43,7 +45,9 @@ class SamplingParams:
     top_k: int = 0  # 0 = off
     repetition_penalty: float = 1.0
     max_new_tokens: int = 128
-    stop: list[str] = field(default_factory=lambda: [IM_END, END_OF_TEXT])
+    # None: CHATML_STOPS and every end text of the model (kitae.chat.EndMarker; the engine resolves it, see
+    # HFEngine.ending); a list: exactly those strings ([] = run on to max_new_tokens)
+    stop: list[str] | None = None
     seed: int | None = None
     # Repeat detection (Kimi k1.5 §2.6.2): end a sample with finish_reason "repeat" once its last tokens are one
     # block of 1..repeat_max_period tokens repeated >= repeat_min_count times, covering >= repeat_min_span tokens.
@@ -68,6 +72,7 @@ class Completion:
     # vision-language models: the processor's image tensors of the prompt ({"pixel_values": [n_images, C, H, W],
     # ...}, dim 0 per image or patch), shared by the samples of one prompt; the policy update feeds them again
     image_inputs: dict[str, Any] | None = None
+    end_marker: str = IM_END  # the model's end of turn (kitae.chat.EndMarker.text): where graders cut the content
 
     @property
     def num_tokens(self) -> int:

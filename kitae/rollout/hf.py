@@ -10,32 +10,42 @@ sampling policy's log-prob of each token and the reason it ended, and because it
   and values in place, where transformers' DynamicCache concatenates, copying the whole cache at every layer
   and token (a fifth of the decode time of a 20M-parameter model: docs/performance.md).
 
-Stopping follows the GRPO-zero recipe: a stop string such as ``<|im_end|>`` may be several tokens, so stops are matched on
-the token sequence *and* on the decoded tail of each sample. With ``SamplingParams.repeat_min_count`` set, a
+Stopping follows the GRPO-zero recipe: a stop string such as ``<|im_end|>`` may be several tokens, so stops are
+matched on the token sequence *and* on the decoded tail of each sample. Unless ``SamplingParams.stop`` lists its
+own, a sample stops at ChatML's markers and at every end of the model (:class:`kitae.chat.EndMarker`: its chat
+template's turn terminator and every end-of-sequence id, e.g. Llama 3's ``<|eot_id|>`` and ``<|end_of_text|>``),
+and each completion carries the marker's text for the graders. With ``SamplingParams.repeat_min_count`` set, a
 sample that loops (its tail is one short block repeated, :func:`repeat_period`) ends early with finish reason
 "repeat" (Kimi k1.5 §2.6.2).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from kitae.chat import Message, format_prompt
+from kitae.chat import EndMarker, Message, end_marker_of, format_prompt
 from kitae.models import load_causal_lm, load_tokenizer
-from kitae.rollout.base import Completion, SamplingParams
+from kitae.rollout.base import CHATML_STOPS, Completion, SamplingParams
 
 
 class HFEngine:
-    """Rollout engine over a transformers causal LM. The trainer shares its model object (no weight sync)."""
+    """Rollout engine over a transformers causal LM. The trainer shares its model object (no weight sync).
 
-    def __init__(self, model: Any, tokenizer: Any, max_batch_size: int = 128):
+    ``end_marker``: the model's end of turn (default: :func:`kitae.chat.end_marker_of` the tokenizer);
+    ``chat_template_kwargs``: the chat template's variables for every prompt (Qwen3's ``enable_thinking``)."""
+
+    def __init__(self, model: Any, tokenizer: Any, max_batch_size: int = 128, end_marker: EndMarker | None = None,
+                 chat_template_kwargs: dict[str, Any] | None = None):
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
+        self.end_marker = end_marker if end_marker is not None else end_marker_of(tokenizer)
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self._stop_cache: dict[tuple[str, ...], list[tuple[str, list[int]]]] = {}
 
     @classmethod
@@ -58,6 +68,7 @@ class HFEngine:
     ) -> list[list[Completion]]:
         """`generate` from token ids; partial rollouts continue a trajectory by passing prompt + its tokens so far.
         ``image_inputs``: per prompt, the image tensors a vision-language model reads with it (kitae.rollout.vision)."""
+        sampling = self.ending(sampling)
         gen = None
         if sampling.seed is not None:
             gen = torch.Generator(device=self.device).manual_seed(sampling.seed)
@@ -73,9 +84,25 @@ class HFEngine:
             self.model.train(was_training)
         return [flat[i * n : (i + 1) * n] for i in range(len(prompt_ids))]
 
+    def set_chat(self, chat_template_kwargs: dict[str, Any] | None = None, end_marker: str | None = None) -> None:
+        """A run's chat settings (``model.chat_template_kwargs``, ``model.end_marker``: the marker's text, its
+        ids and the model's eos ids found again with it)."""
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        if end_marker is not None:
+            self.end_marker = end_marker_of(self.tokenizer, override=end_marker)
+            self._stop_cache.clear()
+
     def encode_prompt(self, messages: list[Message]) -> list[int]:
-        text = format_prompt(self.tokenizer, messages)
+        text = format_prompt(self.tokenizer, messages, self.chat_template_kwargs)
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def ending(self, sp: SamplingParams) -> SamplingParams:
+        """``sp`` with its stop strings resolved: ``stop`` None (the default) is ChatML's ``<|im_end|>`` and
+        ``<|endoftext|>`` and then every end text of the model (:class:`kitae.chat.EndMarker`); a list stays as
+        given (``[]``: run on to max_new_tokens)."""
+        if sp.stop is not None:
+            return sp
+        return dataclasses.replace(sp, stop=list(dict.fromkeys([*CHATML_STOPS, *self.end_marker.stops])))
 
     # ---- decoding loop --------------------------------------------------------------------------
     @torch.no_grad()
@@ -151,15 +178,20 @@ class HFEngine:
                 logprobs=logps[i],
                 finish_reason=finish[i] or "length",
                 image_inputs=image_inputs[rows[i]] if image_inputs is not None else None,
+                end_marker=self.end_marker.text,
             )
             for i in range(B)
         ]
 
     # ---- stops and text -------------------------------------------------------------------------
     def stop_ids(self, stop: tuple[str, ...]) -> list[tuple[str, list[int]]]:
-        """Each stop string with its token ids (cached per stop set)."""
+        """Each stop string with its token ids, and each end id of the model whose text is a stop string with
+        that id alone (a special token another id also spells) (cached per stop set)."""
         if stop not in self._stop_cache:
-            self._stop_cache[stop] = [(s, self.tokenizer.encode(s, add_special_tokens=False)) for s in stop]
+            stops = [(s, self.tokenizer.encode(s, add_special_tokens=False)) for s in stop]
+            end = self.end_marker
+            stops += [(t, [i]) for i, t in zip(end.ids, end.texts) if t in stop and (t, [i]) not in stops]
+            self._stop_cache[stop] = stops
         return self._stop_cache[stop]
 
     def hit_stop(self, toks: list[int], stops: list[tuple[str, list[int]]]) -> bool:

@@ -72,7 +72,8 @@ class PartialRollouts:
         self._start(new_prompts, n, sampling, step)
         finished = [g for g in self.pending if g.done]
         self.pending = [g for g in self.pending if not g.done]
-        return [(g.prompt_index, [self._completion(t, sampling.stop) for t in g.trajectories]) for g in finished]
+        stop = self.engine.ending(sampling).stop  # the model's end texts too, as the engine stopped at them
+        return [(g.prompt_index, [self._completion(t, stop) for t in g.trajectories]) for g in finished]
 
     def _start(self, prompts: list[tuple[int, list[int]]], n: int, sp: SamplingParams, step: int) -> None:
         if not prompts:
@@ -115,6 +116,7 @@ class PartialRollouts:
             logprobs=list(t.logprobs),
             finish_reason=t.finish_reason or "length",
             earlier_tokens=t.last_segment_start,
+            end_marker=self.engine.end_marker.text,
         )
 
     # ---- buffer -------------------------------------------------------------------------------

@@ -387,7 +387,7 @@ class ServerEngine(HFEngine):
 
         if not self.replicas:
             raise ConfigError("sampling.servers", "the server engine has no servers")
-        return run_sync(self._generate_all(prompt_ids, n, sampling))
+        return run_sync(self._generate_all(prompt_ids, n, self.ending(sampling)))  # the model's end texts too
 
     async def _generate_all(self, prompt_ids: list[list[int]], n: int, sp: SamplingParams) -> list[list[Completion]]:
         limits = httpx.Limits(max_connections=MAX_IN_FLIGHT * len(self.replicas), max_keepalive_connections=64)
@@ -517,7 +517,7 @@ class ServerEngine(HFEngine):
         tokens, logps, reason = cut_sample(choice.token_ids, choice.logprobs, choice.finish_reason, sp,
                                            lambda toks: self.hit_stop(toks, self.stop_ids(tuple(sp.stop))))
         return Completion(text=self.decode(tokens, sp.stop), prompt_ids=list(prompt_ids), completion_ids=tokens,
-                          logprobs=logps, finish_reason=reason)
+                          logprobs=logps, finish_reason=reason, end_marker=self.end_marker.text)
 
 
 def cut_sample(tokens: list[int], logps: list[float], server_reason: str, sp: SamplingParams,

@@ -49,7 +49,8 @@ class VisionEngine(HFEngine):
 
     def encode(self, messages: list[Message]) -> tuple[list[int], dict[str, torch.Tensor] | None]:
         """(prompt token ids, the prompt's image tensors or None when it has no image)."""
-        text = self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        text = self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                                  **self.chat_template_kwargs)
         if not has_images(messages):
             return self.tokenizer(text, add_special_tokens=False)["input_ids"], None
         images = [open_image(p["image"]) for m in messages if isinstance(m["content"], list)

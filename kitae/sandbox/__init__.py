@@ -1,14 +1,16 @@
 """The sandbox: where every piece of untrusted code runs (python graders, code graders, test generators).
 
-    isolation.py   Sandbox: bubblewrap namespaces, read-only system, private /tmp, clean environment, rlimits;
-                   or, only when a spec says ``sandbox: none``, the same command unisolated
+    isolation.py   Sandbox: bubblewrap namespaces, read-only system, private /tmp, clean environment, rlimits,
+                   an empty session keyring; or, only when a spec says ``sandbox: none``, the same command
+                   unisolated
+    seccomp.py     the seccomp filter bwrap loads: the calls untrusted code has no use for fail with EPERM
     process.py     run(): one command to completion under a wall clock, output capped, process tree killed
     worker.py      Worker: a long-lived JSON-lines process (the python grader inside a sandbox; math-verify)
     programs.py    run_program(): a program (Python or C++) on many test cases, compiled once, cases in a
                    fresh process each, in parallel chunks
     _worker.py, _harness.py   the scripts that run inside (standalone: they import nothing from kitae)
 
-The security boundary is the operating system's (namespaces and rlimits), not Python's: code that calls
+The security boundary is the operating system's (namespaces, seccomp and rlimits), not Python's: code that calls
 libc through ctypes meets the same walls. tests/sandbox/test_probes.py tries the attacks; docs/code.md
 lists them.
 

@@ -11,14 +11,16 @@ imports nothing from kitae). The job comes as JSON on stdin:
      "program_seconds": 60,              wall-clock budget per program: its cases past it are not run
      "sys_path": [...], "preload": [...]}    site-packages to import from; modules imported once, up front
 
-and one JSON line per program and case goes to stdout as each case ends:
+and to stdout ``{"ready": true}`` once it has started, then one JSON line per program and case as each case
+ends:
 
     {"program": 0, "case": 3, "status": "ok" | "exit" | "signal" | "timeout" | "not run", "returncode": 0,
      "signal": null, "seconds": 0.01, "cpu_seconds": 0.01, "stdout": "...", "stderr": "...",
      "output_truncated": false, "value": "3"}
 
 (``value``: call mode, the repr of what the expression returned). A Python program that does not compile
-gives one line {"program": 0, "compile_error": "..."} instead. A child gets the case's limits (RLIMIT_CPU,
+gives one line {"program": 0, "compile_error": "..."} instead; a failure of the harness itself, one line
+{"harness_error": "..."} (then it exits with status 3). A child gets the case's limits (RLIMIT_CPU,
 RLIMIT_AS, RLIMIT_FSIZE on its output) and its own process group; when it ends, every other process in the
 sandbox is killed (daemons it left), so one case cannot reach into the next.
 """
@@ -40,16 +42,27 @@ IN_SANDBOX = False
 
 def main():
     global IN_SANDBOX
-    job = json.loads(sys.stdin.buffer.read())
-    IN_SANDBOX = _pid1_is_bwrap()
-    sys.path.extend(job.get("sys_path", []))
-    for module in job.get("preload", []):
-        importlib.import_module(module)
     results = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    for k, program in enumerate(job["programs"]):
-        for row in run_program(job, k, program):
-            results.write(json.dumps(row) + "\n")
-            results.flush()
+
+    def send(row):
+        results.write(json.dumps(row) + "\n")
+        results.flush()
+
+    try:
+        job = json.loads(sys.stdin.buffer.read())
+        IN_SANDBOX = bool(job.get("in_sandbox")) and _pid1_is_bwrap()
+        if IN_SANDBOX:
+            _not_dumpable()
+        sys.path.extend(job.get("sys_path", []))
+        for module in job.get("preload", []):
+            importlib.import_module(module)
+        send({"ready": True})
+        for k, program in enumerate(job["programs"]):
+            for row in run_program(job, k, program):
+                send(row)
+    except Exception as exc:  # the harness's own failure: the caller abstains, it does not score
+        send({"harness_error": f"{type(exc).__name__}: {exc}"})
+        sys.exit(3)
 
 
 def run_program(job, k, program):
@@ -86,7 +99,10 @@ def run_case(job, program, case, code, wall_seconds):
     status, usage, timed_out = _wait(pid, wall_seconds)
     seconds = time.monotonic() - start
     _reap_strays(pid)
-    return _result(job, status, usage, timed_out, seconds, paths)
+    result = _result(job, status, usage, timed_out, seconds, paths)
+    if IN_SANDBOX:
+        _wipe_tmp()
+    return result
 
 
 def _wait(pid, wall_seconds):
@@ -170,7 +186,7 @@ def _redirect(paths):
     for target, fd in fds.items():
         os.dup2(fd, target)
         os.close(fd)
-    os.closerange(3, 256)  # the result channel among them: a case cannot write another case's result
+    os.closerange(3, min(resource.getrlimit(resource.RLIMIT_NOFILE)[1], 1 << 20))  # the result channel among them
     sys.stdin = open(0, "r", encoding="utf-8", closefd=False)
     sys.stdout = open(1, "w", encoding="utf-8", closefd=False)
     sys.stderr = open(2, "w", encoding="utf-8", closefd=False)
@@ -214,11 +230,23 @@ def _exit_status(code):
 
 # ---- between cases -----------------------------------------------------------------------------------
 def _reap_strays(pid):
-    """Kill what the case left: inside bwrap every process but this one (kill -1), else the case's group."""
+    """Kill what the case left: inside bwrap every process but this one (kill -1), else the case's group.
+
+    Inside bwrap it returns once they are gone (the daemons among them are bwrap's init's to reap), so the next
+    case starts with nothing of this one running.
+    """
     try:
         os.kill(-1 if IN_SANDBOX else -pid, signal.SIGKILL)
     except OSError:
         pass
+    _reap_children()
+    deadline = time.monotonic() + 5
+    while IN_SANDBOX and _others() and time.monotonic() < deadline:
+        time.sleep(0.002)
+        _reap_children()
+
+
+def _reap_children():
     while True:  # reap this process's own children that died
         try:
             if os.waitpid(-1, os.WNOHANG)[0] == 0:
@@ -227,13 +255,52 @@ def _reap_strays(pid):
             break
 
 
+def _others():
+    """Processes in the sandbox besides its init and this one (dying ones included until reaped)."""
+    own = {1, os.getpid()}
+    return [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in own]
+
+
+def _wipe_tmp():
+    """Empty the sandbox's own /tmp and /dev/shm, so a case finds nothing an earlier case left there."""
+    for root in ("/tmp", "/dev/shm"):
+        try:
+            entries = os.listdir(root)
+        except OSError:
+            continue
+        for name in entries:
+            _remove(os.path.join(root, name))
+
+
+def _remove(path):
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            os.chmod(path, 0o700)  # a case may have taken its own folder's permissions away
+            for name in os.listdir(path):
+                _remove(os.path.join(path, name))
+            os.rmdir(path)
+        else:
+            os.unlink(path)
+    except OSError:
+        pass
+
+
 def _pid1_is_bwrap():
-    """kill(-1) is sent only where pid 1 is bubblewrap's init, that is inside a sandbox's pid namespace."""
+    """kill(-1) is sent only where pid 1 is bubblewrap's init (started as /usr/bin/bwrap), that is inside a
+    sandbox's pid namespace: anywhere else it would hit the whole machine."""
     try:
         with open("/proc/1/cmdline", "rb") as f:
-            return f.read().startswith(b"bwrap")
+            return os.path.basename(f.read().split(b"\0")[0]) == b"bwrap"
     except OSError:
         return False
+
+
+def _not_dumpable():
+    """PR_SET_DUMPABLE 0: a case (this process's child, the same user) cannot open this process's /proc files
+    (its result channel among its fds, its memory), nor ptrace it."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
 
 
 def _syntax_error(exc):

@@ -4,17 +4,20 @@ Started by kitae.sandbox.worker as ``python -I _worker.py`` (a standalone script
 from kitae). The first line configures it; it answers {"ok": true} once ready, then one line per request:
 {"ok": true, "value": ...} or {"ok": false, "error": "..."}.
 
-Modes: "python" runs a user's ``grade(sample, item)`` (OpenAI's python grader) with a CPU budget per request
-and an audit hook that refuses sockets and new processes (a courtesy error for honest mistakes: the
-security boundary is the sandbox around this process, which ctypes cannot talk its way out of); "math"
-answers math-verify comparisons with its signal-based timeouts disabled (the parent enforces the wall-clock
-limit by killing this process). Inside a sandbox ("reap_strays") every other process of the sandbox is
-killed after each request, so nothing a grade started outlives it.
+Modes: "python" runs a user's ``grade(sample, item)`` (OpenAI's python grader), each request in a child forked
+for it ("fork_per_request": the source is loaded once, every grade starts from that state, and the child holds
+neither protocol channel), with a CPU budget per request and an audit hook that refuses sockets and new
+processes (a courtesy error for honest mistakes: the security boundary is the sandbox around this process,
+which ctypes cannot talk its way out of); "math" answers math-verify comparisons with its signal-based
+timeouts disabled (the parent enforces the wall-clock limit by killing this process). Inside a sandbox
+("reap_strays") every other process of the sandbox is killed after each request, so nothing a grade started
+outlives it.
 """
 
 import json
 import os
 import resource
+import select
 import sys
 import traceback
 
@@ -25,9 +28,12 @@ BLOCKED_EVENTS = {
 }
 
 
-def _audit(event, args):
-    if event in BLOCKED_EVENTS:
-        raise PermissionError(f"blocked in the grader sandbox: {event} (no network, no subprocesses)")
+def _audit_hook(permitted):
+    def audit(event, args):
+        if event in BLOCKED_EVENTS and event not in permitted:
+            raise PermissionError(f"blocked in the grader sandbox: {event} (no network, no subprocesses)")
+
+    return audit
 
 
 def _limit(memory_mb, cpu_seconds):
@@ -85,15 +91,122 @@ def _reap_strays():
     """Kill every process of the sandbox but this one and its init (a grade's daemons, setsid children).
 
     kill(-1) reaches every process this one may signal: only ever sent inside a pid namespace, where pid 1 is
-    bubblewrap's init; anywhere else it would hit the whole machine, so it checks first.
+    bubblewrap's init (started as /usr/bin/bwrap); anywhere else it would hit the whole machine, so it checks.
     """
     try:
         with open("/proc/1/cmdline", "rb") as f:
-            if not f.read().startswith(b"bwrap"):
+            if os.path.basename(f.read().split(b"\0")[0]) != b"bwrap":
                 return
         os.kill(-1, 9)
     except OSError:  # nothing left to kill, or no /proc
         pass
+
+
+# ---- one grade, in a fork of the worker --------------------------------------------------------------
+SIGNAL_CAUSES = {9: "was killed (memory or process limit?)", 24: "exceeded its CPU-time limit",
+                 25: "exceeded its file-size limit (too much output?)", 11: "crashed (segmentation fault)",
+                 6: "aborted"}
+MAX_RESULT = 1 << 20
+
+
+def _grade_in_fork(handle, request, config, channels, permitted):
+    """The reply to one request, computed in a child forked for it: a grade starts from the worker as the
+    source left it, and nothing it does (module state, threads, the channels it would inherit) reaches the next.
+
+    The child holds neither the request channel nor the reply channel: it writes its result into a pipe of its
+    own, read here once it has exited. It can still choose its own result (it runs in the grade's process), not
+    another sample's.
+    """
+    read_end, write_end = os.pipe()
+    permitted.add("os.fork")
+    try:
+        pid = os.fork()
+    finally:
+        permitted.discard("os.fork")
+    if pid == 0:
+        os.close(read_end)
+        _child(handle, request, config, channels, write_end)  # never returns
+    os.close(write_end)
+    try:
+        data, status = _collect(pid, read_end)
+    finally:
+        os.close(read_end)
+    return _reply_of(data, status)
+
+
+def _child(handle, request, config, channels, write_end):
+    try:
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        for fd in channels:
+            os.close(fd)
+        if config.get("cpu_seconds"):
+            seconds = max(1, round(config["cpu_seconds"]))
+            resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))
+        try:
+            message = {"ok": True, "value": _plain(handle(request))}
+        except BaseException as exc:
+            message = {"ok": False, "error": _error(exc)}
+        try:
+            data = json.dumps(message).encode()
+        except (TypeError, ValueError):
+            data = json.dumps({"ok": True, "value": repr(message.get("value"))[:300]}).encode()
+        view = memoryview(b"\n" + data + b"\n")
+        while view:
+            view = view[os.write(write_end, view):]
+        os._exit(0)
+    finally:
+        os._exit(1)
+
+
+def _collect(pid, read_end):
+    """(what the child wrote, its wait status), once it has exited."""
+    chunks, size = [], 0
+    pidfd = os.pidfd_open(pid)
+    try:
+        watched = [read_end, pidfd]
+        while pidfd in watched:
+            ready = select.select(watched, [], [])[0]
+            if read_end in ready:
+                chunk = os.read(read_end, 65536)
+                if not chunk:
+                    watched.remove(read_end)
+                elif size < MAX_RESULT:  # past it, read on (so the child does not block) but keep nothing
+                    chunks.append(chunk)
+                    size += len(chunk)
+            if pidfd in ready:
+                watched.remove(pidfd)
+    finally:
+        os.close(pidfd)
+    _, status = os.waitpid(pid, 0)
+    os.set_blocking(read_end, False)
+    try:
+        while size < MAX_RESULT:
+            chunk = os.read(read_end, 65536)
+            if not chunk:
+                break
+            size += len(chunk)
+            chunks.append(chunk)
+    except BlockingIOError:
+        pass  # a stray holds the pipe open: what it writes later is not read
+    return b"".join(chunks), status
+
+
+def _reply_of(data, status):
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        return {"ok": False, "error": f"grade() {SIGNAL_CAUSES.get(sig, f'was killed by signal {sig}')}"}
+    if os.WEXITSTATUS(status) != 0:
+        return {"ok": False, "error": f"grade() exited with status {os.WEXITSTATUS(status)}"}
+    lines = [line for line in data.splitlines() if line.strip()]
+    try:
+        message = json.loads(lines[-1])
+        if isinstance(message, dict) and "ok" in message:
+            return message
+    except (IndexError, ValueError):
+        pass
+    return {"ok": False, "error": "grade() ended without a result"}
 
 
 def _plain(value):
@@ -110,6 +223,7 @@ def main():
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")  # the protocol; user prints go to stderr
     os.dup2(2, 1)
     config = json.loads(sys.stdin.readline())
+    permitted = set()  # audit events let through for the worker's own use (its fork per grade)
 
     def reply(message):
         out.write(json.dumps(message) + "\n")
@@ -117,8 +231,8 @@ def main():
 
     try:
         if config.get("block_network"):
-            sys.addaudithook(_audit)
-        _limit(config.get("memory_mb"), config.get("cpu_seconds"))
+            sys.addaudithook(_audit_hook(permitted))
+        _limit(config.get("memory_mb"), None if config.get("fork_per_request") else config.get("cpu_seconds"))
         handle = HANDLERS[config["mode"]](config)
     except BaseException as exc:  # a broken source is reported, not raised
         reply({"ok": False, "error": _error(exc)})
@@ -126,15 +240,23 @@ def main():
     reply({"ok": True})
     for line in sys.stdin:
         request = json.loads(line)
-        if config.get("cpu_seconds"):
-            _cpu_budget(config["cpu_seconds"])
-        try:
-            message = {"ok": True, "value": _plain(handle(request))}
-        except BaseException as exc:
-            message = {"ok": False, "error": _error(exc)}
+        if config.get("fork_per_request"):
+            message = _grade_in_fork(handle, request, config, (out.fileno(),), permitted)
+        else:
+            message = _answer(handle, request, config)
         if config.get("reap_strays"):
             _reap_strays()
         reply(message)
+
+
+def _answer(handle, request, config):
+    """The reply to one request, computed in this process (math-verify: trusted code, no fork)."""
+    if config.get("cpu_seconds"):
+        _cpu_budget(config["cpu_seconds"])
+    try:
+        return {"ok": True, "value": _plain(handle(request))}
+    except BaseException as exc:
+        return {"ok": False, "error": _error(exc)}
 
 
 if __name__ == "__main__":

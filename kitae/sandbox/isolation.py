@@ -11,7 +11,11 @@ A :class:`Sandbox` turns a command into one that runs isolated (``bwrap``):
 - rlimits set inside (``prlimit``): CPU seconds, address space, file size, no core files, and processes
   (RLIMIT_NPROC). The kernel counts processes per user namespace, so the cap holds per sandbox, and a fork
   bomb stops there. It exempts uid 0, so when kitae runs as root the code runs as ``nobody`` (65534): bwrap
-  joins a user namespace that maps both uids and switches, then ``unshare --user`` gives each run its own count;
+  joins a user namespace made for this one run that maps both uids, and ``setpriv`` switches to nobody;
+- a seccomp filter (:mod:`kitae.sandbox.seccomp`, loaded by bwrap before the command starts): the keyring,
+  ptrace and its kin, io_uring, mounting, new namespaces, bpf, perf_event_open and the like fail with EPERM;
+- a session keyring of its own, new and empty (the trainer's keys are not in it): bwrap is started from a
+  thread that joins a new one before each start;
 - ``--die-with-parent`` and a new session; when its first process ends, the pid namespace ends, and with it
   every process the code started (daemons, ``setsid`` children). Callers kill the whole tree by killing bwrap.
   The kernel ties the parent-death signal to the *thread* that started bwrap, so every sandbox is started from
@@ -30,18 +34,19 @@ Where bwrap cannot run (not installed, user namespaces disabled, too old), build
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import functools
 import os
 import shutil
 import subprocess
 import sys
 import threading
-import weakref
 import typing
 from dataclasses import dataclass
 from pathlib import Path
 
 from kitae.errors import KitaeError
+from kitae.sandbox.seccomp import SeccompUnavailable, filter_program, machine, numbers
 
 SandboxKind = typing.Literal["bwrap", "none"]  # a grader spec's `sandbox`
 KINDS = typing.get_args(SandboxKind)
@@ -54,7 +59,7 @@ SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # As root: become nobody (no capabilities, no new privileges), then a user namespace of its own, in which the
 # kernel counts this sandbox's processes apart from every other sandbox's.
 DROP_ROOT = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",
-             "--no-new-privs", "--", "unshare", "--user", "--"]
+             "--no-new-privs", "--"]
 
 FIX = ("Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; 0.8 or newer) and allow user namespaces "
        "(Debian: sysctl kernel.unprivileged_userns_clone=1; Ubuntu 24.04: sysctl "
@@ -110,9 +115,6 @@ class Sandbox:
             raise ValueError(f"sandbox kind {kind!r}: one of {', '.join(KINDS)}")
         self.kind = kind
         self.extra_paths = tuple(extra_paths)
-        self._userns: int | None = None
-        self._finalizer = None
-        self._lock = threading.Lock()  # graders start sandboxes from several threads
         if kind == "bwrap" and check:
             problem = bwrap_problem()
             if problem:
@@ -128,45 +130,34 @@ class Sandbox:
         return self.isolated and os.geteuid() == 0
 
     # ---- commands --------------------------------------------------------------------------------------
-    def command(self, argv: list[str], workdir: Path, limits: Limits, writable: bool = False) -> list[str]:
-        """The full command line that runs ``argv`` in ``workdir`` under ``limits``."""
-        if not self.isolated:
-            return limits.prlimit() + list(argv)
-        inner = limits.prlimit() + list(argv)
-        if self.drops_root:
-            inner = DROP_ROOT + inner
-        return self._bwrap_args(workdir, limits, writable) + ["--"] + inner
-
     def spawn(self, argv: list[str], workdir: Path, limits: Limits, writable: bool = False,
               **pipes) -> subprocess.Popen:
-        """Start ``argv`` in the sandbox (``pipes``: stdin/stdout/stderr for Popen).
+        """Start ``argv`` in ``workdir`` under ``limits`` (``pipes``: stdin/stdout/stderr for Popen).
 
         Under bwrap the process carries ``sandbox_init``, a pidfd of the sandbox's pid 1: it becomes readable only
         once every process of the namespace is gone, so :func:`kitae.sandbox.process.kill` can wait for that.
         """
         self.prepare(workdir)
-        cmd, kwargs = self.command(argv, workdir, limits, writable), self.popen_kwargs(workdir)
-        if not self.isolated:
-            return subprocess.Popen(cmd, **kwargs, **pipes)
-        info_read, info_write = os.pipe()
-        kwargs["pass_fds"] = (*kwargs.get("pass_fds", ()), info_write)
-        try:
-            proc = _spawn([cmd[0], "--info-fd", str(info_write), *cmd[1:]], {**kwargs, **pipes})
-        finally:
-            os.close(info_write)
-        proc.sandbox_init = _init_pidfd(info_read)
-        return proc
-
-    def popen_kwargs(self, workdir: Path) -> dict:
-        """What subprocess.Popen needs besides the command: environment, folder, session, passed fds."""
+        inner = limits.prlimit() + list(argv)
         if not self.isolated:
             tmp = Path(workdir) / ".tmp"
             tmp.mkdir(exist_ok=True)
-            return {"env": clean_env(home=str(tmp)), "cwd": str(workdir), "start_new_session": True}
-        kwargs = {"env": {"PATH": INSIDE_PATH}, "cwd": "/", "start_new_session": True}
-        if self.drops_root:
-            kwargs["pass_fds"] = (self._userns_fd(),)
-        return kwargs
+            return subprocess.Popen(inner, env=clean_env(home=str(tmp)), cwd=str(workdir), start_new_session=True,
+                                    **pipes)
+        with contextlib.ExitStack() as fds:  # the ends bwrap inherits, closed here once it has started
+            info_read, info_write = os.pipe()
+            seccomp = seccomp_fd()
+            userns = root_userns() if self.drops_root else None
+            passed = [fd for fd in (info_write, seccomp, userns) if fd is not None]
+            for fd in passed:
+                fds.callback(os.close, fd)
+            cmd = self._bwrap_args(workdir, limits, writable, userns)
+            cmd += ["--info-fd", str(info_write), "--seccomp", str(seccomp), "--"]
+            cmd += (DROP_ROOT if self.drops_root else []) + inner
+            proc = _spawn(cmd, {"env": {"PATH": INSIDE_PATH}, "cwd": "/", "start_new_session": True,
+                                "pass_fds": tuple(passed), **pipes})
+        proc.sandbox_init = _init_pidfd(info_read)
+        return proc
 
     def prepare(self, workdir: Path) -> None:
         """Let the code reach the work folder: as root, hand it to nobody (it stays deletable by root)."""
@@ -175,38 +166,40 @@ class Sandbox:
                 os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
 
     def close(self) -> None:
-        with self._lock:
-            if self._finalizer is not None:
-                self._finalizer()
-                self._finalizer = None
-                self._userns = None
+        """Nothing is held between commands (each has its own namespaces); kept for the graders' close()."""
 
     # ---- bubblewrap ------------------------------------------------------------------------------------
-    def _bwrap_args(self, workdir: Path, limits: Limits, writable: bool) -> list[str]:
+    def _bwrap_args(self, workdir: Path, limits: Limits, writable: bool, userns: int | None) -> list[str]:
         tmp_bytes = str(limits.file_mb * 1024 * 1024)
         args = [shutil.which("bwrap") or "bwrap"]
-        if self.drops_root:  # set up as root of `root_userns()`, then DROP_ROOT switches to nobody
-            args += ["--userns", str(self._userns_fd()), "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        if userns is not None:  # set up as root of `root_userns()`, then DROP_ROOT switches to nobody
+            args += ["--userns", str(userns), "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
         else:
             args += ["--unshare-user"]
         args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
                  "--die-with-parent", "--new-session", "--hostname", "sandbox"]
-        args += system_binds(self.extra_paths)
+        args += system_binds()
         args += ["--proc", "/proc", "--dev", "/dev",
                  "--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
-                 "--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/tmp",
-                 "--bind" if writable else "--ro-bind", str(Path(workdir).resolve()), INSIDE_WORKDIR,
+                 "--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/tmp"]
+        # After the private /tmp, which would hide a Python installed under it (a venv in a Docker build)
+        args += install_binds(self.extra_paths)
+        args += ["--bind" if writable else "--ro-bind", str(Path(workdir).resolve()), INSIDE_WORKDIR,
                  "--remount-ro", "/", "--chdir", INSIDE_WORKDIR, "--clearenv"]
         for key, value in clean_env(home="/tmp").items():
             args += ["--setenv", key, value]
         return args
 
-    def _userns_fd(self) -> int:
-        with self._lock:
-            if self._userns is None:
-                self._userns = root_userns()
-                self._finalizer = weakref.finalize(self, os.close, self._userns)
-            return self._userns
+
+def seccomp_fd() -> int:
+    """The read end of a pipe holding the seccomp filter, for bwrap's --seccomp (it reads to the end)."""
+    program = filter_program()
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, program)  # a few hundred bytes: within a pipe's buffer
+    finally:
+        os.close(write_end)
+    return read_end
 
 
 _SPAWNER: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None  # (pid, executor)
@@ -221,7 +214,25 @@ def _spawn(argv: list[str], kwargs: dict) -> subprocess.Popen:
         if _SPAWNER is None or _SPAWNER[0] != os.getpid():  # a forked child has the executor but not its thread
             _SPAWNER = os.getpid(), concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kitae-sandbox")
         spawner = _SPAWNER[1]
-    return spawner.submit(subprocess.Popen, argv, **kwargs).result()
+    return spawner.submit(_start, argv, kwargs).result()
+
+
+def _start(argv: list[str], kwargs: dict) -> subprocess.Popen:
+    """Popen, from the spawner thread, after it joined a new, empty session keyring: session keyrings belong to
+    threads, so the sandbox inherits that one and the rest of the process keeps its own (a trainer's keys)."""
+    _join_new_session_keyring()
+    return subprocess.Popen(argv, **kwargs)
+
+
+def _join_new_session_keyring() -> None:
+    """keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL). Where keyctl is refused (a container's own seccomp filter), the
+    keyring is out of reach anyway, and kitae's filter refuses keyctl inside the sandbox either way."""
+    import ctypes
+
+    nr = numbers(machine()).get("keyctl")
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    libc.syscall(ctypes.c_long(nr), ctypes.c_long(1), None)
 
 
 def _init_pidfd(info_read: int) -> int | None:
@@ -243,8 +254,8 @@ def clean_env(home: str) -> dict[str, str]:
             "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-def system_binds(extra_paths: tuple[str, ...] = ()) -> list[str]:
-    """Read-only binds: /usr with the top-level links into it, the linker's /etc files, Python, extras."""
+def system_binds() -> list[str]:
+    """Read-only binds: /usr with the top-level links into it, the linker's /etc files."""
     args = ["--ro-bind", "/usr", "/usr"]
     for link in SYSTEM_LINKS:
         if os.path.islink(link):
@@ -254,6 +265,16 @@ def system_binds(extra_paths: tuple[str, ...] = ()) -> list[str]:
     args += ["--perms", "0755", "--dir", "/etc"]
     for path in ETC_FILES:
         args += ["--ro-bind-try", path, path]
+    return args
+
+
+def install_binds(extra_paths: tuple[str, ...] = ()) -> list[str]:
+    """Read-only binds of the Python installation and ``extra_paths``, wherever they live (/root, /opt, /tmp).
+
+    They come after the sandbox's own /tmp and /dev/shm in the command line: bwrap mounts in order, and a
+    tmpfs mounted later would cover an installation bound beneath it.
+    """
+    args = []
     for root in _outside_usr(python_roots() + [str(p) for p in extra_paths]):
         for parent in reversed(Path(root).parents[:-1]):  # else bwrap makes parents 0700: nobody could enter
             args += ["--perms", "0755", "--dir", str(parent)]
@@ -308,16 +329,26 @@ def bwrap_problem() -> str | None:
             return f"`{tool}` is not installed"
     import tempfile
 
+    try:
+        filter_program()
+    except SeccompUnavailable as exc:
+        return str(exc)
     with tempfile.TemporaryDirectory(prefix="kitae-sandbox-check-") as tmp:
-        probe = Sandbox("bwrap", check=False)
         try:
-            probe.prepare(Path(tmp))
-            argv = probe.command(["/bin/true"], Path(tmp), Limits(wall_seconds=30, cpu_seconds=5))
-            done = subprocess.run(argv, **probe.popen_kwargs(Path(tmp)), capture_output=True, timeout=30)
+            proc = Sandbox("bwrap", check=False).spawn(
+                ["/bin/true"], Path(tmp), Limits(wall_seconds=30, cpu_seconds=5), stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         except (OSError, subprocess.SubprocessError, SandboxUnavailable) as exc:
             return f"{type(exc).__name__}: {exc}"
+        try:
+            _, stderr = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            return "a sandboxed /bin/true did not finish in 30 s"
         finally:
-            probe.close()
-    if done.returncode != 0:
-        return (done.stderr.decode(errors="replace").strip() or f"exit status {done.returncode}")[:500]
+            if proc.sandbox_init is not None:
+                os.close(proc.sandbox_init)
+    if proc.returncode != 0:
+        return (stderr.decode(errors="replace").strip() or f"exit status {proc.returncode}")[:500]
     return None

@@ -7,8 +7,8 @@
 C++ is compiled with ``g++ -std=c++17 -O2`` inside the sandbox (the work folder writable for that step only);
 a compile error (or a Python syntax error) is ``run.compile_error``. The cases are split into ``workers``
 chunks, each run by ``_harness.py`` in its own sandbox, in parallel; inside, each case is a child process
-with its own limits (:class:`CaseLimits`). ``run.error`` is set when the sandbox itself failed (not the
-program's fault): callers abstain on it rather than score.
+with its own limits (:class:`CaseLimits`). ``run.error`` is set when the sandbox or the harness failed (not
+the program's fault, :func:`harness_failure`): callers abstain on it, and count it, rather than score.
 
 Modes: ``stdio`` feeds ``case["input"]`` on stdin and captures stdout; ``call`` (Python only) runs the
 program, then evaluates ``case["call"]`` (``"add(1, 2)"``) in its namespace and returns the value's repr.
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from kitae.sandbox.isolation import Limits, Sandbox
-from kitae.sandbox.process import exit_cause, run
+from kitae.sandbox.process import Completed, exit_cause, run
 
 LANGUAGES = ("python", "cpp")
 HARNESS = Path(__file__).with_name("_harness.py")
@@ -198,27 +198,48 @@ def _run_chunk(sandbox: Sandbox, workdir: Path, entries: dict[int, dict], cases:
     job = {"programs": [entries[k] for k in order], "mode": mode, "cases": cases,
            "cpu_seconds": limits.seconds, "wall_seconds": limits.wall_seconds, "memory_mb": limits.memory_mb,
            "output_bytes": output_bytes, "program_seconds": limits.total_seconds, "sys_path": site_packages(),
-           "preload": list(preload)}
+           "preload": list(preload), "in_sandbox": sandbox.isolated}
     budget = Limits(wall_seconds=limits.total_seconds * len(order) + 5, cpu_seconds=None,
                     memory_mb=limits.memory_mb + 512, processes=limits.processes,
                     file_mb=max(64, 4 * math.ceil(limits.output_kb / 1024)))
     done = run(sandbox, [sys.executable, "-I", "-S", HARNESS.name], workdir, budget,
                stdin=json.dumps(job).encode(), max_output=len(order) * len(cases) * (6 * output_bytes + 8192))
-    rows = []
+    rows, ready, harness_error = [], False, None
     for line in done.stdout.decode(errors="replace").splitlines():
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
             break  # a line cut short when the sandbox was killed
+        if "ready" in row or "harness_error" in row:
+            ready, harness_error = True, row.get("harness_error")
+            continue
         row["program"] = order[row["program"]]
         rows.append(row)
-    stderr = done.stderr.decode(errors="replace")
-    if not rows and done.returncode not in (0, None) and "bwrap:" in stderr:
-        return rows, f"the sandbox failed to start: {_first_lines(stderr)}"
+    failure = harness_failure(done, ready, harness_error)
+    if failure:
+        return [], failure
     why = (f"the {limits.total_seconds:g}s total time limit ran out" if done.timed_out
            else f"the sandbox ended early ({done.describe()})")
     _mark_missing(rows, order, len(cases), why)
     return rows, None
+
+
+def harness_failure(done: Completed, ready: bool, harness_error: str | None) -> str | None:
+    """Why the harness, not the program, failed; None when what is missing is the program's doing.
+
+    A harness that never said it was ready, reported an error of its own or exited with a status (its cases
+    never kill it that way: they are its children) failed by itself: the grade abstains with this error,
+    it never scores. A harness killed by a signal or stopped at the time limit may be the program's doing (a
+    case that kills its parent, or runs too long): the cases it did not reach are "not run" and fail.
+    """
+    stderr = _first_lines(done.stderr.decode(errors="replace"))
+    if not ready:
+        return f"the sandbox failed to start ({done.describe()}): {stderr or 'no output'}"
+    if harness_error:
+        return f"the test harness failed: {harness_error}"
+    if done.returncode is not None and done.returncode > 0:
+        return f"the test harness {done.describe()}: {stderr or 'no output'}"
+    return None
 
 
 def _mark_missing(rows: list[dict], order: list[int], n: int, why: str) -> None:

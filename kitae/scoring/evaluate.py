@@ -10,19 +10,23 @@ from __future__ import annotations
 import statistics
 from typing import Any, Callable
 
-from kitae.chat import is_template_compliant
+from kitae.chat import IM_END, is_template_compliant, sample_end
 from kitae.graders.base import Grader
 from kitae.rollout.base import Completion, SamplingParams
-from kitae.scoring.rewards import RewardComponent, score_groups
+from kitae.scoring.rewards import RewardComponent, Think, score_groups
 
 
 def sample_dict(c: Completion, max_new_tokens: int, **extra: Any) -> dict:
-    """What graders see of one completion."""
+    """What graders see of one completion; ``completion_ids`` are its sampled token ids (a reward function's
+    ``completion_ids``), ``end_marker`` the model's end of turn when it is not ChatML's ``<|im_end|>``, the
+    graders' default. The trainer adds the step's ``step``, ``max_steps`` and ``epoch``."""
     return {
         "output_text": c.text,
         "finish_reason": c.finish_reason,
         "completion_tokens": c.num_tokens,
         "max_completion_length": max_new_tokens,
+        "completion_ids": list(c.completion_ids),
+        **({"end_marker": c.end_marker} if c.end_marker != IM_END else {}),
         **extra,
     }
 
@@ -36,13 +40,16 @@ def evaluate(
     pass_threshold: float = 1.0,
     batch_prompts: int = 32,
     progress: Callable[[int], None] | None = None,
+    think: Think = "keep",
 ) -> tuple[dict[str, float], list[dict]]:
     """(metrics, per-sample results). Metrics: pass@1, compliance, len_mean, len_p90, trunc_rate, and
     pass@1/<difficulty> and pass@1/<lang> when rows carry those labels. Prompts go in batches of
     `batch_prompts`, each sampled with ``sampling.offset_seed(first row)``; ``progress(n)`` is called after each
-    with the number of prompts done."""
+    with the number of prompts done. ``think="strip"``: the grader sees the answer after a ``<think>`` block
+    (:func:`kitae.scoring.rewards.answer_after_think`; a completion cut off while thinking fails); compliance,
+    lengths and the kept text are of the whole completion."""
     sp = sampling or SamplingParams()
-    comp = [RewardComponent("score", 1.0, grader)]
+    comp = [RewardComponent("score", 1.0, grader, think)]
     results: list[dict] = []
     for start in range(0, len(rows), batch_prompts):
         batch = rows[start : start + batch_prompts]
@@ -59,10 +66,10 @@ def evaluate(
                         "reference_answer": row.get("reference_answer"),
                         "difficulty": row.get("difficulty"),
                         "lang": row.get("lang"),
-                        **s,
+                        **{k: v for k, v in s.items() if k != "completion_ids"},  # text is what is kept
                         "score": grade.score,
                         "passed": grade.score is not None and grade.score >= pass_threshold,
-                        "compliant": is_template_compliant(s["output_text"], s["finish_reason"]),
+                        "compliant": is_template_compliant(s["output_text"], s["finish_reason"], sample_end(s)),
                         "error": grade.error,
                     }
                 )

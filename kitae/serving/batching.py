@@ -203,7 +203,7 @@ class BatchScheduler:
                stop_ids: frozenset[int] | set[int] = frozenset(), top_logprobs: int = 0) -> Job:
         """Queue ``n`` samples of ``prompt_ids``; the job joins the batch at the next step it fits in. With
         ``top_logprobs`` k, each sampled token comes with the k most likely ones (``Job.alternatives``)."""
-        job = Job(list(prompt_ids), n, sampling, frozenset(stop_ids), top_logprobs)
+        job = Job(list(prompt_ids), n, self.engine.ending(sampling), frozenset(stop_ids), top_logprobs)
         with self._cond:
             if self._stopped:
                 raise KitaeError("the batching scheduler is stopped")

@@ -10,8 +10,9 @@ The request (fields vLLM reads; the wire contract with kitae's ``server`` rollou
 One prompt per request (a list of several is refused); ``n`` samples of it, sample ``i`` seeded ``seed + i``.
 A string prompt is tokenized as vLLM does (the tokenizer's special tokens added unless ``add_special_tokens`` is
 false); token ids are taken as they are. Generation stops at a stop string (matched on tokens and on text, so a
-multi-token ``<|im_end|>`` works), a ``stop_token_ids`` token, the tokenizer's end-of-sequence token (unless
-``ignore_eos``), or ``max_tokens`` (default ``--max-tokens``, capped by the context left).
+multi-token ``<|im_end|>`` works), a ``stop_token_ids`` token, every end-of-sequence id of the model (unless
+``ignore_eos``: generation_config.json's ``eos_token_id`` list, the tokenizer's, the chat template's turn
+terminator, kitae.chat.EndMarker), or ``max_tokens`` (default ``--max-tokens``, capped by the context left).
 
 The reply (vLLM's shape, plus ``weight_version``: the weights that sampled every choice; with
 ``return_weight_versions`` each choice also says so as vLLM 0.33 does, ``weight_versions: [{"version": "V",

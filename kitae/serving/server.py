@@ -212,9 +212,9 @@ class ChatService:
         self.name, self.default_max_tokens, self.json_attempts = name, default_max_tokens, json_attempts
         self.max_context = max_context or getattr(model.config, "max_position_embeddings", None) or 4096
         self.max_prompt_chars = self.max_context * longest_token_chars(tokenizer)
-        self.markers = control_markers(tokenizer)
+        self.markers = list(dict.fromkeys([*control_markers(tokenizer), *self.engine.end_marker.stops]))
         self.vocab_size = model.get_input_embeddings().weight.shape[0]
-        self.eos_ids = eos_token_ids(model, tokenizer)
+        self.eos_ids = eos_token_ids(model, tokenizer) | set(self.engine.end_marker.ids)  # every end of the model
         self._reload_lock = threading.Lock()
         self.scheduler = BatchScheduler(self.engine, self.gate, self.model_lock, max_batch)  # starts its thread
 

@@ -17,6 +17,7 @@ from typing import Any, Iterator
 from kitae.errors import ConfigError
 from kitae.registry import unknown_name_message
 from kitae.sandbox import unsandboxed
+from kitae.store.failures import sqlite_failure
 from kitae.store.records import (
     EvalRow,
     GroupRow,
@@ -52,6 +53,7 @@ class RunReader:
     _conn: sqlite3.Connection
     _lock: threading.RLock
     run_dir: Path
+    db_path: Path
     stale_after: float
     version: int
 
@@ -76,11 +78,15 @@ class RunReader:
             if self._snapshot_depth:
                 yield self._conn
                 return
-            self._conn.execute("BEGIN")
             try:
-                yield self._conn
-            finally:
-                self._conn.execute("COMMIT")
+                self._conn.execute("BEGIN")
+                try:
+                    yield self._conn
+                finally:
+                    if self._conn.in_transaction:
+                        self._conn.execute("COMMIT")
+            except sqlite3.Error as exc:  # a damaged run.db: one line that names it, not SQLite's traceback
+                raise sqlite_failure(exc, self.db_path) from exc
 
     # ---- the run ------------------------------------------------------------------------------
     def _run_row(self, db: sqlite3.Connection) -> sqlite3.Row:

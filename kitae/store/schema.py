@@ -22,6 +22,7 @@ from typing import Callable
 from urllib.parse import quote
 
 from kitae.errors import KitaeError
+from kitae.store.failures import damaged, sqlite_failure
 
 SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 10_000
@@ -173,6 +174,8 @@ def read_version(conn: sqlite3.Connection, db_path: Path) -> int:
     try:
         row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     except sqlite3.DatabaseError as exc:
+        if damaged(exc):
+            raise sqlite_failure(exc, db_path) from exc
         raise KitaeError(f"{db_path}: not a kitae run store ({exc})") from exc
     if row is None:
         raise KitaeError(f"{db_path}: not a kitae run store (meta table has no schema_version)")

@@ -13,6 +13,10 @@ API lives in :mod:`kitae.store.reader`.
 
 Departure from trackio: one database per run (not per project), so a run folder is self-contained and can
 be copied, deleted or truncated for a resume on its own.
+
+One writer: a store opened to write holds the run's lock (:mod:`kitae.store.lock`) until it is closed; readers
+(``read_only=True``) never take it. A SQLite error (a damaged run.db, a full disk) is raised as a KitaeError
+that names the file and the fix (:mod:`kitae.store.failures`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from kitae.errors import KitaeError
 from kitae.registry import closest
 from kitae.store.reader import RunReader
 from kitae.registry import unknown_name_message
+from kitae.store.failures import sqlite_failure, write_failure
+from kitae.store.lock import RunLock
 from kitae.store.records import GroupRecord, SampleRecord, group_stats, prompt_key, scalar, to_json, valid_text
 from kitae.store.schema import SCHEMA_VERSION, check_version, connect, create_schema
 from kitae.store.status import FINAL_STATUSES, STALE_AFTER_S, this_host
@@ -39,6 +45,7 @@ EVENT_KINDS = (
     "restarted",  # --resume-from-scratch: back to step 0; the earlier history was copied aside first
     "checkpoint_skipped",  # a checkpoint was incomplete or unreadable; an older one was used
     "config_changed",  # the config changed on resume (data: the changed fields, old and new)
+    "step_skipped",  # an optimizer step was skipped: its gradient norm was not finite (kitae.trainer.update)
 )
 
 
@@ -46,56 +53,92 @@ class RunStore(RunReader):
     """A handle on runs/NAME/run.db. Use :meth:`create` for a new run and :meth:`open` for an existing one."""
 
     def __init__(self, run_dir: Path, conn: sqlite3.Connection, stale_after: float = STALE_AFTER_S,
-                 version: int = SCHEMA_VERSION):
+                 version: int = SCHEMA_VERSION, run_lock: RunLock | None = None):
         self.run_dir = run_dir
         self.stale_after = stale_after
         self.version = version  # the database's schema version (a reader leaves an older one as it is)
         self._conn = conn
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # between this process's threads
+        self._run_lock = run_lock  # between processes: a writer's hold on the run folder, released by close()
 
     # ---- opening ------------------------------------------------------------------------------
     @classmethod
     def create(
-        cls, run_dir: str | Path, name: str | None = None, config: dict | None = None, model: str = ""
+        cls, run_dir: str | Path, name: str | None = None, config: dict | None = None, model: str = "",
+        lock: RunLock | None = None,
     ) -> "RunStore":
-        """Start a new run: status "running", this process's pid and host, start time now."""
+        """Start a new run: status "running", this process's pid and host, start time now.
+
+        The store holds the run's lock until it is closed: ``lock``, one this process took already (the
+        trainer takes it before loading the model), or a new one; a run another process writes is refused."""
         run_dir = Path(run_dir)
         db_path = run_dir / DB_NAME
         if db_path.exists():
+            if lock is not None:
+                lock.release()
             raise KitaeError(f"run '{run_dir.name}' already exists ({db_path}); resume it or choose another run name")
-        run_dir.mkdir(parents=True, exist_ok=True)
-        store = cls(run_dir, connect(db_path))
+        lock = lock or RunLock.acquire(run_dir)
+        try:
+            store = cls(run_dir, _connect(db_path), run_lock=lock)
+        except BaseException:
+            lock.release()
+            raise
         now = time.time()
-        with store._write() as db:
-            create_schema(db)
-            db.execute(
-                "INSERT INTO run (id, name, model, config, status, pid, host, started_at, heartbeat_at) "
-                "VALUES (1, ?, ?, ?, 'running', ?, ?, ?, ?)",
-                (name or run_dir.name, model, to_json(config or {}), os.getpid(), this_host(), now, now),
-            )
+        try:
+            with store._write() as db:
+                create_schema(db)
+                db.execute(
+                    "INSERT INTO run (id, name, model, config, status, pid, host, started_at, heartbeat_at) "
+                    "VALUES (1, ?, ?, ?, 'running', ?, ?, ?, ?)",
+                    (name or run_dir.name, model, to_json(config or {}), os.getpid(), this_host(), now, now),
+                )
+        except BaseException:
+            store.close()
+            raise
         return store
 
     @classmethod
-    def open(cls, run_dir: str | Path, stale_after: float = STALE_AFTER_S, read_only: bool = False) -> "RunStore":
+    def open(cls, run_dir: str | Path, stale_after: float = STALE_AFTER_S, read_only: bool = False,
+             lock: RunLock | None = None) -> "RunStore":
         """Open an existing run, to resume it or to read it. Raises KitaeError naming the runs that exist.
 
-        ``read_only``: for readers (`kitae runs`, the web page); also works on read-only storage, and leaves a
-        database written by an older kitae as it is instead of upgrading it."""
+        ``read_only``: for readers (`kitae runs`, the web page); also works on read-only storage, leaves a
+        database written by an older kitae as it is instead of upgrading it, and takes no lock. A writer holds
+        the run's lock until it is closed (``lock``: as for :meth:`create`)."""
         run_dir = Path(run_dir)
         db_path = run_dir / DB_NAME
         if not db_path.is_file():
+            if lock is not None:
+                lock.release()
             raise run_not_found(run_dir.parent, run_dir.name)
-        conn = connect(db_path, read_only=read_only)
+        if not read_only:
+            lock = lock or RunLock.acquire(run_dir)
+        conn = None
         try:
+            conn = _connect(db_path, read_only=read_only)
             version = check_version(conn, db_path, upgrade=not read_only)
-        except BaseException:
-            conn.close()
+        except BaseException as exc:
+            if conn is not None:
+                conn.close()
+            if lock is not None:
+                lock.release()
+            if isinstance(exc, sqlite3.Error):
+                raise sqlite_failure(exc, db_path) from exc
             raise
-        return cls(run_dir, conn, stale_after, version)
+        return cls(run_dir, conn, stale_after, version, run_lock=lock)
+
+    @property
+    def db_path(self) -> Path:
+        return self.run_dir / DB_NAME
 
     def close(self) -> None:
+        """Close the database and, for a writer, let the run's lock go."""
         with self._lock:
-            self._conn.close()
+            try:
+                self._conn.close()
+            finally:
+                if self._run_lock is not None:
+                    self._run_lock.release()
 
     def __enter__(self) -> "RunStore":
         return self
@@ -108,14 +151,18 @@ class RunStore(RunReader):
     def _write(self) -> Iterator["_Writer"]:
         """One transaction; it also refreshes the heartbeat, so a logging trainer is a live trainer."""
         with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
             try:
-                yield _Writer(self._conn)
-                self._conn.execute("UPDATE run SET heartbeat_at = ? WHERE id = 1", (time.time(),))
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield _Writer(self._conn)
+                    self._conn.execute("UPDATE run SET heartbeat_at = ? WHERE id = 1", (time.time(),))
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    if self._conn.in_transaction:  # SQLite rolls back on its own after some errors (a full disk)
+                        self._conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise sqlite_failure(exc, self.db_path) from exc
 
     def mark_running(self) -> None:
         """On resume: status "running" again, owned by this process."""
@@ -207,13 +254,18 @@ class RunStore(RunReader):
     def backup(self, dest: str | Path) -> None:
         """Copy the whole database, consistently, to `dest` (a new file), e.g. before a restart from step 0."""
         dest = Path(dest)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        target = sqlite3.connect(dest)
         try:
-            with self._lock:
-                self._conn.backup(target)
-        finally:
-            target.close()
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            target = sqlite3.connect(dest)
+            try:
+                with self._lock:
+                    self._conn.backup(target)
+            finally:
+                target.close()
+        except sqlite3.Error as exc:
+            raise sqlite_failure(exc, dest) from exc
+        except OSError as exc:
+            raise write_failure(exc, dest, self.run_dir) from exc
 
     def truncate_after(self, step: int) -> None:
         """Delete every row logged for a step after `step`: resuming from checkpoint step-N calls it with N."""
@@ -291,6 +343,13 @@ def _sample_row(sample: SampleRecord) -> tuple:
         to_json(sample.sub_scores),
         to_json(sample.errors),
     )
+
+
+def _connect(db_path: Path, read_only: bool = False) -> sqlite3.Connection:
+    try:
+        return connect(db_path, read_only=read_only)
+    except sqlite3.Error as exc:
+        raise sqlite_failure(exc, db_path) from exc
 
 
 def available_runs(runs_dir: Path) -> list[str]:

@@ -5,13 +5,17 @@ optimizer, scheduler, KL controller, prompt sampler, partial-rollout buffer and 
 temporary folder (step-000123.tmp) and renamed into place, so a run killed mid-save never leaves a half
 checkpoint behind; the next save or resume removes such a stale .tmp folder.
 
-A checkpoint can still be damaged afterwards (a file deleted, a disk that filled up, a copy cut short), so
-resuming takes the newest one that passes :func:`checkpoint_problem` and whose state.pt loads
-(:func:`find_checkpoint`), and names each newer one it skipped and why.
+A checkpoint can still be damaged afterwards (a file deleted, a disk that filled up, a copy cut short, a bit
+flipped), so resuming takes the newest one that passes :func:`checkpoint_problem` and whose state.pt loads
+(:func:`find_checkpoint`), and names each newer one it skipped and why. ``manifest.json``, written last, holds
+the sha256 of every other file of the checkpoint; resuming checks them (a checkpoint saved before manifests
+were written is not checked). A save that fails (a full disk) raises a KitaeError naming the file and the fix,
+and leaves no .tmp folder behind.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -25,12 +29,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from kitae.store.failures import is_write_error, space_problem, write_failure
+
 _NAME = re.compile(r"^step-(\d+)$")
 _TMP = re.compile(r"^step-\d+\.tmp$")
 STATE_KEYS = ("optimizer", "scheduler", "sampler", "kl", "rng", "step")
 # model/ of a full model, then of a LoRA adapter: the weight files save_pretrained writes, in the order looked for
 MODEL_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+MANIFEST = "manifest.json"  # {"sha256": {"model/model.safetensors": hex digest, "state.pt": ..., ...}}
 
 
 @dataclass
@@ -98,9 +105,8 @@ def checkpoint_problem(path: Path) -> str | None:
     found = next((model / n for n in names if (model / n).is_file()), None)
     if found is None:
         return f"model/ has no weights (none of {', '.join(names)})"
-    if found.name.endswith(".index.json"):
-        return _sharded_problem(found)
-    return _weights_problem(found)
+    problem = _sharded_problem(found) if found.name.endswith(".index.json") else _weights_problem(found)
+    return problem or _checksum_problem(path)
 
 
 def _sharded_problem(index: Path) -> str | None:
@@ -139,6 +145,42 @@ def _weights_problem(file: Path) -> str | None:
     return None
 
 
+def _checksum_problem(path: Path) -> str | None:
+    """A file whose bytes are not the ones saved (its sha256 differs from the manifest's); None without a
+    manifest (a checkpoint from before they were written: not checked)."""
+    manifest = path / MANIFEST
+    if not manifest.is_file():
+        return None
+    try:
+        sums = json.loads(manifest.read_text(encoding="utf-8"))["sha256"]
+        files = {str(k): str(v) for k, v in sums.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return f"{MANIFEST} cannot be read ({type(exc).__name__}: {exc})"
+    for name, digest in files.items():
+        file = path / name
+        if ".." in Path(name).parts or not file.is_file():
+            return f"{name} (listed in {MANIFEST}) is missing"
+        if sha256_of(file) != digest:
+            return (f"{name} does not match the sha256 checksum recorded when it was saved ({MANIFEST}): its bytes "
+                    "changed since (a flipped bit, a bad copy)")
+    return None
+
+
+def sha256_of(file: Path) -> str:
+    h = hashlib.sha256()
+    with file.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_manifest(folder: Path) -> None:
+    """The sha256 of every file under `folder` (a checkpoint being written), in folder/manifest.json."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
+    sums = {p.relative_to(folder).as_posix(): sha256_of(p) for p in files}
+    (folder / MANIFEST).write_text(json.dumps({"sha256": sums}, indent=1) + "\n", encoding="utf-8")
+
+
 def _load_checked(path: Path, step: int) -> tuple[dict[str, Any] | None, str | None]:
     try:
         state = load_state(path)
@@ -175,13 +217,25 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(run_dir: Path, step: int, model: Any, tokenizer: Any, state: dict[str, Any], keep: int) -> Path:
+    """Write checkpoints/step-N (through step-N.tmp), then keep the newest `keep`. A failed write (a full disk,
+    a read-only folder) removes the .tmp folder and raises a KitaeError that names the file and the fix."""
     final = checkpoint_dir(run_dir, step)
     tmp = final.with_name(final.name + ".tmp")
     remove_stale_tmp(run_dir)  # this step's own, and any an earlier failed save left
-    tmp.mkdir(parents=True)
-    model.save_pretrained(tmp / "model")
-    tokenizer.save_pretrained(tmp / "model")
-    torch.save({**state, "step": step, "rng": rng_state()}, tmp / "state.pt")
+    try:
+        tmp.mkdir(parents=True)
+        model.save_pretrained(tmp / "model")
+        tokenizer.save_pretrained(tmp / "model")
+        torch.save({**state, "step": step, "rng": rng_state()}, tmp / "state.pt")
+        write_manifest(tmp)
+    except Exception as exc:
+        # torch and safetensors wrap a failed write's OSError in errors of their own, some without the reason
+        failed = is_write_error(exc) or space_problem(tmp) is not None
+        error = write_failure(exc, tmp, run_dir) if failed else None
+        shutil.rmtree(tmp, ignore_errors=True)  # frees what it took; the older checkpoints are untouched
+        if error is None:
+            raise
+        raise error from exc
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     for _, old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:

@@ -105,9 +105,11 @@ class Rollouts:
         return Collected(rows, groups, scores)
 
     def grade(self, rows: list[dict], groups: list[list[Completion]], step: int) -> list[GroupScores]:
-        """Every reward component's grade of every completion, and the weighted totals."""
-        max_len = self.cfg.sampling.max_new_tokens
-        samples = [[sample_dict(c, max_len, step=step) for c in g] for g in groups]
+        """Every reward component's grade of every completion, and the weighted totals. Each sample carries the
+        step, the run's steps and the passes over the prompts so far: a reward function's ``trainer_state``."""
+        max_len, o = self.cfg.sampling.max_new_tokens, self.cfg.optim
+        state = {"step": step, "max_steps": o.steps, "epoch": (step - 1) * o.prompts_per_step / max(1, len(self.rows))}
+        samples = [[sample_dict(c, max_len, **state) for c in g] for g in groups]
         return score_groups(self.components, rows, samples)
 
     def _tell_sampler(self, indices: list[int], scores: list[GroupScores]) -> None:
@@ -156,7 +158,8 @@ class Rollouts:
         if getattr(self.engine, "weight_sync", True) is None:
             from kitae.rollout.hf import HFEngine
 
-            return HFEngine(policy, tokenizer)
+            return HFEngine(policy, tokenizer, end_marker=self.engine.end_marker,
+                            chat_template_kwargs=self.engine.chat_template_kwargs)
         return self.engine
 
     def state_dict(self) -> dict[str, Any]:

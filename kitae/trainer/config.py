@@ -11,6 +11,7 @@ A minimal config is a few lines (everything else has a default):
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,9 +28,9 @@ if TYPE_CHECKING:
 
 @dataclass
 class LoraConfig:
-    r: int = 8
-    alpha: int = 16
-    dropout: float = 0.0
+    r: int = setting(8, minimum=1)  # the adapter's rank
+    alpha: int = 16  # scaling: the update is alpha / r times the low-rank product
+    dropout: float = setting(0.0, minimum=0, maximum=1)  # dropout on the adapter's input
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
 
 
@@ -37,9 +38,17 @@ class LoraConfig:
 class ModelConfig:
     path: str = "bundled"  # "bundled" (the tiny base model shipped with kitae), a local folder, or a Hub id
     revision: str | None = None  # a Hub id's branch, tag or commit (default: its main branch)
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # the dtype forward and backward compute in;
+    # with master_weights (kitae.trainer.setup.precision) the weights and the optimizer's state stay float32 and the
+    # forward runs under autocast to this dtype
+    master_weights: Literal["auto", "float32", "dtype"] = "auto"  # auto: float32 on CUDA, `dtype` on CPU
+    attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2"] = "auto"  # auto: flash_attention_2
+    # on CUDA in bf16/fp16 when flash_attn imports, else transformers' default (sdpa)
     lora: LoraConfig | None = None
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = False  # recompute activations in the backward pass: less memory, more time
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # the chat template's variables for every
+    # prompt, e.g. {enable_thinking: false} for Qwen3
+    end_marker: str | None = None  # the model's end of turn; default: found from its chat template (kitae.chat)
 
 
 @dataclass
@@ -51,10 +60,10 @@ class SamplerConfig:
     correct: str | None = None  # reward component whose score makes the pass rates (default: one named 'correct')
     pass_threshold: float = 1.0  # a sample passes when that component's score >= this
     ema: float = 0.0  # success-rate memory: 0 = mean of every attempt, else the newest attempt's weight
-    floor: float = 0.05  # prioritized: P(i) ∝ max(1 - s_i, floor)
+    floor: float = setting(0.05, minimum=0)  # prioritized: P(i) ∝ max(1 - s_i, floor)
     schedule: Literal["hard_focus", "easy_to_hard"] = "hard_focus"  # curriculum
-    warmup_steps: int = 10  # curriculum hard_focus: steps on the whole set before only hard prompts
-    ramp_steps: int = 50  # curriculum easy_to_hard: steps until every level is in the pool
+    warmup_steps: int = setting(10, minimum=0)  # curriculum hard_focus: steps on the whole set before only hard prompts
+    ramp_steps: int = setting(50, minimum=0)  # curriculum easy_to_hard: steps until every level is in the pool
     difficulty_key: str | None = "difficulty"  # curriculum: the row field with the label; null = measured rates
     levels: list[str] = field(default_factory=lambda: ["easy", "medium", "hard"])  # every label, easiest first
     hard_levels: list[str] | None = None  # curriculum hard_focus: labels that count as hard (default: the last)
@@ -76,12 +85,12 @@ class DataConfig:
     (``{prompt: question, reference_answer: answer}``), ``answer_pattern`` cuts the reference out of a longer
     answer (its first group), ``system`` is a system prompt put before every prompt without one."""
 
-    train: str | DatasetSource = "bundled:arith/train"
-    eval: str | DatasetSource | None = "bundled:arith/test"
-    fields: dict[str, str] = field(default_factory=dict)
-    answer_pattern: str | None = None
-    system: str | None = None
-    shuffle: bool = True
+    train: str | DatasetSource = "bundled:arith/train"  # the training prompts (the forms: above)
+    eval: str | DatasetSource | None = "bundled:arith/test"  # held-out prompts for evaluations; null = none
+    fields: dict[str, str] = field(default_factory=dict)  # kitae field -> the dataset's column, e.g. {prompt: question}
+    answer_pattern: str | None = None  # a regex; the reference is its first group (else the whole match)
+    system: str | None = None  # a system prompt put before every prompt that has none
+    shuffle: bool = True  # the prompt order: shuffled each epoch (by the seed) or as in the file
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
 
     def validate(self, path: str) -> None:
@@ -95,39 +104,57 @@ class DataConfig:
 class RewardConfig:
     """One reward component: a grader spec, or a Python callable "module:function" with TRL's signature.
 
-    weight 0 logs the component without training on it.
+    weight 0 logs the component without training on it. ``think`` (reasoning models): "strip" grades the answer
+    after a ``<think>...</think>`` block (kitae.scoring.rewards.answer_after_think: "" for a completion cut off
+    while thinking), "keep" the whole completion. Left out: "keep" for the grader types that read the whole turn
+    or only its token counts (WHOLE_TURN_GRADERS), "strip" for every other grader and reward function; validation
+    fills it in, so the saved config.yaml shows what ran.
     """
 
     name: str = ""
-    weight: float = 1.0
+    weight: float = 1.0  # any finite number: a negative weight makes the component a penalty
     grader: dict[str, Any] | None = None
     function: str | None = None
+    think: Literal["strip", "keep"] | None = None
 
     def validate(self, path: str) -> None:
         if (self.grader is None) == (self.function is None):
             raise ConfigError(path, "give exactly one of 'grader' (a grader spec) or 'function' (module:function)")
         if not self.name:
             self.name = (self.grader or {}).get("name") or (self.grader or {}).get("type") or self.function.split(":")[-1]
+        if self.think is None:
+            self.think = self.default_think()
+
+    def default_think(self) -> Literal["strip", "keep"]:
+        return "keep" if (self.grader or {}).get("type") in WHOLE_TURN_GRADERS else "strip"
+
+
+# Grader types that see the whole completion by default. template checks how the turn ends (the same with or
+# without the leading block) but also counts characters (min_chars, full_chars) and would read a turn that ended
+# inside an unclosed think block as "no end marker"; so it sees all of it. overlong and soft_overlong read token
+# counts only (the same either way). Kimi's length reward strips: its nested correctness grader must see the
+# answer, and its lengths (unit: tokens) are the completion's tokens either way.
+WHOLE_TURN_GRADERS = ("template", "overlong", "soft_overlong")
 
 
 @dataclass
 class AdaptiveKL:
-    target: float = 0.1
-    horizon: int = 10000
+    target: float = setting(0.1, above=0)  # the KL per token the controller steers to
+    horizon: int = setting(10000, minimum=1)  # how fast it steers (steps x samples), as in Ziegler et al.
 
 
 @dataclass
 class KLConfig:
-    coef: float = 0.0  # 0: no reference model is loaded
-    estimator: Literal["k1", "k2", "k3"] = "k3"
-    where: Literal["loss", "reward"] = "loss"
+    coef: float = setting(0.0, minimum=0)  # 0: no reference model is loaded
+    estimator: Literal["k1", "k2", "k3"] = "k3"  # the KL estimator (k3: Schulman's unbiased, low-variance one)
+    where: Literal["loss", "reward"] = "loss"  # a KL term in the loss, or subtracted from the reward
     adaptive: AdaptiveKL | None = None
 
 
 @dataclass
 class DynamicSampling:
-    enabled: bool = False
-    max_rounds: int = 3  # generation rounds per step before training on what there is
+    enabled: bool = False  # resample groups whose rewards are all equal (DAPO)
+    max_rounds: int = setting(3, minimum=1)  # generation rounds per step before training on what there is
 
 
 @dataclass
@@ -146,7 +173,7 @@ class AlgorithmConfig:
     eps_low: float | None = None  # PPO clip range: ratio in [1 - eps_low, 1 + eps_high] (default 0.2)
     eps_high: float | None = None  # default 0.2; dapo: 0.28 (clip-higher)
     gspo_eps_low: float | None = None  # the sequence-ratio clip range of gspo (default 3e-4, 4e-4)
-    gspo_eps_high: float | None = None
+    gspo_eps_high: float | None = None  # gspo: the upper side of that range (default 4e-4)
     cispo_eps_high: float | None = None  # cispo: importance weights capped at 1 + this (default 0.28)
     aggregation: str | None = None  # seq_mean_token_mean (default) | token_mean (dapo, cispo) | seq_sum_constant
     # (dr_grpo)
@@ -159,9 +186,12 @@ class AlgorithmConfig:
     max_steps_without_reward: int | None = 3  # after this many steps in a row in which no sample got a reward
     # (every component abstained or failed on every sample), save a checkpoint and stop with an error; 0 or null:
     # never stop
-    # engine server: per-token weight min(pi_train_old / pi_server, tis_cap) on the loss (truncated importance
-    # sampling, kitae/algorithms/mismatch.py); null = no weight (the ratio still uses the trainer's log-probs)
-    tis_cap: float | None = 2.0
+    component_without_reward: Literal["stop", "warn"] = "stop"  # stop (as above, after that many steps in a row
+    # in which one component gave no sample a finite score) or warn (for a component meant to abstain on whole
+    # steps); either way a warning at the first such step
+    tis_cap: float | None = 2.0  # engine server: per-token weight min(pi_train_old / pi_server, tis_cap) on the
+    # loss (truncated importance sampling, kitae/algorithms/mismatch.py); null = no weight (the ratio still uses
+    # the trainer's log-probs)
 
     def validate(self, path: str) -> None:
         """Check the loss and advantage names and fill in every loss setting left out (see the class)."""
@@ -206,10 +236,10 @@ class RepeatConfig:
     repeated at least min_count times in a row, covering at least min_span tokens, ends with finish reason
     "repeat". `penalty` (e.g. -1.0) becomes a reward component named 'repeat' (0 for other samples)."""
 
-    min_count: int = 4
-    max_period: int = 16
-    min_span: int = 16
-    penalty: float = 0.0
+    min_count: int = 4  # repeats of the block
+    max_period: int = 16  # the longest block, in tokens
+    min_span: int = 16  # tokens the repeats must cover
+    penalty: float = 0.0  # the repeat component's score for such a sample; 0 = no component
 
 
 @dataclass
@@ -219,12 +249,12 @@ class SamplingConfig:
     trainer's weights to them after optimizer steps (``sync``; kitae/rollout/server.py, kitae/rollout/sync.py)."""
 
     engine: str = "hf"  # hf | server
-    group_size: int = 8
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    repetition_penalty: float = 1.0
-    max_new_tokens: int = 64  # with partial rollouts: the total over every segment
+    group_size: int = 8  # samples per prompt (G)
+    temperature: float = setting(1.0, minimum=0)  # 0: greedy
+    top_p: float = setting(1.0, above=0, maximum=1)  # nucleus sampling; 1 = off
+    top_k: int = 0  # 0 (or -1): no top-k
+    repetition_penalty: float = setting(1.0, above=0)  # transformers' repetition penalty; 1 = off
+    max_new_tokens: int = setting(64, minimum=1)  # with partial rollouts: the total over every segment
     partial: PartialRolloutConfig | None = None  # null = whole trajectories each iteration
     repeat: RepeatConfig | None = None  # null = no repeat detection
     # ---- engine: server ----
@@ -271,18 +301,25 @@ class SamplingConfig:
 
 @dataclass
 class OptimConfig:
-    steps: int = setting(100, minimum=1)
-    prompts_per_step: int = setting(8, minimum=1)
+    steps: int = setting(100, minimum=1)  # training steps (one sample-grade-update round each)
+    prompts_per_step: int = setting(8, minimum=1)  # prompts per step (each gets group_size samples)
     micro_batch_size: int = setting(32, minimum=1)  # at most this many sequences per forward/backward (rows of
     # similar length go together, kitae.trainer.batch.micro_batches)
     skip_zero_advantage: bool = True  # leave rows that cannot change the gradient out of the forward/backward
     # (advantage 0 with no KL term in the loss; no counted token): same gradient, less work
-    lr: float = 1e-4
-    weight_decay: float = 0.0
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
-    max_grad_norm: float = 1.0
-    scheduler: Literal["constant", "linear", "cosine"] = "constant"
-    warmup_steps: int = 0
+    lr: float = setting(1e-4, above=0)  # AdamW's learning rate
+    weight_decay: float = setting(0.0, minimum=0)  # AdamW's weight decay
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.99])  # each in [0, 1)
+    max_grad_norm: float = setting(1.0, above=0)  # gradients are clipped to this norm
+    scheduler: Literal["constant", "linear", "cosine"] = "constant"  # the learning rate after warm-up
+    warmup_steps: int = setting(0, minimum=0)  # steps of linear warm-up to lr
+
+    def validate(self, path: str) -> None:
+        if len(self.betas) != 2:
+            raise ConfigError(f"{path}.betas", f"expected two numbers (Adam's beta1, beta2), got {len(self.betas)}")
+        for i, beta in enumerate(self.betas):
+            if not 0 <= beta < 1:
+                raise ConfigError(f"{path}.betas[{i}]", f"must be in [0, 1) (Adam's beta), got {beta}")
 
 
 @dataclass
@@ -301,24 +338,27 @@ class LoggingConfig:
 
 @dataclass
 class EvalConfig:
-    every: int = 25  # 0 = never during training (a final eval still runs when data.eval is set)
-    k: int = 4  # samples per prompt for pass@1
+    every: int = setting(25, minimum=0)  # 0 = never during training (a final eval still runs when data.eval is set)
+    k: int = setting(4, minimum=1)  # samples per prompt for pass@1
     limit: int | None = 100  # eval prompts
-    temperature: float = 1.0
+    temperature: float = setting(1.0, minimum=0)  # 0: greedy
     max_new_tokens: int | None = None  # default: sampling.max_new_tokens
-    grader: dict[str, Any] = field(default_factory=lambda: {"type": "answer"})
-    pass_threshold: float = 1.0
+    grader: dict[str, Any] | None = None  # the spec that decides pass@1; default: the grader of the reward
+    # named `correct`, else {type: answer}
+    pass_threshold: float = 1.0  # a sample passes when its score >= this
+    think: Literal["strip", "keep"] = "strip"  # strip: the grader sees the answer after a <think> block (see
+    # RewardConfig); compliance and lengths are always of the whole completion
 
 
 @dataclass
 class TrainConfig:
-    name: str = "run"
-    output_dir: str = "runs"
-    seed: int = 0
+    name: str = "run"  # the run's name: its folder is OUTPUT_DIR/NAME
+    output_dir: str = "runs"  # where run folders go
+    seed: int = 0  # sampling, the prompt order and new LoRA weights follow it
     threads: int | None = None  # torch CPU threads per process; None = kitae.threads' rule for the model's size
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
-    rewards: list[RewardConfig] = field(default_factory=list)
+    rewards: list[RewardConfig] = field(default_factory=list)  # the reward components (the README's list)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -327,6 +367,7 @@ class TrainConfig:
 
     def validate(self, path: str) -> None:
         self.algorithm.validate("algorithm")  # also when the section was left out and built by default
+        self.eval.grader = self.eval_grader_spec()  # filled in, so the saved config.yaml shows what evaluated
         if not self.rewards:
             raise ConfigError("rewards", "give at least one reward component (a grader spec or a function)")
         if self.threads is not None and self.threads < 1:
@@ -339,6 +380,10 @@ class TrainConfig:
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ConfigError("rewards", f"component names must be unique; repeated: {', '.join(sorted(dup))}")
+
+    def eval_grader_spec(self) -> dict[str, Any]:
+        """``eval.grader``, or when it is left out the default (:func:`default_eval_grader`)."""
+        return self.eval.grader if self.eval.grader is not None else default_eval_grader(self.rewards)
 
     @property
     def run_dir(self) -> Path:
@@ -392,6 +437,19 @@ def load_train_config(path: str | Path | None = None, overrides: list[str] | Non
     raw = read_yaml(path) if path is not None else dict(data or {})
     apply_overrides(raw, overrides or [])
     return from_dict(TrainConfig, raw)
+
+
+def default_eval_grader(rewards: list[RewardConfig]) -> dict[str, Any]:
+    """The eval grader a config leaves out: a copy of the spec of the reward component named ``correct`` (so a
+    run rewarded by the ``code`` grader is evaluated by it), else answer matching.
+
+        >>> default_eval_grader([RewardConfig("correct", grader={"type": "code"})])
+        {'type': 'code'}
+        >>> default_eval_grader([RewardConfig("format", grader={"type": "template"})])
+        {'type': 'answer'}
+    """
+    spec = next((r.grader for r in rewards if r.name == "correct" and r.grader is not None), None)
+    return copy.deepcopy(spec) if spec is not None else {"type": "answer"}
 
 
 def resolve_data_path(spec: str | DatasetSource) -> str | DatasetSource:

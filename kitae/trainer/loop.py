@@ -34,14 +34,24 @@ import time
 import warnings
 from typing import Any, Callable
 
-import torch
-
 from kitae.algorithms.losses import LossConfig
 from kitae.errors import KitaeError
 from kitae.rollout.base import SamplingParams
 from kitae.scoring.evaluate import evaluate
-from kitae.scoring.rewards import GroupScores, counter_deltas, last_problems, no_reward_message
+from kitae.scoring.rewards import (
+    Drought,
+    GroupScores,
+    component_errors,
+    component_message,
+    component_warning,
+    counter_deltas,
+    function_scores,
+    last_problems,
+    no_reward_message,
+    same_score_warning,
+)
 from kitae.store.images import RunImages
+from kitae.store.lock import RunLock
 from kitae.threads import set_threads
 from kitae.trainer import setup
 from kitae.trainer.advantages import batch_advantages
@@ -74,15 +84,26 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, resume: bool = False, *, checked: Checked | None = None,
                  allow_config_change: bool = False, resume_from_scratch: bool = False):
-        from accelerate import Accelerator
         from accelerate.utils import set_seed
 
         checked = checked or preflight(cfg)
         self.cfg = cfg
-        self.acc = Accelerator(cpu=not torch.cuda.is_available())
+        self.acc = setup.make_accelerator(cfg)  # on CUDA when there is one; model.dtype's mixed precision
+        setup.check_distributed(self.acc)  # FSDP and DeepSpeed refused before the model loads
         set_seed(cfg.seed)
         set_threads(cfg.threads, checked.model_path, option="threads")  # threads: N, else the rule for the model's size
         self.run_dir = cfg.run_dir
+        # one writer per run (kitae.store.lock), taken before a checkpoint is looked for; the store holds it
+        run_lock = RunLock.acquire(self.run_dir) if self.acc.is_main_process else None
+        try:
+            self._build(cfg, resume, checked, allow_config_change, resume_from_scratch, run_lock)
+        except BaseException:
+            if run_lock is not None:
+                run_lock.release()
+            raise
+
+    def _build(self, cfg: TrainConfig, resume: bool, checked: Checked, allow_config_change: bool,
+               resume_from_scratch: bool, run_lock: RunLock | None) -> None:
         # before the model loads: a resume that cannot go on as asked fails in seconds, naming why
         self.resume_plan = plan_resume(cfg, allow_config_change, resume_from_scratch) if resume else None
         ckpt = self.resume_plan.checkpoint if self.resume_plan else None
@@ -90,7 +111,8 @@ class Trainer:
         self.tokenizer = checked.tokenizer
         self.processor = checked.processor  # vision-language models; None for text
         self._run_images = RunImages(self.run_dir)
-        model = setup.load_policy(cfg.model, checked.model_path, ckpt.path / "model" if ckpt else None)
+        model = setup.load_policy(cfg.model, checked.model_path, ckpt.path / "model" if ckpt else None,
+                                  cuda=self.acc.device.type == "cuda")
         self.ref_model = setup.load_reference(cfg, checked.model_path, self.acc.device)
         optimizer, self.scheduler = setup.make_optimizer(model, cfg.optim)
         self.model, self.optimizer = self.acc.prepare(model, optimizer)
@@ -108,10 +130,11 @@ class Trainer:
         if ckpt:
             self._restore(ckpt.state, self.resume_plan)
             ckpt.state = None  # restored: its tensors are not held twice
-        self.store = setup.open_store(cfg, self.resume_plan) if self.acc.is_main_process else None
+        self.store = setup.open_store(cfg, self.resume_plan, run_lock) if self.acc.is_main_process else None
         self.loggers = make_loggers(cfg.logging.report_to if self.store else [], self.run_dir, cfg.to_dict())
         self._stop_requested = False
-        self._steps_without_reward = 0
+        self._drought = Drought([c.name for c in self.components])  # steps in a row without a finite score
+        self.stop_signal: int | None = None  # the signal (SIGINT, SIGTERM) that stopped the run, if one did
         self._counters: dict[str, float] = {}  # graders' own counters (judge tokens, ...) at the last step
 
     @property
@@ -167,14 +190,19 @@ class Trainer:
             self.loggers.close()
             if self.store is not None:
                 final = self.summary(status) if status != "crashed" else {"status": status, "error": error}
-                self.store.finish(status, final)
-                self.store.close()
+                try:
+                    self.store.finish(status, final)
+                except KitaeError:  # a full disk: the error that stopped the run is the one to see
+                    if error is None:
+                        raise
+                finally:
+                    self.store.close()  # and lets the run's lock go
 
     def _install_signal_handlers(self) -> dict:
         def request_stop(signum, frame):
             if self._stop_requested:  # a second Ctrl-C stops at once
                 raise KeyboardInterrupt
-            self._stop_requested = True
+            self._stop_requested, self.stop_signal = True, signum
 
         try:
             return {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -205,7 +233,7 @@ class Trainer:
         t_prep = time.perf_counter()
         # 4. update
         trained = self.update.optimize(batch, self.loss_config())
-        self.scheduler.step()
+        self._step_scheduler()  # also after a skipped optimizer step: the schedule counts steps, as verl's does
         synced = self.rollouts.sync_weights(self.policy, step)
         t_end = time.perf_counter()
         # 5. log
@@ -216,7 +244,8 @@ class Trainer:
         records = group_records(got.rows, got.groups, got.scores, advantages.view(len(got.groups), -1),
                                 self._run_images)
         self._log(step, metrics, records)
-        self._stop_without_reward(step, metrics["invalid_rate"], got.scores)
+        self._record_skipped_steps(step, trained)
+        self._watch_rewards(step, metrics, got)
         return metrics
 
     def _step_metrics(self, got: Collected, trained: dict[str, float], times: dict[str, float]) -> dict[str, float]:
@@ -240,14 +269,17 @@ class Trainer:
 
     def _log_idle_step(self, step: int, t0: float, t_gen: float) -> dict[str, float]:
         """A partial-rollout iteration in which no group finished: nothing to train on; the schedule moves on."""
-        with warnings.catch_warnings():  # torch warns when the scheduler steps before any optimizer step
-            warnings.simplefilter("ignore", UserWarning)
-            self.scheduler.step()
+        self._step_scheduler()
         partial = self.rollouts.partial
         metrics = {"groups": 0, "lr": self.scheduler.get_last_lr()[0], "secs_per_step": time.perf_counter() - t0,
                    "secs_generate": t_gen - t0, **(partial.stats() if partial else {})}
         self._log(step, metrics, [])
         return metrics
+
+    def _step_scheduler(self) -> None:
+        with warnings.catch_warnings():  # torch warns when the scheduler steps before any optimizer step
+            warnings.simplefilter("ignore", UserWarning)
+            self.scheduler.step()
 
     def _log(self, step: int, metrics: dict[str, float], records: list) -> None:
         """The step's metrics and groups (every process's) into the run store and the loggers."""
@@ -260,18 +292,57 @@ class Trainer:
             self.store.log_metrics(step, metrics)
             self.loggers.log(step, metrics)
 
-    def _stop_without_reward(self, step: int, invalid_rate: float, scores: list[GroupScores]) -> None:
-        """After `algorithm.max_steps_without_reward` steps in a row in which no sample got a reward (a grader
-        failing on every sample, a reward server down), save a checkpoint and stop with an error: a run that
-        trains on nothing must not end as "finished". `invalid_rate` is the mean over processes, so every
-        process decides alike."""
-        limit = self.cfg.algorithm.max_steps_without_reward
-        self._steps_without_reward = self._steps_without_reward + 1 if invalid_rate >= 1.0 else 0
-        count = self._steps_without_reward
-        if not limit or count < limit:
-            return
-        self.save(step)
-        raise KitaeError(no_reward_message(count, step, last_problems(self.components, scores), self.run_dir))
+    def _record_skipped_steps(self, step: int, trained: dict[str, float]) -> None:
+        """An optimizer step skipped for a gradient norm that was not finite (kitae.trainer.update) is an event
+        of the run: it says the step's batch did not train."""
+        skipped = int(trained.get("skipped_steps", 0))
+        if skipped and self.store is not None:
+            self.store.log_event(step, "step_skipped", f"{skipped} of {self.cfg.algorithm.mu} optimizer step(s) "
+                                 f"skipped: the gradient norm was not finite ({trained['grad_norm']}); the weights "
+                                 "were left as they were", {"skipped_steps": skipped,
+                                                            "total": self.update.skipped_steps})
+
+    def _watch_rewards(self, step: int, metrics: dict[str, float], got: Collected) -> None:
+        """Stop (a checkpoint saved, an error raised) after `algorithm.max_steps_without_reward` steps in a row in
+        which no sample got a reward (a grader failing on every sample, a reward server down), or in which one
+        component gave no sample a finite score (a reward function that fails on every sample: the run trained
+        on the others alone); `algorithm.component_without_reward: warn` only warns for the latter. A run that
+        trains on nothing, or not on what was asked, must not end as "finished". Warns at the first step a
+        component has no finite score, and at the run's first step when a reward function gives every sample
+        the same score. The rates are means over processes, so every process decides alike."""
+        a = self.cfg.algorithm
+        limit = a.max_steps_without_reward or 0
+        dry = {c.name: metrics[f"grader/{c.name}/abstain_rate"] >= 1.0 for c in self.components}
+        first_dry = self._drought.update(metrics["invalid_rate"] >= 1.0, dry)
+        if limit and self._drought.no_reward >= limit:
+            self.save(step)
+            raise KitaeError(no_reward_message(self._drought.no_reward, step,
+                                               last_problems(self.components, got.scores), self.run_dir))
+        name, steps = self._drought.longest()
+        if limit and steps >= limit and a.component_without_reward == "stop":
+            self.save(step)
+            raise KitaeError(component_message(name, steps, step, component_errors(name, got.scores), self.run_dir))
+        if self.acc.is_main_process:
+            for name in first_dry:
+                warnings.warn(component_warning(name, step, component_errors(name, got.scores), limit,
+                                                a.component_without_reward), stacklevel=2)
+        if step == self.start_step + 1:
+            self._warn_same_scores(step, got)
+
+    def _warn_same_scores(self, step: int, got: Collected) -> None:
+        """A reward function that gave every sample of the step (all processes) one score reads its input wrong,
+        often: for chat prompts TRL's completions are message lists, not strings."""
+        values: dict[str, set[float]] = {}
+        scored: dict[str, int] = {}
+        for per_process in gather(self.acc, [function_scores(self.components, got.scores)]):
+            for name, (distinct, n) in per_process.items():
+                values.setdefault(name, set()).update(distinct)
+                scored[name] = scored.get(name, 0) + n
+        row = got.rows[0]
+        conversational = isinstance(row.get("prompt", row.get("messages")), list)
+        for name, seen in values.items():
+            if len(seen) == 1 and scored[name] > 1 and self.acc.is_main_process:
+                warnings.warn(same_score_warning(name, next(iter(seen)), step, conversational), stacklevel=2)
 
     # ---- evaluation, checkpoints, summary -------------------------------------------------------
     def evaluate(self, step: int) -> dict[str, float] | None:
@@ -287,7 +358,8 @@ class Trainer:
             progress = self.on_eval_start(step, len(self.eval_rows)) if self.on_eval_start else None
             t0 = time.perf_counter()
             metrics, samples = evaluate(self.rollouts.eval_engine(self.policy, self.tokenizer), self.eval_rows,
-                                        self.eval_grader, e.k, sp, e.pass_threshold, progress=progress)
+                                        self.eval_grader, e.k, sp, e.pass_threshold, progress=progress,
+                                        think=e.think)
             self.store.log_eval(step, metrics, samples)
             self.loggers.log_eval(step, metrics)
             if self.on_eval:

@@ -3,6 +3,8 @@
 Loading a model takes seconds to minutes; a typo in a grader spec or a row too long for the model must not wait
 for it. :func:`preflight` checks, in this order, and raises ConfigError or DataError at the first problem:
 
+0. the config's numbers (:func:`kitae.config.check_numbers`): bounds, and no NaN or infinity, for a config
+   changed in Python after it was read (one read from YAML was checked as it was read);
 1. the model path: a local folder, or a Hub id found in the Hub cache or downloaded (kitae.hub);
 2. every reward component: grader specs built, ``module:function`` reward functions imported (the current folder
    and the config file's folder are on the import path, see :func:`add_import_paths`); the eval grader;
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kitae.config import check_numbers
 from kitae.errors import ConfigError, DataError
 from kitae.registry import load_target, unknown_name_message
 from kitae.scoring.rewards import RewardComponent
@@ -60,12 +63,13 @@ def preflight(cfg: TrainConfig, config_dir: str | Path | None = None) -> Checked
     from kitae.graders import build_grader
     from kitae.models import is_vision_model, load_processor, load_tokenizer, resolve_model_path
 
+    check_numbers(cfg)
     model_path = resolve_model_path(cfg.model.path, "model.path", revision=cfg.model.revision)
     add_import_paths(config_dir)
     components = build_components(cfg.rewards)
     built = [c.grader for c in components]
     try:
-        eval_grader = build_grader(cfg.eval.grader, "eval.grader")
+        eval_grader = build_grader(cfg.eval_grader_spec(), "eval.grader")
         built.append(eval_grader)
         pass_name = pass_component(cfg, [c.name for c in components])
         rowmap = cfg.data.rowmap()
@@ -76,7 +80,7 @@ def preflight(cfg: TrainConfig, config_dir: str | Path | None = None) -> Checked
         check_images(cfg, processor, [(train_file, train_rows), (eval_file, eval_rows)])
         context = model_context(model_path)
         if context is not None:
-            encode = prompt_encoder(cfg.sampling.engine, tokenizer, processor)
+            encode = prompt_encoder(cfg.sampling.engine, tokenizer, processor, cfg.model.chat_template_kwargs)
             check_lengths(train_rows, train_file, encode, context, cfg.sampling.max_new_tokens,
                           "sampling.max_new_tokens")
             eval_key = "eval.max_new_tokens" if cfg.eval.max_new_tokens else "sampling.max_new_tokens"
@@ -168,17 +172,19 @@ def model_context(model_path: str) -> int | None:
     return None
 
 
-def prompt_encoder(engine: str, tokenizer: Any, processor: Any = None):
+def prompt_encoder(engine: str, tokenizer: Any, processor: Any = None, chat_template_kwargs: dict | None = None):
     """The prompt token ids of a row's messages, exactly as the rollout engine makes them (image tokens
-    included, for a vision-language model)."""
+    included, for a vision-language model; ``model.chat_template_kwargs`` applied)."""
     from kitae.rollout.base import ENGINES
 
     if processor is not None:
         from kitae.rollout.vision import VisionEngine
 
-        return VisionEngine(None, tokenizer, processor).encode_prompt
-
-    return ENGINES.get(engine, "sampling.engine")(None, tokenizer).encode_prompt
+        built = VisionEngine(None, tokenizer, processor)
+    else:
+        built = ENGINES.get(engine, "sampling.engine")(None, tokenizer)
+    built.set_chat(chat_template_kwargs)
+    return built.encode_prompt
 
 
 def check_lengths(rows: list[dict], file: str, encode, context: int, max_new_tokens: int, key: str) -> None:
@@ -216,6 +222,6 @@ def build_components(cfgs: list[RewardConfig]) -> list[RewardComponent]:
             grader = build_grader(c.grader, f"{path}.grader")
         else:
             grader = grader_from_callable(load_target(c.function, f"{path}.function"), c.name)
-        out.append(RewardComponent(c.name, c.weight, grader))
+        out.append(RewardComponent(c.name, c.weight, grader, c.think or c.default_think()))
     return out
 

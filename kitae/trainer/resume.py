@@ -30,6 +30,7 @@ import yaml
 
 from kitae.errors import ConfigError, KitaeError
 from kitae.store import DB_NAME, RunStore
+from kitae.store.failures import write_failure
 from kitae.trainer.checkpoint import Checkpoint, find_checkpoint, remove_stale_tmp
 from kitae.config import read_yaml
 from kitae.trainer.config import PRESETS_IN_CONFIG, load_train_config, settings_as_they_ran
@@ -43,6 +44,7 @@ FROZEN = {
     "model.path": "the checkpoint holds this model's weights",
     "model.revision": "the checkpoint holds this revision's weights",
     "model.dtype": "the checkpoint's weights and optimizer state are in this dtype",
+    "model.master_weights": "the checkpoint's optimizer state is kept in these weights' dtype",
     "model.lora": "the checkpoint holds this adapter",
     "data.train": "the prompt sampler's state indexes these rows",
     "data.sampler.name": "the checkpoint holds this sampler's state",
@@ -177,32 +179,49 @@ def _show(value: Any) -> str:
     return f"'{value}'" if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def write_settings_as_they_ran(run_dir: Path) -> None:
+def write_settings_as_they_ran(run_dir: Path, store: RunStore | None = None) -> None:
     """A run started before loss presets were resolved in the config (its store has no PRESETS_IN_CONFIG mark):
     rewrite its saved config (run.db and config.yaml) to the loss settings it trained with
     (:func:`kitae.trainer.config.settings_as_they_ran`), record that as a config change, and mark it, so resuming
     it goes on as it trained. Nothing happens to a marked run, or to one this process cannot write (resuming that
-    is refused with its own message)."""
+    is refused with its own message). ``store``: the run's store, already open to write (the trainer's); else
+    it is opened here, which refuses a run another process is writing (kitae.store.lock)."""
+    if store is not None:
+        _write_settings_as_they_ran(store)
+        return
     if not (run_dir / DB_NAME).is_file() or not os.access(run_dir, os.W_OK):
         return
-    with RunStore.open(run_dir) as store:
-        if store.meta_value(PRESETS_IN_CONFIG[0]) is not None:
-            return
-        config = store.config
-        changes = settings_as_they_ran(config)
-        if changes:
-            step = store.last_logged_step() or 0
-            message = ("the saved config now says the loss settings the run trained with (the kitae that started "
-                       "it applied the preset over them): " + "; ".join(f"{k}: {_show(a)} -> {_show(b)}"
-                                                                          for k, a, b in changes))
-            store.change_config(step, config, message, [{"field": k, "old": a, "new": b} for k, a, b in changes])
-            log.warning("%s: %s", run_dir, message)
-            yaml_path = run_dir / "config.yaml"
-            if yaml_path.is_file():  # its own edits kept: only the same fields are rewritten
-                edited = read_yaml(yaml_path)
-                if settings_as_they_ran(edited):
-                    yaml_path.write_text(yaml.safe_dump(edited, sort_keys=False, allow_unicode=True))
-        store.set_meta(*PRESETS_IN_CONFIG)
+    with RunStore.open(run_dir) as opened:
+        _write_settings_as_they_ran(opened)
+
+
+def _write_settings_as_they_ran(store: RunStore) -> None:
+    run_dir = store.run_dir
+    if store.meta_value(PRESETS_IN_CONFIG[0]) is not None:
+        return
+    config = store.config
+    changes = settings_as_they_ran(config)
+    if changes:
+        step = store.last_logged_step() or 0
+        message = ("the saved config now says the loss settings the run trained with (the kitae that started "
+                   "it applied the preset over them): " + "; ".join(f"{k}: {_show(a)} -> {_show(b)}"
+                                                                      for k, a, b in changes))
+        store.change_config(step, config, message, [{"field": k, "old": a, "new": b} for k, a, b in changes])
+        log.warning("%s: %s", run_dir, message)
+        yaml_path = run_dir / "config.yaml"
+        if yaml_path.is_file():  # its own edits kept: only the same fields are rewritten
+            edited = read_yaml(yaml_path)
+            if settings_as_they_ran(edited):
+                write_config_yaml(yaml_path, edited, run_dir)
+    store.set_meta(*PRESETS_IN_CONFIG)
+
+
+def write_config_yaml(path: Path, config: dict, run_dir: Path) -> None:
+    """The run's config.yaml; a failed write (a full disk) is a KitaeError naming the file and the fix."""
+    try:
+        path.write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
+    except OSError as exc:
+        raise write_failure(exc, path, run_dir) from exc
 
 
 # ---- recording it (main process, after the model loaded) ----------------------------------------------
@@ -219,7 +238,7 @@ def record_resume(store: RunStore, plan: ResumePlan, cfg: Any) -> None:
     if plan.changes:
         store.change_config(plan.step, cfg.to_dict(), "; ".join(map(str, plan.changes)),
                             [c.to_dict() for c in plan.changes])
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True))
+        write_config_yaml(run_dir / "config.yaml", cfg.to_dict(), run_dir)
         log.warning("config changed on resume from step %d: %s", plan.step, "; ".join(map(str, plan.changes)))
 
 

@@ -1,4 +1,5 @@
-"""A run's parts, built from its config: the policy (LoRA or full), the reference model, the optimizer and its
+"""A run's parts, built from its config: the accelerator and its precision, the policy (LoRA or full), the
+reference model, the optimizer and its
 learning-rate schedule, the rollout engine, the prompt sampler, the partial-rollout buffer, the repeat
 penalty's reward component, the KL coefficient's controller, and the run store.
 
@@ -9,11 +10,12 @@ calls them in order (the order matters for the random state: a new LoRA adapter 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import yaml
 
 from kitae.algorithms.kl import KL_CONTROLLERS
 from kitae.errors import ConfigError
@@ -23,21 +25,104 @@ from kitae.rollout.base import ENGINES
 from kitae.rollout.partial import PartialRollouts
 from kitae.scoring.rewards import RewardComponent
 from kitae.store import RunStore
+from kitae.store.lock import RunLock
 from kitae.trainer.config import PRESETS_IN_CONFIG, KLConfig, ModelConfig, OptimConfig, TrainConfig
-from kitae.trainer.resume import ResumePlan, record_resume, write_settings_as_they_ran
+from kitae.trainer.resume import ResumePlan, record_resume, write_config_yaml, write_settings_as_they_ran
 from kitae.trainer.samplers import SAMPLERS
 
 # The reference model of a LoRA run: the base model under the adapter, with the adapter switched off.
 BASE_UNDER_ADAPTER = "adapter-disabled"
 
 
+# ---- precision and attention ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Precision:
+    """How a run holds and computes its weights: ``weights`` is the dtype the policy (and the reference model)
+    are loaded in, and so the dtype of the optimizer's state; ``mixed`` is accelerate's ``mixed_precision``
+    ("no", "bf16", "fp16"): the forward and backward run under autocast to that dtype."""
+
+    weights: str
+    mixed: str
+
+
+_MIXED = {"bfloat16": "bf16", "float16": "fp16"}
+
+
+def precision(cfg: ModelConfig, cuda: bool) -> Precision:
+    """``model.dtype`` and ``model.master_weights`` on this device.
+
+    ``master_weights: float32`` (``auto`` on CUDA): float32 weights and AdamW state, forward and backward under
+    autocast to ``model.dtype`` (accelerate's ``mixed_precision``; fp16 with its loss scaler). ``dtype`` (``auto``
+    on CPU, where bf16 autocast only adds casts to matmuls that are slow in bf16 anyway): the weights themselves
+    in ``model.dtype``, no autocast (half the memory; AdamW's updates are rounded to that dtype).
+
+    >>> precision(ModelConfig(dtype="bfloat16"), cuda=True)
+    Precision(weights='float32', mixed='bf16')
+    >>> precision(ModelConfig(dtype="bfloat16"), cuda=False)
+    Precision(weights='bfloat16', mixed='no')
+    """
+    master = cfg.master_weights if cfg.master_weights != "auto" else ("float32" if cuda else "dtype")
+    if cfg.dtype == "float32" or master == "dtype":
+        return Precision(cfg.dtype, "no")
+    return Precision("float32", _MIXED[cfg.dtype])
+
+
+def attention(cfg: ModelConfig, cuda: bool) -> str | None:
+    """The ``attn_implementation`` the model is loaded with: ``model.attn_implementation`` as given, or for
+    ``auto`` flash attention 2 on CUDA in bf16/fp16 when the ``flash_attn`` package is installed, else None
+    (transformers' default: sdpa where the model supports it, else eager). Flash attention asked for where it
+    cannot run is a ConfigError naming why."""
+    name = cfg.attn_implementation
+    usable = cuda and cfg.dtype != "float32" and importlib.util.find_spec("flash_attn") is not None
+    if name == "auto":
+        return "flash_attention_2" if usable else None
+    if name == "flash_attention_2" and not usable:
+        why = ("needs a CUDA device" if not cuda else "needs model.dtype bfloat16 or float16" if cfg.dtype == "float32"
+               else "needs the flash_attn package (pip install flash-attn)")
+        raise ConfigError("model.attn_implementation", f"flash_attention_2 {why}; use sdpa or auto")
+    return name
+
+
+def make_accelerator(cfg: TrainConfig):
+    """The run's accelerator: on CUDA when there is a device, with the mixed precision of :func:`precision`
+    (this argument wins over an ``accelerate launch`` config's ``mixed_precision``: ``model.dtype`` is the one
+    source of truth)."""
+    from accelerate import Accelerator
+
+    cuda = torch.cuda.is_available()
+    return Accelerator(cpu=not cuda, mixed_precision=precision(cfg.model, cuda).mixed)
+
+
+# The reasons kitae's loop cannot run under a launcher's weight or optimizer sharding yet (docs/scale.md).
+_SHARDED = {
+    "FSDP": "FSDP shards the weights, so every forward pass needs every process; kitae samples and evaluates in "
+            "one process at a time, and saves the model and optimizer from the main process alone",
+    "DEEPSPEED": "DeepSpeed steps its optimizer inside each backward (once per micro-batch under kitae's update, "
+                 "not once per pass), clips the gradient itself (the non-finite-norm guard cannot skip a step), "
+                 "and its ZeRO optimizer's state is split over the processes (a checkpoint would hold one part)",
+}
+
+
+def check_distributed(acc) -> None:
+    """Refuse an ``accelerate launch`` setup the GRPO loop would hang in or train wrongly under: FSDP and
+    DeepSpeed (:data:`_SHARDED` says why). Data parallel (DDP, one full copy per process) is what kitae runs."""
+    kind = getattr(acc.distributed_type, "name", str(acc.distributed_type))
+    if kind in _SHARDED:
+        raise ConfigError("accelerate launch --config_file", f"distributed_type {kind} is not supported by kitae's "
+                          f"trainer yet: {_SHARDED[kind]}. Launch with data parallel (distributed_type MULTI_GPU) "
+                          "and shrink the memory with model.lora, model.gradient_checkpointing or a smaller "
+                          "optim.micro_batch_size")
+
+
 # ---- models -----------------------------------------------------------------------------------------------
-def load_policy(cfg: ModelConfig, path: str, checkpoint_model: Path | None = None):
+def load_policy(cfg: ModelConfig, path: str, checkpoint_model: Path | None = None, cuda: bool = False):
     """The model to train: the one at `path` (``model.path`` as pre-flight resolved it: a local folder) or a
     checkpoint's model/, with a LoRA adapter when ``model.lora`` is set (a checkpoint's adapter, else a new one
-    on the language model's ``target_modules``)."""
+    on the language model's ``target_modules``). Its weights are in :func:`precision`'s dtype for the device
+    (``cuda``: the accelerator's device is a GPU), its attention :func:`attention`'s."""
     lora = cfg.lora
-    model = load_causal_lm(checkpoint_model if checkpoint_model is not None and lora is None else path, cfg.dtype)
+    folder = checkpoint_model if checkpoint_model is not None and lora is None else path
+    model = load_causal_lm(folder, precision(cfg, cuda).weights, attn_implementation=attention(cfg, cuda))
     if lora is not None:
         import peft
 
@@ -46,7 +131,8 @@ def load_policy(cfg: ModelConfig, path: str, checkpoint_model: Path | None = Non
         else:
             lc = peft.LoraConfig(
                 r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                target_modules=language_targets(model, lora.target_modules), task_type="CAUSAL_LM",
+                target_modules=language_targets(model, lora_targets(model, lora.target_modules)),
+                task_type="CAUSAL_LM",
             )
             model = peft.get_peft_model(model, lc)
     if cfg.gradient_checkpointing:
@@ -55,15 +141,42 @@ def load_policy(cfg: ModelConfig, path: str, checkpoint_model: Path | None = Non
     return model
 
 
+# Families that fuse attention projections into one layer: the names it replaces -> its name.
+FUSED_ATTENTION = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj"}  # Phi-3
+
+
+def lora_targets(model, names: list[str]) -> list[str]:
+    """``model.lora.target_modules`` as this model has them: a name the model lacks becomes its family's fused
+    layer (Phi-3's ``qkv_proj`` for q_proj, k_proj, v_proj); ``all-linear`` and patterns stay as given; a name
+    neither the model nor that layer has is a ConfigError listing the model's linear layers (peft would leave it
+    out silently while another name matches)."""
+    linear = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    out = []
+    for name in names:
+        if name == "all-linear" or not name.isidentifier():  # peft's keyword, a pattern: as given
+            out.append(name)
+            continue
+        name = name if name in linear else FUSED_ATTENTION.get(name, name)
+        if name not in linear:
+            raise ConfigError("model.lora.target_modules", f"{name!r} is not a linear layer of this model; its "
+                              f"linear layers are {', '.join(sorted(linear))}")
+        out.append(name)
+    return list(dict.fromkeys(out))
+
+
 def load_reference(cfg: TrainConfig, path: str, device):
     """The KL's reference policy: None when the KL weight is 0 (no reference model), :data:`BASE_UNDER_ADAPTER`
-    for LoRA runs, else the starting model, frozen, in eval mode."""
+    for LoRA runs, else the starting model, frozen, in eval mode, on `device`, held as the policy is (the same
+    weight dtype and attention; its forward runs under the policy's autocast, kitae.trainer.update), so at step 0
+    its log-probs are the policy's."""
     kl = cfg.algorithm.kl
     if kl.coef == 0 and kl.adaptive is None:
         return None
     if cfg.model.lora is not None:
         return BASE_UNDER_ADAPTER
-    ref = load_causal_lm(path, cfg.model.dtype).to(device)
+    cuda = torch.device(device).type == "cuda"
+    ref = load_causal_lm(path, precision(cfg.model, cuda).weights, device,
+                         attn_implementation=attention(cfg.model, cuda))
     ref.requires_grad_(False)
     return ref.eval()
 
@@ -107,16 +220,19 @@ def apply_optim_config(optimizer, scheduler, o: OptimConfig) -> None:
 # ---- sampling ---------------------------------------------------------------------------------------------
 def make_engine(cfg: TrainConfig, policy, tokenizer, processor, servers: dict | None):
     """The rollout engine of ``sampling.engine``; one with a ``from_config`` (the server engine) gets the sampling
-    settings and the servers pre-flight found answering. Vision-language models sample in this process."""
+    settings and the servers pre-flight found answering. Vision-language models sample in this process. Every
+    engine gets ``model.chat_template_kwargs`` and ``model.end_marker``."""
     cls = ENGINES.get(cfg.sampling.engine, "sampling.engine")
     if processor is not None:  # pre-flight allows only the in-process engine here
         from kitae.rollout.vision import VisionEngine
 
-        return VisionEngine(policy, tokenizer, processor)
-    build = getattr(cls, "from_config", None)
-    if build is None:
-        return cls(policy, tokenizer)
-    return build(policy, tokenizer, cfg.sampling, cfg.run_dir, servers)
+        engine = VisionEngine(policy, tokenizer, processor)
+    elif (build := getattr(cls, "from_config", None)) is not None:
+        engine = build(policy, tokenizer, cfg.sampling, cfg.run_dir, servers)
+    else:
+        engine = cls(policy, tokenizer)
+    engine.set_chat(cfg.model.chat_template_kwargs, cfg.model.end_marker)
+    return engine
 
 
 def make_sampler(cfg: TrainConfig, rows: list[dict]):
@@ -159,15 +275,26 @@ def make_kl_controller(kl: KLConfig):
     return KL_CONTROLLERS.get("adaptive", "algorithm.kl.adaptive")(kl.coef, kl.adaptive.target, kl.adaptive.horizon)
 
 
-def open_store(cfg: TrainConfig, plan: ResumePlan | None) -> RunStore:
-    """The run store: a new one (and the run's config.yaml), or the resumed run's, with the resume recorded."""
+def open_store(cfg: TrainConfig, plan: ResumePlan | None, lock: RunLock | None = None) -> RunStore:
+    """The run store: a new one (and the run's config.yaml), or the resumed run's, with the resume recorded.
+
+    ``lock``: the run's lock (kitae.store.lock), taken by the trainer before anything else; the store holds it
+    from here on and lets it go when it is closed (also when opening fails)."""
     if plan is not None:
-        write_settings_as_they_ran(cfg.run_dir)  # an older run's saved config: the loss settings it ran with
-        store = RunStore.open(cfg.run_dir)
-        record_resume(store, plan, cfg)  # trims the steps to redo; records what happened
-        store.mark_running()
+        store = RunStore.open(cfg.run_dir, lock=lock)
+        try:
+            write_settings_as_they_ran(cfg.run_dir, store)  # an older run's saved config: the loss settings it ran with
+            record_resume(store, plan, cfg)  # trims the steps to redo; records what happened
+            store.mark_running()
+        except BaseException:
+            store.close()
+            raise
         return store
-    store = RunStore.create(cfg.run_dir, name=cfg.name, config=cfg.to_dict(), model=cfg.model.path)
-    store.set_meta(*PRESETS_IN_CONFIG)  # its saved config holds the loss settings that ran
-    (cfg.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True))
+    store = RunStore.create(cfg.run_dir, name=cfg.name, config=cfg.to_dict(), model=cfg.model.path, lock=lock)
+    try:
+        store.set_meta(*PRESETS_IN_CONFIG)  # its saved config holds the loss settings that ran
+        write_config_yaml(cfg.run_dir / "config.yaml", cfg.to_dict(), cfg.run_dir)
+    except BaseException:
+        store.close()
+        raise
     return store

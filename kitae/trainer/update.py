@@ -12,10 +12,21 @@ optimizer steps over the batch.
 - :meth:`PolicyUpdate.optimize`: the :class:`UpdatePlan` (the Normalizer of the whole batch over all
   processes; micro-batches of the rows that can change the gradient), then ``mu`` passes, each accumulating
   gradients over the micro-batches, clipping them and stepping the optimizer.
+
+Numerical guard (as verl has it): a pass whose gradient norm is NaN or infinite does not step the optimizer; its
+gradient is dropped, the weights and the optimizer's state stay exactly as they were, and the pass is counted
+(``skipped_steps`` in the step's metrics, :attr:`PolicyUpdate.skipped_steps` over the update's life). The norm is
+that of the gradient DDP averaged, so every process skips alike. With fp16 mixed precision accelerate's loss
+scaler does the skipping (and lowers its scale); the pass is counted the same way. The loss clamps the log-ratio
+too (kitae.algorithms.losses), so one bad batch cannot turn the weights into NaN.
+
+Precision (kitae.trainer.setup.precision): with mixed precision the prepared model's forward runs under
+accelerate's autocast; the reference model's forward is put under the same autocast here.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -69,6 +80,7 @@ class PolicyUpdate:
     def __init__(self, cfg: TrainConfig, acc, model, optimizer, ref_model, pad_id: int):
         self.cfg, self.acc, self.model, self.optimizer, self.ref_model = cfg, acc, model, optimizer, ref_model
         self.pad_id = pad_id
+        self.skipped_steps = 0  # optimizer steps skipped for a gradient norm that was not finite
 
     @property
     def policy(self):
@@ -114,8 +126,9 @@ class PolicyUpdate:
             if self.ref_model == BASE_UNDER_ADAPTER:
                 with self.policy.disable_adapter():
                     logp = token_logps(self.model, mb, temp)[0]
-            else:
-                logp = token_logps(self.ref_model, mb, temp)[0]
+            else:  # under the policy's autocast (accelerate wraps only the prepared model's forward)
+                with self.acc.autocast():
+                    logp = token_logps(self.ref_model, mb, temp)[0]
             out[rows, : logp.shape[1]] = logp  # [b, w-1] of the trimmed rows
         return out
 
@@ -133,7 +146,8 @@ class PolicyUpdate:
     def optimize(self, batch: TrainBatch, loss_cfg: LossConfig) -> dict[str, float]:
         """``algorithm.mu`` optimizer steps over the batch, each accumulating gradients over the micro-batches
         of :meth:`plan`. Returns the loss, the loss's metrics (token-weighted means over the trained rows and
-        the passes), the entropy, ``grad_norm`` (mean over the passes) and the plan's stats."""
+        the passes), the entropy, ``grad_norm`` (mean over the passes; not finite when a pass's was not),
+        ``skipped_steps`` (passes whose optimizer step was skipped for it) and the plan's stats."""
         plan = self.plan(batch, loss_cfg)
         self.model.train()
         mu, tokens = self.cfg.algorithm.mu, plan.counted_tokens()
@@ -147,7 +161,9 @@ class PolicyUpdate:
                 for k, v in m.items():
                     agg[k] = agg.get(k, 0.0) + v * mb_tokens / tokens / mu
             grad_norms.append(self._step(zero_first=not plan.micro_batches))
-        return {**agg, "loss": loss_sum, "grad_norm": statistics.fmean(grad_norms), **plan.stats}
+        skipped = sum(not math.isfinite(n) for n in grad_norms)
+        return {**agg, "loss": loss_sum, "grad_norm": statistics.fmean(grad_norms), "skipped_steps": float(skipped),
+                **plan.stats}
 
     def _backward(self, mb: PackedBatch | TrainBatch, loss_cfg: LossConfig, norm: Normalizer,
                   last: bool) -> tuple[float, dict[str, float], float]:
@@ -166,13 +182,18 @@ class PolicyUpdate:
     def _step(self, zero_first: bool) -> float:
         """Clip the gradient and step the optimizer; returns the gradient's norm before clipping. With
         ``zero_first`` (every row skipped) the gradient is first set to 0 where there is none, so the optimizer
-        steps (momentum, weight decay) as it would after a backward whose gradient is all zero."""
+        steps (momentum, weight decay) as it would after a backward whose gradient is all zero. A norm that is
+        not finite skips the step (counted in :attr:`skipped_steps`): clipping by it would write NaN into the
+        gradient, and AdamW would carry it into the weights and its moments."""
         if zero_first:
             for p in self.model.parameters():
                 if p.requires_grad and p.grad is None:
                     p.grad = torch.zeros_like(p)
         norm = float(self.acc.clip_grad_norm_(self.model.parameters(), self.cfg.optim.max_grad_norm))
-        self.optimizer.step()
+        if not math.isfinite(norm):
+            self.skipped_steps += 1
+        if math.isfinite(norm) or self.acc.scaler is not None:
+            self.optimizer.step()  # fp16's loss scaler skips a non-finite step itself, and must see it to lower its scale
         self.optimizer.zero_grad(set_to_none=True)
         return norm
 

@@ -52,6 +52,37 @@ def test_grpo_single_token(ratio, adv, lo, hi, loss_ref, grad_ref, clip_ref):
     assert m["ratio_mean"] == pytest.approx(ratio, abs=1e-6)
 
 
+E20 = math.exp(20.0)  # the ratio at the log-ratio clamp (verl's [-20, 20])
+
+
+@pytest.mark.parametrize("loss_name", ["grpo", "dapo"])
+def test_a_huge_log_ratio_is_clamped_so_loss_and_gradient_stay_finite(loss_name):
+    """log-ratio 89 with A = -1: exp(89) is inf in float32, and so were the loss and its gradient. Clamped to 20,
+    the token's term is -min(-e^20, -1.2) = e^20 with no gradient (the clamp's); the other token, at ratio 1.5,
+    keeps its own: -min(-1.5, -1.2) = 1.5, d/dlogp = -A * ratio / 2 tokens = 0.75."""
+    lp = torch.tensor([[-1.0, -1.0]], requires_grad=True)
+    inp = LossInputs(logp=lp, old_logp=torch.tensor([[-90.0, -1.0 - LN(1.5)]]), advantages=torch.tensor([-1.0]),
+                     mask=torch.ones(1, 2))
+    loss, m = policy_loss(loss_name, inp, LossConfig(), Normalizer(1, 2))  # seq_mean_token_mean: token mean here
+    loss.backward()
+    assert math.isfinite(loss.item()) and torch.isfinite(lp.grad).all()
+    assert loss.item() == pytest.approx((E20 + 1.5) / 2, rel=1e-6)
+    torch.testing.assert_close(lp.grad, torch.tensor([[0.0, 0.75]]))
+    assert math.isfinite(m["ratio_mean"])
+
+
+def test_gspo_clamps_the_sequence_log_ratio():
+    """Token log-ratios [89, 89]: the sequence's is 89, clamped to 20; A = -1: -min(-e^20, -1.0004) = e^20."""
+    lp = torch.tensor([[-1.0, -1.0]], requires_grad=True)
+    inp = LossInputs(logp=lp, old_logp=torch.full((1, 2), -90.0), advantages=torch.tensor([-1.0]),
+                     mask=torch.ones(1, 2))
+    loss, m = policy_loss("gspo", inp, LossConfig(), Normalizer(1, 2))
+    loss.backward()
+    assert loss.item() == pytest.approx(E20, rel=1e-6)
+    torch.testing.assert_close(lp.grad, torch.zeros(1, 2))
+    assert math.isfinite(m["seq_ratio_mean"]) and math.isfinite(m["ratio_mean"])
+
+
 def two_sequences() -> LossInputs:
     """seq 0: 2 tokens at ratio 1, A = 1; seq 1: 1 token at ratio 1 plus a padding slot holding -inf, A = -3.
     Per-token policy term -ratio*A: [[-1, -1], [3, pad]]."""

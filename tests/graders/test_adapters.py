@@ -95,7 +95,11 @@ def test_callable_receives_trls_arguments():
     item = {"prompt": "say hi", "reference_answer": "hi", "level": 2}
     grades = grader.grade_group(item, [{"output_text": "hi", "completion_ids": [5]}, {"output_text": "hello", "completion_ids": [6, 7]}])
     assert [g.score for g in grades] == [0.2, 0.5] and grader.name == "reward_len"
-    assert calls == [(["say hi", "say hi"], ["hi", "hello"], [[5], [6, 7]], {"reference_answer": ["hi", "hi"], "level": [2, 2]})]
+    (prompts, completions, ids, columns), = calls
+    assert (prompts, completions, ids) == (["say hi", "say hi"], ["hi", "hello"], [[5], [6, 7]])
+    extras = {k: columns.pop(k) for k in ("trainer_state", "log_extra", "log_metric")}  # TRL passes them always
+    assert columns == {"reference_answer": ["hi", "hi"], "level": [2, 2]}
+    assert extras["trainer_state"] is None and callable(extras["log_extra"]) and callable(extras["log_metric"])
 
 
 def test_callable_with_conversational_messages():
@@ -116,6 +120,112 @@ def test_async_callable():
 
     assert [g.score for g in grader_from_callable(fn).grade_group({"prompt": "p"}, [{"output_text": "a"}] * 2)] == [0.5, 0.5]
 
+
+
+# Reward functions written as TRL's docs and trl.rewards write them: each reads one part of the contract.
+def _doc_format_reward(completions, **kwargs):  # conversational: each completion is a list of messages
+    return [1.0 if c[0]["content"].startswith("<think>") else 0.0 for c in completions]
+
+
+def _doc_length_reward(completion_ids, **kwargs):  # tokens, not characters
+    return [float(len(ids)) for ids in completion_ids]
+
+
+def _doc_scheduled_reward(completions, trainer_state, **kwargs):  # a reward that ramps over the run
+    return [trainer_state.global_step / trainer_state.max_steps for _ in completions]
+
+
+def _doc_column_reward(completions, ground_truth, **kwargs):  # a dataset column, one value per completion
+    return [float(c[0]["content"] == gt) for c, gt in zip(completions, ground_truth)]
+
+
+def _doc_logging_reward(completions, log_metric, log_extra, **kwargs):
+    log_metric("mean_chars", sum(len(c[0]["content"]) for c in completions) / len(completions))
+    log_extra("verdict", ["long" if len(c[0]["content"]) > 3 else "short" for c in completions])
+    log_extra("chars", [len(c[0]["content"]) for c in completions])
+    return [0.0 for _ in completions]
+
+
+def _trl_repetition():
+    from trl.rewards import get_repetition_penalty_reward
+
+    return get_repetition_penalty_reward(ngram_size=2, max_penalty=-1.0)  # reads completion_ids only
+
+
+TRAINING = [{"output_text": "<think>47<|im_end|>", "completion_ids": [5, 6, 5, 6, 5, 6], "step": 3, "max_steps": 4,
+             "epoch": 0.5},
+            {"output_text": "47<|im_end|>", "completion_ids": [5, 6, 7], "step": 3, "max_steps": 4, "epoch": 0.5}]
+ROW = {"messages": [{"role": "user", "content": "12+35?"}], "ground_truth": "47"}
+
+
+@pytest.mark.parametrize(
+    "fn, scores",
+    [
+        (_doc_format_reward, [1.0, 0.0]),
+        (_doc_length_reward, [6.0, 3.0]),  # the ids the rollout sampled (kitae passed None: 100% abstained)
+        (_doc_scheduled_reward, [0.5, 0.5]),  # global_step 2 (steps finished) of max_steps 4
+        (_doc_column_reward, [0.0, 1.0]),
+        (_trl_repetition(), [pytest.approx(-0.6), 0.0]),  # trl.rewards' own: -(1 - 2 distinct / 5 bigrams)
+    ],
+)
+def test_reward_functions_written_as_trls_docs_write_them(fn, scores):
+    grades = grader_from_callable(fn, "f").grade_group(ROW, TRAINING)
+    assert [g.error for g in grades] == [None, None]
+    assert [g.score for g in grades] == scores
+
+
+def test_trainer_state_has_trls_attributes_during_training_and_is_none_outside_it():
+    seen = []
+
+    def fn(completions, trainer_state, **kwargs):
+        seen.append(trainer_state)
+        return [0.0 for _ in completions]
+
+    grader = grader_from_callable(fn)
+    grader.grade_group(ROW, TRAINING)
+    grader.grade_group(ROW, [{"output_text": "47"}])  # graded on its own (kitae eval, curation): no trainer
+    state, outside = seen
+    assert (state.global_step, state.max_steps, state.epoch) == (2, 4, 0.5)
+    assert outside is None
+
+
+def test_log_metric_and_log_extra_reach_the_grades():
+    grades = grader_from_callable(_doc_logging_reward).grade_group(ROW, TRAINING)
+    assert [g.sub_scores for g in grades] == [{"mean_chars": 5.5, "chars": 9.0}, {"mean_chars": 5.5, "chars": 2.0}]
+    assert [g.reason for g in grades] == ["verdict: long", "verdict: short"]
+
+
+def test_every_dataset_column_is_passed_but_the_ones_trl_skips():
+    seen = {}
+
+    def fn(prompts, completions, completion_ids, trainer_state, log_extra, log_metric, **columns):
+        seen.update(columns)
+        return [0.0 for _ in completions]
+
+    row = {"prompt": "say hi", "completion": "hi", "completion_ids": [1], "answer": "hi", "level": 2, "tags": ["a"]}
+    grader_from_callable(fn).grade_group(row, [{"output_text": "x"}] * 2)
+    assert seen == {"answer": ["hi", "hi"], "level": [2, 2], "tags": [["a"], ["a"]]}
+
+
+def test_the_readmes_reward_functions():
+    """README.md's my_rewards.py, run as kitae runs it (tests/test_readme.py trains with it too)."""
+    from tests.test_readme import my_rewards
+
+    fns: dict = {}
+    exec(compile(my_rewards(), "README.md: my_rewards.py", "exec"), fns)
+    chat = {"messages": [{"role": "user", "content": "12+35?"}], "reference_answer": "47"}
+    samples = [dict(s, output_text=t) for s, t in zip(TRAINING, ["47<|im_end|>", " 48 <|im_end|>"])]
+    scores = {name: [g.score for g in grader_from_callable(fns[name], name).grade_group(chat, samples)]
+              for name in ("brevity", "correct", "shorter_later")}
+    assert scores == {"brevity": [-0.02, -0.04], "correct": [1.0, 0.0],
+                      "shorter_later": [pytest.approx(-0.045), pytest.approx(-0.0225)]}  # step 3 of 4: -3/4 * ids/100
+    plain = [g.score for g in grader_from_callable(fns["brevity"]).grade_group({"prompt": "12+35?"}, samples)]
+    assert plain == [-0.02, -0.04]  # a plain prompt string: string completions
+    outside = grader_from_callable(fns["shorter_later"]).grade_group(chat, [{"output_text": "47", "completion_ids": [1]}])
+    assert [g.score for g in outside] == [None]  # no trainer_state outside training: it abstains
+    no_ref = grader_from_callable(fns["correct"]).grade_group({"messages": chat["messages"]}, samples)
+    assert [g.score for g in no_ref] == [None, None]  # a row without the field: the call fails, counted as an error
+    assert "missing 1 required positional argument: 'reference_answer'" in no_ref[0].error
 
 @pytest.mark.parametrize(
     "returned, scores, error",

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from kitae.errors import ConfigError
 from kitae.graders import build_grader
 from kitae.graders.code import extract_program, outputs_match, parse_assert, values_match
+from tests.sandbox.venv import venv_under_tmp
 
 # a + b, four cases; the second and fourth are where the broken programs below go wrong
 SUM = {"tests": [{"input": "1 2\n", "output": "3\n"}, {"input": "5 5\n", "output": "10\n"},
@@ -191,3 +197,32 @@ def test_spec_errors(spec, message):
     with pytest.raises(ConfigError) as err:
         build_grader({"type": "code", **spec})
     assert message in str(err.value)
+
+
+# ---- a grader that cannot run abstains, it never scores ------------------------------------------------
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def python_under_tmp(tmp_path_factory):
+    return venv_under_tmp(tmp_path_factory.mktemp("venv"))
+
+
+@pytest.mark.parametrize("interpreter", ["usual", "under /tmp"])
+def test_the_readme_example_scores_as_documented(interpreter, python_under_tmp, tmp_path):
+    python = sys.executable if interpreter == "usual" else python_under_tmp
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([python, "-m", "kitae", "grade", "-g", "examples/graders/code.yaml", "-d",
+                           "examples/graders/code.jsonl", "-o", str(tmp_path / "graded.jsonl")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert "samples: 7  scored: 7  abstained: 0  errors: 0" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "mean: 0.7500" in done.stdout
+
+
+def test_a_harness_that_cannot_start_is_an_error_not_a_score(monkeypatch):
+    import kitae.sandbox.programs as programs
+
+    monkeypatch.setattr(programs.sys, "executable", "/nonexistent/python3")  # the interpreter is not there inside
+    g = grade(py(READ + "print(a + b)"))
+    assert g.score is None, g.reason
+    assert "code grader: the sandbox failed to start" in g.error and "/nonexistent/python3" in g.error

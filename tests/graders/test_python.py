@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from kitae.errors import ConfigError
 from kitae.graders import build_grader
+from tests.sandbox.venv import venv_under_tmp
 
+ROOT = Path(__file__).resolve().parents[2]
 ITEM = {"reference_answer": "47"}
 
 
@@ -147,20 +151,21 @@ def test_the_worker_outlives_the_thread_that_started_it():
     """bubblewrap's --die-with-parent follows the thread that spawned it (PR_SET_PDEATHSIG): a worker started
     from a thread that then ended (asyncio.to_thread's pool, a finished asyncio.run) was killed with it, so
     module state was lost at every step and a request from another thread could die mid-grade."""
-    source = "calls = 0\ndef grade(sample, item):\n    global calls\n    calls += 1\n    return calls\n"
+    source = "import random\nWORKER = random.random()  # drawn once, when a worker loads the source\n" \
+             "def grade(sample, item):\n    return WORKER\n"
     grader = build_grader({"type": "python", "source": source})
     try:
         first = []
         starter = threading.Thread(target=lambda: first.append(grader.grade_sample({}, {"output_text": "a"}).score))
         starter.start()
         starter.join()
-        assert first == [1.0]
+        assert len(first) == 1 and first[0] is not None
         for _ in range(50):  # give a parent-death signal time to arrive, were one on its way
             if grader.worker._proc.poll() is not None:
                 break
             time.sleep(0.01)
         assert grader.worker._proc.poll() is None, "the worker died with the thread that started it"
-        assert grader.grade_sample({}, {"output_text": "a"}).score == 2.0  # the same worker, its state kept
+        assert grader.grade_sample({}, {"output_text": "a"}).score == first[0]  # the same worker, as it loaded
     finally:
         grader.close()
 
@@ -208,3 +213,16 @@ def test_spec_errors(spec, message):
     with pytest.raises(ConfigError) as err:
         build_grader({"type": "python", **spec})
     assert message in str(err.value)
+
+
+def test_a_python_installed_under_tmp_grades(tmp_path):
+    """The sandbox's private /tmp must not cover the interpreter it runs (it did: every grade abstained)."""
+    python = venv_under_tmp(tmp_path / "venv")
+    code = ("from kitae.graders import build_grader\n"
+            "g = build_grader({'type': 'python', 'source': 'def grade(s, i):\\n    return 0.5\\n'})\n"
+            "grade = g.grade_group({}, [{'output_text': 'x'}])[0]\n"
+            "g.close()\n"
+            "print(grade.score, grade.error)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([python, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "0.5 None", done.stdout + done.stderr[-2000:]

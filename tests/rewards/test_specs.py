@@ -92,6 +92,17 @@ def test_config_fields_are_the_spec_fields():
          "grader.dtype: got 'int8'; expected one of float32, bfloat16, float16"),
         ({"type": "overlong", "max_completion_length": 0}, "grader.max_completion_length: must be >= 1, got 0"),
         ({"type": "soft_overlong", "cache_tokens": None, "cache_fraction": 2}, "grader.cache_fraction: must be <= 1.0"),
+        # a NaN scale made every score the top reward (min(clip, nan) is clip): numbers must be finite
+        ({"type": "reward_model", "model": ".", "scale": float("nan")}, "grader.scale: expected a finite number"),
+        ("{type: reward_model, model: ., scale: .nan}", "grader.scale: expected a finite number, got nan"),
+        ({"type": "reward_model", "model": ".", "scale": "1e400"}, "grader.scale: expected a finite number"),
+        ({"type": "reward_model", "model": ".", "clip": float("inf")}, "grader.clip: expected a finite number"),
+        ({"type": "reward_model", "model": ".", "gated_score": float("nan")}, "grader.gated_score: expected a finite"),
+        ({"type": "reward_model", "model": ".", "scale": -1}, "grader.scale: must be >= 0, got -1.0"),
+        ({"type": "reward_model", "model": ".", "full_chars": -1}, "grader.full_chars: must be >= 0, got -1"),
+        ({"type": "reward_model", "url": "http://127.0.0.1:9", "timeout": float("nan")},
+         "grader.timeout: expected a finite number"),
+        ({"type": "soft_overlong", "scale": float("inf")}, "grader.scale: expected a finite number"),  # any spec
     ],
 )
 def test_spec_errors_name_the_key(spec, message):

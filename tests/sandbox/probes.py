@@ -231,6 +231,27 @@ def attack():
     if not hit:
         raise PermissionError("; ".join(errors))
 ''',
+    "keyring": '''
+def attack():
+    libc.syscall.restype = ctypes.c_long
+    request_key, keyctl = {"x86_64": (249, 250), "aarch64": (218, 219)}[os.uname().machine]
+    key = libc.syscall(ctypes.c_long(request_key), b"user", CTX["key_description"].encode(), None, ctypes.c_long(0))
+    if key < 0:
+        raise c_error("request_key() in the session keyring")
+    buf = ctypes.create_string_buffer(4096)
+    n = libc.syscall(ctypes.c_long(keyctl), ctypes.c_long(11), ctypes.c_long(key), buf, ctypes.c_long(4096))
+    if n <= 0 or CTX["secret"].encode() not in buf.raw[:n]:
+        raise c_error("keyctl(KEYCTL_READ)")
+''',
+    "ptrace_parent": '''
+def attack():
+    libc.ptrace.restype = ctypes.c_long
+    target = os.getppid()
+    if libc.ptrace(ctypes.c_long(16), ctypes.c_long(target), None, None) != 0:  # PTRACE_ATTACH
+        raise c_error(f"ptrace(PTRACE_ATTACH, {target})")
+    time.sleep(0.1)
+    libc.ptrace(ctypes.c_long(17), ctypes.c_long(target), None, None)  # PTRACE_DETACH
+''',
     "ctypes_system": '''
 def attack():
     target = CTX["system_target"]

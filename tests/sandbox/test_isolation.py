@@ -222,3 +222,123 @@ def test_sandboxes_end_with_the_process_that_started_them(tmp_path):
     finally:
         for pid in marked_processes(marker):
             os.kill(pid, 9)
+
+
+# ---- the kernel surface: the keyring, and the calls the seccomp filter denies --------------------------
+def seccomp_numbers() -> dict[str, int]:
+    from kitae.sandbox.seccomp import machine, numbers
+
+    return numbers(machine())
+
+
+def host_syscall(name: str, *args) -> int:
+    """A system call in this (test) process, through libc's syscall(); -1 and errno on failure."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return libc.syscall(ctypes.c_long(seccomp_numbers()[name]), *args)
+
+
+def add_session_key(description: bytes, secret: bytes) -> int:
+    """A key in the session keyring of this thread (and of every thread that shares it), as a trainer's would be."""
+    import ctypes
+
+    key = host_syscall("add_key", b"user", description, secret, ctypes.c_size_t(len(secret)),
+                       ctypes.c_long(-3))  # KEY_SPEC_SESSION_KEYRING
+    assert key > 0, f"add_key failed: {os.strerror(ctypes.get_errno())}"
+    return key
+
+
+def test_the_session_keyring_is_out_of_reach(sandbox, tmp_path):
+    secret = "sk-key-" + uuid.uuid4().hex
+    description = f"kitae-test-{uuid.uuid4().hex[:8]}".encode()
+    key = add_session_key(description, secret.encode())
+    try:
+        done = python(sandbox, tmp_path, f"""
+            import ctypes, os
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.syscall.restype = ctypes.c_long
+            keyctl, request_key = {seccomp_numbers()["keyctl"]}, {seccomp_numbers()["request_key"]}
+            buf = ctypes.create_string_buffer(4096)
+            found = libc.syscall(ctypes.c_long(request_key), b"user", {description!r}, None, ctypes.c_long(0))
+            for key in ({key}, found):
+                n = libc.syscall(ctypes.c_long(keyctl), ctypes.c_long(11), ctypes.c_long(key), buf, ctypes.c_long(4096))
+                print(buf.raw[:n].decode() if n > 0 else os.strerror(ctypes.get_errno()))
+            """)
+    finally:
+        host_syscall("keyctl", ctypes_long(21), ctypes_long(key))  # KEYCTL_INVALIDATE
+    assert secret not in done.stdout.decode(), done.stdout
+    assert done.stdout.decode().splitlines() == ["Operation not permitted"] * 2, done.stdout + done.stderr
+
+
+def test_a_sandbox_gets_a_session_keyring_of_its_own():
+    """Started from the spawner thread, which joins a new, empty session keyring before each start."""
+    from kitae.sandbox.isolation import _spawn
+
+    code = (f"import ctypes\nlibc = ctypes.CDLL(None)\nlibc.syscall.restype = ctypes.c_long\n"
+            f"print(libc.syscall(ctypes.c_long({seccomp_numbers()['keyctl']}), 0, ctypes.c_long(-3), 0))")
+    proc = _spawn([sys.executable, "-I", "-S", "-c", code], {"stdout": subprocess.PIPE})
+    out, _ = proc.communicate(timeout=30)
+    ours = host_syscall("keyctl", ctypes_long(0), ctypes_long(-3), ctypes_long(0))  # KEYCTL_GET_KEYRING_ID of @s
+    assert ours > 0 and int(out) > 0 and int(out) != ours
+
+
+def ctypes_long(value: int):
+    import ctypes
+
+    return ctypes.c_long(value)
+
+
+# Each call with arguments that, unfiltered, succeed or fail with another errno than EPERM (EFAULT for a null
+# path, EINVAL for a zero size), so only the filter answers EPERM. (name, arguments as C longs)
+DENIED_CALLS = [
+    ("keyctl", (0, -3, 0)),                   # KEYCTL_GET_KEYRING_ID of the session keyring: succeeds unfiltered
+    ("add_key", (0, 0, 0, 0, -3)),            # null type: EFAULT
+    ("request_key", (0, 0, 0, 0)),            # EFAULT
+    ("ptrace", (0, 0, 0, 0)),                 # PTRACE_TRACEME: succeeds
+    ("process_vm_readv", (0, 0, 0, 0, 0, 0)),  # pid 0: ESRCH
+    ("io_uring_setup", (1, 0)),               # null params: EFAULT
+    ("mount", (0, 0, 0, 0, 0)),               # null target: EFAULT
+    ("umount2", (0, 0)),                      # EFAULT
+    ("unshare", (0x10000000,)),               # CLONE_NEWUSER: succeeds
+    ("setns", (-1, 0)),                       # EBADF
+    ("bpf", (0, 0, 0)),                       # null attr: EFAULT (or EPERM where unprivileged bpf is off)
+    ("perf_event_open", (0, 0, -1, -1, 0)),   # EFAULT
+    ("userfaultfd", (-1,)),                   # bad flags: EINVAL
+    ("pidfd_getfd", (-1, 0, 0)),              # EBADF
+    ("open_by_handle_at", (-1, 0, 0)),        # EFAULT / EBADF
+    ("chroot", (0,)),                         # EFAULT
+]
+
+
+def test_denied_system_calls_fail_with_eperm_inside(sandbox, tmp_path):
+    numbers = seccomp_numbers()
+    calls = [(name, numbers[name], args) for name, args in DENIED_CALLS]
+    done = python(sandbox, tmp_path, f"""
+        import ctypes, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        for name, nr, args in {calls!r}:
+            ctypes.set_errno(0)
+            r = libc.syscall(ctypes.c_long(nr), *map(ctypes.c_long, args))
+            print(name, "ok" if r >= 0 else os.strerror(ctypes.get_errno()))
+        """)
+    got = dict(line.split(" ", 1) for line in done.stdout.decode().splitlines())
+    assert got == {name: "Operation not permitted" for name, _ in DENIED_CALLS}, done.stderr
+
+
+def test_a_test_program_cannot_ptrace_its_harness():
+    from kitae.graders import build_grader
+
+    program = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+               "libc.ptrace.restype = ctypes.c_long\n"
+               "r = libc.ptrace(ctypes.c_long(16), ctypes.c_long(os.getppid()), None, None)  # PTRACE_ATTACH\n"
+               "print('attached' if r == 0 else 'refused')\n")
+    grader = build_grader({"type": "code"})
+    try:
+        grade = grader.grade_group({"tests": [{"input": "", "output": "refused"}]},
+                                   [{"output_text": f"```python\n{program}```"}])[0]
+    finally:
+        grader.close()
+    assert grade.score == 1.0, grade.reason

@@ -1,6 +1,7 @@
 """The probe suite: every attack in tests/sandbox/probes.py, run through a grader the way a training run would.
 
-For each probe a host process (tests/sandbox/victim.py, holding a secret in its environment) builds the grader
+For each probe a host process (tests/sandbox/victim.py, holding a secret in its environment and its session
+keyring) builds the grader
 and grades one sample; then the test checks that the attack was contained:
 
 - the grade is an error or 0 with a reason (not 1.0, the score an attack that worked gives itself);
@@ -55,7 +56,7 @@ class Host:
         self.ctx = {"marker": self.marker, "secret": self.secret, "tcp_port": self.tcp.getsockname()[1],
                     "udp_port": self.udp.getsockname()[1], "dns_port": self.dns.getsockname()[1],
                     "secret_file": str(tmp / "secret.txt"), "write_targets": [str(p) for p in self.write_targets],
-                    "system_target": str(self.system_target)}
+                    "system_target": str(self.system_target), "key_description": f"kitae-{self.marker}"}
 
     @staticmethod
     def _udp() -> socket.socket:
@@ -145,8 +146,9 @@ def code_grader_job(name: str, ctx: dict) -> dict:
 TARGETS = {"python grader": python_grader_job, "code grader": code_grader_job}
 
 
-def run_victim(job: dict, secret: str) -> dict:
+def run_victim(job: dict, secret: str, key_description: str = "") -> dict:
     env = {**os.environ, "OPENAI_API_KEY": secret, "PYTHONPATH": str(ROOT)}
+    job = {**job, "key_description": key_description, "key_secret": secret}
     proc = subprocess.run([sys.executable, "-m", "tests.sandbox.victim"], input=json.dumps(job), env=env,
                           cwd=ROOT, capture_output=True, text=True, timeout=90)
     assert proc.returncode == 0, f"the host process did not finish normally ({proc.returncode}): {proc.stderr[-2000:]}"
@@ -156,7 +158,7 @@ def run_victim(job: dict, secret: str) -> dict:
 @pytest.mark.parametrize("target", list(TARGETS))
 @pytest.mark.parametrize("probe", list(PROBES))
 def test_probe_is_contained(host, target, probe):
-    result = run_victim(TARGETS[target](probe, host.ctx), host.secret)
+    result = run_victim(TARGETS[target](probe, host.ctx), host.secret, host.ctx["key_description"])
     assert result["signalled"] == 0, "the probe signalled the host process"
     assert host.connections() == 0, "a TCP connection reached the host"
     assert host.received == [], f"datagrams reached the host: {host.received[:3]}"

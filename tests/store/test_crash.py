@@ -90,7 +90,7 @@ def test_reader_reads_while_the_writer_writes(tmp_path):
     try:
         wait_for_step(proc, 1)
         seen = set()
-        with RunStore.open(run_dir) as reader:
+        with RunStore.open(run_dir, read_only=True) as reader:  # a reader: the writer holds the run's lock
             while len(seen) < 5:  # five different snapshots, each taken while the writer commits
                 assert proc.poll() is None
                 assert reader.status == "running"

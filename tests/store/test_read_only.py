@@ -108,7 +108,7 @@ def _finished_run(runs: Path) -> Path:
 
 def test_a_finished_run_on_read_only_storage_is_shown(tmp_path, read_only_view):
     run = _finished_run(tmp_path / "runs")
-    assert sorted(p.name for p in run.iterdir()) == ["run.db"]  # closed cleanly: no -wal or -shm beside it
+    assert sorted(p.name for p in run.iterdir()) == ["run.db", "run.lock"]  # closed cleanly: no -wal or -shm
     out = _check(read_only_view, tmp_path / "runs")
     assert out["show"]["code"] == 0, out["show"]
     summary = json.loads(out["show"]["output"])
@@ -116,7 +116,7 @@ def test_a_finished_run_on_read_only_storage_is_shown(tmp_path, read_only_view):
     assert out["list"]["code"] == 0 and out["list"]["output"].splitlines()[1].split()[:4] == [
         "demo", "finished", "tiny", "3"]
     assert out["page"]["code"] == 200 and out["page"]["body"]["steps"] == 3
-    assert sorted(p.name for p in run.iterdir()) == ["run.db"]
+    assert sorted(p.name for p in run.iterdir()) == ["run.db", "run.lock"]
 
 
 def test_a_crashed_run_on_read_only_storage_shows_its_last_steps(tmp_path, read_only_view):

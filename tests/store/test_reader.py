@@ -107,7 +107,7 @@ def test_unknown_order_or_filter_is_a_config_error(filled, kwargs, message):
 
 def test_snapshot_holds_one_view_while_the_writer_commits(store):
     store.log_metrics(1, {"reward": 0.1})
-    with type(store).open(store.run_dir) as reader:
+    with type(store).open(store.run_dir, read_only=True) as reader:
         with reader.snapshot():
             assert reader.last_step() == 1
             store.log_metrics(2, {"reward": 0.2})  # committed by the writer's own connection

@@ -38,6 +38,20 @@ REWARDS = textwrap.dedent(
     def silent(prompts, completions, completion_ids=None, **kw):  # abstains on every sample, says nothing
         return [None for _ in completions]
 
+    # written as TRL's docs write them: each reads one more part of TRL's contract
+    def by_tokens(completion_ids, **kwargs):  # token counts (kitae passed completion_ids=None: failed every sample)
+        return [-len(ids) / 10 for ids in completion_ids]
+
+    def ramp(completions, trainer_state, **kwargs):  # a schedule over the run (trainer_state was never passed)
+        return [trainer_state.global_step / trainer_state.max_steps - len(c[0]["content"]) / 10 for c in completions]
+
+    def repetition(completion_ids, **kwargs):  # trl.rewards' own, made by its factory
+        from trl.rewards import get_repetition_penalty_reward
+        return get_repetition_penalty_reward(ngram_size=2)(completion_ids=completion_ids, **kwargs)
+
+    def as_strings(completions, **kwargs):  # written for string completions: a chat completion is a 1-message list
+        return [-abs(20 - len(c)) for c in completions]
+
     def flaky(prompts, completions, completion_ids=None, **kw):
         if "1" in prompts[0][-1]["content"]:
             raise RuntimeError("grader service down")

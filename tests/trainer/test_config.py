@@ -122,3 +122,84 @@ def test_a_loss_setting_left_unset_in_code_is_filled_when_the_loss_config_is_bui
     cfg = TrainConfig(rewards=[RewardConfig(grader={"type": "answer"})], algorithm=AlgorithmConfig(loss="dapo"))
     assert cfg.algorithm.eps_high is None
     assert cfg.loss_config(0.0).eps_high == 0.28
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        # not a finite number: refused before the model loads, whatever the field
+        ("optim.lr=1e400", "optim.lr: expected a finite number, got '1e400'"),  # reads as infinity
+        ("optim.lr=1.0e+400", "optim.lr: expected a finite number, got inf"),
+        ("optim.lr=.inf", "optim.lr: expected a finite number, got inf"),
+        ("optim.lr=nan", "optim.lr: expected a finite number, got 'nan'"),
+        ("sampling.temperature=.nan", "sampling.temperature: expected a finite number, got nan"),
+        ("optim.betas=[0.9, .nan]", "optim.betas[1]: expected a finite number"),
+        ("algorithm.eps_high=.inf", "algorithm.eps_high: expected a finite number"),
+        ("algorithm.kimi_tau=.nan", "algorithm.kimi_tau: expected a finite number"),
+        ("algorithm.tis_cap=.nan", "algorithm.tis_cap: expected a finite number"),
+        ("sampling.server_timeout=.nan", "sampling.server_timeout: expected a finite number"),
+        ("data.sampler.pass_threshold=.nan", "data.sampler.pass_threshold: expected a finite number"),
+        ("eval.pass_threshold=-.inf", "eval.pass_threshold: expected a finite number"),
+        # finite, but outside what the field means
+        ("optim.lr=0", "optim.lr: must be > 0, got 0.0"),
+        ("optim.lr=-1e-5", "optim.lr: must be > 0, got -1e-05"),
+        ("optim.max_grad_norm=0", "optim.max_grad_norm: must be > 0, got 0.0"),
+        ("optim.weight_decay=-0.1", "optim.weight_decay: must be >= 0, got -0.1"),
+        ("optim.betas=[0.9, 1.0]", "optim.betas[1]: must be in [0, 1) (Adam's beta), got 1.0"),
+        ("optim.betas=[0.9]", "optim.betas: expected two numbers (Adam's beta1, beta2), got 1"),
+        ("optim.warmup_steps=-1", "optim.warmup_steps: must be >= 0, got -1"),
+        ("sampling.temperature=-0.5", "sampling.temperature: must be >= 0, got -0.5"),
+        ("sampling.top_p=0", "sampling.top_p: must be > 0, got 0.0"),
+        ("sampling.top_p=1.5", "sampling.top_p: must be <= 1, got 1.5"),
+        ("sampling.repetition_penalty=0", "sampling.repetition_penalty: must be > 0, got 0.0"),
+        ("sampling.max_new_tokens=0", "sampling.max_new_tokens: must be >= 1, got 0"),
+        ("eval.temperature=-1", "eval.temperature: must be >= 0, got -1.0"),
+        ("eval.k=0", "eval.k: must be >= 1, got 0"),
+        ("algorithm.kl.coef=-0.1", "algorithm.kl.coef: must be >= 0, got -0.1"),
+        ("algorithm.kl.adaptive={target: 0}", "algorithm.kl.adaptive.target: must be > 0, got 0.0"),
+        ("algorithm.kl.adaptive={horizon: 0}", "algorithm.kl.adaptive.horizon: must be >= 1, got 0"),
+        ("algorithm.dynamic_sampling={max_rounds: 0}", "algorithm.dynamic_sampling.max_rounds: must be >= 1, got 0"),
+        ("model.lora={dropout: 1.5}", "model.lora.dropout: must be <= 1, got 1.5"),
+        ("model.lora={r: 0}", "model.lora.r: must be >= 1, got 0"),
+        ("data.sampler.floor=-0.1", "data.sampler.floor: must be >= 0, got -0.1"),
+    ],
+)
+def test_bad_numbers_name_the_key_path(override, message):
+    with pytest.raises(ConfigError) as err:
+        load_train_config(data=MINIMAL, overrides=[override])
+    assert str(err.value).startswith(message), str(err.value)
+
+
+def test_a_nan_reward_weight_is_refused_and_a_negative_one_is_a_penalty():
+    with pytest.raises(ConfigError, match=r"^rewards\[0\]\.weight: expected a finite number"):
+        load_train_config(data={"rewards": [{"grader": {"type": "answer"}, "weight": float("nan")}]})
+    cfg = load_train_config(data={"rewards": [{"grader": {"type": "answer"}, "weight": -0.5}]},
+                            overrides=["sampling.repeat={penalty: -1.0}", "sampling.temperature=0"])
+    assert cfg.rewards[0].weight == -0.5 and cfg.sampling.repeat.penalty == -1.0  # penalties stay negative
+    assert cfg.sampling.temperature == 0.0  # 0: greedy
+
+
+CODE = {"type": "code", "time_limit": 1}
+
+
+@pytest.mark.parametrize("rewards, eval_section, expected", [
+    ([{"name": "correct", "grader": CODE}], {}, CODE),                        # rewarded by code, evaluated by code
+    ([{"name": "correct", "grader": CODE}, {"grader": {"type": "template"}}], {}, CODE),
+    ([{"grader": {"type": "template"}}], {}, {"type": "answer"}),             # no `correct` component: answers
+    ([{"name": "correct", "function": "m:f"}], {}, {"type": "answer"}),       # a function has no grader spec
+    ([{"name": "correct", "grader": CODE}], {"grader": {"type": "answer"}}, {"type": "answer"}),  # as written
+])
+def test_the_eval_grader_left_out_is_the_correct_component_s_grader(rewards, eval_section, expected):
+    cfg = load_train_config(data={"rewards": rewards, "eval": eval_section})
+    assert cfg.eval.grader == expected
+    assert load_train_config(data=cfg.to_dict()).eval.grader == expected  # the saved config says what evaluated
+    if cfg.rewards[0].grader is not None:
+        cfg.rewards[0].grader["time_limit"] = 2
+        assert cfg.eval.grader == expected  # a copy, not the reward's own spec
+
+
+def test_a_config_built_in_code_without_an_eval_grader_evaluates_with_its_correct_component():
+    from kitae.trainer.config import RewardConfig, TrainConfig
+
+    cfg = TrainConfig(rewards=[RewardConfig("correct", grader=CODE)])
+    assert cfg.eval.grader is None and cfg.eval_grader_spec() == CODE

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import io
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from tqdm import tqdm
 
-from kitae.cli.train import Console, eval_line, format_summary
+from kitae.cli.train import Console, StepClock, eval_line, format_summary, step_bar
 from tests.trainer.conftest import write_config
 
 METRICS = {"pass@1": 0.25, "compliance": 0.5, "len_mean": 3.25, "trunc_rate": 0.0, "pass@1/en": 0.25}
@@ -57,3 +60,62 @@ def test_summary_of_a_stopped_run_has_no_repeated_eval():
         "step 0 -> 400: pass@1 0.250 -> 0.271  compliance 0.500 -> 0.500  len_mean 3.2 -> 3.2  "
         "trunc_rate 0.000 -> 0.000")
     assert eval_line(100, {"pass@1": None}) == "eval step 100   pass@1 -"
+
+
+@pytest.mark.parametrize("times, window, per_step", [
+    ([], 10, None),  # no step yet: no estimate
+    ([30.0], 10, 30.0),  # one step: all there is
+    ([30.0, 2.0, 2.0], 10, 2.0),  # the first step's warm-up is left out once a second step is there
+    ([30.0, 1.0, 2.0, 3.0, 4.0], 2, 3.5),  # the last `window` steps only: early steps stop counting
+])
+def test_step_clock(times, window, per_step):
+    clock = StepClock(window)
+    for t in times:
+        clock.add(t)
+    assert clock.seconds_per_step() == per_step
+    assert clock.eta(10) == (None if per_step is None else per_step * 10)
+
+
+def test_the_step_bar_eta_counts_recent_steps_not_the_warm_up_or_evaluations():
+    """A 30 s first step (warm-up) and a 47 s evaluation, then 2 s steps: 9 steps left show an ETA of 18 s."""
+    out = io.StringIO()
+    bar = step_bar(12, 0, "t", file=out, mininterval=0)
+    console = Console(bar, show=True, main=True, write=lambda line: None)
+    for seconds in (30.0, 2.0):
+        console.on_step(0, {"secs_per_step": seconds})
+    console.on_eval(2, METRICS, 47.0)
+    console.on_step(3, {"secs_per_step": 2.0})
+    assert "<00:18," in str(bar) and "2.00s/step" in str(bar)
+    bar.close()
+
+
+@pytest.mark.slow
+def test_ctrl_c_saves_exits_130_and_says_how_to_resume(tiny_assets, tmp_path, rewards_on_path):
+    """A real SIGINT to `kitae train`: the step in progress finishes and is saved, the exit status is 130 (a
+    script sees the run did not finish) and the last line gives the command that continues the run."""
+    cfg = write_config(tiny_assets, tmp_path, **{"optim.steps": 500, "logging.save_every": 1, "data.eval": None,
+                                                 "eval.every": 0})
+    run = tmp_path / "t"
+    proc = subprocess.Popen([sys.executable, "-m", "kitae.cli.main", "train", str(cfg)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + 240
+    while not (run / "checkpoints" / "step-000001").is_dir() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()[1][-3000:]
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 130, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    step = int(last.removeprefix("interrupted at step ").split(";")[0])
+    assert last == f"interrupted at step {step}; resume with: kitae train --resume {run}"
+    assert 1 <= step < 500 and (run / "checkpoints" / f"step-{step:06d}").is_dir()
+    assert f"run t stopped after {step} steps" in out
+
+
+def test_the_step_clock_docstring_example():
+    import doctest
+
+    import kitae.cli.train
+
+    result = doctest.testmod(kitae.cli.train)
+    assert result.failed == 0 and result.attempted > 0

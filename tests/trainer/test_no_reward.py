@@ -1,13 +1,16 @@
-"""A run in which no sample gets a reward stops with an error instead of "finishing" (tiny real model).
+"""A run in which no sample gets a reward, or one component gives no sample a finite score, stops with an error
+instead of "finishing" (tiny real model).
 
 Every component failing on every sample (a grader template naming a missing field, a reward server that is
-down) used to train on nothing for every step and end with exit 0."""
+down) used to train on nothing for every step and end with exit 0; so did one component failing on every
+sample (a TRL reward function reading completion_ids, which kitae did not pass), the run trained on the others."""
 
 from __future__ import annotations
 
 import math
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -32,7 +35,7 @@ def test_no_reward_stops_the_run_with_an_error_and_the_checkpoint_resumes(tiny_a
                                                                            service_down):
     cfg = load_train_config(write_config(tiny_assets, tmp_path, **{
         "optim.steps": 4, "data.eval": None, "logging.save_every": 100, "rewards": BROKEN,
-        "algorithm.max_steps_without_reward": 2,
+        "algorithm.max_steps_without_reward": 2, "algorithm.component_without_reward": "warn",  # silent stays silent
     }))
     with pytest.raises(KitaeError) as err:
         Trainer(cfg).train()
@@ -55,7 +58,9 @@ def test_no_reward_stops_the_run_with_an_error_and_the_checkpoint_resumes(tiny_a
     service_down.setenv("TINY_REWARDS_UP", "1")  # the service is back: resume from the step-2 checkpoint
     resumed = Trainer(load_train_config(tmp_path / "t" / "config.yaml"), resume=True)
     assert resumed.start_step == 2
-    assert resumed.train()["status"] == "finished"
+    with pytest.warns(UserWarning, match="reward component 'silent' gave no sample a finite score in step 3; the run "
+                                         r"goes on without it \(algorithm.component_without_reward: warn\)"):
+        assert resumed.train()["status"] == "finished"
     store = RunStore.open(tmp_path / "t")
     rewards = store.metrics(["reward"])["reward"]
     assert [s for s, _ in rewards] == [1, 2, 3, 4]
@@ -80,3 +85,74 @@ def test_kitae_train_exits_non_zero_naming_the_components(tiny_assets, tmp_path,
     assert "down: ConnectionError: reward service down" in out.stderr and "silent: abstained" in out.stderr
     assert "Traceback" not in out.stderr
     assert RunStore.open(tmp_path / "t").summary()["status"] == "crashed"
+
+
+# ---- one component without a finite score --------------------------------------------------------------
+def test_one_component_failing_on_every_sample_stops_the_run_naming_it(tiny_assets, tmp_path, rewards_on_path,
+                                                                      service_down):
+    cfg = load_train_config(write_config(tiny_assets, tmp_path, **{
+        "optim.steps": 4, "data.eval": None, "logging.save_every": 100, "algorithm.max_steps_without_reward": 2,
+        "rewards": [{"name": "short", "function": "tiny_rewards:short"}, {"name": "down", "function": "tiny_rewards:down"}],
+    }))
+    with pytest.warns(UserWarning, match="reward component 'down' gave no sample a finite score in step 1; the run stops "
+                                         "if it goes on for 2 steps in a row"):
+        with pytest.raises(KitaeError) as err:
+            Trainer(cfg).train()  # was: "finished", trained on short alone
+    message = str(err.value)
+    assert message.startswith("reward component 'down' gave no sample a finite score in steps 1-2, so the run trained "
+                              "on the other components alone (algorithm.max_steps_without_reward: 2). Its last errors:\n"
+                              "  ConnectionError: reward service down: \ufffd\n")
+    assert f"kitae train --resume {tmp_path / 't'}" in message and "component_without_reward: warn" in message
+    store = RunStore.open(tmp_path / "t")
+    assert (store.summary()["status"], store.summary()["steps"]) == ("crashed", 2)
+    assert [v for _, v in store.metrics(["invalid_rate"])["invalid_rate"]] == [0.0, 0.0]  # short rewarded every sample
+    store.close()
+    assert (tmp_path / "t" / "checkpoints" / "step-000002" / "state.pt").exists()
+
+
+def test_warn_goes_on_and_says_so_at_the_first_step(tiny_assets, tmp_path, rewards_on_path, service_down):
+    cfg = load_train_config(write_config(tiny_assets, tmp_path, **{
+        "optim.steps": 3, "data.eval": None, "algorithm.max_steps_without_reward": 1,
+        "algorithm.component_without_reward": "warn",
+        "rewards": [{"name": "short", "function": "tiny_rewards:short"}, {"name": "down", "function": "tiny_rewards:down"}],
+    }))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert Trainer(cfg).train()["status"] == "finished"
+    told = [str(w.message) for w in caught if "reward component 'down'" in str(w.message)]
+    assert len(told) == 1 and told[0].startswith("reward component 'down' gave no sample a finite score in step 1")
+
+
+def test_reward_functions_written_as_trls_docs_write_them_train(tiny_assets, tmp_path, rewards_on_path):
+    """completion_ids and trainer_state reach the functions: each scores every sample (each failed every one)."""
+    names = ["by_tokens", "ramp", "repetition"]
+    cfg = load_train_config(write_config(tiny_assets, tmp_path, **{
+        "optim.steps": 3, "data.eval": None, "rewards": [{"name": n, "function": f"tiny_rewards:{n}"} for n in names],
+    }))
+    assert Trainer(cfg).train()["status"] == "finished"
+    store = RunStore.open(tmp_path / "t")
+    metrics = store.metrics([f"grader/{n}/abstain_rate" for n in names] + [f"reward/{n}" for n in names])
+    for n in names:
+        assert [v for _, v in metrics[f"grader/{n}/abstain_rate"]] == [0.0, 0.0, 0.0], n
+        assert all(math.isfinite(v) for _, v in metrics[f"reward/{n}"]), n
+    sample = store.groups(step=3, with_samples=True)[0].samples[0]
+    assert sample.scores["by_tokens"] == pytest.approx(-sample.completion_tokens / 10)
+    content = sample.text.split("<|im_end|>")[0]
+    assert sample.scores["ramp"] == pytest.approx(2 / 3 - len(content) / 10)  # global_step 2 of max_steps 3
+    store.close()
+
+
+def test_a_function_giving_every_sample_one_score_is_warned_about_at_the_first_step(tiny_assets, tmp_path,
+                                                                                   rewards_on_path):
+    cfg = load_train_config(write_config(tiny_assets, tmp_path, **{
+        "optim.steps": 2, "data.eval": None, "rewards": [{"name": "short", "function": "tiny_rewards:short"},
+                                                         {"name": "strings", "function": "tiny_rewards:as_strings"}],
+    }))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Trainer(cfg).train()
+    told = [str(w.message) for w in caught if "same score" in str(w.message)]
+    assert told == ["reward function 'strings' gave every sample it scored in step 1 the same score (-19): it cannot "
+                    "tell completions apart, so it adds nothing to the advantages. Check what it reads: here "
+                    'completions are lists of chat messages, [{"role": "assistant", "content": TEXT}] (TRL\'s '
+                    'conversational format): read completion[0]["content"].']

@@ -151,6 +151,38 @@ def test_data_and_sampler_errors_come_before_the_model_loads(tiny_assets, tmp_pa
         Trainer(cfg)
 
 
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda cfg: setattr(cfg.optim, "lr", float("inf")), "optim.lr: expected a finite number"),
+        (lambda cfg: setattr(cfg.sampling, "temperature", float("nan")), "sampling.temperature: expected a finite"),
+        (lambda cfg: setattr(cfg.sampling, "top_p", 0.0), "sampling.top_p: must be > 0, got 0.0"),
+        (lambda cfg: setattr(cfg.rewards[0], "weight", float("nan")), "rewards[0].weight: expected a finite number"),
+        (lambda cfg: cfg.optim.betas.__setitem__(0, float("nan")), "optim.betas[0]: expected a finite number"),
+    ],
+    ids=["lr-inf", "temperature-nan", "top_p-0", "weight-nan", "beta-nan"],
+)
+def test_bad_numbers_set_in_python_are_refused_before_the_model_loads(tiny_assets, tmp_path, corrupt_model,
+                                                                     rewards_on_path, change, message):
+    """A config read from YAML is checked as it is read; one changed in Python after, by pre-flight."""
+    cfg = load_train_config(write_config(tiny_assets, tmp_path / "runs", **{"model.path": str(corrupt_model)}))
+    change(cfg)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        Trainer(cfg)
+    assert not (tmp_path / "runs" / "t").exists()
+
+
+def test_a_nan_reward_model_scale_is_refused_before_the_model_loads(tiny_assets, tmp_path, corrupt_model):
+    """``scale: .nan`` made every reward model score the top reward (min(clip, nan) is clip)."""
+    path = tmp_path / "cfg.yaml"
+    path.write_text(write_config(tiny_assets, tmp_path / "runs", **{"model.path": str(corrupt_model)}).read_text()
+                    .replace("- function: tiny_rewards:short\n  name: short",
+                             "- grader: {type: reward_model, model: bundled, scale: .nan}\n  name: rm"))
+    assert "scale: .nan" in path.read_text()
+    with pytest.raises(ConfigError, match=re.escape("rewards[0].grader.scale: expected a finite number, got nan")):
+        Trainer(load_train_config(path))
+
+
 def _kitae(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.run([sys.executable, "-m", "kitae.cli.main", *args], capture_output=True, text=True,

@@ -151,6 +151,7 @@ def test_resume_from_scratch_needs_resume():
 # ---- broken checkpoints --------------------------------------------------------------------------------
 def _garbage_state(ckpt: Path) -> None:
     (ckpt / "state.pt").write_bytes(b"not a torch file" * 10)
+    (ckpt / "manifest.json").unlink()  # as a checkpoint from before checksums: found out by loading state.pt
 
 
 def _truncated_weights(ckpt: Path) -> None:
@@ -162,10 +163,27 @@ def _no_model(ckpt: Path) -> None:
     shutil.rmtree(ckpt / "model")
 
 
+def _flip_a_bit(file: Path, at: int) -> None:
+    data = bytearray(file.read_bytes())
+    data[at] ^= 0x01
+    file.write_bytes(bytes(data))
+
+
+def _flipped_weight(ckpt: Path) -> None:  # the file is as long as its header says: only a checksum tells
+    _flip_a_bit(ckpt / "model" / "model.safetensors", -5)
+
+
+def _flipped_state(ckpt: Path) -> None:  # in the middle, in an optimizer tensor's bytes: state.pt still loads
+    state = ckpt / "state.pt"
+    _flip_a_bit(state, state.stat().st_size // 2)
+
+
 @pytest.mark.parametrize("damage, problem", [
     (_garbage_state, "state.pt cannot be loaded"),
     (_truncated_weights, "model/model.safetensors is cut short"),
     (_no_model, "model/ is missing"),
+    (_flipped_weight, "model/model.safetensors does not match the sha256 checksum"),
+    (_flipped_state, "state.pt does not match the sha256 checksum"),
 ])
 def test_a_broken_newest_checkpoint_falls_back_to_the_newest_complete_one(run, damage, problem, caplog):
     damage(run / "checkpoints" / "step-000004")
@@ -179,6 +197,17 @@ def test_a_broken_newest_checkpoint_falls_back_to_the_newest_complete_one(run, d
     assert skipped["kind"] == "checkpoint_skipped" and problem in skipped["message"]
     assert skipped["data"]["checkpoint"].endswith("step-000004")
     assert resumed["kind"] == "resumed" and resumed["step"] == 2 and resumed["data"]["removed_steps"] == [3, 4]
+
+
+def test_a_checkpoint_saved_without_checksums_resumes_unchecked(run):
+    """Checkpoints from before checksums were recorded have no manifest.json: not checked, still resumed."""
+    for ckpt in (run / "checkpoints").iterdir():
+        (ckpt / "manifest.json").unlink()
+    _flipped_weight(run / "checkpoints" / "step-000004")  # nothing to tell it by
+    trainer = _resume(run)
+    trainer.store.close()
+    assert trainer.start_step == 4
+    assert "checkpoint_skipped" not in [e["kind"] for e in _events(run)]
 
 
 def test_resume_from_an_older_checkpoint_ends_where_the_uninterrupted_run_did(run, four_steps):
@@ -295,7 +324,8 @@ def test_adaptive_kl_in_the_loss_resumes_exactly(tiny_assets, tmp_path, rewards_
     a, b = RunStore.open(whole, read_only=True).metrics(), RunStore.open(cut, read_only=True).metrics()
     coefs = [v for _, v in a["kl_coef"]]
     assert abs(coefs[3] / coefs[0] - 1) > 0.05  # it moved away from the configured coef (else this shows nothing)
-    assert b["kl_coef"] == pytest.approx(a["kl_coef"], rel=1e-9)
+    assert [s for s, _ in b["kl_coef"]] == [s for s, _ in a["kl_coef"]]  # (step, value) rows: approx takes no tuples
+    assert [v for _, v in b["kl_coef"]] == pytest.approx(coefs, rel=1e-9)
     assert [v for _, v in b["loss"]] == pytest.approx([v for _, v in a["loss"]], rel=1e-5, abs=1e-8)
     wa, wb = _weights(whole / "checkpoints" / "step-000005"), _weights(cut / "checkpoints" / "step-000005")
     assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)

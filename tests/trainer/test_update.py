@@ -5,6 +5,7 @@ compares against the update that runs every row in one padded batch."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -115,3 +116,56 @@ def test_packed_micro_batches_give_the_one_padded_batch_gradient_with_less_paddi
     # 69 tokens; each family's shared prefix (5 and 6 tokens) once: families of 4 rows, or of 3 and 1
     assert computed - padding == {8: 69 - 3 * 5 - 3 * 6, 3: 69 - 2 * 5 - 2 * 6}[micro_batch_size]
     assert metrics["pad_frac"] == pytest.approx(padding / computed)
+
+
+def poison_gradient(trainer: Trainer, value: float):
+    """A backward hook that writes `value` into one element of the first weight's gradient (a NaN or inf as a bad
+    batch makes it); returns the hook's handle."""
+    param = next(p for p in trainer.model.parameters() if p.requires_grad)
+
+    def hook(grad: torch.Tensor) -> torch.Tensor:
+        grad = grad.clone()
+        grad.view(-1)[0] = value
+        return grad
+
+    return param.register_hook(hook)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=["nan", "inf"])
+def test_a_step_with_a_non_finite_gradient_is_skipped_and_counted(trainer, bad):
+    """The optimizer does not step: the weights and the optimizer's state are bit-identical, the gradient is
+    cleared, the step is counted; the next step with a finite gradient trains as usual."""
+    batch = full_batch(trainer)
+    trainer.update.optimize(batch, trainer.loss_config())  # a first step: AdamW has momentum to apply
+    weights = [p.detach().clone() for p in trainer.model.parameters()]
+    moments = [s["exp_avg"].clone() for s in trainer.optimizer.state.values()]
+    handle = poison_gradient(trainer, bad)
+    try:
+        metrics = trainer.update.optimize(batch, trainer.loss_config())
+    finally:
+        handle.remove()
+    for p, w in zip(trainer.model.parameters(), weights, strict=True):
+        assert torch.equal(p, w)
+    for s, m in zip(trainer.optimizer.state.values(), moments, strict=True):
+        assert torch.equal(s["exp_avg"], m)
+    assert all(p.grad is None for p in trainer.model.parameters())
+    assert metrics["skipped_steps"] == 1.0 and trainer.update.skipped_steps == 1
+    assert not math.isfinite(metrics["grad_norm"])
+    metrics = trainer.update.optimize(batch, trainer.loss_config())
+    assert metrics["skipped_steps"] == 0.0 and trainer.update.skipped_steps == 1
+    assert math.isfinite(metrics["grad_norm"]) and metrics["grad_norm"] > 0
+    assert any(not torch.equal(p, w) for p, w in zip(trainer.model.parameters(), weights))
+
+
+def test_a_skipped_step_is_logged_and_recorded_in_the_run_store(trainer):
+    handle = poison_gradient(trainer, float("nan"))
+    try:
+        metrics = trainer.train_step(1)
+    finally:
+        handle.remove()
+    assert metrics["skipped_steps"] == 1.0
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+    events = [e for e in trainer.store.events() if e["kind"] == "step_skipped"]
+    assert [e["step"] for e in events] == [1] and "not finite" in events[0]["message"]
+    assert events[0]["data"]["skipped_steps"] == 1
+    assert trainer.store.metrics(["skipped_steps"]) == {"skipped_steps": [(1, 1.0)]}

@@ -41,7 +41,7 @@ def test_summary_has_panels_for_the_run_keys(http):
     panels = {p["name"]: p for p in s["panels"]}
     assert panels["reward"]["left"] == ["reward", "reward/accuracy", "reward/judge"]
     assert (panels["kl"]["left"], panels["kl"]["right"]) == (["kl"], ["kl_coef"])
-    assert panels["eval"]["right"] == ["eval/len_mean"]
+    assert panels["eval/len_mean"]["left"] == ["eval/len_mean"] and panels["eval/len_mean"]["group"] == "eval"
     assert panels["judge_tokens"]["left"] == ["grader/judge/judge_tokens"]
     assert s["orders"] == ["worst", "step", "variance"]
 

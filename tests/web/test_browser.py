@@ -49,10 +49,11 @@ def test_a_finished_run_plots_every_panel(serve, runs_dir, page):
     page.wait_for_selector('.panel[data-panel="reward"] path.series')
     assert points(page, "reward", "reward") == 30
     assert points(page, "reward", "reward/judge") == 30
-    assert points(page, "eval", "eval/pass@1") == 4
+    assert points(page, "eval/pass@1", "eval/pass@1") == 4
     assert points(page, "kl", "kl_coef") == 30  # the coefficient on the right axis of the KL plot
     panels = page.locator(".panel").evaluate_all("els => els.map(e => e.dataset.panel)")
-    assert panels[:9] == ["reward", "eval", "kl", "entropy", "length", "graders", "judge_tokens", "clip", "speed"]
+    assert panels[:11] == ["reward", "eval/pass@1", "eval/compliance", "eval/len_mean", "kl", "entropy", "length",
+                           "graders", "judge_tokens", "clip", "speed"]
     # every panel drew a non-empty line
     empty = page.locator("path.series").evaluate_all("els => els.filter(e => !e.getAttribute('d')).length")
     assert empty == 0
@@ -79,7 +80,7 @@ def test_a_live_run_grows_while_the_page_is_open(serve, tmp_path, page):
         live.start()
         page.wait_for_function(reward_points, arg=first + 15)
         # the first eval (step 10) adds the eval panel while the page is open
-        page.wait_for_selector('.panel[data-panel="eval"] path.series[data-key="eval/pass@1"]')
+        page.wait_for_selector('.panel[data-panel="eval/pass@1"] path.series[data-key="eval/pass@1"]')
         screenshot(page, "run-live")
     finally:
         live.stop()
@@ -287,3 +288,32 @@ def test_the_run_history_shows_resumes_and_skipped_checkpoints_as_text(serve, tm
     page.goto(s.url + "#/run/plain")
     page.wait_for_selector(".run-head h1")
     assert page.locator(".events").count() == 0
+
+
+def test_the_evaluation_is_one_small_chart_per_metric(serve, tmp_path, page):
+    """Twelve eval series (pass@1 overall and for five slices, compliance, rates, lengths): each metric in its
+    own small chart under the one Evaluation heading, a metric's slices with it, no chart with another's."""
+    from kitae.store import RunStore
+
+    slices = ("easy", "medium", "hard", "en", "ja")
+    runs = tmp_path / "runs"
+    with RunStore.create(runs / "evals", name="evals", config={}, model="tiny-llama") as store:
+        for step in (0, 10, 20):
+            store.log_metrics(step or 1, {"reward": 0.5})
+            store.log_eval(step, {"pass@1": 0.3, **{f"pass@1/{s}": 0.1 * i for i, s in enumerate(slices)},
+                                  "compliance": 0.9, "trunc_rate": 0.0, "len_mean": 9.0, "len_p90": 12.0,
+                                  "score": 0.4})
+        store.finish()
+    s = serve(runs)
+    page.goto(s.url + "#/run/evals")
+    page.wait_for_selector('.panel[data-panel="eval/len_p90"] path.series', state="attached")  # flat: no height
+    group = page.locator('.panel-group[data-group="eval"]')
+    assert group.locator("h3").inner_text() == "Evaluation"
+    series = group.locator(".panel").evaluate_all(
+        "els => els.map(e => [e.dataset.panel, [...e.querySelectorAll('path.series')].map(p => p.dataset.key)])")
+    assert [name for name, _ in series] == ["eval/pass@1", "eval/score", "eval/compliance", "eval/trunc_rate",
+                                            "eval/len_mean", "eval/len_p90"]
+    assert dict(series)["eval/pass@1"] == ["eval/pass@1", *[f"eval/pass@1/{s}" for s in slices]]
+    assert all(keys == [name] for name, keys in series if name != "eval/pass@1")
+    assert points(page, "eval/len_p90", "eval/len_p90") == 3
+    screenshot(page, "run-eval-charts")

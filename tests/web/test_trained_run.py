@@ -22,7 +22,7 @@ def wait_for_step(run_dir, step: int, timeout: float = 120) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:
-            with RunStore.open(run_dir) as store:
+            with RunStore.open(run_dir, read_only=True) as store:  # a reader: the trainer holds the run's lock
                 if (store.last_step() or 0) >= step:
                     return
         except KitaeError:  # no run.db yet, or the trainer is still creating its tables

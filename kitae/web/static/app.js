@@ -215,11 +215,24 @@
       charts.forEach((c) => c.destroy());
       put(grid, summary.panels.length ? null : h("p", {class: "muted empty"},
         "No metrics yet: the plots appear with the first logged step."));
+      // A panel with a group is one small chart of several under the group's heading (the eval set's metrics).
+      const groups = {};
+      const groupOf = (p) => {
+        if (!groups[p.group]) {
+          const charts = h("div", {class: "small-panels"});
+          grid.appendChild(h("section", {class: "panel-group card", dataset: {group: p.group}},
+            h("h3", null, p.group_title), p.group_help ? h("p", {class: "muted small"}, p.group_help) : null, charts));
+          groups[p.group] = charts;
+        }
+        return groups[p.group];
+      };
       charts = summary.panels.map((p) => {
-        const card = h("section", {class: "panel card", dataset: {panel: p.name}},
-          h("h3", null, p.title), p.help ? h("p", {class: "muted small"}, p.help) : null);
-        grid.appendChild(card);
-        const c = chart(card, {height: 200});
+        const card = p.group
+          ? h("section", {class: "panel small-panel", dataset: {panel: p.name}}, h("h4", null, p.title))
+          : h("section", {class: "panel card", dataset: {panel: p.name}},
+            h("h3", null, p.title), p.help ? h("p", {class: "muted small"}, p.help) : null);
+        (p.group ? groupOf(p) : grid).appendChild(card);
+        const c = chart(card, {height: p.group ? 150 : 200});
         c.panel = p;
         return c;
       });
@@ -420,9 +433,26 @@
       h("span", {class: s.finish_reason === "length" ? "finish warn" : "finish"}, `finish ${s.finish_reason}`),
       h("span", null, `${s.completion_tokens} tokens`));
     return h("article", {class: "sample card", dataset: {index: i}}, meta,
-      h("div", {class: "sample-body"}, h("pre", {class: "text sample-text"}, s.text),
+      h("div", {class: "sample-body"}, sampleText(s.text),
         withScores ? scoresTable(s) : null),
       extra || null);
+  }
+
+  // A completion's text. A reasoning model's leading <think>...</think> block (up to the last </think>, what
+  // graders with `think: strip` skip) folds into a closed <details>, the answer after it shows as usual; the
+  // thinking of one cut off before </think> folds the same way and it has no answer. Text nodes only, as ever.
+  function sampleText(text) {
+    const t = String(text ?? ""), open = "<think>", close = "</think>";
+    const start = t.length - t.trimStart().length;
+    if (!t.startsWith(open, start)) return h("pre", {class: "text sample-text"}, t);
+    const end = t.lastIndexOf(close), closed = end >= start + open.length;
+    const thinking = t.slice(start + open.length, closed ? end : t.length);
+    const chars = [...thinking].length;  // code points, as kitae counts characters
+    return h("div", {class: "sample-text with-thinking"},
+      h("details", {class: "thinking"}, h("summary", null, `thinking (${chars} chars${closed ? "" : ", never closed"})`),
+        h("pre", {class: "text thinking-text"}, thinking)),
+      closed ? h("pre", {class: "text answer-text"}, t.slice(end + close.length).trimStart())
+        : h("p", {class: "answer-text muted"}, "no answer: cut off while thinking"));
   }
 
   function scoresTable(s) {
@@ -463,7 +493,7 @@
       h("div", {class: "history-samples"}, g.samples.map((s, i) => h("div", {class: "history-sample"},
         h("div", {class: "sample-meta"}, h("span", {class: "idx"}, `#${i}`), h("b", null, fmt(s.reward)),
           h("span", {class: s.finish_reason === "length" ? "finish warn" : "finish"}, s.finish_reason)),
-        h("pre", {class: "text sample-text"}, s.text))))));
+        sampleText(s.text))))));
     put(app, h("h1", null, "The same prompt across steps"),
       h("p", {class: "muted"}, `${res.total} times in this run, oldest first`),
       h("section", {class: "card prompt-block"}, h("h3", null, "prompt"), h("pre", {class: "text prompt"}, res.prompt),
