@@ -11,12 +11,17 @@ Wire APIs, registered in :data:`SERVER_APIS` (``sampling.server_api``):
 ``openai`` (vLLM, ``kitae serve model``; the contract is /work's SERVER_CONTRACT, vLLM's completions API)
     POST /v1/completions ``{"prompt": [ids], "n", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop",
     "include_stop_str_in_output": true, "skip_special_tokens": false, "logprobs": 0,
-    "return_tokens_as_token_ids": true, "repetition_penalty"}`` -> ``choices[i].logprobs.tokens`` ("token_id:N")
-    and ``token_logprobs``, ``finish_reason``; ``weight_version`` (kitae serve model's extension).
-``sglang`` (SGLang's native API)
-    POST /generate ``{"input_ids": [ids], "sampling_params": {...}, "return_logprob": true}`` -> one object per
-    sample with ``meta_info.output_token_logprobs`` ([logprob, token id, text] per token) and
-    ``meta_info.finish_reason.type``. Untested here: no SGLang on this machine.
+    "return_tokens_as_token_ids": true, "repetition_penalty", "return_weight_versions": true}`` ->
+    ``choices[i].logprobs.tokens`` ("token_id:N") and ``token_logprobs``, ``finish_reason``, and the weights
+    that sampled them: ``choices[i].weight_versions`` (vLLM 0.33's spans, labelled by kitae's vllm sync; kitae
+    serve model answers them too) or the reply's ``weight_version`` (kitae serve model).
+``sglang`` (SGLang 0.5's native API)
+    POST /generate ``{"input_ids": [[ids]] * n, "sampling_params": [{..., "n": 1, "sampling_seed": seed + i}],
+    "return_logprob": true}`` (a batch of one-sample requests, so each sample has its own seed) -> one object
+    per sample with ``meta_info.output_token_logprobs`` ([logprob, token id, text] per token) and
+    ``meta_info.finish_reason.type``. SGLang honours ``sampling_seed`` only when started with
+    ``--enable-deterministic-inference``. tests/contracts checks the fields against SGLang's source; no SGLang
+    server runs here.
 
 Same samples as the in-process engine: the server's tokens are read back with the in-process engine's own rules
 (:class:`kitae.rollout.hf.HFEngine`): a sample ends at the first token where a stop string is complete (on the
@@ -162,7 +167,7 @@ class Choice:
 @dataclass
 class Reply:
     choices: list[Choice]
-    weight_version: int | None  # the server's own counter, when it reports one
+    weight_version: int | str | None  # the server's own counter or vLLM's label of the oldest weights, if any
 
 
 @dataclass(frozen=True)
@@ -181,6 +186,7 @@ def _openai_body(prompt_ids: list[int], n: int, sp: SamplingParams, model: str |
         "top_p": sp.top_p, "top_k": sp.top_k or -1, "seed": sp.seed, "stop": list(sp.stop),
         "include_stop_str_in_output": True, "skip_special_tokens": False, "logprobs": 0,
         "return_tokens_as_token_ids": True, "repetition_penalty": sp.repetition_penalty,
+        "return_weight_versions": True,
     }
     return {"model": model, **body} if model else body
 
@@ -196,24 +202,44 @@ def _version(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _span_version(spans: Any) -> int | str | None:
+    """The oldest weights among a choice's ``weight_versions`` spans (vLLM 0.33's ``[{"version", "start",
+    "end"}]``, the labels kitae gave at finish_weight_update): an int for kitae's labels, the label itself for
+    any other (weights kitae did not push), None for no spans."""
+    if not spans:
+        return None
+    labels = [str(span["version"]) for span in spans]
+    if all(label.isdigit() for label in labels):
+        return min(int(label) for label in labels)
+    return next(label for label in labels if not label.isdigit())
+
+
 def _openai_parse(reply: Any, n: int) -> Reply:
     choices = sorted(reply["choices"], key=lambda c: c.get("index", 0))
-    out = []
+    out, spans = [], []
     for i, c in enumerate(choices):
         reason = _finish(c.get("finish_reason"), i, c.get("stop_reason"))
         lp = c["logprobs"]
         ids = [_token_id(t) for t in lp["tokens"]]
         out.append(Choice(ids, [float(x) for x in lp["token_logprobs"]], reason))
+        spans.extend(c.get("weight_versions") or [])
+    if spans:  # vLLM: per choice, the weights that sampled each range of tokens
+        return Reply(out, _span_version(spans))
     return Reply(out, _version(reply.get("weight_version")))
 
 
 def _sglang_body(prompt_ids: list[int], n: int, sp: SamplingParams, model: str | None) -> dict[str, Any]:
+    """A batch of ``n`` one-sample requests of the prompt, sample ``i`` seeded ``seed + i`` (as vLLM and kitae
+    serve model seed a request's samples): SGLang copies one ``sampling_seed`` to all ``n`` samples of a request,
+    which would make them one sample ``n`` times where it honours the seed."""
     params = {
-        "n": n, "max_new_tokens": sp.max_new_tokens, "temperature": sp.temperature, "top_p": sp.top_p,
+        "n": 1, "max_new_tokens": sp.max_new_tokens, "temperature": sp.temperature, "top_p": sp.top_p,
         "top_k": sp.top_k or -1, "repetition_penalty": sp.repetition_penalty, "stop": list(sp.stop),
         "no_stop_trim": True, "skip_special_tokens": False,
     }
-    return {"input_ids": list(prompt_ids), "sampling_params": params, "return_logprob": True}
+    seeds = [None if sp.seed is None else sp.seed + i for i in range(n)]
+    return {"input_ids": [list(prompt_ids)] * n, "return_logprob": True,
+            "sampling_params": [{**params, "sampling_seed": seed} if seed is not None else params for seed in seeds]}
 
 
 def _sglang_parse(reply: Any, n: int) -> Reply:

@@ -4,16 +4,23 @@
 ``disk`` (SGLang, ``kitae serve model``)
     The weights are written as a Hugging Face folder (config.json + safetensors) under ``sampling.sync_dir``
     (default RUN_DIR/sync; a folder the servers see at the same path), then every replica is asked to load it:
-    POST /update_weights_from_disk ``{"model_path": FOLDER, "load_format": null}`` -> ``{"success": true,
-    "weight_version": N}`` (SGLang's endpoint and body; kitae serve model implements the same). Only the newest
-    folder is kept. A replica that was down during a push loads the newest folder before its next request.
-``vllm`` (vLLM >= the weight-transfer API, server started with ``VLLM_SERVER_DEV_MODE=1`` and
+    POST /update_weights_from_disk ``{"model_path": FOLDER, "load_format": null}`` (SGLang's endpoint and body)
+    -> ``{"success": true, "message": ...}``; SGLang 0.5 also says ``num_paused_requests``, kitae serve model
+    adds ``weight_version`` (its load counter), which SGLang's reply does not carry. Only the newest folder is
+    kept. A replica that was down during a push loads the newest folder before its next request.
+``vllm`` (vLLM 0.33's weight-transfer API, server started with ``VLLM_SERVER_DEV_MODE=1`` and
     ``--weight-transfer-config '{"backend": "nccl"}'``)
-    Per replica, once: GET /get_world_size, then POST /init_weight_transfer_engine while this process joins the
-    NCCL group as rank 0 (``NCCLWeightTransferEngine.trainer_init``). Per push: POST /pause?mode=wait,
-    /start_weight_update, /update_weights (names, dtypes, shapes; packed) while the tensors are broadcast
-    (``trainer_send_weights``), /finish_weight_update, /resume. Needs vllm and CUDA in the trainer's process; a
-    replica that misses a push sits out until the next one. Untested here: no GPU and no vLLM on this machine.
+    Per replica, once: GET /get_world_size, then vLLM's ``NCCLTrainerWeightTransferEngine.trainer_init`` with
+    ``NCCLTrainerInitInfo(master_address, master_port, world_size + 1, rank=0, packed=True)``: it POSTs
+    /init_weight_transfer_engine (the workers' init info, packing and buffer sizes agreed there: vLLM's workers
+    unpack only when the trainer says so) while this process joins the NCCL group as rank 0. Per push: POST
+    /pause?mode=wait, then the engine's ``send_weights()`` (POST /start_weight_update, /update_weights with the
+    names, dtypes and shapes, empty after the first push, while the tensors are broadcast, /finish_weight_update
+    ``{"weight_version": "V"}``), then /resume. The weights come from a ``WeightSource`` (:func:`policy_source`)
+    and the routes are spoken by :class:`VllmClient` (kitae's timeout and access token; vLLM's own HTTP client
+    sends neither). Needs vllm 0.33 and CUDA in the trainer's process; a replica that misses a push sits out
+    until the next one. tests/contracts checks the calls, payloads and routes against vLLM 0.33's modules; the
+    NCCL broadcast itself is untested here (no GPU).
 ``none``
     Nothing is pushed: a frozen server (off-policy runs, evaluation). Versions are not tracked.
 
@@ -23,10 +30,10 @@ LoRA runs push the merged weights (W + the adapter's delta, under the base model
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import importlib.util
 import shutil
 import socket
-import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -161,91 +168,137 @@ def _post(url: str, body: Any, timeout: float, api_key_env: str | None, params: 
 
 
 # ---- vLLM (NCCL) ----------------------------------------------------------------------------------------------
+VLLM_ROUTES = {"world_size": ("GET", "/get_world_size"), "pause": ("POST", "/pause"), "resume": ("POST", "/resume"),
+               "init": ("POST", "/init_weight_transfer_engine"), "start": ("POST", "/start_weight_update"),
+               "update": ("POST", "/update_weights"), "finish": ("POST", "/finish_weight_update")}
+
+
+class VllmClient:
+    """vLLM's weight-sync control plane over ``vllm serve``'s HTTP routes (vLLM's ``VLLMWeightSyncClient``
+    protocol, plus pause/resume and the world size), with kitae's timeout and access token. ``label`` is the
+    weight version the next finish_weight_update names (vLLM's trainer engine calls it without one)."""
+
+    def __init__(self, url: str, timeout: float, api_key_env: str | None):
+        self.url, self.timeout, self.api_key_env = url, timeout, api_key_env
+        self.label: str | None = None
+
+    def _send(self, what: str, body: Any = None, params: dict | None = None) -> Any:
+        method, route = VLLM_ROUTES[what]
+        if method == "POST":
+            return _post(self.url + route, body, self.timeout, self.api_key_env, params)
+        from kitae.http.client import auth_headers
+
+        try:
+            resp = httpx.get(self.url + route, params=params, timeout=self.timeout,
+                             headers=auth_headers(self.api_key_env))
+        except httpx.HTTPError as exc:
+            raise KitaeError(f"GET {self.url}{route}: {type(exc).__name__}: {exc}") from None
+        if resp.status_code == 404:
+            raise KitaeError(f"{self.url} has no weight-transfer routes: start vllm serve (0.33 on) with "
+                             "VLLM_SERVER_DEV_MODE=1 and --weight-transfer-config '{\"backend\": \"nccl\"}'")
+        if resp.status_code >= 400:
+            raise KitaeError(f"GET {self.url}{route}: HTTP {resp.status_code}: {resp.text[:300]}")
+        return resp.json()
+
+    def world_size(self) -> int:
+        return int(self._send("world_size")["world_size"])
+
+    def pause(self) -> None:
+        self._send("pause", None, params={"mode": "wait"})  # in-flight requests finish on the old weights
+
+    def resume(self) -> None:
+        self._send("resume")
+
+    def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None:
+        self._send("init", {"init_info": init_info})
+
+    def start_weight_update(self) -> None:
+        self._send("start")
+
+    def update_weights(self, update_info: Any) -> None:
+        self._send("update", {"update_info": update_info})
+
+    def finish_weight_update(self, weight_version: str | None = None) -> None:
+        label = weight_version if weight_version is not None else self.label
+        self._send("finish", {"weight_version": label} if label is not None else None)
+
+
+def policy_source(model: Any) -> Any:
+    """``model``'s weights (merged, for LoRA) as a vLLM ``WeightSource``: names, dtypes and shapes read once
+    (they do not change during a run), the tensors on this process's CUDA device at each push. ``source.model``
+    is the model the next push reads."""
+    from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource
+
+    class PolicySource(WeightSource):
+        def __init__(self, model: Any):
+            self.model = model
+
+        @functools.cached_property
+        def metadata(self) -> list[Any]:
+            return [ParamMeta(n, t.dtype, tuple(t.shape)) for n, t in policy_tensors(self.model)]
+
+        def iter_full(self) -> Iterator[tuple[str, torch.Tensor]]:
+            device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
+            for name, t in policy_tensors(self.model):
+                yield name, (t.to(device, non_blocking=True) if device is not None else t)
+
+    return PolicySource(model)
+
+
 @WEIGHT_SYNCS.register("vllm")
 class VllmSync:
-    """vLLM's weight-transfer API: HTTP control plane, NCCL data plane (see the module docstring)."""
+    """vLLM's weight-transfer API: HTTP control plane, NCCL data plane (see the module docstring).
+    ``engine_cls``: vLLM's NCCLTrainerWeightTransferEngine unless given (the contract tests give one without
+    NCCL)."""
 
     can_reload = False
 
-    def __init__(self, sampling: Any, run_dir: Path):
-        check_vllm_sync("sampling.sync")
+    def __init__(self, sampling: Any, run_dir: Path, engine_cls: Any = None):
+        if engine_cls is None:
+            check_vllm_sync("sampling.sync")
+        self.engine_cls = engine_cls
         self.timeout = sampling.server_timeout
         self.api_key_env = sampling.api_key_env
-        self.groups: dict[str, Any] = {}  # replica URL -> NCCL group (the trainer is rank 0)
+        self.engines: dict[str, Any] = {}  # replica URL -> vLLM's trainer engine (NCCL group, the trainer rank 0)
 
     def push(self, engine: Any, model: Any, version: int) -> None:
         for replica in engine.replicas:
             try:
                 self._push_one(replica, model, version)
-            except (KitaeError, OSError, RuntimeError) as exc:
+            except (KitaeError, OSError, RuntimeError, ValueError) as exc:
                 replica.synced = None
+                self.engines.pop(replica.url, None)  # its NCCL group is unusable: the next push joins anew
                 engine.mark_down(replica, f"could not receive the weights: {exc}")
                 continue
-            engine.mark_loaded(replica, version, None)
+            engine.mark_loaded(replica, version, version)  # finish_weight_update labelled them str(version)
 
     def _push_one(self, replica: Any, model: Any, version: int) -> None:
-        from vllm.distributed.weight_transfer.nccl_engine import (
-            NCCLTrainerSendWeightsArgs,
-            NCCLWeightTransferEngine,
-        )
-
-        group = self.groups.get(replica.url) or self._init_group(replica)
-        tensors = list(policy_tensors(model))
-        info = {"names": [n for n, _ in tensors], "dtype_names": [str(t.dtype).split(".")[-1] for _, t in tensors],
-                "shapes": [list(t.shape) for _, t in tensors], "packed": True}
-        self._call(replica, "/pause", {}, params={"mode": "wait"})
+        transfer = self.engines.get(replica.url) or self._init_engine(replica, model)
+        transfer.source.model = model
+        transfer.client.label = str(version)
+        transfer.client.pause()
         try:
-            self._call(replica, "/start_weight_update", {"is_checkpoint_format": True}, optional=True)
-            with concurrent.futures.ThreadPoolExecutor(1) as pool:
-                receiving = pool.submit(self._call, replica, "/update_weights", {"update_info": info})
-                device = torch.device("cuda", torch.cuda.current_device())
-                NCCLWeightTransferEngine.trainer_send_weights(
-                    iterator=((n, t.to(device, non_blocking=True)) for n, t in tensors),
-                    trainer_args=NCCLTrainerSendWeightsArgs(group=group, packed=True))
-                receiving.result()
-            self._call(replica, "/finish_weight_update", {"weight_version": str(version)}, optional=True)
+            transfer.send_weights()  # start_weight_update, update_weights with the broadcast, finish_weight_update
         finally:
-            self._call(replica, "/resume", {})
+            transfer.client.resume()
 
-    def _init_group(self, replica: Any) -> Any:
-        from vllm.distributed.weight_transfer.nccl_engine import NCCLWeightTransferEngine
+    def _init_engine(self, replica: Any, model: Any) -> Any:
+        from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
 
-        from kitae.http.client import auth_headers
+        client = VllmClient(replica.url, self.timeout, self.api_key_env)
+        world = client.world_size() + 1  # the trainer is rank 0, the server's workers 1..
+        info = NCCLTrainerInitInfo(master_address=_local_address(replica.url), master_port=_free_port(),
+                                   world_size=world, rank=0, packed=True)  # packing is agreed here, at init
+        transfer = self._engine_cls().trainer_init(info, client=client, source=policy_source(model))
+        self.engines[replica.url] = transfer
+        return transfer
 
-        resp = httpx.get(replica.url + "/get_world_size", timeout=self.timeout,
-                         headers=auth_headers(self.api_key_env))
-        if resp.status_code == 404:
-            raise KitaeError(f"{replica.url} has no weight-transfer routes: start vllm serve with "
-                             "VLLM_SERVER_DEV_MODE=1 and --weight-transfer-config '{\"backend\": \"nccl\"}'")
-        world = int(resp.json()["world_size"]) + 1  # the trainer is rank 0, the server's workers 1..
-        address, port = _local_address(replica.url), _free_port()
-        init = {"init_info": {"master_address": address, "master_port": port, "rank_offset": 1, "world_size": world}}
-        errors: list[BaseException] = []
-        thread = threading.Thread(target=lambda: _keep(errors, self._call, replica, "/init_weight_transfer_engine",
-                                                       init))
-        thread.start()
-        group = NCCLWeightTransferEngine.trainer_init(
-            {"master_address": address, "master_port": port, "world_size": world})
-        thread.join()
-        if errors:
-            raise errors[0]
-        self.groups[replica.url] = group
-        return group
+    def _engine_cls(self) -> Any:
+        if self.engine_cls is None:
+            from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerWeightTransferEngine
 
-    def _call(self, replica: Any, route: str, body: Any, params: dict | None = None, optional: bool = False) -> Any:
-        try:
-            return _post(replica.url + route, body, self.timeout, self.api_key_env, params)
-        except KitaeError as exc:
-            if optional and "HTTP 404" in str(exc):  # older vLLM: no start/finish phases
-                return None
-            raise
-
-
-def _keep(errors: list[BaseException], fn: Any, *args: Any) -> None:
-    try:
-        fn(*args)
-    except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-        errors.append(exc)
+            self.engine_cls = NCCLTrainerWeightTransferEngine
+        return self.engine_cls
 
 
 def _local_address(url: str) -> str:

@@ -14,7 +14,9 @@ multi-token ``<|im_end|>`` works), a ``stop_token_ids`` token, every end-of-sequ
 ``ignore_eos``: generation_config.json's ``eos_token_id`` list, the tokenizer's, the chat template's turn
 terminator, kitae.chat.EndMarker), or ``max_tokens`` (default ``--max-tokens``, capped by the context left).
 
-The reply (vLLM's shape, plus ``weight_version``: the weights that sampled every choice):
+The reply (vLLM's shape, plus ``weight_version``: the weights that sampled every choice; with
+``return_weight_versions`` each choice also says so as vLLM 0.33 does, ``weight_versions: [{"version": "V",
+"start": 0, "end": TOKENS}]``):
 
     {"id", "object": "text_completion", "created", "model", "weight_version",
      "choices": [{"index", "text", "finish_reason": "stop" | "length", "stop_reason": null,
@@ -47,7 +49,8 @@ from kitae.http.requests import SEED_MAX, SEED_MIN
 
 KNOWN_FIELDS = {"model", "prompt", "n", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop",
                 "stop_token_ids", "include_stop_str_in_output", "skip_special_tokens", "logprobs",
-                "return_tokens_as_token_ids", "repetition_penalty", "ignore_eos", "add_special_tokens"}
+                "return_tokens_as_token_ids", "repetition_penalty", "ignore_eos", "add_special_tokens",
+                "return_weight_versions"}
 NEUTRAL_FIELDS = {  # accepted with these values (they change nothing), refused with any other
     "stream": (False,), "echo": (False,), "best_of": (1,), "presence_penalty": (0,), "frequency_penalty": (0,),
     "logit_bias": ({},), "min_p": (0,), "min_tokens": (0,), "use_beam_search": (False,), "length_penalty": (1,),
@@ -79,6 +82,7 @@ class CompletionRequest:
     repetition_penalty: float = 1.0
     ignore_eos: bool = False
     add_special_tokens: bool = True
+    weight_versions: bool = False  # vLLM's per-choice weight_versions spans in the reply
 
 
 def parse_completion(body: Any, vocab_size: int, max_context: int, max_prompt_chars: int,
@@ -101,6 +105,7 @@ def parse_completion(body: Any, vocab_size: int, max_context: int, max_prompt_ch
     req.token_ids_out = _flag(body, "return_tokens_as_token_ids", False)
     req.ignore_eos = _flag(body, "ignore_eos", False)
     req.add_special_tokens = _flag(body, "add_special_tokens", True)
+    req.weight_versions = _flag(body, "return_weight_versions", False)
     req.logprobs = _logprobs(body.get("logprobs"))
     req.repetition_penalty = check.number(body, "repetition_penalty", 1.0, 0.0, 10.0)
     if req.repetition_penalty <= 0:
@@ -165,19 +170,21 @@ def completion_reply(req: CompletionRequest, completions: list[Completion], toke
     return {
         "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()), "model": name,
         "weight_version": version,
-        "choices": [_choice(i, c, alts, req, tokenizer, stop_ids)
+        "choices": [_choice(i, c, alts, req, tokenizer, stop_ids, version)
                     for i, (c, alts) in enumerate(zip(completions, alternatives))],
         "usage": {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done},
     }
 
 
 def _choice(index: int, c: Completion, alternatives: list[list[tuple[int, float]]] | None,
-            req: CompletionRequest, tokenizer: Any, stop_ids: Any) -> dict[str, Any]:
+            req: CompletionRequest, tokenizer: Any, stop_ids: Any, version: int = 0) -> dict[str, Any]:
     finish = "stop" if c.finish_reason == "stop" else "length"
     choice = {"index": index, "text": choice_text(c, req, tokenizer, stop_ids), "finish_reason": finish,
               "stop_reason": None, "logprobs": None}
     if req.logprobs is not None:
         choice["logprobs"] = _logprobs_object(c, alternatives or [[] for _ in c.completion_ids], req, tokenizer)
+    if req.weight_versions:  # one set of weights samples a whole request here
+        choice["weight_versions"] = [{"version": str(version), "start": 0, "end": len(c.completion_ids)}]
     return choice
 
 

@@ -1,0 +1,43 @@
+"""The contract environment for these tests (tests/contracts/env.py): found, waited for or built once per
+machine; the tests skip, saying why, where it cannot be built (no package index). ``KITAE_CONTRACTS_BUILD=0``:
+use an environment already built, never build one."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.contracts import env
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+
+@pytest.fixture(scope="session")
+def contract_python() -> Path:
+    python, why = env.ensure(build=os.environ.get("KITAE_CONTRACTS_BUILD", "1") != "0")
+    if python is None:
+        pytest.skip(f"vllm and sglang could not be installed in the contract environment: {why}")
+    return python
+
+
+def run_checks(python: Path, checks: dict) -> dict:
+    """vllm_checks.py's checks ``{key: [name, input]}`` run in the contract environment, in one process."""
+    done = subprocess.run([str(python), str(HERE / "vllm_checks.py")], input=json.dumps(checks),
+                          capture_output=True, text=True, timeout=600, env=os.environ | {"PYTHONPATH": str(ROOT)},
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def sglang_source(contract_python) -> Path:
+    """The installed sglang package's folder (read as source: its modules import its GPU stack)."""
+    done = subprocess.run([str(contract_python), "-c", "import importlib.util as u; "
+                           "print(u.find_spec('sglang').submodule_search_locations[0])"],
+                          capture_output=True, text=True, check=True)
+    return Path(done.stdout.strip())

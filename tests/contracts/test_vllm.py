@@ -1,0 +1,88 @@
+"""kitae against vLLM 0.33 as released (its modules, in the contract environment): the /v1/completions bodies
+kitae sends, the reply fields it reads, and the vllm weight sync (calls, payloads, routes). The NCCL broadcast
+itself is not run: no GPU here."""
+
+from __future__ import annotations
+
+import pytest
+
+from kitae.rollout.base import SamplingParams
+from kitae.rollout.server import SERVER_APIS, Replica, ServerEngine
+from kitae.rollout.sync import VLLM_ROUTES
+from tests.contracts.conftest import run_checks
+
+CONFIGS = [  # (sampling settings, n, served model name)
+    (SamplingParams(), 4, None),  # kitae's defaults: no seed, two stop strings
+    (SamplingParams(temperature=0.7, top_p=0.9, top_k=20, repetition_penalty=1.1, max_new_tokens=64, seed=7,
+                    stop=["</answer>"]), 8, "policy"),  # every setting kitae sends, and a model name
+    (SamplingParams(temperature=0.0, max_new_tokens=1, stop=[], seed=0), 1, None),  # greedy (vLLM: n must be 1)
+]
+CHANGED = [[[5, 6, 7], [-0.5, -1.0, -0.25], "stop", [["4", 0, 1], ["5", 1, 3]]],  # weights changed mid-sample
+           [[8], [-2.0], "length", [["5", 0, 1]]]]
+
+
+@pytest.fixture(scope="module")
+def vllm_says(contract_python) -> dict:
+    """Every check of this file, run in the contract environment at once."""
+    bodies = [SERVER_APIS.get("openai").build([1, 2, 3], n, sp, model) for sp, n, model in CONFIGS]
+    return run_checks(contract_python, {
+        "requests": ["requests", bodies], "changed": ["reply", {"choices": CHANGED}],
+        "fresh": ["reply", {"choices": [[[5], [-1.0], "stop", [["5", 0, 1]]]]}],
+        "protocols": ["protocols", {}], "sync": ["sync", {"world_size": 2, "versions": [5, 6]}]})
+
+
+def test_completion_bodies_are_what_vllm_reads(vllm_says):
+    got = vllm_says["requests"]["requests"]
+    for (sp, n, _), read in zip(CONFIGS, got):
+        assert read["undeclared"] == []  # vLLM ignores an undeclared field: it would be a setting silently lost
+        assert read["return_weight_versions"] is True and read["return_tokens_as_token_ids"] is True
+        s = read["sampling"]
+        assert (s["n"], s["seed"], s["max_tokens"], s["logprobs"]) == (n, sp.seed, sp.max_new_tokens, 0)
+        assert (s["top_p"], s["repetition_penalty"]) == (sp.top_p, sp.repetition_penalty)
+        assert max(s["top_k"], 0) == sp.top_k  # kitae's 0 (off) is sent as -1, which vLLM reads as 0
+        assert s["temperature"] == pytest.approx(sp.temperature) and s["stop"] == list(sp.stop)
+        assert s["skip_special_tokens"] is False and s["include_stop_str_in_output"] is True
+
+
+def test_a_vllm_reply_is_read_with_its_weight_versions(vllm_says):
+    reply = vllm_says["changed"]["reply"]
+    parsed = SERVER_APIS.get("openai").parse(reply, 2)
+    assert [(c.token_ids, c.logprobs, c.finish_reason) for c in parsed.choices] == [
+        ([5, 6, 7], [-0.5, -1.0, -0.25], "stop"), ([8], [-2.0], "length")]
+    assert parsed.weight_version == 4  # the oldest weights that sampled any token
+
+
+def test_a_reply_sampled_partly_by_old_weights_is_stale(vllm_says):
+    engine = ServerEngine.__new__(ServerEngine)  # only the staleness rule: no model, no servers
+    engine.weight_sync, engine.max_staleness, engine.version = object(), 0, 5
+    replica = Replica("http://127.0.0.1:9", 0, synced=5, server_version=5)  # as VllmSync marks a push
+    version = engine._sample_version(replica, SERVER_APIS.get("openai").parse(vllm_says["changed"]["reply"], 2))
+    assert version is None and engine._too_old(version)
+    fresh = vllm_says["fresh"]["reply"]
+    assert engine._sample_version(replica, SERVER_APIS.get("openai").parse(fresh, 1)) == 5
+
+
+def test_kitae_weight_source_and_client_implement_vllms_interfaces(vllm_says):
+    got = vllm_says["protocols"]
+    assert got["source_is_weight_source"] and got["implements_iter_full"] and got["client_is_sync_client"]
+    assert got["metadata"] == [["weight", "torch.float32", [2, 3]], ["bias", "torch.float32", [2]]]
+    for name, (kitae_params, vllm_params) in got["signatures"].items():
+        assert kitae_params == vllm_params, name
+
+
+def test_the_weight_sync_speaks_vllms_routes_and_payloads(vllm_says):
+    got = vllm_says["sync"]
+    served = {path: methods for path, methods in got["routes"]}
+    for method, route in VLLM_ROUTES.values():
+        assert method in served.get(route, []), route
+    calls, names = got["calls"], ["0.weight", "0.bias", "1.weight", "1.bias"]
+    init = calls[1]
+    assert calls[0] == ["trainer endpoint", 3, True] and init[0] == "init"
+    assert {k: init[1][k] for k in ("rank_offset", "world_size", "packed")} == {
+        "rank_offset": 1, "world_size": 3, "packed": True}  # packing agreed at init; workers default to unpacked
+    shapes = [[2, 3], [2], [1, 2], [1]]
+    first = [["pause", "wait"], ["start"], ["broadcast", [list(x) for x in zip(names, shapes)]],
+             ["update", names, ["bfloat16"] * 4, shapes], ["finish", "5"], ["resume"]]
+    second = [*first[:3], ["update", [], [], []], ["finish", "6"], ["resume"]]  # metadata sent once
+    assert calls[2:] == first + second
+    assert got["loaded"] == [[5, 5], [6, 6]] and got["down"] == []
