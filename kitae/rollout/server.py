@@ -63,7 +63,7 @@ import httpx
 
 from kitae.errors import ConfigError, KitaeError
 from kitae.registry import Registry
-from kitae.rollout.base import Completion, SamplingParams
+from kitae.rollout.base import CHATML_STOPS, Completion, SamplingParams
 from kitae.rollout.hf import HFEngine, repeat_period
 from kitae.http.client import Retrier, WireCounters, WireError, auth_headers
 
@@ -180,10 +180,16 @@ class ServerApi:
     parse: Callable[[Any, int], Reply]
 
 
+def request_stops(sp: SamplingParams) -> list[str]:
+    """The stop strings a request carries: ``sp.stop`` as the engine resolved it (:meth:`ending`: ChatML's and
+    the model's end texts); unresolved (None), ChatML's."""
+    return list(sp.stop) if sp.stop is not None else list(CHATML_STOPS)
+
+
 def _openai_body(prompt_ids: list[int], n: int, sp: SamplingParams, model: str | None) -> dict[str, Any]:
     body = {
         "prompt": list(prompt_ids), "n": n, "max_tokens": sp.max_new_tokens, "temperature": sp.temperature,
-        "top_p": sp.top_p, "top_k": sp.top_k or -1, "seed": sp.seed, "stop": list(sp.stop),
+        "top_p": sp.top_p, "top_k": sp.top_k or -1, "seed": sp.seed, "stop": request_stops(sp),
         "include_stop_str_in_output": True, "skip_special_tokens": False, "logprobs": 0,
         "return_tokens_as_token_ids": True, "repetition_penalty": sp.repetition_penalty,
         "return_weight_versions": True,
@@ -234,7 +240,7 @@ def _sglang_body(prompt_ids: list[int], n: int, sp: SamplingParams, model: str |
     which would make them one sample ``n`` times where it honours the seed."""
     params = {
         "n": 1, "max_new_tokens": sp.max_new_tokens, "temperature": sp.temperature, "top_p": sp.top_p,
-        "top_k": sp.top_k or -1, "repetition_penalty": sp.repetition_penalty, "stop": list(sp.stop),
+        "top_k": sp.top_k or -1, "repetition_penalty": sp.repetition_penalty, "stop": request_stops(sp),
         "no_stop_trim": True, "skip_special_tokens": False,
     }
     seeds = [None if sp.seed is None else sp.seed + i for i in range(n)]

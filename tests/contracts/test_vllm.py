@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kitae.rollout.base import SamplingParams
-from kitae.rollout.server import SERVER_APIS, Replica, ServerEngine
+from kitae.rollout.server import SERVER_APIS, Replica, ServerEngine, request_stops
 from kitae.rollout.sync import VLLM_ROUTES
 from tests.contracts.conftest import run_checks
 
@@ -40,7 +40,7 @@ def test_completion_bodies_are_what_vllm_reads(vllm_says):
         assert (s["n"], s["seed"], s["max_tokens"], s["logprobs"]) == (n, sp.seed, sp.max_new_tokens, 0)
         assert (s["top_p"], s["repetition_penalty"]) == (sp.top_p, sp.repetition_penalty)
         assert max(s["top_k"], 0) == sp.top_k  # kitae's 0 (off) is sent as -1, which vLLM reads as 0
-        assert s["temperature"] == pytest.approx(sp.temperature) and s["stop"] == list(sp.stop)
+        assert s["temperature"] == pytest.approx(sp.temperature) and s["stop"] == request_stops(sp)
         assert s["skip_special_tokens"] is False and s["include_stop_str_in_output"] is True
 
 
