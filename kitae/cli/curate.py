@@ -25,7 +25,7 @@ from kitae.cli.options import threads_option
 DATA_HELP = "Prompt set (.jsonl, .json, .parquet or a datasets folder). Never written to."
 OUT_HELP = "Output .jsonl; the dropped rows and the report go beside it (NAME.dropped.jsonl, NAME.report.json)."
 SET_HELP = "Any setting of this step: --set key=value (repeatable; values read as YAML)."
-MODEL_HELP = "Model folder; default: the bundled tiny base model."
+MODEL_HELP = "Model folder or Hub id (ORG/NAME[@REVISION]); default: the bundled tiny base model."
 
 
 def register(app: typer.Typer) -> None:

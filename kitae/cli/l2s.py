@@ -163,7 +163,7 @@ def _train(run, model, data, out, threads, epochs, lr, batch_size, max_steps, ma
 
 
 def sft(
-    model: str = typer.Option(..., "--model", "-m", help="Starting model folder."),
+    model: str = typer.Option(..., "--model", "-m", help="Starting model: a folder or Hub id."),
     data: Path = typer.Option(..., "--data", "-d", help="Rows from `kitae l2s shortest`."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for the trained model."),
     epochs: float = EPOCHS,
@@ -182,7 +182,7 @@ def sft(
 
 
 def dpo(
-    model: str = typer.Option(..., "--model", "-m", help="Starting model folder (also the DPO reference)."),
+    model: str = typer.Option(..., "--model", "-m", help="Starting model: folder or Hub id (also the DPO reference)."),
     data: Path = typer.Option(..., "--data", "-d", help="Rows from `kitae l2s dpo-pairs`."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for the trained model."),
     beta: float = typer.Option(0.1, help="DPO beta: how far the policy may move from the reference."),

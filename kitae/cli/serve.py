@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
 
 @serve_app.command("rm")
 def serve_rm(
-    model: str = typer.Option("bundled", "--model", help="Reward model folder (a sequence classifier); "
+    model: str = typer.Option("bundled", "--model", help="Reward model folder or Hub id (a sequence classifier); "
                               "'bundled' = kitae-tiny-rm."),
     port: int = typer.Option(8000, "--port", help="Port on HOST; 0 picks a free one (printed)."),
     host: str = typer.Option("127.0.0.1", "--host", help=HOST_HELP),
@@ -68,7 +68,7 @@ def serve_rm(
     verbose: bool = typer.Option(False, "--verbose", help="Log every request to stderr."),
     threads: int = threads_option(),
 ) -> None:
-    """Serve a local reward model (AutoModelForSequenceClassification) for `type: reward_model` graders."""
+    """Serve a reward model (AutoModelForSequenceClassification: a folder or Hub id) for reward_model graders."""
     from kitae.models import model_folder
     from kitae.rewards.reward_model import LocalRewardModel, resolve_rm_path
     from kitae.rewards.server import make_server
@@ -113,7 +113,7 @@ def _stop(*_: object) -> None:
 
 @serve_app.command("model")
 def serve_model(
-    model: str = typer.Option("bundled", "--model", help="A local causal LM folder; 'bundled' = kitae-tiny-base."),
+    model: str = typer.Option("bundled", "--model", help="A causal LM folder or Hub id; 'bundled' = kitae-tiny-base."),
     port: int = typer.Option(8000, "--port", help="Port on HOST; 0 picks a free one (printed)."),
     host: str = typer.Option("127.0.0.1", "--host", help=HOST_HELP),
     token: Optional[str] = typer.Option(None, "--token", help=TOKEN_HELP, show_default=False),
