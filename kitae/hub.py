@@ -44,6 +44,15 @@ def looks_like_repo_id(name: str) -> bool:
     return bool(_REPO_ID.fullmatch(text)) and ".." not in text and not text.startswith(".") and not text.endswith(".")
 
 
+def hub_id_snapshot(name: str, revision: str | None = None, key: str = "model", what: str = "model") -> str | None:
+    """The snapshot folder (:func:`hub_snapshot`) of `name` when it names a Hub repository rather than a local
+    path: nothing of that name exists here and it has an id's shape (``ID@REVISION`` too); None otherwise."""
+    repo, rev = split_revision(str(name), revision)
+    if Path(name).exists() or not looks_like_repo_id(repo):
+        return None
+    return hub_snapshot(repo, rev, key, what=what)
+
+
 def cache_folder() -> str:
     """The Hub cache huggingface_hub uses now (``HF_HUB_CACHE``, else ``HF_HOME``/hub)."""
     from huggingface_hub import constants

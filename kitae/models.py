@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kitae.errors import ConfigError
-from kitae.hub import hub_snapshot, looks_like_repo_id, split_revision
+from kitae.hub import hub_id_snapshot
 
 ASSETS = Path(__file__).parent / "assets"
 BUNDLED_MODEL = ASSETS / "models" / "kitae-tiny-base"
@@ -58,13 +58,12 @@ def model_folder(path: str | Path, key: str = "model", adapter: bool = False, re
             raise ConfigError(f"{key} revision", f"{str(path)!r} is a local folder: a revision applies to Hub ids "
                               "only; remove it")
         return str(path)
-    repo, rev = split_revision(str(path), revision)
-    if not folder.exists() and folder not in _BUILD and looks_like_repo_id(repo):
-        snapshot = Path(hub_snapshot(repo, rev, key))
-        if any((snapshot / name).is_file() for name in names):
-            return str(snapshot)
-        raise ConfigError(key, f"the Hub repository {repo!r} has no {' or '.join(names)} (in {snapshot}): it is "
-                          "not a transformers model; give a model repository or a local folder")
+    snapshot = hub_id_snapshot(str(path), revision, key)
+    if snapshot is not None:
+        if any((Path(snapshot) / name).is_file() for name in names):
+            return snapshot
+        raise ConfigError(key, f"the Hub repository {model_name(snapshot)!r} has no {' or '.join(names)} (in "
+                          f"{snapshot}): it is not a transformers model; give a model repository or a local folder")
     raise ConfigError(key, f"no model folder at {str(path)!r} ({_why(folder, names)})")
 
 

@@ -42,7 +42,7 @@ import numpy as np
 
 from kitae.curate.text import normalize
 from kitae.errors import ConfigError
-from kitae.hub import hub_snapshot, looks_like_repo_id, split_revision
+from kitae.hub import hub_id_snapshot
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 PACKAGED = {  # model name -> (python package that ships the weights, folder inside it)
@@ -62,8 +62,8 @@ def resolve_model(name: str, path: str = "model") -> str:
             raise ConfigError(path, f"{name!r} ships in the {package.replace('_', '-')} package; {EMBED_HINT}")
         return str(Path(spec.origin).parent / folder)
     local = Path(name).expanduser()
-    if not local.exists() and looks_like_repo_id(split_revision(name)[0]):  # a Hub id: its cached snapshot
-        local = Path(hub_snapshot(*split_revision(name), key=path, what="embedding model"))
+    snapshot = hub_id_snapshot(name, key=path, what="embedding model")  # a Hub id: its snapshot folder
+    local = Path(snapshot) if snapshot is not None else local
     if local.is_dir() and ((local / "modules.json").exists() or (local / "config.json").exists()):
         return str(local)
     raise ConfigError(

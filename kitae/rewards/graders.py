@@ -422,13 +422,9 @@ def _remote_factory(s: RewardModelSpec) -> Callable[[], Any]:
 def _must_exist(where: str, path: str) -> None:
     """A reward model (or tokenizer) named by a local folder or a Hub id (fetched into the Hub cache now, so a
     missing one fails before any model loads)."""
-    from kitae.hub import hub_snapshot, looks_like_repo_id, split_revision
+    from kitae.hub import hub_id_snapshot
 
-    if Path(path).is_dir():
-        return
-    repo, revision = split_revision(path)
-    if not Path(path).exists() and "kitae-tiny-rm" not in path and looks_like_repo_id(repo):
-        hub_snapshot(repo, revision, where)
+    if Path(path).is_dir() or ("kitae-tiny-rm" not in path and hub_id_snapshot(path, key=where) is not None):
         return
     hint = " (build the bundled one with `python scripts/build_reward_model.py`)" if "kitae-tiny-rm" in path else ""
     raise ConfigError(where, f"no model folder at {path!r}{hint}; give a local folder or a Hub id")
