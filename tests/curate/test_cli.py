@@ -121,8 +121,8 @@ def test_difficulty_interrupted_says_where_it_stopped_and_a_rerun_resumes(tmp_pa
     import time
 
     rows = [{"messages": [{"role": "user", "content": f"{a}+{b}=?"}], "reference_answer": str(a + b)}
-            for a in range(1, 9) for b in range(1, 7)]
-    data = write_rows(tmp_path / "in.jsonl", rows)
+            for a in range(1, 25) for b in range(1, 11)]  # 120 batches: at load 12 the run got through 24 of them
+    data = write_rows(tmp_path / "in.jsonl", rows)  # before this test's loop, starved, sent the signal
     out, progress = tmp_path / "d.jsonl", tmp_path / "d.progress.jsonl"
     command = [sys.executable, "-m", "kitae.cli.main", "curate", "difficulty", "-d", str(data), "-o", str(out),
                "-n", "4", "--max-new-tokens", "8", "--set", "batch_prompts=2", "-q"]

@@ -49,7 +49,7 @@ def test_ui_serves_the_runs_until_ctrl_c(runs_dir):
         assert {r["name"] for r in runs} == {"finished-run", "crashed-run"}
         assert "<title>kitae" in httpx.get(url, timeout=10).text
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=15)
+        out, err = proc.communicate(timeout=120)  # 15 s was too short at load 12
         assert proc.returncode == 0 and "stopped" in out, err
     finally:
         if proc.poll() is None:
