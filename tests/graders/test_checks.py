@@ -181,3 +181,74 @@ def test_math_grader_works_off_the_main_thread(math_grader):
 def test_math_grader_abstains_on_an_unparsable_reference(math_grader):
     grade = math_grader.grade_group({"reference_answer": ""}, [{"output_text": "$1$"}])[0]
     assert grade.score is None and "could not parse the reference" in grade.error
+
+
+# ---- ignore_prompt_echo: a contains check not earned by repeating the prompt ---------------------------
+LARGER = [{"role": "user", "content": "Which is larger, 7 or 12?"}]
+ECHO = "Which is larger, 7 or 12?"  # the prompt-echo hack: the prompt holds the expected "12"
+
+
+@pytest.mark.parametrize(
+    "spec, output, expected",
+    [
+        # the default counts the echo, as OpenAI's grader does
+        ({"type": "string_check", "operation": "like"}, ECHO, 1.0),
+        ({"type": "string_check", "operation": "ilike"}, ECHO, 1.0),
+        ({"type": "format", "check": "contains"}, ECHO, 1.0),
+        # ignore_prompt_echo: an occurrence copied with the word before or after it does not count
+        ({"type": "string_check", "operation": "like", "ignore_prompt_echo": True}, ECHO, 0.0),
+        ({"type": "string_check", "operation": "like", "ignore_prompt_echo": True}, "7 or 12", 0.0),  # "or 12"
+        ({"type": "string_check", "operation": "like", "ignore_prompt_echo": True}, "12", 1.0),
+        ({"type": "string_check", "operation": "like", "ignore_prompt_echo": True}, "The answer is 12.", 1.0),
+        ({"type": "string_check", "operation": "like", "ignore_prompt_echo": True}, "12 is larger than 7", 1.0),
+        ({"type": "string_check", "operation": "like", "ignore_prompt_echo": True}, ECHO + " 12", 1.0),  # answered
+        ({"type": "string_check", "operation": "like", "ignore_prompt_echo": True}, "It is 7.", 0.0),
+        ({"type": "string_check", "operation": "ilike", "ignore_prompt_echo": True}, ECHO.upper(), 0.0),
+        ({"type": "format", "check": "contains", "ignore_prompt_echo": True}, ECHO, 0.0),
+        ({"type": "format", "check": "contains", "ignore_prompt_echo": True}, "OR 12", 0.0),  # words casefolded
+        ({"type": "format", "check": "contains", "ignore_prompt_echo": True}, "Answer: １２", 1.0),  # NFKC
+    ],
+)
+def test_ignore_prompt_echo(spec, output, expected):
+    assert score(spec, output, reference="12", messages=LARGER) == expected
+
+
+@pytest.mark.parametrize(
+    "item, output, reference, expected",
+    [
+        ({"messages": [{"role": "user", "content": "12+35は？"}]}, "12+35は？", "35", 0.0),  # kana, kanji: words
+        ({"messages": [{"role": "user", "content": "12+35は？"}]}, "12+35は47です", "47", 1.0),
+        ({"prompt": "Is the answer 7 or 12?"}, "7 or 12", "12", 0.0),  # a TRL-style prompt string
+        ({"messages": [{"role": "system", "content": "Say 7 or 12."}, {"role": "user", "content": "Go"}]},
+         "7 or 12", "12", 0.0),  # the system turn is prompt too
+        ({"messages": [{"role": "assistant", "content": "7 or 12"}]}, "7 or 12", "12", 1.0),  # not prompt
+        ({}, "7 or 12", "12", 1.0),  # no prompt: nothing is an echo
+    ],
+)
+def test_ignore_prompt_echo_reads_the_rows_prompt(item, output, reference, expected):
+    spec = {"type": "string_check", "operation": "like", "ignore_prompt_echo": True}
+    assert score(spec, output, reference=reference, **item) == expected
+
+
+def test_ignore_prompt_echo_reason():
+    grader = build_grader({"type": "string_check", "operation": "like", "ignore_prompt_echo": True})
+    grades = grader.grade_group({"reference_answer": "12", "messages": LARGER},
+                                [{"output_text": ECHO}, {"output_text": "no idea"}])
+    assert [g.reason for g in grades] == ["like found only copied from the prompt", "like failed"]
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ({"type": "string_check", "operation": "eq", "ignore_prompt_echo": True},
+         r"^grader\.ignore_prompt_echo: applies only to operation like or ilike \(contains\), not eq; "
+         r"remove ignore_prompt_echo or make it a contains check"),
+        ({"type": "format", "check": "equals", "ignore_prompt_echo": True},
+         r"^grader\.ignore_prompt_echo: applies only to check: contains, not check: equals"),
+        ({"type": "string_check", "operation": "like", "ignore_prompt_echo": "yes"},
+         r"^grader\.ignore_prompt_echo: expected"),
+    ],
+)
+def test_ignore_prompt_echo_refuses_bad_values(spec, message):
+    with pytest.raises(ConfigError, match=message):
+        build_grader(spec)
