@@ -139,6 +139,53 @@ def test_answer_grader(output, reference, expected):
     assert score({"type": "answer"}, output, reference) == expected
 
 
+@pytest.mark.parametrize(
+    "text_match, output, reference, expected",
+    [
+        # the default takes the reference as any one word: a list of candidates earns it
+        ("any_word", "London Paris Berlin", "Paris", 1.0),
+        ("any_word", "Lyon or Paris", "Paris", 1.0),
+        ("any_word", "Paris is the capital", "Paris", 1.0),
+        # whole: the whole normalized answer must be the reference
+        ("whole", "London Paris Berlin", "Paris", 0.0),
+        ("whole", "Lyon or Paris", "Paris", 0.0),
+        ("whole", "Paris is the capital", "Paris", 0.0),  # the price: a sentence around the answer fails
+        ("whole", "The capital is Paris.", "Paris", 1.0),  # prefixes and punctuation are stripped
+        ("whole", "ＰＡＲＩＳ", "Paris", 1.0),  # NFKC, casefold
+        ("whole", "答えは東京です。", "東京", 1.0),  # Japanese prefix and polite ending
+        ("whole", "Lyon", "Paris", 0.0),
+        # numeric references are read by the last number either way
+        ("whole", "6+9=15", "15", 1.0),
+        ("whole", "15 or 16", "15", 0.0),
+    ],
+)
+def test_answer_text_match(text_match, output, reference, expected):
+    assert score({"type": "answer", "text_match": text_match}, output, reference) == expected
+
+
+def test_answer_text_match_reason_and_bad_value():
+    grade = build_grader({"type": "answer", "text_match": "whole"}).grade_group(
+        {"reference_answer": "Paris"}, [{"output_text": "London Paris Berlin"}])[0]
+    assert grade.reason == "'Paris' is one word of the answer, not all of it (text_match: whole)"
+    with pytest.raises(ConfigError, match=r"^grader\.text_match: got 'exact'; expected one of any_word, whole"):
+        build_grader({"type": "answer", "text_match": "exact"})
+
+
+@pytest.mark.parametrize(
+    "output, expected",
+    [
+        (r"\boxed{3} \boxed{15}", 0.0),  # several boxed answers: the set {3, 15}, not 15
+        (r"\boxed{15} \boxed{3}", 0.0),
+        (r"\boxed{15} wait no \boxed{3}", 0.0),
+        ("$3$ or $15$", 0.0),
+        (r"\boxed{15}", 1.0),
+    ],
+)
+def test_math_gives_several_boxed_answers_nothing(math_grader, output, expected):
+    grade = math_grader.grade_group({"reference_answer": "15"}, [{"output_text": output}])[0]
+    assert grade.score == expected
+
+
 @pytest.fixture(scope="module")
 def math_grader():
     grader = build_grader({"type": "math"})
