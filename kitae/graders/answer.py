@@ -2,6 +2,12 @@
 
 ``answer``: 1.0 when :func:`kitae.data.answers.answers_match` accepts the completion's final answer for the
 reference (numbers exactly, text normalized), else 0.0. The bundled arithmetic task's correctness reward.
+A numeric reference is matched by the completion's last number. A text reference is matched by the whole
+normalized completion or by any one word of it (``text_match: any_word``, the default: "Paris is the
+capital" passes), so a list of candidates ("London Paris Berlin", "Lyon or Paris") passes too;
+``text_match: whole`` accepts only the whole completion, normalized (NFKC, casefold, surrounding
+punctuation, "the answer is"-style prefixes and polite endings stripped: "The capital is Paris." still
+passes). Numeric references are unaffected.
 
 ``math``: ``math_verify.verify(gold, answer)``, gold first (the comparison is asymmetric on purpose).
 math-verify's own timeouts use signals and fail off the main thread, so they are disabled and the
@@ -13,6 +19,10 @@ and ``1,2,3`` a set.
 
     {type: math}                             # sample vs item.reference_answer
     {type: math, reference: "{{item.solution}}", timeout: 10}
+
+Several boxed answers earn nothing: math-verify reads ``\boxed{3} \boxed{15}`` as the set {3, 15}, which is
+not 15, and ``$3$ or $15$`` gives no match either; a plain-text answer is read by its last number, so a
+final answer written after the working (``6+9=15``) is the answer.
 """
 
 from __future__ import annotations
@@ -20,10 +30,10 @@ from __future__ import annotations
 import asyncio
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from kitae.config import setting
-from kitae.data.answers import answers_match
+from kitae.data.answers import _as_number, answers_match, normalize_answer
 from kitae.graders.base import Grade, Item, Sample
 from kitae.graders.pair import PairGrader, PairSpec
 from kitae.graders.spec import read_spec, register_grader
@@ -39,17 +49,33 @@ def _math_reference(text: str) -> str:
     return text.replace(",", ".") if _DECIMAL_COMMA.fullmatch(text) else text
 
 
+@dataclass
+class AnswerSpec(PairSpec):
+    text_match: Literal["any_word", "whole"] = "any_word"  # whole: a text reference must be the whole answer
+
+
 @register_grader("answer")
 class AnswerGrader(PairGrader):
     """Final-answer match of the short-answer task (kitae.data.answers.answers_match) -> 1 or 0."""
 
+    def __init__(self, text_match: str = "any_word", **templates: Any):
+        super().__init__(**templates)
+        self.text_match = text_match
+
     @classmethod
     def from_spec(cls, spec: dict, path: str) -> "AnswerGrader":
-        return cls(**read_spec(PairSpec, spec, path).templates())
+        s = read_spec(AnswerSpec, spec, path)
+        return cls(s.text_match, **s.templates())
 
     def score(self, text: str, reference: Any) -> Grade:
-        ok = answers_match(text, as_text(reference))
-        return Grade(score=float(ok), reason=None if ok else f"final answer is not {as_text(reference)!r}")
+        reference = as_text(reference)
+        ok = answers_match(text, reference)
+        if ok and self.text_match == "whole" and _as_number(reference) is None:
+            ok = normalize_answer(text) == normalize_answer(reference)
+            if not ok:
+                return Grade(score=0.0, reason=f"{reference!r} is one word of the answer, not all of it "
+                                               "(text_match: whole)")
+        return Grade(score=float(ok), reason=None if ok else f"final answer is not {reference!r}")
 
 
 @dataclass

@@ -37,11 +37,15 @@ class PairGrader(Grader):
     def score(self, text: str, reference: Any) -> Grade | float | None:
         raise NotImplementedError
 
+    def score_item(self, item: Item, text: str, reference: Any) -> Grade | float | None:
+        """:meth:`score`, for a grader that also reads the row (the prompt, to see what an answer copied)."""
+        return self.score(text, reference)
+
     def grade_sample(self, item: Item, sample: Sample) -> Grade:
         try:
             text = self.input.render(item, sample)
             reference = self.reference.value(item, sample) if self.reference is not None else None
         except TemplateError as exc:
             return Grade.abstain(error=str(exc))
-        result = self.score(text, reference)
+        result = self.score_item(item, text, reference)
         return result if isinstance(result, Grade) else Grade(score=None if result is None else float(result))

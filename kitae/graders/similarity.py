@@ -18,6 +18,12 @@ bundled all-MiniLM-L6-v2 unless ``embedding_model`` names a local sentence-trans
 - Tokenization is kitae's (``tokenizer``: auto | words | ja | chars, see :mod:`kitae.graders.text`).
 - The score is the metric itself; ``pass_threshold``, when given, only adds a ``passed`` sub-score (1 when
   the score is at least the threshold), as every kitae grader treats it.
+- ``max_length_ratio`` (off by default): a sample with more than that many times the reference's tokens
+  (``tokenizer``'s tokens, whatever the metric) scores 0. Similarity rewards copying: the whole prompt
+  echoed back (a summarization prompt holds most of the summary's words), the reference repeated, the
+  reference padded with filler or wrong extras. ``meteor`` weighs recall nine times precision, so those
+  copies score more than an honest paraphrase (a prompt echo 0.72 against 0.52-0.61 in the tests); ROUGE-L
+  still gives them about half. ``max_length_ratio: 2`` lets an answer be twice the reference's length.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from kitae.config import setting
 from kitae.errors import ConfigError
 from kitae.graders import text as T
 from kitae.graders.base import Grade
@@ -48,6 +55,7 @@ class TextSimilaritySpec(PairSpec):
     tokenizer: str = "auto"  # auto or a name in kitae.graders.text.TOKENIZERS
     pass_threshold: float | None = None
     embedding_model: str | None = None  # cosine: a local sentence-transformers folder
+    max_length_ratio: float | None = setting(None, above=0)  # a sample longer than this x the reference scores 0
 
     def validate(self, path: str) -> None:
         names = ["auto", *T.TOKENIZERS.names()]
@@ -62,18 +70,22 @@ class TextSimilarityGrader(PairGrader):
     """OpenAI text_similarity: ROUGE-L F1 (default), rouge_1..5, bleu, gleu, meteor, fuzzy_match, cosine."""
 
     def __init__(self, metric: str = "rouge_l", tokenizer: str = "auto", pass_threshold: float | None = None,
-                 embedding_model: str | None = None, **templates: Any):
+                 embedding_model: str | None = None, max_length_ratio: float | None = None, **templates: Any):
         super().__init__(**templates)
         self.metric, self.tokenizer, self.pass_threshold = metric, tokenizer, pass_threshold
-        self.embedding_model = embedding_model
+        self.embedding_model, self.max_length_ratio = embedding_model, max_length_ratio
 
     @classmethod
     def from_spec(cls, spec: dict, path: str) -> "TextSimilarityGrader":
         s = read_spec(TextSimilaritySpec, spec, path)
-        return cls(s.evaluation_metric, s.tokenizer, s.pass_threshold, s.embedding_model, **s.templates())
+        return cls(s.evaluation_metric, s.tokenizer, s.pass_threshold, s.embedding_model, s.max_length_ratio,
+                   **s.templates())
 
     def score(self, text: str, reference: Any) -> Grade:
         reference = as_text(reference)
+        too_long = self._over_length(text, reference)
+        if too_long:
+            return Grade(score=0.0, reason=too_long).mark_passed(self.pass_threshold)
         sub: dict[str, float | None] = {}
         if self.metric == "cosine":
             value = cosine(text, reference, self.embedding_model)
@@ -88,6 +100,18 @@ class TextSimilarityGrader(PairGrader):
         if self.pass_threshold is not None:
             grade.reason = f"{self.metric} {value:.3f} {'>=' if sub['passed'] else '<'} {self.pass_threshold}"
         return grade
+
+    def _over_length(self, text: str, reference: str) -> str | None:
+        """Why the sample scores 0 for its length (``max_length_ratio``), or None."""
+        if self.max_length_ratio is None:
+            return None
+        tokenize = T.tokenizer_for(self.tokenizer, text, reference)
+        got, want = len(tokenize(text)), len(tokenize(reference))
+        if got <= self.max_length_ratio * want:
+            return None
+        tokens = f"{got} token{'' if got == 1 else 's'}"
+        length = f"{tokens}, {got / want:.1f}x the reference's {want}" if want else f"{tokens} against an empty reference"
+        return f"{length} (max_length_ratio {self.max_length_ratio:g}): scored 0"
 
     def _token_metric(self, s: list[str], r: list[str]) -> tuple[float, dict[str, float | None]]:
         if self.metric == "meteor":

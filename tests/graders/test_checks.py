@@ -139,6 +139,53 @@ def test_answer_grader(output, reference, expected):
     assert score({"type": "answer"}, output, reference) == expected
 
 
+@pytest.mark.parametrize(
+    "text_match, output, reference, expected",
+    [
+        # the default takes the reference as any one word: a list of candidates earns it
+        ("any_word", "London Paris Berlin", "Paris", 1.0),
+        ("any_word", "Lyon or Paris", "Paris", 1.0),
+        ("any_word", "Paris is the capital", "Paris", 1.0),
+        # whole: the whole normalized answer must be the reference
+        ("whole", "London Paris Berlin", "Paris", 0.0),
+        ("whole", "Lyon or Paris", "Paris", 0.0),
+        ("whole", "Paris is the capital", "Paris", 0.0),  # the price: a sentence around the answer fails
+        ("whole", "The capital is Paris.", "Paris", 1.0),  # prefixes and punctuation are stripped
+        ("whole", "ＰＡＲＩＳ", "Paris", 1.0),  # NFKC, casefold
+        ("whole", "答えは東京です。", "東京", 1.0),  # Japanese prefix and polite ending
+        ("whole", "Lyon", "Paris", 0.0),
+        # numeric references are read by the last number either way
+        ("whole", "6+9=15", "15", 1.0),
+        ("whole", "15 or 16", "15", 0.0),
+    ],
+)
+def test_answer_text_match(text_match, output, reference, expected):
+    assert score({"type": "answer", "text_match": text_match}, output, reference) == expected
+
+
+def test_answer_text_match_reason_and_bad_value():
+    grade = build_grader({"type": "answer", "text_match": "whole"}).grade_group(
+        {"reference_answer": "Paris"}, [{"output_text": "London Paris Berlin"}])[0]
+    assert grade.reason == "'Paris' is one word of the answer, not all of it (text_match: whole)"
+    with pytest.raises(ConfigError, match=r"^grader\.text_match: got 'exact'; expected one of any_word, whole"):
+        build_grader({"type": "answer", "text_match": "exact"})
+
+
+@pytest.mark.parametrize(
+    "output, expected",
+    [
+        (r"\boxed{3} \boxed{15}", 0.0),  # several boxed answers: the set {3, 15}, not 15
+        (r"\boxed{15} \boxed{3}", 0.0),
+        (r"\boxed{15} wait no \boxed{3}", 0.0),
+        ("$3$ or $15$", 0.0),
+        (r"\boxed{15}", 1.0),
+    ],
+)
+def test_math_gives_several_boxed_answers_nothing(math_grader, output, expected):
+    grade = math_grader.grade_group({"reference_answer": "15"}, [{"output_text": output}])[0]
+    assert grade.score == expected
+
+
 @pytest.fixture(scope="module")
 def math_grader():
     grader = build_grader({"type": "math"})
@@ -181,3 +228,74 @@ def test_math_grader_works_off_the_main_thread(math_grader):
 def test_math_grader_abstains_on_an_unparsable_reference(math_grader):
     grade = math_grader.grade_group({"reference_answer": ""}, [{"output_text": "$1$"}])[0]
     assert grade.score is None and "could not parse the reference" in grade.error
+
+
+# ---- ignore_prompt_echo: a contains check not earned by repeating the prompt ---------------------------
+LARGER = [{"role": "user", "content": "Which is larger, 7 or 12?"}]
+ECHO = "Which is larger, 7 or 12?"  # the prompt-echo hack: the prompt holds the expected "12"
+
+
+@pytest.mark.parametrize(
+    "spec, output, expected",
+    [
+        # the default counts the echo, as OpenAI's grader does
+        ({"type": "string_check", "operation": "like"}, ECHO, 1.0),
+        ({"type": "string_check", "operation": "ilike"}, ECHO, 1.0),
+        ({"type": "format", "check": "contains"}, ECHO, 1.0),
+        # ignore_prompt_echo: an occurrence copied with the word before or after it does not count
+        ({"type": "string_check", "operation": "like", "ignore_prompt_echo": True}, ECHO, 0.0),
+        ({"type": "string_check", "operation": "like", "ignore_prompt_echo": True}, "7 or 12", 0.0),  # "or 12"
+        ({"type": "string_check", "operation": "like", "ignore_prompt_echo": True}, "12", 1.0),
+        ({"type": "string_check", "operation": "like", "ignore_prompt_echo": True}, "The answer is 12.", 1.0),
+        ({"type": "string_check", "operation": "like", "ignore_prompt_echo": True}, "12 is larger than 7", 1.0),
+        ({"type": "string_check", "operation": "like", "ignore_prompt_echo": True}, ECHO + " 12", 1.0),  # answered
+        ({"type": "string_check", "operation": "like", "ignore_prompt_echo": True}, "It is 7.", 0.0),
+        ({"type": "string_check", "operation": "ilike", "ignore_prompt_echo": True}, ECHO.upper(), 0.0),
+        ({"type": "format", "check": "contains", "ignore_prompt_echo": True}, ECHO, 0.0),
+        ({"type": "format", "check": "contains", "ignore_prompt_echo": True}, "OR 12", 0.0),  # words casefolded
+        ({"type": "format", "check": "contains", "ignore_prompt_echo": True}, "Answer: １２", 1.0),  # NFKC
+    ],
+)
+def test_ignore_prompt_echo(spec, output, expected):
+    assert score(spec, output, reference="12", messages=LARGER) == expected
+
+
+@pytest.mark.parametrize(
+    "item, output, reference, expected",
+    [
+        ({"messages": [{"role": "user", "content": "12+35は？"}]}, "12+35は？", "35", 0.0),  # kana, kanji: words
+        ({"messages": [{"role": "user", "content": "12+35は？"}]}, "12+35は47です", "47", 1.0),
+        ({"prompt": "Is the answer 7 or 12?"}, "7 or 12", "12", 0.0),  # a TRL-style prompt string
+        ({"messages": [{"role": "system", "content": "Say 7 or 12."}, {"role": "user", "content": "Go"}]},
+         "7 or 12", "12", 0.0),  # the system turn is prompt too
+        ({"messages": [{"role": "assistant", "content": "7 or 12"}]}, "7 or 12", "12", 1.0),  # not prompt
+        ({}, "7 or 12", "12", 1.0),  # no prompt: nothing is an echo
+    ],
+)
+def test_ignore_prompt_echo_reads_the_rows_prompt(item, output, reference, expected):
+    spec = {"type": "string_check", "operation": "like", "ignore_prompt_echo": True}
+    assert score(spec, output, reference=reference, **item) == expected
+
+
+def test_ignore_prompt_echo_reason():
+    grader = build_grader({"type": "string_check", "operation": "like", "ignore_prompt_echo": True})
+    grades = grader.grade_group({"reference_answer": "12", "messages": LARGER},
+                                [{"output_text": ECHO}, {"output_text": "no idea"}])
+    assert [g.reason for g in grades] == ["like found only copied from the prompt", "like failed"]
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ({"type": "string_check", "operation": "eq", "ignore_prompt_echo": True},
+         r"^grader\.ignore_prompt_echo: applies only to operation like or ilike \(contains\), not eq; "
+         r"remove ignore_prompt_echo or make it a contains check"),
+        ({"type": "format", "check": "equals", "ignore_prompt_echo": True},
+         r"^grader\.ignore_prompt_echo: applies only to check: contains, not check: equals"),
+        ({"type": "string_check", "operation": "like", "ignore_prompt_echo": "yes"},
+         r"^grader\.ignore_prompt_echo: expected"),
+    ],
+)
+def test_ignore_prompt_echo_refuses_bad_values(spec, message):
+    with pytest.raises(ConfigError, match=message):
+        build_grader(spec)

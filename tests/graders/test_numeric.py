@@ -335,3 +335,88 @@ def test_key_numbers_as_the_guide_means_them(reference, sample, score):
 def test_docstring_examples(module):
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0 and result.attempted > 0
+
+
+# ---- resisting the guide's hacks: match: last, extra_numbers: penalize ----------------------------------
+SPRAY = " ".join(str(i) for i in range(1, 21))  # every integer 1..20: the guide's "lists many numbers"
+
+
+@pytest.mark.parametrize(
+    "spec, reference, sample, score",
+    [
+        # the default (the guide's closest match) rewards both hacks
+        ({}, "15", "6+9=15", 1.0),
+        ({}, "15", SPRAY, 1.0),
+        # match: last: only the final number counts
+        ({"match": "last"}, "15", "6+9=15", 1.0),  # the final number is right: working before it is free
+        ({"match": "last"}, "15", SPRAY, 0.0),  # 15 -> 20 (33%)
+        ({"match": "last"}, "15", "15 or 16", 0.0),  # 15 -> 16 (6.7%): a hedge ends on its last guess
+        ({"match": "last"}, "15", "15. Check: 15-9=6", 0.0),  # the final number is 6
+        ({"match": "last"}, "100", "about 100, say 104", 0.5),  # 4%: partial credit as usual
+        ({"match": "last"}, "15", "no number", 0.0),
+        # several key numbers: the last K numbers, each key number to the closest of them
+        ({"match": "last"}, "3 and 5", "1+2=3, 2+3=5", 1.0),  # last two: 3, 5
+        ({"match": "last"}, "3 and 5", "5 and 3", 1.0),  # order within the final answer is free
+        ({"match": "last"}, "3 and 5", "3, 5, 8", 0.5),  # last two: 5, 8 -> 3: 0 (67%), 5: 1
+        ({"match": "last"}, "3 and 5", "5", 0.5),  # fewer numbers than key numbers: all of them
+        # years are context: never the final answer unless the key numbers are years
+        ({"match": "last"}, "In 2024 revenue was $1,705M", "Revenue was $1,705M in 2024.", 1.0),
+        ({"match": "last"}, "Founded in 1998.", "It was 1990; no, 1998", 1.0),
+        ({"match": "last"}, "Founded in 1998.", "1998, not 1990", 0.0),
+        # extra_numbers: penalize: 0.1 for each number near no number of the reference, floored at 0
+        ({"extra_numbers": "penalize"}, "15", "6+9=15", 0.8),  # 6 and 9 charged
+        ({"extra_numbers": "penalize"}, "15", SPRAY, 0.0),  # 1 - 19 x 0.1, floored
+        ({"extra_numbers": "penalize"}, "15", "15 or 16", 0.9),
+        ({"extra_numbers": "penalize"}, "15", "15, 15.3 and 15", 1.0),  # 15.3 is within 5% of 15: not extra
+        ({"extra_numbers": "penalize"}, "In 2024 revenue was $1,705M", "$1,705M (2024, 2023)", 1.0),  # years free
+        ({"extra_numbers": "penalize"}, "one of the two plants made 500", "the two plants: 500", 1.0),  # stated: free
+        ({"extra_numbers": "penalize", "extra_penalty": 0.25}, "15", "6+9=15", 0.5),
+        ({"extra_numbers": "penalize", "extra_penalty": 0}, "15", SPRAY, 1.0),
+        # both: the working is free, a hedge in the final answer is charged
+        ({"match": "last", "extra_numbers": "penalize"}, "15", "6+9=15", 1.0),
+        ({"match": "last", "extra_numbers": "penalize"}, "15", SPRAY, 0.0),
+        ({"match": "last", "extra_numbers": "penalize"}, "3 and 5", "1+2=3, 2+3=5", 1.0),
+        ({"match": "last", "extra_numbers": "penalize"}, "3 and 5", "3, 5, 8", 0.4),  # (0 + 1)/2 - 0.1 for 8
+    ],
+)
+def test_resisting_options(spec, reference, sample, score):
+    grade = build_grader({"type": "numeric", **spec}).grade_group({"reference_answer": reference},
+                                                                  [{"output_text": sample}])[0]
+    assert grade.error is None
+    assert grade.score == pytest.approx(score)
+
+
+def test_resisting_reasons_say_what_was_matched_and_charged():
+    item = {"reference_answer": "15"}
+    last = build_grader({"type": "numeric", "match": "last"}).grade_group(item, [{"output_text": "6+9=15"}])[0]
+    assert last.reason == "15→15 (0.0%): 1; final answer: the last 1 of 3 numbers"
+    assert last.sub_scores == {}
+    charged = build_grader({"type": "numeric", "extra_numbers": "penalize"}).grade_group(
+        item, [{"output_text": "6+9=15"}, {"output_text": SPRAY}])
+    assert charged[0].reason == "15→15 (0.0%): 1; 2 extra numbers (6, 9): -0.2"
+    assert charged[0].sub_scores == {"matched": 1.0, "extra_numbers": 2.0}
+    assert charged[1].reason == "15→15 (0.0%): 1; 19 extra numbers (1, 2, 3, 4, 5, ...): -1.9"
+
+
+def test_resisting_options_keep_skipping_references_without_numbers():
+    grader = build_grader({"type": "numeric", "match": "last", "extra_numbers": "penalize"})
+    assert grader.grade_group({"reference_answer": "Paris"}, [{"output_text": "1 2 3"}])[0].score is None
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ({"match": "final"}, r"^grader\.match: got 'final'; expected one of closest, last"),
+        ({"match": "lst"}, r"did you mean 'last'\?"),
+        ({"extra_numbers": "charge"}, r"^grader\.extra_numbers: got 'charge'; expected one of ignore, penalize"),
+        ({"extra_numbers": "penalize", "extra_penalty": 2}, r"^grader\.extra_penalty: must be <= 1, got 2"),
+        ({"extra_numbers": "penalize", "extra_penalty": -0.1}, r"^grader\.extra_penalty: must be >= 0"),
+        ({"extra_penalty": 0.2}, r"^grader\.extra_penalty: applies only with extra_numbers: penalize; "
+                                 r"add extra_numbers: penalize or remove extra_penalty"),
+    ],
+)
+def test_resisting_options_refuse_bad_values(spec, message):
+    from kitae.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        build_grader({"type": "numeric", **spec})

@@ -301,3 +301,76 @@ def test_cosine_of_two_embeddings(a, b, expected):
 
     value = cosine_of(np.array(a, dtype=np.float32), np.array(b, dtype=np.float32))
     assert math.isnan(value) if expected is None else value == pytest.approx(expected)
+
+
+# ---- max_length_ratio: copies of the prompt or the reference, padded, do not score -------------------
+DOC = ("Summarize: The city council voted on Tuesday to build a new bridge over the river. The bridge will cost "
+       "20 million dollars and open in 2026. Residents said traffic has been bad for years.")
+SUMMARY = "The council voted to build a new bridge over the river."  # 11 words
+PARAPHRASE = "City council approves a new bridge across the river."  # an honest answer, 9 words
+
+
+def test_meteor_rewards_the_prompt_echo_over_an_honest_answer():
+    """The hack: echoing a summarization prompt scores more than a paraphrase under METEOR (recall-weighted)."""
+    grader = build_grader({"type": "text_similarity", "evaluation_metric": "meteor"})
+    echo, honest, repeated = (g.score for g in grader.grade_group(
+        {"reference_answer": SUMMARY}, [{"output_text": t} for t in (DOC, PARAPHRASE, " ".join([SUMMARY] * 5))]))
+    assert echo > honest and repeated > honest
+
+
+@pytest.mark.parametrize(
+    "metric, sample, score",
+    [
+        ("meteor", DOC, 0.0),  # 35 words, 3.2x the summary's 11
+        ("meteor", " ".join([SUMMARY] * 5), 0.0),  # the reference repeated
+        ("rouge_l", SUMMARY + " and it will cost 90 million and open in 2030 and 2031.", 0.0),  # 24 words, 2.2x
+        ("fuzzy_match", DOC, 0.0),  # tokens count the length whatever the metric
+        ("bleu", DOC, 0.0),
+        ("rouge_l", SUMMARY, 1.0),
+        ("rouge_l", PARAPHRASE, 0.6),  # 9 words, allowed: LCS 6 (council a new bridge the river), 12/20
+    ],
+)
+def test_max_length_ratio(metric, sample, score):
+    grader = build_grader({"type": "text_similarity", "evaluation_metric": metric, "max_length_ratio": 2})
+    assert grader.grade_group({"reference_answer": SUMMARY}, [{"output_text": sample}])[0].score == pytest.approx(score)
+
+
+@pytest.mark.parametrize(
+    "sample, ratio, score",
+    [
+        ("x a b c d y z w", 2, 2 / 3),  # 8 tokens = 2 x 4: allowed; LCS 4, p 0.5, r 1 -> F1 2/3
+        ("x a b c d y z w v", 2, 0.0),  # 9 tokens > 8
+        ("x a b c d y z w v", None, 2 * (4 / 9) / (4 / 9 + 1)),  # the default: no cap, F1 = 8/13
+        ("a b c d e", 1.25, 2 * 0.8 / 1.8),  # 5 <= 1.25 x 4
+        ("a b c d e", 1.2, 0.0),  # 5 > 4.8
+        ("a, b!", 0.5, 2 / 3),  # 2 tokens <= 0.5 x 4 (punctuation is no token): LCS 2, p 1, r 0.5
+    ],
+)
+def test_max_length_ratio_by_hand(sample, ratio, score):
+    spec = {"type": "text_similarity"} | ({"max_length_ratio": ratio} if ratio is not None else {})
+    grade = build_grader(spec).grade_group({"reference_answer": "a b c d"}, [{"output_text": sample}])[0]
+    assert grade.score == pytest.approx(score)
+
+
+def test_max_length_ratio_reason_and_pass_threshold():
+    grader = build_grader({"type": "text_similarity", "max_length_ratio": 2, "pass_threshold": 0.1})
+    grade = grader.grade_group({"reference_answer": "a b c"}, [{"output_text": "a b c d e f g"}])[0]
+    assert (grade.score, grade.sub_scores) == (0.0, {"passed": 0.0})
+    assert grade.reason == "7 tokens, 2.3x the reference's 3 (max_length_ratio 2): scored 0"
+    empty = grader.grade_group({"reference_answer": ""}, [{"output_text": "a"}])[0]
+    assert empty.reason == "1 token against an empty reference (max_length_ratio 2): scored 0"
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        (0, r"^grader\.max_length_ratio: must be > 0, got 0"),
+        (-1, r"^grader\.max_length_ratio: must be > 0"),
+        ("two", r"^grader\.max_length_ratio: expected a number"),
+    ],
+)
+def test_max_length_ratio_refuses_bad_values(value, message):
+    from kitae.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        build_grader({"type": "text_similarity", "max_length_ratio": value})
