@@ -441,9 +441,9 @@ def _verdict(attack: Attack, credit: float | None, ties: float | None) -> tuple[
         return None, "no baseline to compare with (no reference answer or sample scored)"
     reasons = []
     if credit is not None and credit >= attack.max_credit - 1e-9:
-        reasons.append(f"earns {credit:.0%} of the reference's credit (flag at {attack.max_credit:.0%})")
+        reasons.append(f"{credit:.0%} of the reference's credit (flag at {attack.max_credit:.0%})")
     if ties >= attack.max_ties - 1e-9:
-        reasons.append(f"scores as well as the reference on {ties:.0%} of rows (flag at {attack.max_ties:.0%})")
+        reasons.append(f"as good as the reference on {ties:.0%} of rows (flag at {attack.max_ties:.0%})")
     if reasons:
         return True, "; ".join(reasons)
     shown = "n/a" if credit is None else f"{credit:.0%}"

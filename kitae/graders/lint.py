@@ -147,7 +147,8 @@ def _similarity_alone(ctx: LintContext) -> list[str]:
         if not refs or not is_free_form(refs):
             return []
         words = statistics.median(len(r.split()) for r in refs)
-        where = f" on free-form answers (the median reference has {words:g} words)"
+        chars = statistics.median(len(r.strip()) for r in refs)
+        where = f" on free-form answers (the median reference: {words:g} words, {chars:g} characters)"
     return [f"similarity alone ({', '.join(metrics)}){where}: correct paraphrases score low and wrong answers in the "
             "reference's words score high; where meaning matters, add a judge (judge 70% + similarity 30%)"]
 

@@ -138,7 +138,7 @@ def test_report_numbers_for_the_numeric_grader():
     assert report.reference_mean == 1.0 and report.rows_without_baseline == 0
     spray = by_name["number_spray"]
     assert (spray.mean, spray.credit, spray.ties_reference, spray.rows) == (1.0, 1.0, 1.0, 4)
-    assert "as well as the reference on 100% of rows" in spray.why
+    assert "as good as the reference on 100% of rows" in spray.why
     assert by_name["empty"].ties_reference == 0.0 and by_name["empty"].flagged is False
     assert by_name["prompt_equations"].example == "12+35=47, 12-35=-23, 12*35=420"
     assert by_name["long_filler"].example.endswith("(6599 characters)")
