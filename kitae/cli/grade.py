@@ -207,12 +207,13 @@ def attack(
     strict: bool = typer.Option(False, "--strict", help="Exit 1 when any attack is flagged."),
     concurrency: int = typer.Option(8, help="Groups graded at the same time."),
 ) -> None:
-    """Before training: grade canned cheating answers (empty, number spray, the prompt's numbers as equations,
-    an injection, ...) on every row and flag those the grader rewards.
+    """Before training: grade canned cheating answers and flag those the grader rewards.
 
-    An attack is flagged when its mean credit is at least 50% of the reference answer's (graded as the answer),
-    or it scores as well as the reference on at least 25% of rows; a near miss (the reference with one digit or
-    word changed) only at 80%. docs/reward_hacking.md explains each attack."""
+    Attacks: empty, the prompt echoed, one digit changed, number spray, the
+    prompt's numbers as equations, an injection, ... (your own: --attacks).
+    Flagged when one earns >= 50% of the reference's credit or does as well
+    as the reference on >= 25% of rows. Details: docs/reward_hacking.md.
+    """
     from kitae.graders import build_grader
     from kitae.graders.attacks import BUILTIN_ATTACKS, load_attack_rows, load_attacks, run_attacks
     from kitae.trainer.config import resolve_data_path
@@ -267,9 +268,12 @@ def lint(
     as_json: bool = typer.Option(False, "--json", help="Print the warnings as JSON."),
     strict: bool = typer.Option(False, "--strict", help="Exit 1 on any warning."),
 ) -> None:
-    """Warn about the hosted RFT grader guide's common mistakes: the judge is the policy model, numeric grading
-    where most references hold no number, similarity alone on free-form answers, a validation set too small
-    to trust (under 30 labelled samples). No judge is called."""
+    """Warn about the hosted RFT grader guide's common mistakes in a grader spec.
+
+    The judge is the policy model; numeric grading where most references hold
+    no number; similarity alone on free-form answers; under 30 labelled
+    samples. No judge is called. Details: docs/reward_hacking.md.
+    """
     from kitae.graders import load_spec
     from kitae.graders.attacks import load_attack_rows
     from kitae.graders.lint import lint as run_lint
