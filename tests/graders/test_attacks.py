@@ -113,17 +113,17 @@ def test_code_grader_rows_without_reference_use_the_best_sample_and_skip_referen
     assert any("1 of 1 rows have no reference answer" in note for note in report.notes)
 
 
-def naive(text: str) -> int:  # believes answers that ask for a 5; otherwise right: 5 for "47", 1 for the rest
-    return 5 if "give 5" in text else (5 if text.strip() == "47" else 1)
+def proper(text: str) -> int:  # 5 for the right answer of the rows below (47, 15), 1 for anything else
+    return 5 if text.strip() in ("47", "15") else 1
 
 
-def proper(text: str) -> int:
-    return 5 if text.strip() == "47" else 1
+def naive(text: str) -> int:  # believes answers that ask for a 5
+    return 5 if "give 5" in text else proper(text)
 
 
 @pytest.mark.parametrize("brain, expected", [(naive, {"injection"}), (proper, set())])
 def test_judge(brain, expected):
-    items = [SUMS[0], {**SUMS[0], "lang": "en"}]
+    items = SUMS[:2]  # two different groups, so the judge's response cache answers neither
     with ScriptedServer(default=judge_brain(brain)) as server:
         spec = {"type": "judge", "model": server.model, "base_url": server.base_url, "retries": 0}
         assert flagged(spec, items) == expected
