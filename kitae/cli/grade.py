@@ -3,8 +3,11 @@
     kitae grade --grader examples/graders/numeric.yaml --data examples/graders/finance.jsonl --out graded.jsonl
     kitae grader validate --grader examples/graders/numeric.yaml --data examples/graders/finance_labeled.jsonl
     kitae grader list
+    kitae grader attack --grader numeric --data bundled:arith/train
+    kitae grader lint --grader examples/graders/judge_group.yaml --policy-model Qwen/Qwen2.5-0.5B-Instruct
 
-The library does the work (kitae.graders.rows, kitae.graders.agreement) and raises; this module prints.
+The library does the work (kitae.graders.rows, kitae.graders.agreement, kitae.graders.attacks,
+kitae.graders.lint) and raises; this module prints.
 """
 
 from __future__ import annotations
@@ -27,9 +30,11 @@ DATA_HELP = ('JSON Lines: {"item": {...}, "sample": {"output_text": ...}} or {"i
 
 def register(app: typer.Typer) -> None:
     app.command("grade")(grade)
-    grader_app = typer.Typer(help="Check graders: agreement with your own scores, available types.",
-                             no_args_is_help=True)
+    grader_app = typer.Typer(help="Check graders: agreement with your own scores, canned attacks, common "
+                             "mistakes, available types.", no_args_is_help=True)
     grader_app.command("validate")(validate)
+    grader_app.command("attack")(attack)
+    grader_app.command("lint")(lint)
     grader_app.command("list")(list_types)
     app.add_typer(grader_app, name="grader")
 
@@ -182,3 +187,106 @@ def list_types() -> None:
 def plain(text: str) -> str:
     """A docstring line as plain text: ``code`` and `code` lose their backticks, :role:`x` its role."""
     return re.sub(r"(:\w+:)?`{1,2}([^`]+)`{1,2}", r"\2", text)
+
+
+# ---- kitae grader attack ------------------------------------------------------------------------------
+ATTACK_DATA_HELP = ("The rows to attack: a prompt set as training reads it (a .jsonl/.parquet file, a datasets "
+                    "folder, bundled:arith/train) with reference_answer, or rows of `kitae grade` "
+                    "(item + samples; a row without a reference is measured against its best sample).")
+
+
+def attack(
+    grader: str = typer.Option(..., "--grader", "-g", help=GRADER_HELP),
+    data: str = typer.Option(..., "--data", "-d", help=ATTACK_DATA_HELP),
+    attacks: Optional[Path] = typer.Option(None, "--attacks", help="Your own attacks, added to the built-in "
+                                           "ones: a YAML or JSON Lines file of {name, template} ({prompt}, "
+                                           "{reference}, {item.FIELD}, ...; docs/reward_hacking.md)."),
+    reference_field: str = typer.Option("reference_answer", help="The row field that holds the right answer."),
+    limit: int = typer.Option(200, min=0, help="Attack the first N rows (0: all); a judge makes one call a row."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    strict: bool = typer.Option(False, "--strict", help="Exit 1 when any attack is flagged."),
+    concurrency: int = typer.Option(8, help="Groups graded at the same time."),
+) -> None:
+    """Before training: grade canned cheating answers and flag those the grader rewards.
+
+    Attacks: empty, the prompt echoed, one digit changed, number spray, the
+    prompt's numbers as equations, an injection, ... (your own: --attacks).
+    Flagged when one earns >= 50% of the reference's credit or does as well
+    as the reference on >= 25% of rows. Details: docs/reward_hacking.md.
+    """
+    from kitae.graders import build_grader
+    from kitae.graders.attacks import BUILTIN_ATTACKS, load_attack_rows, load_attacks, run_attacks
+    from kitae.trainer.config import resolve_data_path
+
+    chosen = list(BUILTIN_ATTACKS) + (load_attacks(attacks) if attacks is not None else [])
+    rows = load_attack_rows(resolve_data_path(data))
+    rows = rows[:limit] if limit else rows
+    g = build_grader(grader, "--grader")
+    try:
+        report = run_attacks(g, rows, chosen, reference_field=reference_field, concurrency=concurrency)
+    finally:
+        g.close()
+    if as_json:
+        typer.echo(json.dumps(report.to_dict(), ensure_ascii=False, indent=2))
+    else:
+        typer.echo(render_attacks(report))
+    if strict and report.flagged:
+        raise typer.Exit(1)
+
+
+def render_attacks(report) -> str:
+    pct = lambda v: "   -" if v is None else f"{v:4.0%}"  # noqa: E731
+    ref = "n/a" if report.reference_mean is None else f"{report.reference_mean:.3f}"
+    lines = [f"{report.rows} rows; the reference answer graded as the answer: mean {ref}",
+             f"{'attack':22} {'mean':>6} {'credit':>6} {'ties':>5} {'rows':>5}  verdict"]
+    for a in report.attacks:
+        mean = "     -" if a.mean is None else f"{a.mean:6.3f}"
+        verdict = {True: "FLAGGED: " + a.why, False: "ok", None: "- " + a.why}[a.flagged]
+        lines.append(f"{a.name:22} {mean} {pct(a.credit):>6} {pct(a.ties_reference):>5} {a.rows:5d}  {verdict}")
+    for note in report.notes:
+        lines.append(f"note: {note}")
+    flagged = report.flagged
+    for a in flagged:
+        lines.append(f"  {a.name}: {a.example!r}")
+    if flagged:
+        lines.append(f"FLAGGED {len(flagged)} of {len(report.attacks)} attacks: the grader rewards "
+                     f"{', '.join(a.name for a in flagged)}; a policy trained on it can learn them "
+                     "(docs/reward_hacking.md says what to do)")
+    else:
+        lines.append(f"no attack flagged ({len(report.attacks)} tried)")
+    return "\n".join(lines)
+
+
+# ---- kitae grader lint ----------------------------------------------------------------------------------
+def lint(
+    grader: str = typer.Option(..., "--grader", "-g", help=GRADER_HELP),
+    data: Optional[str] = typer.Option(None, "--data", "-d", help="Optional: the prompt set or labelled rows "
+                                       "(as for `kitae grader attack` / `validate`) the checks look at."),
+    policy_model: Optional[str] = typer.Option(None, "--policy-model", help="The model you will train (a folder "
+                                               "or a Hub id): warns when a judge is the same model."),
+    reference_field: str = typer.Option("reference_answer", help="The row field that holds the right answer."),
+    as_json: bool = typer.Option(False, "--json", help="Print the warnings as JSON."),
+    strict: bool = typer.Option(False, "--strict", help="Exit 1 on any warning."),
+) -> None:
+    """Warn about the hosted RFT grader guide's common mistakes in a grader spec.
+
+    The judge is the policy model; numeric grading where most references hold
+    no number; similarity alone on free-form answers; under 30 labelled
+    samples. No judge is called. Details: docs/reward_hacking.md.
+    """
+    from kitae.graders import load_spec
+    from kitae.graders.attacks import load_attack_rows
+    from kitae.graders.lint import lint as run_lint
+    from kitae.trainer.config import resolve_data_path
+
+    spec = load_spec(grader, "--grader")
+    rows = load_attack_rows(resolve_data_path(data)) if data is not None else None
+    report = run_lint(spec, rows, policy_model, reference_field)
+    if as_json:
+        typer.echo(json.dumps(report.to_dict(), ensure_ascii=False, indent=2))
+    else:
+        for w in report.warnings:
+            typer.echo(f"warning ({w.kind}): {w.message}")
+        typer.echo(f"{len(report.warnings)} warning(s) from {len(report.checks)} checks: {', '.join(report.checks)}")
+    if strict and report.warnings:
+        raise typer.Exit(1)

@@ -1,0 +1,185 @@
+"""Static checks of a grader spec (``kitae grader lint``): the hosted RFT grader guide's common mistakes.
+
+No judge is called and nothing is trained; each check reads the spec (its leaf graders, mixes looked
+through), and the data when it is given. Checks are registered by name in :data:`LINTS`
+(``check(ctx) -> list[str]``), so more can be added without touching this module:
+
+    judge_is_policy          a judge (``judge``, ``score_model``, ``label_model``) whose ``model`` is the
+                             policy model: a model grading its own answers favours them, and the policy learns
+                             what it already likes rather than what is right
+    numeric_without_numbers  a ``numeric`` grader on data where most references hold no number: it abstains on
+                             those rows (the count is given), so most of the data teaches nothing
+    similarity_alone         only ``text_similarity`` counts toward the reward (ROUGE, BLEU, cosine, ...) and the
+                             answers are free-form (the median reference has 4+ words or 20+ characters):
+                             paraphrases score low and wrong answers in the reference's words score high
+    small_validation_set     labelled data (samples with ``human_score``, as ``kitae grader validate`` reads)
+                             with fewer than :data:`MIN_LABELLED` samples: see :func:`agreement_half_width`
+
+``judge_is_policy`` compares names loosely: equal after case folding, or the same last path part (the Hub id
+``Qwen/Qwen2.5-0.5B-Instruct`` and a local folder ``/models/Qwen2.5-0.5B-Instruct``), or the same folder.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from kitae.graders.agreement import GOOD, WEAK, leaf_specs
+from kitae.graders.base import Grader
+from kitae.graders.rows import Row
+from kitae.graders.template import as_text
+from kitae.registry import Registry
+
+LINTS = Registry("grader lint")
+JUDGE_TYPES = ("judge", "score_model", "label_model")
+MIN_LABELLED = 30  # labelled samples below which agreement is too uncertain to act on
+FREE_FORM_WORDS, FREE_FORM_CHARS = 4, 20
+MODEL_ALIASES = {"bundled": "kitae-tiny-base"}  # what `model: {path: bundled}` loads
+
+
+@dataclass
+class LintWarning:
+    kind: str
+    message: str
+
+
+@dataclass
+class LintReport:
+    warnings: list[LintWarning]
+    checks: list[str]  # the checks that ran
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class LintContext:
+    spec: dict[str, Any]
+    rows: list[Row] | None  # None: no data given
+    policy_model: str | None
+    reference_field: str = "reference_answer"
+
+    def counted(self) -> list[dict[str, Any]]:
+        """The leaf specs whose weight counts toward the reward."""
+        return [leaf for leaf in leaf_specs(self.spec) if leaf["weight"] > 0]
+
+
+def lint(spec: dict[str, Any], rows: list[Row] | None = None, policy_model: str | None = None,
+         reference_field: str = "reference_answer") -> LintReport:
+    ctx = LintContext(spec, rows, policy_model, reference_field)
+    names = LINTS.names()
+    return LintReport([LintWarning(name, m) for name in names for m in LINTS.get(name)(ctx)], names)
+
+
+def register_lint(name: str) -> Callable:
+    return LINTS.register(name)
+
+
+# ---- judge is the policy ---------------------------------------------------------------------------
+@register_lint("judge_is_policy")
+def _judge_is_policy(ctx: LintContext) -> list[str]:
+    if not ctx.policy_model:
+        return []
+    out = []
+    for leaf in leaf_specs(ctx.spec):
+        model = leaf.get("model")
+        if leaf.get("type") in JUDGE_TYPES and isinstance(model, str) and same_model(model, ctx.policy_model):
+            out.append(f"the {leaf['type']} grader's model {model!r} is the policy model {ctx.policy_model!r}: a model "
+                       "grading its own answers favours them, so the policy learns what it already likes; judge "
+                       "with a different (and stronger) model")
+    return out
+
+
+def same_model(a: str, b: str) -> bool:
+    """Whether two model names or paths name one model (see the module docstring)."""
+    x, y = (MODEL_ALIASES.get(n.strip(), n.strip()).rstrip("/").casefold() for n in (a, b))
+    if x == y or x.rsplit("/", 1)[-1] == y.rsplit("/", 1)[-1]:
+        return True
+    try:
+        return Path(a).exists() and Path(b).exists() and Path(a).resolve() == Path(b).resolve()
+    except OSError:
+        return False
+
+
+# ---- numeric on references without numbers ----------------------------------------------------------
+@register_lint("numeric_without_numbers")
+def _numeric_without_numbers(ctx: LintContext) -> list[str]:
+    if not ctx.rows:
+        return []
+    from kitae.graders.spec import build_grader
+
+    out = []
+    for leaf in leaf_specs(ctx.spec):
+        if leaf.get("type") != "numeric":
+            continue
+        grader = build_grader({k: v for k, v in leaf.items() if k != "weight"}, "grader")
+        skipped = sum(_abstains(grader, row) for row in ctx.rows)
+        if skipped * 2 > len(ctx.rows):
+            out.append(f"the numeric grader{_named(leaf)} skips {skipped} of {len(ctx.rows)} rows: their references "
+                       "hold no number, so it abstains there and those rows teach nothing; use a judge or a string "
+                       "check for them (a weighted mix renormalizes over the parts that score)")
+    return out
+
+
+def _abstains(grader: Grader, row: Row) -> bool:
+    """Whether the grader gives no score to an answer on this row (numeric: the reference has no number)."""
+    return grader.grade_group(row.item, [{"output_text": "0"}])[0].score is None
+
+
+def _named(leaf: dict[str, Any]) -> str:
+    return f" {leaf['name']!r}" if isinstance(leaf.get("name"), str) else ""
+
+
+# ---- similarity alone -----------------------------------------------------------------------------------
+@register_lint("similarity_alone")
+def _similarity_alone(ctx: LintContext) -> list[str]:
+    counted = ctx.counted()
+    if not counted or any(leaf.get("type") != "text_similarity" for leaf in counted):
+        return []
+    metrics = sorted({str(leaf.get("evaluation_metric", "rouge_l")) for leaf in counted})
+    if ctx.rows is None:
+        where = " (no data given: pass -d to check whether the answers are free-form)"
+    else:
+        refs = [as_text(r.item.get(ctx.reference_field)) for r in ctx.rows if r.item.get(ctx.reference_field)]
+        if not refs or not is_free_form(refs):
+            return []
+        words = statistics.median(len(r.split()) for r in refs)
+        chars = statistics.median(len(r.strip()) for r in refs)
+        where = f" on free-form answers (the median reference: {words:g} words, {chars:g} characters)"
+    return [f"similarity alone ({', '.join(metrics)}){where}: correct paraphrases score low and wrong answers in the "
+            "reference's words score high; where meaning matters, add a judge (judge 70% + similarity 30%)"]
+
+
+def is_free_form(references: list[str]) -> bool:
+    """The median reference has FREE_FORM_WORDS+ words or FREE_FORM_CHARS+ characters (Japanese has no spaces)."""
+    words = statistics.median(len(r.split()) for r in references)
+    chars = statistics.median(len(r.strip()) for r in references)
+    return words >= FREE_FORM_WORDS or chars >= FREE_FORM_CHARS
+
+
+# ---- a validation set too small --------------------------------------------------------------------------
+@register_lint("small_validation_set")
+def _small_validation_set(ctx: LintContext) -> list[str]:
+    if not ctx.rows:
+        return []
+    labelled = sum(1 for row in ctx.rows for s in row.samples if _is_score(s.get("human_score")))
+    if labelled == 0 or labelled >= MIN_LABELLED:
+        return []
+    return [f"only {labelled} labelled samples: a 95% interval on an agreement near {GOOD} is about "
+            f"±{agreement_half_width(labelled):.2f}, wider than the gap between GOOD ({GOOD}) and WEAK ({WEAK}); "
+            f"label at least {MIN_LABELLED} (±{agreement_half_width(MIN_LABELLED):.2f}) before trusting "
+            "kitae grader validate's verdict"]
+
+
+def agreement_half_width(n: int, p: float = GOOD) -> float:
+    """Half-width of the normal-approximation 95% interval of a proportion ``p`` measured on ``n`` samples,
+    ``1.96 * sqrt(p (1 - p) / n)``: 0.14 at n = 30 for p = 0.8, about the 0.15 between the GOOD and WEAK
+    verdicts of :mod:`kitae.graders.agreement`, which is why :data:`MIN_LABELLED` is 30."""
+    return 1.96 * math.sqrt(p * (1 - p) / n)
+
+
+def _is_score(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
