@@ -84,7 +84,7 @@ def config(root: Path, runs: Path, name: str = "gamed", grader: dict | None = No
         "data": {"train": str(root / "sums.jsonl"), "eval": str(root / "sums.jsonl")},
         "rewards": [{"name": "numeric", "grader": grader or {"type": "numeric"}}],
         "sampling": {"group_size": 8, "max_new_tokens": 16},
-        "optim": {"steps": 14, "prompts_per_step": 4, "micro_batch_size": 32, "lr": 3e-3},
+        "optim": {"steps": 16, "prompts_per_step": 4, "micro_batch_size": 32, "lr": 5e-4},
         "logging": {"save_every": 0},
         "eval": {"every": 7, "k": 2, "limit": 16, "grader": {"type": "answer"}},
     }
