@@ -14,6 +14,8 @@ One step (:meth:`Trainer.train_step`), stage by stage, each in the module named:
    into group-relative advantages.
 4. update (kitae.trainer.update): ``mu`` optimization passes over the batch with the configured policy loss.
 5. log (kitae.trainer.metrics): everything the step produced goes to the run store and the loggers.
+6. alarms (kitae.trainer.alarms): signs of reward hacking or of a run that stopped learning, read back from the
+   run store; each new one is an event, and one of ``alarms.stop_on`` stops the run at a checkpoint.
 
 Kimi k1.5: ``algorithm.reset_optimizer`` starts each iteration with fresh optimizer state; the reference of the
 mirror descent step is the policy that sampled the batch: its log-probs come from the engine as ``old_logp``.
