@@ -86,7 +86,8 @@ def format_summary(summary: dict[str, Any], evals: list[dict[str, Any]], with_co
         *_metric_lines(summary["metrics"], summary["steps"]),
         "",
         *eval_table(evals),
-        *_event_lines(summary.get("events") or []),
+        *alarm_lines(summary.get("alarms") or [], summary["name"]),
+        *_event_lines([e for e in summary.get("events") or [] if e["kind"] not in ("alarm", "alarm_cleared")]),
         *_final_lines(summary.get("final")),
     ]
     if with_config:
@@ -138,6 +139,23 @@ def eval_table(evals: list[dict[str, Any]]) -> list[str]:
     slices = sorted({k for e in evals for k in e["metrics"] if "/" in k})
     note = [f"  (also per slice: {', '.join(slices[:4])}{', ...' if len(slices) > 4 else ''}; see --json)"]
     return [f"evals ({len(evals)})", *table, *(note if slices else [])]
+
+
+def alarm_lines(alarms: list[dict[str, Any]], run: str) -> list[str]:
+    """Each alarm raised (kitae.trainer.alarms), oldest first: its step, kind and message, its evidence and the
+    groups that show it (`kitae ui` opens them). Sample text in the evidence is printed as JSON strings."""
+    if not alarms:
+        return []
+    lines = ["", f"alarms ({len(alarms)}; docs/reward_hacking.md says what each means)"]
+    for a in alarms:
+        lines.append(f"  step {a['step']:<6}  {a['kind']}  {a['message']}")
+        for key, value in (a.get("evidence") or {}).items():
+            shown = json.dumps(value, ensure_ascii=False)
+            lines.append(f"      {key}: {shown if len(shown) <= 300 else shown[:300] + '...'}")
+        if a.get("groups"):
+            ids = ", ".join(str(g["id"]) for g in a["groups"])
+            lines.append(f"      groups: {ids}  (kitae ui: #/run/{run}/group/ID)")
+    return lines
 
 
 def _event_lines(events: list[dict[str, Any]]) -> list[str]:

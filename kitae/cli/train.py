@@ -27,6 +27,12 @@ def train(
         False, "--resume-from-scratch", help="With --resume: restart the run at step 0 (e.g. when no checkpoint is "
         "usable). The history so far (a copy of run.db) and the checkpoints/ folder are first put in "
         "runs/NAME/restarts/TIME/; the restart is recorded in the run's events."),
+    stop_on_alarm: list[str] = typer.Option(
+        [], "--stop-on-alarm", metavar="KIND", help="Stop the run at a checkpoint when this alarm is raised "
+        "(repeatable; `all` for every kind): reward_vs_eval, component_dominance, answer_shape, length_jump, "
+        "length_collapse, entropy_collapse, kl_blowup, zero_spread, mismatch_growth (docs/reward_hacking.md). "
+        "The step finishes, a checkpoint is saved, and the run exits with status 3 and the resume command. "
+        "Adds to alarms.stop_on."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
     """Train with GRPO (or a variant) on the rewards in CONFIG; progress bar, run store, checkpoints, evals.
@@ -44,6 +50,7 @@ def train(
     """
     from kitae.errors import KitaeError
     from kitae.store.failures import NO_SPACE, READ_ONLY, write_failure
+    from kitae.trainer.alarms import check_kinds
     from kitae.trainer.config import load_train_config
     from kitae.trainer.preflight import preflight
     from kitae.trainer.resume import write_settings_as_they_ran
@@ -63,6 +70,8 @@ def train(
         raise KitaeError("give a config file (e.g. examples/zero.yaml) or --resume runs/NAME")
     else:
         cfg = load_train_config(config, list(set_))
+    if stop_on_alarm:
+        cfg.alarms.stop_on = check_kinds([*cfg.alarms.stop_on, *stop_on_alarm], "--stop-on-alarm")
     checked = preflight(cfg, config.parent)  # every check that does not need the weights, before they load
     try:
         _run(cfg, resume is not None, quiet, checked, allow_config_change=allow_config_change,
@@ -86,6 +95,7 @@ def _run(cfg, resume: bool, quiet: bool, checked=None, **resume_options: bool) -
     bar = step_bar(cfg.optim.steps, trainer.start_step, cfg.name, disable=not show)
     console = Console(bar, show, trainer.acc.is_main_process)
     trainer.on_step, trainer.on_eval_start, trainer.on_eval = console.on_step, console.on_eval_start, console.on_eval
+    trainer.on_alarm = console.on_alarm
     try:
         summary = trainer.train()
     except KeyboardInterrupt:  # a second Ctrl-C stops at once, without saving the step it was in
@@ -99,10 +109,28 @@ def _run(cfg, resume: bool, quiet: bool, checked=None, **resume_options: bool) -
         if trainer.acc.is_main_process:
             typer.echo(interrupted_line(summary.get("steps"), cfg), err=True)
         raise typer.Exit(128 + trainer.stop_signal)
+    if trainer.stop_alarm is not None:
+        if trainer.acc.is_main_process:
+            typer.echo(alarm_stop_line(trainer.stop_alarm, summary.get("steps"), cfg), err=True)
+        raise typer.Exit(ALARM_EXIT)
 
 
 def resume_command(cfg) -> str:
     return f"kitae train --resume {shlex.quote(str(cfg.run_dir))}"
+
+
+ALARM_EXIT = 3  # the exit status of a run stopped by one of alarms.stop_on
+
+
+def alarm_stop_line(alarm, step: int | None, cfg) -> str:
+    """The last line of a run that an alarm stopped: which alarm, where it stopped, how to go on."""
+    return (f"stopped by alarm {alarm.key} at step {step}: {alarm.message}\n"
+            f"inspect it: kitae runs show {cfg.name}; resume with: {resume_command(cfg)}")
+
+
+def alarm_line(alarm) -> str:
+    """`alarm at step 12: answer_shape: 66% of step 12's samples carry ... (kitae runs show NAME)`"""
+    return f"alarm at step {alarm.step}: {alarm.kind}: {alarm.message}"
 
 
 def interrupted_line(step: int | None, cfg) -> str:
@@ -180,6 +208,10 @@ class Console:
         self.bar.set_postfix(
             reward=_fmt(m.get("reward")), kl=_fmt(m.get("kl")), len=_fmt(m.get("len_mean"), 1), refresh=False
         )
+
+    def on_alarm(self, alarm) -> None:
+        if self.main:
+            self.write(alarm_line(alarm))
 
     def on_eval_start(self, step: int, prompts: int):
         from tqdm import tqdm

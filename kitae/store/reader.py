@@ -12,7 +12,7 @@ import sqlite3
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from kitae.errors import ConfigError
 from kitae.registry import unknown_name_message
@@ -164,6 +164,7 @@ class RunReader:
                 # where the config ran code without isolation (`sandbox: none`): shown wherever the run is
                 "unsandboxed": unsandboxed(config),
                 "events": self._events(db),
+                "alarms": alarm_list(self._events(db)),
             }
 
     def _latest_metrics(self, db: sqlite3.Connection) -> dict[str, dict[str, Any]]:
@@ -332,3 +333,10 @@ def _group_where(step: int | None, prompt: str | None, filter: str) -> tuple[str
         clauses.append("prompt_key = ? AND prompt = ?")
         params += [prompt_key(prompt), prompt]
     return " AND ".join(clauses), tuple(params)
+
+
+def alarm_list(events: Iterable[dict]) -> list[dict[str, Any]]:
+    """The ``alarm`` events as `kitae runs show --json` lists them: kind, step, message, evidence, groups."""
+    return [{"kind": e["data"].get("kind"), "subject": e["data"].get("subject"), "step": e["step"],
+             "message": e["message"], "evidence": e["data"].get("evidence", {}), "groups": e["data"].get("groups", []),
+             "logged_at": e["logged_at"]} for e in events if e["kind"] == "alarm"]

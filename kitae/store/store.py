@@ -46,6 +46,9 @@ EVENT_KINDS = (
     "checkpoint_skipped",  # a checkpoint was incomplete or unreadable; an older one was used
     "config_changed",  # the config changed on resume (data: the changed fields, old and new)
     "step_skipped",  # an optimizer step was skipped: its gradient norm was not finite (kitae.trainer.update)
+    "alarm",  # a sign of reward hacking or of a run that stopped learning (kitae.trainer.alarms; data: kind,
+    # subject, evidence, groups)
+    "alarm_cleared",  # an alarm's sign has been gone for alarms.clear_steps steps; it may be raised again
 )
 
 

@@ -351,6 +351,43 @@ class EvalConfig:
 
 
 @dataclass
+class AlarmsConfig:
+    """Run alarms (kitae.trainer.alarms): signs of reward hacking and of a run that stopped learning, checked
+    after every step from what the run store holds; each is recorded once as an ``alarm`` event."""
+
+    enabled: bool = True  # false: no alarm is checked
+    stop_on: list[str] = field(default_factory=list)  # alarm kinds that stop the run at a checkpoint (as Ctrl-C
+    # does); "all" = every kind. `kitae train --stop-on-alarm KIND` adds to it
+    baseline_steps: int = setting(3, minimum=1)  # the first steps, whose samples and metrics are the run's baseline
+    window: int = setting(5, minimum=1)  # the latest steps compared with the baseline
+    clear_steps: int = setting(20, minimum=1)  # an alarm whose sign has been gone this many steps in a row is
+    # cleared, and may be raised again
+    reward_rise: float = setting(0.1, above=0)  # reward_vs_eval, component_dominance: the rise of the mean training
+    # reward (latest window over the baseline) that counts as rising
+    flat: float = setting(0.02, minimum=0)  # reward_vs_eval, component_dominance: a held-out score or a component's
+    # mean score that rose by at most this is flat
+    component_share: float = setting(0.8, above=0, maximum=1)  # component_dominance: one component's share of the
+    # reward's rise, while every other component stays flat or falls
+    shape_share: float = setting(0.5, above=0, maximum=1)  # answer_shape: share of the latest window's samples
+    # with the pattern ...
+    shape_baseline: float = setting(0.1, minimum=0, maximum=1)  # ... when the baseline's samples had at most this
+    length_jump: float = setting(3.0, above=1)  # length_jump: mean completion length this many times the baseline's
+    entropy_floor: float = setting(0.02, minimum=0)  # entropy_collapse: mean token entropy below this (nats)
+    length_floor: float = setting(1.5, minimum=0)  # length_collapse: mean completion length below this (tokens)
+    kl_max: float = setting(1.0, above=0)  # kl_blowup: the KL to the reference above this (per token) ...
+    kl_growth: float = setting(10.0, above=1)  # ... or this many times its mean over the window before
+    zero_spread: float = setting(0.9, above=0, maximum=1)  # zero_spread: share of groups whose samples all got one
+    # reward, over the whole window
+    mismatch_kl: float = setting(0.05, above=0)  # mismatch_growth: sampler/trainer mismatch KL above this ...
+    mismatch_growth: float = setting(5.0, above=1)  # ... and this many times its baseline mean
+
+    def validate(self, path: str) -> None:
+        from kitae.trainer.alarms import check_kinds
+
+        self.stop_on = check_kinds(self.stop_on, f"{path}.stop_on")
+
+
+@dataclass
 class TrainConfig:
     name: str = "run"  # the run's name: its folder is OUTPUT_DIR/NAME
     output_dir: str = "runs"  # where run folders go
@@ -364,6 +401,7 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    alarms: AlarmsConfig = field(default_factory=AlarmsConfig)
 
     def validate(self, path: str) -> None:
         self.algorithm.validate("algorithm")  # also when the section was left out and built by default

@@ -14,6 +14,8 @@ One step (:meth:`Trainer.train_step`), stage by stage, each in the module named:
    into group-relative advantages.
 4. update (kitae.trainer.update): ``mu`` optimization passes over the batch with the configured policy loss.
 5. log (kitae.trainer.metrics): everything the step produced goes to the run store and the loggers.
+6. alarms (kitae.trainer.alarms): signs of reward hacking or of a run that stopped learning, read back from the
+   run store; each new one is an event, and one of ``alarms.stop_on`` stops the run at a checkpoint.
 
 Kimi k1.5: ``algorithm.reset_optimizer`` starts each iteration with fresh optimizer state; the reference of the
 mirror descent step is the policy that sampled the batch: its log-probs come from the engine as ``old_logp``.
@@ -55,6 +57,7 @@ from kitae.store.lock import RunLock
 from kitae.threads import set_threads
 from kitae.trainer import setup
 from kitae.trainer.advantages import batch_advantages
+from kitae.trainer.alarms import Alarm, RunAlarms
 from kitae.trainer.checkpoint import save_checkpoint, set_rng_state
 from kitae.trainer.collect import Collected, Rollouts, due
 from kitae.trainer.config import TrainConfig
@@ -81,6 +84,7 @@ class Trainer:
     on_step: Callable[[int, dict], None] | None = None
     on_eval_start: Callable[[int, int], Callable[[int], None]] | None = None
     on_eval: Callable[[int, dict, float], None] | None = None
+    on_alarm: Callable[[Alarm], None] | None = None  # follows each alarm raised (kitae.trainer.alarms)
 
     def __init__(self, cfg: TrainConfig, resume: bool = False, *, checked: Checked | None = None,
                  allow_config_change: bool = False, resume_from_scratch: bool = False):
@@ -135,6 +139,9 @@ class Trainer:
         self._stop_requested = False
         self._drought = Drought([c.name for c in self.components])  # steps in a row without a finite score
         self.stop_signal: int | None = None  # the signal (SIGINT, SIGTERM) that stopped the run, if one did
+        self.stop_alarm: Alarm | None = None  # the alarm (one of alarms.stop_on) that stopped the run, if one did
+        weights = {r.name: r.weight for r in cfg.rewards}
+        self.alarms = RunAlarms(self.store, cfg.alarms, weights) if self.store is not None else None
         self._counters: dict[str, float] = {}  # graders' own counters (judge tokens, ...) at the last step
 
     @property
@@ -244,6 +251,7 @@ class Trainer:
         records = group_records(got.rows, got.groups, got.scores, advantages.view(len(got.groups), -1),
                                 self._run_images)
         self._log(step, metrics, records)
+        self._check_alarms(step)
         self._record_skipped_steps(step, trained)
         self._watch_rewards(step, metrics, got)
         return metrics
@@ -291,6 +299,20 @@ class Trainer:
             self.store.log_groups(step, records)
             self.store.log_metrics(step, metrics)
             self.loggers.log(step, metrics)
+
+    def _check_alarms(self, step: int) -> None:
+        """The run's alarms after the step is logged (kitae.trainer.alarms, main process): each new one is an event
+        and goes to the console; one of ``alarms.stop_on`` stops the run after this step, at a checkpoint, as
+        Ctrl-C does. Every process learns whether to stop."""
+        raised = self.alarms.check(step) if self.alarms is not None else []
+        for alarm in raised:
+            if self.on_alarm:
+                self.on_alarm(alarm)
+        stop = next((a for a in raised if a.kind in self.cfg.alarms.stop_on), None)
+        if self.cfg.alarms.stop_on and self.acc.num_processes > 1:
+            stop = next((a for a in gather(self.acc, [stop]) if a is not None), None)
+        if stop is not None and self.stop_alarm is None:
+            self.stop_alarm, self._stop_requested = stop, True
 
     def _record_skipped_steps(self, step: int, trained: dict[str, float]) -> None:
         """An optimizer step skipped for a gradient norm that was not finite (kitae.trainer.update) is an event
@@ -383,4 +405,8 @@ class Trainer:
             return {"status": status}
         s = self.store.summary()
         keep = ("name", "path", "steps", "metrics", "first_eval", "latest_eval")
-        return {"status": status, **{k: s.get(k) for k in keep}}
+        out = {"status": status, **{k: s.get(k) for k in keep}}
+        if self.stop_alarm is not None:  # `kitae runs show` says why the run stopped
+            a = self.stop_alarm
+            out["stopped_by"] = {"alarm": a.kind, "subject": a.subject, "step": a.step, "message": a.message}
+        return out

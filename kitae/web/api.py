@@ -170,7 +170,7 @@ def metrics(store: RunStore, query: Query) -> dict[str, Any]:
 
     Poll with since = the last step seen (not + 1) and replace points from `since` on: a key logged late for
     that step then still arrives. Eval series are few points and come whole, because an eval is logged after
-    its step's metrics."""
+    its step's metrics. ``alarms``: how many alarms the run raised, so a live page knows to read them again."""
     since = query.int("since", 0)
     points = query.int("points", DEFAULT_POINTS, 3, MAX_POINTS)
     wanted = query.list("keys")
@@ -181,10 +181,11 @@ def metrics(store: RunStore, query: Query) -> dict[str, Any]:
         series = store.metrics(metric_keys, since_step=since)
         evals = _eval_series(store, wanted)
         status = store.status
+        alarms = sum(1 for e in store.events() if e["kind"] == "alarm")
     last = max((s[-1][0] for s in series.values() if s), default=None)
     out = {k: downsample(v, points) for k, v in series.items()}
     return {
-        "since": since, "last_step": last, "status": status, "series": out,
+        "since": since, "last_step": last, "status": status, "alarms": alarms, "series": out,
         "evals": {k: downsample(v, points) for k, v in evals.items()},
         "downsampled": sorted(k for k in out if len(out[k]) < len(series[k])),
     }

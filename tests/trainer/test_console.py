@@ -123,3 +123,14 @@ def test_the_step_clock_docstring_example():
 
     result = doctest.testmod(kitae.cli.train)
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_an_alarm_is_one_line_above_the_bar_on_the_main_process_only():
+    from kitae.trainer.alarms import Alarm
+
+    alarm = Alarm("answer_shape", 12, "66% of step 12's samples carry a list of four or more numbers", subject="number_list")
+    for main, expected in ((True, ["alarm at step 12: answer_shape: 66% of step 12's samples carry a list of four "
+                                   "or more numbers"]), (False, [])):
+        shown: list[str] = []
+        Console(tqdm(total=4, file=io.StringIO()), show=True, main=main, write=shown.append).on_alarm(alarm)
+        assert shown == expected

@@ -317,3 +317,36 @@ def test_the_evaluation_is_one_small_chart_per_metric(serve, tmp_path, page):
     assert all(keys == [name] for name, keys in series if name != "eval/pass@1")
     assert points(page, "eval/len_p90", "eval/len_p90") == 3
     screenshot(page, "run-eval-charts")
+
+
+def test_an_alarm_is_shown_beside_the_plots_with_links_to_its_groups(serve, tmp_path, page):
+    """An alarm (an `alarm` event, kitae.trainer.alarms) is a card above the plots: kind, step, message, its
+    evidence with the example samples as text (model output: markup never runs), and links that open its groups."""
+    from kitae.store import GroupRecord, RunStore, SampleRecord
+
+    runs = tmp_path / "runs"
+    hack = '2 3 4 5 6 7 8 <img src=x onerror="window.pwned=1">'
+    with RunStore.create(runs / "gamed", name="gamed", config={}, model="tiny-llama") as store:
+        for step in (1, 2):
+            store.log_metrics(step, {"reward": 0.1 * step})
+            texts = ["7", "5"] if step == 1 else [hack, "2 3 4 5 6 7 8"]
+            store.log_groups(step, [GroupRecord("what is 3+4?", [], "7", {}, [
+                SampleRecord(t, 3, "stop", 1.0, 0.0) for t in texts], 0)])
+        gid = store.groups(step=2)[0].id
+        store.log_event(2, "alarm", "100% of step 2's samples carry a list of four or more numbers (number_list)",
+                        {"kind": "answer_shape", "subject": "number_list",
+                         "evidence": {"pattern": "number_list", "share": 1.0, "baseline_share": 0.0,
+                                      "examples": [hack]},
+                         "groups": [{"id": gid, "step": 2, "group_index": 0}]})
+        store.finish()
+    s = serve(runs)
+    page.goto(s.url + "#/run/gamed")
+    card = page.wait_for_selector(".alarms .alarm[data-kind=answer_shape]")
+    assert "answer_shape at step 2" in card.inner_text() and "number_list" in card.inner_text()
+    assert page.locator(".alarms pre.example").inner_text() == hack  # shown as text
+    assert page.evaluate("() => window.pwned") is None and page.locator(".alarms img").count() == 0
+    assert page.locator(".events").count() == 0  # an alarm is not repeated in the run history
+    screenshot(page, "run-alarm")
+    then_rendered(page, lambda: page.locator(f'.alarm-groups a[data-group="{gid}"]').click())
+    assert page.locator("h1").inner_text() == "Step 2, group 0"
+    assert page.locator(".sample").count() == 2 and hack in page.locator(".sample-text").first.inner_text()

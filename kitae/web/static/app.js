@@ -172,6 +172,7 @@
 
   // ---- one run: overview with live plots ------------------------------------------------------------
   function runHeader(run, summary, active) {
+    const history = (summary?.events || []).filter((e) => e.kind !== "alarm" && e.kind !== "alarm_cleared");
     const tabs = [["overview", runLink(run)], ["groups", runLink(run, "/groups")], ["label", runLink(run, "/label")],
       ["compare", `#/compare${query({a: run})}`]];
     return h("div", {class: "run-head"},
@@ -181,7 +182,7 @@
         + (summary.finished_at ? ` · finished ${time(summary.finished_at)}` : "")) : null,
       summary?.unsandboxed?.length ? h("p", {class: "unsandboxed", role: "alert"},
         `sandbox: none at ${summary.unsandboxed.join(", ")}: this run ran untrusted code without isolation`) : null,
-      summary?.events?.length ? runHistory(summary.events) : null,
+      history.length ? runHistory(history) : null,
       h("nav", {class: "tabs"}, tabs.map(([name, href]) =>
         h("a", {href, class: name === active ? "active" : ""}, name))));
   }
@@ -196,6 +197,27 @@
           h("td", null, e.message))))));
   }
 
+  // The run's alarms (kitae/trainer/alarms.py), beside the plots: each with its step, kind, message, evidence
+  // and links to the groups that show it. Evidence holds model text: text nodes only, as everywhere.
+  function alarmsCard(run, alarms) {
+    if (!alarms || !alarms.length) return null;
+    const value = (v) => (typeof v === "number" || v === null ? fmt(v) : typeof v === "string" ? v : JSON.stringify(v));
+    const evidence = (ev) => h("dl", {class: "evidence"}, Object.entries(ev || {}).flatMap(([k, v]) => [
+      h("dt", null, k), h("dd", null, k === "examples" && Array.isArray(v)
+        ? v.map((t) => h("pre", {class: "text example"}, String(t))) : value(v))]));
+    return h("section", {class: "card alarms", role: "alert"},
+      h("h3", null, `Alarms (${alarms.length})`),
+      h("p", {class: "muted small"}, "Signs of reward hacking or of a run that stopped learning, each raised once. "
+        + "docs/reward_hacking.md says what each means and which setting moves it."),
+      alarms.map((a) => h("article", {class: "alarm", dataset: {kind: a.kind, step: a.step}},
+        h("div", {class: "alarm-head"}, h("b", {class: "alarm-kind"}, a.kind), ` at step ${a.step}`),
+        h("p", {class: "alarm-message"}, a.message),
+        evidence(a.evidence),
+        h("div", {class: "links alarm-groups"}, (a.groups || []).map((g) =>
+          h("a", {href: runLink(run, `/group/${g.id}`), dataset: {group: g.id}}, `step ${g.step}, group ${g.group_index}`)),
+        h("a", {href: runLink(run, `/groups${query({step: a.step})}`)}, `all groups of step ${a.step}`)))));
+  }
+
   async function runView(run) {
     setCrumbs({text: "runs", href: "#/"}, {text: run});
     let summary = await api(`/runs/${enc(run)}`);
@@ -204,14 +226,16 @@
     const data = {};  // key -> [[step, value], ...]
     let last = 0, knownKeys = new Set(summary.keys);
     const head = h("div");
+    const alarmBox = h("div");
     const grid = h("div", {class: "panels"});
     const evalBox = h("div");
     const configBox = h("details", null, h("summary", null, "config"),
       h("pre", null, JSON.stringify(summary.config, null, 2)));
-    put(app, head, grid, evalBox, configBox);
+    put(app, head, alarmBox, grid, evalBox, configBox);
     let charts = [];
     const layout = () => {
       put(head, runHeader(run, summary, "overview"));
+      put(alarmBox, alarmsCard(run, summary.alarms));
       charts.forEach((c) => c.destroy());
       put(grid, summary.panels.length ? null : h("p", {class: "muted empty"},
         "No metrics yet: the plots appear with the first logged step."));
@@ -272,7 +296,8 @@
         put(evalBox, await evalTable(run));
       }
       const fresh = Object.keys(res.series).concat(Object.keys(res.evals)).some((k) => !knownKeys.has(k));
-      if (fresh || res.status !== summary.status || Object.values(data).some((s) => s.length > 3000)) {
+      const alarmed = (res.alarms ?? 0) !== (summary.alarms || []).length;
+      if (fresh || alarmed || res.status !== summary.status || Object.values(data).some((s) => s.length > 3000)) {
         summary = await api(`/runs/${enc(run)}`);
         knownKeys = new Set(summary.keys);
         layout();

@@ -1,0 +1,434 @@
+"""Run alarms: signs that a run games its reward or stopped learning, read from the run store after each step.
+
+A rising reward is what a hacked grader shows too. The hosted RFT grader guide's numeric grader matches each
+number of the reference to the *closest* number of the answer, so a model that learns to answer with equations
+(``6+9=15``) or number lists earns more while answering no better; nothing on the progress bar says so. These
+checks say so, from what the run store already holds (metrics, the groups with every sample's text and component
+scores, the evaluations), and point at the groups that show it:
+
+==================== ============================================================================================
+kind                 the sign (settings in the ``alarms`` section, kitae.trainer.config.AlarmsConfig)
+==================== ============================================================================================
+reward_vs_eval       the training reward rose by ``reward_rise`` while the held-out score gained at most ``flat``
+component_dominance  one component earned ``component_share`` of the reward's rise; every other one stayed flat
+answer_shape         ``shape_share`` of the latest step's samples carry a pattern (an equation, a number list, a
+                     repeated phrase) that at most ``shape_baseline`` of the first steps' samples had
+length_jump          the mean completion length grew ``length_jump`` times over the first steps'
+length_collapse      the mean completion length fell under ``length_floor`` tokens
+entropy_collapse     the mean token entropy fell under ``entropy_floor``
+kl_blowup            the KL to the reference passed ``kl_max``, or grew ``kl_growth`` times in one window
+zero_spread          ``zero_spread`` of the groups had one reward for every sample, over a whole window
+mismatch_growth      the server sampler's log-probs drift from the trainer's (``mismatch/kl``, the server engine)
+==================== ============================================================================================
+
+"The first steps" are the run's first ``baseline_steps``; "a window" is the latest ``window`` steps. Every check
+is a pure function of a :class:`History` and the settings that returns the :class:`Alarm` it sees now or None,
+so each can be tried on a handwritten history. :class:`AlarmWatch` decides which to raise: an alarm is raised
+once (one ``alarm`` event) and stays raised while its sign lasts; after ``clear_steps`` steps in a row without
+it, it is cleared (an ``alarm_cleared`` event) and may be raised again. A resumed run reads both from the run's
+events, so an alarm raised before the resume is not raised again. An alarm is keyed by its kind and its subject
+(the pattern or component), so ``answer_shape`` on equations and on number lists are two alarms.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from kitae.errors import ConfigError
+from kitae.registry import unknown_name_message
+from kitae.store.records import GroupRow, eval_score
+
+KINDS = {
+    "reward_vs_eval": "the training reward rises while the held-out evaluation stays flat or falls",
+    "component_dominance": "one reward component earns most of the reward's rise; the others stay flat or fall",
+    "answer_shape": "most samples now carry a pattern (equations, number lists, a repeated phrase) the first "
+                    "steps' samples lacked",
+    "length_jump": "completions grew several times longer than in the first steps",
+    "length_collapse": "completions shrank to almost nothing",
+    "entropy_collapse": "the policy's token entropy collapsed: every sample alike",
+    "kl_blowup": "the KL to the reference model blew up",
+    "zero_spread": "most groups gave every sample one reward: nothing to learn from",
+    "mismatch_growth": "the sampler's log-probs drift from the trainer's (server engine)",
+}
+MAX_GROUPS = 8  # group links an alarm carries
+EXAMPLE_CHARS = 200  # of each example sample's text
+
+
+def check_kinds(kinds: list[str], path: str) -> list[str]:
+    """``alarms.stop_on`` checked: known kinds, or "all" (every kind)."""
+    out = []
+    for i, kind in enumerate(kinds):
+        if kind == "all":
+            return list(KINDS)
+        if kind not in KINDS:
+            raise ConfigError(f"{path}[{i}]", unknown_name_message("alarm kind", kind, [*KINDS, "all"]))
+        out.append(kind)
+    return out
+
+
+# ---- what an alarm is and what it is checked on ------------------------------------------------------------
+@dataclass
+class Alarm:
+    """One sign seen at `step`: a one-line message, its numbers (``evidence``) and the groups that show it."""
+
+    kind: str
+    step: int
+    message: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    groups: list[dict[str, int]] = field(default_factory=list)  # {"id", "step", "group_index"} each
+    subject: str | None = None  # the pattern or component, when the kind has several
+
+    @property
+    def key(self) -> str:
+        return self.kind if self.subject is None else f"{self.kind}:{self.subject}"
+
+    def data(self) -> dict[str, Any]:
+        """The ``alarm`` event's data."""
+        return {"kind": self.kind, "subject": self.subject, "evidence": self.evidence, "groups": self.groups}
+
+
+Series = dict[str, dict[int, float | None]]  # metric key -> {step: value}
+
+
+@dataclass
+class History:
+    """What the checks read: metric values at the steps they look at, the evaluations, the groups (with samples)
+    of the first steps and of the latest step, and each reward component's weight."""
+
+    step: int
+    metrics: Series
+    evals: list[Any] = field(default_factory=list)  # EvalRow: .step and .metrics
+    baseline_groups: list[GroupRow] = field(default_factory=list)
+    groups: list[GroupRow] = field(default_factory=list)
+    weights: dict[str, float] = field(default_factory=dict)
+
+    def mean(self, key: str, first: int, last: int) -> float | None:
+        """The mean of `key` over steps first..last (values that are None left out); None when none."""
+        values = [v for s, v in self.metrics.get(key, {}).items() if first <= s <= last and v is not None]
+        return statistics.fmean(values) if values else None
+
+
+def _baseline(h: History, s) -> tuple[int, int]:
+    return 1, s.baseline_steps
+
+
+def _window(h: History, s, end: int | None = None) -> tuple[int, int]:
+    end = h.step if end is None else end
+    return end - s.window + 1, end
+
+
+def _ready(h: History, s) -> bool:
+    """The latest window starts after the baseline ends."""
+    return h.step >= s.baseline_steps + s.window
+
+
+def _group_links(groups: Iterable[GroupRow]) -> list[dict[str, int]]:
+    return [{"id": g.id, "step": g.step, "group_index": g.group_index} for g in list(groups)[:MAX_GROUPS]]
+
+
+def _by_reward(groups: list[GroupRow]) -> list[GroupRow]:
+    return sorted(groups, key=lambda g: -(g.reward_mean if g.reward_mean is not None else -1e300))
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+# ---- the checks -------------------------------------------------------------------------------------------
+def reward_vs_eval(h: History, s) -> Alarm | None:
+    """The reward's mean over the window that ends at the latest evaluation rose by ``reward_rise`` over the
+    baseline's, while the held-out score (kitae.store.records.eval_score: pass@1 for kitae's evaluations) of the
+    latest evaluation is at most ``flat`` above the first one's."""
+    evals = [e for e in h.evals if eval_score(e.metrics) is not None]
+    if len(evals) < 2 or evals[-1].step < s.baseline_steps + s.window:
+        return None
+    first, last = evals[0], evals[-1]
+    base, now = h.mean("reward", *_baseline(h, s)), h.mean("reward", *_window(h, s, last.step))
+    if base is None or now is None:
+        return None
+    gain = eval_score(last.metrics) - eval_score(first.metrics)
+    if now - base < s.reward_rise or gain > s.flat:
+        return None
+    name = next(iter(last.metrics)) if "score" not in last.metrics and "reward" not in last.metrics else "score"
+    return Alarm("reward_vs_eval", h.step,
+                 f"training reward rose {base:.3f} -> {now:.3f} while held-out {name} went "
+                 f"{eval_score(first.metrics):.3f} -> {eval_score(last.metrics):.3f} (step {first.step} -> "
+                 f"{last.step}): the reward may be rewarding something other than what the evaluation checks",
+                 {"reward_before": _r(base), "reward_after": _r(now), "eval_metric": name,
+                  "eval_before": _r(eval_score(first.metrics)), "eval_after": _r(eval_score(last.metrics)),
+                  "eval_steps": [first.step, last.step]},
+                 _group_links(_by_reward(h.groups)))
+
+
+def component_dominance(h: History, s) -> Alarm | None:
+    """With two or more components: one component's weighted rise (latest window over baseline) is
+    ``component_share`` of the total rise (at least ``reward_rise``), no other component rose by more than
+    ``flat``, and the latest evaluation after the baseline gained at most ``flat`` over the first. A format
+    reward is learnt first in a healthy run (the GRPO-zero recipe's template reward carries nearly all of the
+    early rise of examples/zero.yaml), so the component alone is no sign: the held-out score must agree."""
+    if not _ready(h, s) or len(h.weights) < 2 or not _eval_flat(h, s):
+        return None
+    rise: dict[str, float] = {}
+    for name, weight in h.weights.items():
+        base = h.mean(f"reward/{name}", *_baseline(h, s))
+        now = h.mean(f"reward/{name}", *_window(h, s))
+        if base is None or now is None or weight == 0:
+            continue
+        rise[name] = weight * (now - base)
+    total = sum(rise.values())
+    if len(rise) < 2 or total < s.reward_rise:
+        return None
+    top = max(rise, key=rise.get)
+    others = {n: r for n, r in rise.items() if n != top}
+    if rise[top] / total < s.component_share or max(others.values()) > s.flat:
+        return None
+    rest = ", ".join(f"{n} {r:+.3f}" for n, r in others.items())
+    return Alarm("component_dominance", h.step,
+                 f"component '{top}' earned {rise[top] / total:.0%} of the reward's rise ({rise[top]:+.3f} of "
+                 f"{total:+.3f}) while the others stayed flat or fell ({rest})",
+                 {"component": top, "share": _r(rise[top] / total), "rise": {n: _r(r) for n, r in rise.items()}},
+                 _group_links(sorted(h.groups, key=lambda g: -_component_mean(g, top))), subject=top)
+
+
+def _eval_flat(h: History, s) -> bool:
+    """There are two evaluations, the latest after the baseline, and the held-out score gained at most ``flat``."""
+    evals = [e for e in h.evals if eval_score(e.metrics) is not None]
+    if len(evals) < 2 or evals[-1].step <= s.baseline_steps:
+        return False
+    return eval_score(evals[-1].metrics) - eval_score(evals[0].metrics) <= s.flat
+
+
+def _component_mean(g: GroupRow, name: str) -> float:
+    got = [x.scores.get(name) for x in g.samples if x.scores.get(name) is not None]
+    return statistics.fmean(got) if got else -1e300
+
+
+# answer patterns: name -> (what it is, the test on a sample's text)
+_EQUATION = re.compile(r"\d\s*[-+*/×x÷]\s*\d+(?:\.\d+)?\s*=\s*-?\d")
+_NUMBER_LIST = re.compile(r"(?:-?\d+(?:\.\d+)?[ \t\n,;、]+){3,}-?\d+")
+_WORD = re.compile(r"\w+")
+
+
+def _repeated_phrase(text: str) -> bool:
+    """Some three words in a row appear three times or more (a phrase said again and again)."""
+    words = _WORD.findall(text[:4000].lower())
+    grams = Counter(zip(words, words[1:], words[2:]))
+    return bool(grams) and max(grams.values()) >= 3
+
+
+PATTERNS: dict[str, tuple[str, Callable[[str], bool]]] = {
+    "equation": ("an equation such as 6+9=15", lambda t: bool(_EQUATION.search(t))),
+    "number_list": ("a list of four or more numbers", lambda t: bool(_NUMBER_LIST.search(t))),
+    "repeated_phrase": ("a phrase repeated three times or more", _repeated_phrase),
+}
+
+
+def _texts(groups: list[GroupRow]) -> list[str]:
+    return [x.text for g in groups for x in g.samples]
+
+
+def answer_shape(h: History, s) -> list[Alarm]:
+    """For each pattern of :data:`PATTERNS`: at least ``shape_share`` of the latest step's samples carry it, when
+    at most ``shape_baseline`` of the baseline steps' samples did. Needs the baseline complete and 8 samples."""
+    texts, base = _texts(h.groups), _texts(h.baseline_groups)
+    if h.step <= s.baseline_steps or len(texts) < 8 or not base:
+        return []
+    out = []
+    for name, (what, test) in PATTERNS.items():
+        share = sum(map(test, texts)) / len(texts)
+        before = sum(map(test, base)) / len(base)
+        if share < s.shape_share or before > s.shape_baseline:
+            continue
+        showing = [g for g in h.groups if any(test(x.text) for x in g.samples)]
+        examples = [x.text[:EXAMPLE_CHARS] for g in showing for x in g.samples if test(x.text)][:3]
+        out.append(Alarm("answer_shape", h.step,
+                         f"{share:.0%} of step {h.step}'s samples carry {what} ({name}); {before:.0%} of the first "
+                         f"{s.baseline_steps} steps' did: the model may have found what the grader pays for",
+                         {"pattern": name, "share": _r(share), "baseline_share": _r(before), "examples": examples,
+                          "samples": len(texts), "baseline_samples": len(base)},
+                         _group_links(showing), subject=name))
+    return out
+
+
+def length_jump(h: History, s) -> Alarm | None:
+    """The window's mean completion length is ``length_jump`` times the baseline's."""
+    if not _ready(h, s):
+        return None
+    base, now = h.mean("len_mean", *_baseline(h, s)), h.mean("len_mean", *_window(h, s))
+    if not base or now is None or now < s.length_jump * base:
+        return None
+    longest = sorted(h.groups, key=lambda g: -max((x.completion_tokens for x in g.samples), default=0))
+    return Alarm("length_jump", h.step, f"mean completion length {base:.1f} -> {now:.1f} tokens "
+                 f"({now / base:.1f}x the first {s.baseline_steps} steps')",
+                 {"len_before": _r(base), "len_after": _r(now), "ratio": _r(now / base)}, _group_links(longest))
+
+
+def length_collapse(h: History, s) -> Alarm | None:
+    """The window's mean completion length is under ``length_floor`` tokens."""
+    if h.step < s.window:
+        return None
+    now = h.mean("len_mean", *_window(h, s))
+    if now is None or now >= s.length_floor:
+        return None
+    return Alarm("length_collapse", h.step, f"mean completion length {now:.2f} tokens over the last {s.window} "
+                 f"steps (under {s.length_floor}): the answers are (almost) empty",
+                 {"len_mean": _r(now), "baseline_len_mean": _r(h.mean("len_mean", *_baseline(h, s)))},
+                 _group_links(h.groups))
+
+
+def entropy_collapse(h: History, s) -> Alarm | None:
+    """The window's mean token entropy is under ``entropy_floor`` nats: every sample of a group alike."""
+    if h.step < s.window:
+        return None
+    now = h.mean("entropy", *_window(h, s))
+    if now is None or now >= s.entropy_floor:
+        return None
+    return Alarm("entropy_collapse", h.step, f"token entropy {now:.4f} over the last {s.window} steps (under "
+                 f"{s.entropy_floor}): the policy samples (almost) one answer",
+                 {"entropy": _r(now), "baseline_entropy": _r(h.mean("entropy", *_baseline(h, s)))},
+                 _group_links(h.groups))
+
+
+def kl_blowup(h: History, s) -> Alarm | None:
+    """The latest KL (``kl``, logged with a KL weight) is over ``kl_max``, or over a tenth of it and
+    ``kl_growth`` times its mean over the window before."""
+    now = h.metrics.get("kl", {}).get(h.step)
+    if now is None:
+        return None
+    before = h.mean("kl", h.step - s.window, h.step - 1)
+    grew = before is not None and before > 0 and now >= s.kl_growth * before and now >= s.kl_max / 10
+    if now < s.kl_max and not grew:
+        return None
+    return Alarm("kl_blowup", h.step, f"KL to the reference {now:.4f} at step {h.step}"
+                 + (f" ({now / before:.0f}x its mean {before:.4f} over the {s.window} steps before)" if before else ""),
+                 {"kl": _r(now), "kl_before": _r(before), "kl_max": s.kl_max}, _group_links(_by_reward(h.groups)))
+
+
+def zero_spread(h: History, s) -> Alarm | None:
+    """Every step of the window had ``zero_spread`` of its groups without reward spread (``zero_var_frac``)."""
+    first, last = _window(h, s)
+    values = [v for st, v in h.metrics.get("zero_var_frac", {}).items() if first <= st <= last and v is not None]
+    if len(values) < s.window or min(values) < s.zero_spread:
+        return None
+    flat = [g for g in h.groups if g.reward_std == 0.0]
+    return Alarm("zero_spread", h.step, f"{statistics.fmean(values):.0%} of the groups of the last {s.window} steps "
+                 "gave every sample one reward: GRPO learns nothing from them (too easy, too hard, or a grader "
+                 "that cannot tell answers apart)", {"zero_var_frac": _r(statistics.fmean(values))},
+                 _group_links(flat))
+
+
+def mismatch_growth(h: History, s) -> Alarm | None:
+    """The window's mean ``mismatch/kl`` is over ``mismatch_kl`` and ``mismatch_growth`` times the baseline's."""
+    if not _ready(h, s):
+        return None
+    base, now = h.mean("mismatch/kl", *_baseline(h, s)), h.mean("mismatch/kl", *_window(h, s))
+    if base is None or now is None or now < s.mismatch_kl or now < s.mismatch_growth * base:
+        return None
+    return Alarm("mismatch_growth", h.step, f"sampler/trainer mismatch KL {base:.4f} -> {now:.4f}: the server "
+                 "samples from other weights or numerics than the trainer's (check weight sync and dtypes)",
+                 {"mismatch_kl_before": _r(base), "mismatch_kl_after": _r(now)}, _group_links(h.groups))
+
+
+CHECKS = (reward_vs_eval, component_dominance, answer_shape, length_jump, length_collapse, entropy_collapse,
+          kl_blowup, zero_spread, mismatch_growth)
+
+
+def detect(h: History, s) -> list[Alarm]:
+    """Every alarm whose sign the history shows now."""
+    out: list[Alarm] = []
+    for check in CHECKS:
+        got = check(h, s)
+        out += got if isinstance(got, list) else [got] if got is not None else []
+    return out
+
+
+# ---- raised once, cleared when the sign is gone -------------------------------------------------------------
+class AlarmWatch:
+    """Which alarms are raised. :meth:`update` takes the alarms seen at a step and returns those to raise (new
+    ones) and the keys to clear (gone ``clear_steps`` steps in a row)."""
+
+    def __init__(self, clear_steps: int, events: Iterable[dict] = ()):
+        self.clear_steps = clear_steps
+        self.raised: dict[str, int] = {}  # key -> step raised
+        self.quiet: dict[str, int] = {}  # key -> steps in a row without the sign
+        for e in events:
+            key = _event_key(e)
+            if e["kind"] == "alarm":
+                self.raised[key] = e["step"]
+            elif e["kind"] == "alarm_cleared":
+                self.raised.pop(key, None)
+
+    def update(self, seen: list[Alarm]) -> tuple[list[Alarm], list[str]]:
+        new = [a for a in seen if a.key not in self.raised]
+        now = {a.key for a in seen}
+        cleared = []
+        for key in list(self.raised):
+            self.quiet[key] = 0 if key in now else self.quiet.get(key, 0) + 1
+            if self.quiet[key] >= self.clear_steps:
+                cleared.append(key)
+                del self.raised[key], self.quiet[key]
+        for a in new:
+            self.raised[a.key] = a.step
+        return new, cleared
+
+
+def _event_key(event: dict) -> str:
+    data = event.get("data") or {}
+    kind, subject = data.get("kind", ""), data.get("subject")
+    return kind if subject is None else f"{kind}:{subject}"
+
+
+# ---- reading the history from the run store ----------------------------------------------------------------
+class RunAlarms:
+    """The trainer's alarm checker over its run store: after each step, :meth:`check` reads the history, records
+    newly raised alarms (``alarm`` events) and cleared ones (``alarm_cleared``), and returns the new ones."""
+
+    def __init__(self, store, settings, weights: dict[str, float]):
+        self.store, self.s, self.weights = store, settings, weights
+        self.watch = AlarmWatch(settings.clear_steps, store.events())
+        self._baseline_groups: list[GroupRow] | None = None
+
+    def history(self, step: int) -> History:
+        s, store = self.s, self.store
+        with store.snapshot():
+            metrics: Series = {}
+            evals = store.evals()
+            eval_step = evals[-1].step if evals else step
+            for lo, hi in ((1, s.baseline_steps), (step - 2 * s.window + 1, step),
+                           (eval_step - s.window + 1, eval_step)):
+                for key, points in store.metrics(self._keys(), since_step=max(lo, 0), until_step=hi).items():
+                    metrics.setdefault(key, {}).update(points)
+            groups = store.groups(step=step, limit=None, with_samples=True)
+            baseline = self._baseline(step)
+        return History(step, metrics, evals, baseline, groups, self.weights)
+
+    def _keys(self) -> list[str]:
+        known = set(self.store.metric_keys())
+        wanted = ["reward", "len_mean", "entropy", "kl", "zero_var_frac", "mismatch/kl",
+                  *(f"reward/{n}" for n in self.weights)]
+        return [k for k in wanted if k in known]
+
+    def _baseline(self, step: int) -> list[GroupRow]:
+        if self._baseline_groups is not None:
+            return self._baseline_groups
+        steps = [st for st in self.store.group_steps() if st <= self.s.baseline_steps]
+        groups = [g for st in steps for g in self.store.groups(step=st, limit=None, with_samples=True)]
+        if step >= self.s.baseline_steps:  # complete: read once
+            self._baseline_groups = groups
+        return groups
+
+    def check(self, step: int) -> list[Alarm]:
+        if not self.s.enabled:
+            return []
+        new, cleared = self.watch.update(detect(self.history(step), self.s))
+        for a in new:
+            self.store.log_event(step, "alarm", a.message, a.data())
+        for key in cleared:
+            kind, _, subject = key.partition(":")
+            self.store.log_event(step, "alarm_cleared", f"{key}: the sign has been gone for {self.s.clear_steps} "
+                                 "steps", {"kind": kind, "subject": subject or None})
+        return new

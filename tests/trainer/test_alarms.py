@@ -1,0 +1,247 @@
+"""Run alarms on handwritten histories: each check fires on its sign and stays quiet on a healthy run; an alarm is
+raised once, cleared after clear_steps quiet steps, and read back from the run's events."""
+
+from __future__ import annotations
+
+import pytest
+
+from kitae.errors import ConfigError
+from kitae.store import GroupRow, RunStore, SampleRecord
+from kitae.store.records import EvalRow
+from kitae.trainer import alarms as A
+from kitae.trainer.config import AlarmsConfig, load_train_config
+
+S = AlarmsConfig()  # baseline_steps 3, window 5
+STEP = 10  # the step the histories stand at: window 6..10 after baseline 1..3
+
+
+def series(fn, steps=range(1, STEP + 1)) -> dict[int, float]:
+    return {s: fn(s) for s in steps}
+
+
+def group(step: int, texts: list[str], rewards: list[float] | None = None, gid: int = 1, index: int = 0,
+          scores: dict | None = None) -> GroupRow:
+    rewards = rewards or [0.0] * len(texts)
+    mean = sum(rewards) / len(rewards)
+    std = 0.0 if max(rewards) == min(rewards) else 0.5
+    samples = [SampleRecord(t, len(t.split()), "stop", r, 0.0, scores or {"numeric": r}) for t, r in zip(texts, rewards)]
+    return GroupRow(gid, step, index, "what is 3+4?", [], "7", {}, len(texts), len(texts), 0, mean, std, samples)
+
+
+def history(metrics=None, evals=(), baseline=(), groups=(), weights=None, step=STEP) -> A.History:
+    return A.History(step, metrics or {}, list(evals), list(baseline), list(groups), weights or {"numeric": 1.0})
+
+
+def ev(step: int, score: float) -> EvalRow:
+    return EvalRow(step, {"pass@1": score, "compliance": 1.0}, 8, 0.0)
+
+
+# ---- reward_vs_eval ------------------------------------------------------------------------------------------
+REWARD_UP = {"reward": series(lambda s: 0.1 if s <= 3 else 0.6)}
+
+
+@pytest.mark.parametrize("evals, fires", [
+    ([ev(0, 0.30), ev(10, 0.29)], True),    # reward +0.5, pass@1 fell
+    ([ev(0, 0.30), ev(10, 0.31)], True),    # rose 0.01: flat (flat is 0.02)
+    ([ev(0, 0.30), ev(10, 0.40)], False),   # the held-out score rose with the reward: learning
+    ([ev(0, 0.30)], False),                 # one evaluation: nothing to compare
+    ([ev(0, 0.30), ev(5, 0.20)], False),    # the latest evaluation is inside the baseline + window
+])
+def test_reward_vs_eval(evals, fires):
+    got = A.reward_vs_eval(history(REWARD_UP, evals), S)
+    assert (got is not None) == fires
+    if fires:
+        assert got.evidence["eval_metric"] == "pass@1" and got.evidence["reward_after"] == 0.6
+
+
+def test_reward_vs_eval_needs_the_reward_to_rise():
+    flat = {"reward": series(lambda s: 0.4)}
+    assert A.reward_vs_eval(history(flat, [ev(0, 0.3), ev(10, 0.2)]), S) is None
+
+
+# ---- component_dominance -------------------------------------------------------------------------------------
+def two_components(format_rise: float, correct_rise: float) -> dict:
+    return {"reward/format": series(lambda s: 0.0 if s <= 3 else format_rise),
+            "reward/correct": series(lambda s: 0.2 if s <= 3 else 0.2 + correct_rise)}
+
+
+@pytest.mark.parametrize("format_rise, correct_rise, evals, fires", [
+    (0.8, 0.0, [ev(0, 0.2), ev(10, 0.2)], True),    # format alone earned the rise, held-out flat
+    (0.8, -0.1, [ev(0, 0.2), ev(10, 0.19)], True),  # and correctness fell
+    (0.8, 0.1, [ev(0, 0.2), ev(10, 0.2)], False),   # correctness rose too
+    (0.8, 0.0, [ev(0, 0.2), ev(10, 0.3)], False),   # the held-out score rose: the GRPO-zero recipe's template first
+    (0.8, 0.0, [ev(0, 0.2)], False),                # no evaluation after the start: no evidence either way
+    (0.05, 0.0, [ev(0, 0.2), ev(10, 0.2)], False),  # the reward barely moved
+])
+def test_component_dominance(format_rise, correct_rise, evals, fires):
+    h = history(two_components(format_rise, correct_rise), evals, weights={"format": 1.0, "correct": 1.0})
+    got = A.component_dominance(h, S)
+    assert (got is not None) == fires
+    if fires:
+        assert got.subject == "format" and got.key == "component_dominance:format"
+
+
+def test_component_dominance_weighs_each_component():
+    # correctness rose 0.1, but with weight 0.1 it adds 0.01: flat
+    h = history(two_components(0.8, 0.1), [ev(0, 0.2), ev(10, 0.2)], weights={"format": 1.0, "correct": 0.1})
+    assert A.component_dominance(h, S).subject == "format"
+
+
+# ---- answer_shape ----------------------------------------------------------------------------------------------
+PLAIN = ["7", "5", "the answer is 6", "8", "4", "6", "7", "3"]
+
+
+@pytest.mark.parametrize("now, pattern", [
+    (["3+4=7"] * 6 + ["7", "5"], "equation"),                   # 6+9=15 style, 75%
+    (["2 3 4 5 6 7 8"] * 5 + ["7", "5", "6"], "number_list"),   # every likely number, 62%
+    (["1, 2, 3, 4"] * 4 + ["7"] * 4, "number_list"),            # commas too, 50%
+    (["it is 7. it is 7. it is 7. so 7"] * 6 + ["7", "5"], "repeated_phrase"),
+])
+def test_answer_shape_names_the_new_pattern_and_its_groups(now, pattern):
+    base = [group(1, PLAIN, gid=1), group(2, PLAIN, gid=2)]
+    groups = [group(STEP, now[:4], gid=30, index=0), group(STEP, now[4:], gid=31, index=1)]
+    got = A.answer_shape(history(baseline=base, groups=groups), S)
+    assert [a.subject for a in got] == [pattern]
+    a = got[0]
+    assert a.evidence["pattern"] == pattern and a.evidence["baseline_share"] == 0.0
+    assert a.evidence["share"] == pytest.approx(sum(A.PATTERNS[pattern][1](t) for t in now) / len(now), abs=1e-4)
+    assert 30 in [g["id"] for g in a.groups] and a.evidence["examples"]
+
+
+@pytest.mark.parametrize("base_texts, now", [
+    (PLAIN, PLAIN),                                          # nothing changed
+    (PLAIN, ["3+4=7"] * 3 + PLAIN[:5]),                      # 38% equations: under shape_share
+    (["3+4=7", "2+2=4"] + PLAIN[:6], ["3+4=7"] * 8),         # the first steps had 25% already: not new
+])
+def test_answer_shape_stays_quiet(base_texts, now):
+    got = A.answer_shape(history(baseline=[group(1, base_texts)], groups=[group(STEP, now)]), S)
+    assert got == []
+
+
+def test_answer_shape_needs_enough_samples_and_a_baseline():
+    lists = ["2 3 4 5 6 7 8"] * 8
+    assert A.answer_shape(history(baseline=[], groups=[group(STEP, lists)]), S) == []
+    assert A.answer_shape(history(baseline=[group(1, PLAIN)], groups=[group(STEP, lists[:4])]), S) == []
+
+
+# ---- lengths, entropy, KL, spread, mismatch --------------------------------------------------------------------
+@pytest.mark.parametrize("check, metrics, fires", [
+    (A.length_jump, {"len_mean": series(lambda s: 10 if s <= 3 else 35)}, True),
+    (A.length_jump, {"len_mean": series(lambda s: 10 if s <= 3 else 25)}, False),     # 2.5x < 3x
+    # examples/zero.yaml's healthy run: 15 tokens of rambling down to 3.6-token answers is no collapse
+    (A.length_collapse, {"len_mean": series(lambda s: 15 if s <= 3 else 3.6)}, False),
+    (A.length_collapse, {"len_mean": series(lambda s: 15 if s <= 3 else 1.0)}, True),
+    (A.entropy_collapse, {"entropy": series(lambda s: 0.8 if s <= 3 else 0.01)}, True),
+    (A.entropy_collapse, {"entropy": series(lambda s: 0.8 if s <= 3 else 0.5)}, False),
+    (A.kl_blowup, {"kl": series(lambda s: 0.01 if s < STEP else 1.5)}, True),           # over kl_max
+    (A.kl_blowup, {"kl": series(lambda s: 0.01 if s < STEP else 0.2)}, True),           # 20x, over kl_max / 10
+    (A.kl_blowup, {"kl": series(lambda s: 0.001 if s < STEP else 0.05)}, False),        # 50x but tiny
+    (A.kl_blowup, {"kl": series(lambda s: 0.01 * s)}, False),                           # a steady climb
+    (A.kl_blowup, {}, False),                                                           # no KL weight: no kl
+    (A.zero_spread, {"zero_var_frac": series(lambda s: 0.95)}, True),
+    (A.zero_spread, {"zero_var_frac": series(lambda s: 0.95 if s != 8 else 0.6)}, False),  # one step learnt
+    (A.zero_spread, {"zero_var_frac": series(lambda s: 0.625)}, False),                 # zero.yaml's late steps
+    (A.mismatch_growth, {"mismatch/kl": series(lambda s: 0.005 if s <= 3 else 0.08)}, True),
+    (A.mismatch_growth, {"mismatch/kl": series(lambda s: 0.06 if s <= 3 else 0.08)}, False),  # always that high
+    (A.mismatch_growth, {"mismatch/kl": series(lambda s: 0.001 if s <= 3 else 0.01)}, False),  # 10x but small
+])
+def test_metric_checks(check, metrics, fires):
+    flat_group = group(STEP, ["7"] * 4, [1.0] * 4, gid=50)
+    got = check(history(metrics, groups=[flat_group]), S)
+    assert (got is not None) == fires
+    if fires:
+        assert got.kind == check.__name__ and got.groups == [{"id": 50, "step": STEP, "group_index": 0}]
+
+
+def test_nothing_fires_before_the_baseline_and_a_window():
+    m = {"len_mean": series(lambda s: 10 if s <= 3 else 50, range(1, 7)),
+         "reward/format": series(lambda s: 0.0 if s <= 3 else 1.0, range(1, 7))}
+    h = history(m, [ev(0, 0.2), ev(6, 0.2)], step=6, weights={"format": 1.0, "correct": 1.0})
+    assert A.length_jump(h, S) is None and A.component_dominance(h, S) is None
+
+
+def test_detect_collects_every_sign():
+    m = {"entropy": series(lambda s: 0.001), "zero_var_frac": series(lambda s: 1.0)}
+    assert sorted(a.kind for a in A.detect(history(m), S)) == ["entropy_collapse", "zero_spread"]
+
+
+# ---- raised once, cleared, re-raised -------------------------------------------------------------------------
+def alarm(step: int, kind: str = "zero_spread", subject: str | None = None) -> A.Alarm:
+    return A.Alarm(kind, step, "msg", subject=subject)
+
+
+def test_an_alarm_is_raised_once_while_its_sign_lasts_and_again_after_it_cleared():
+    watch = A.AlarmWatch(clear_steps=3)
+    assert [a.step for a in watch.update([alarm(1)])[0]] == [1]
+    for step in (2, 3, 4):
+        assert watch.update([alarm(step)]) == ([], [])
+    assert watch.update([]) == ([], [])  # quiet 1
+    assert watch.update([alarm(6)]) == ([], [])  # back before clear_steps: still the same alarm
+    assert watch.update([]) == ([], []) and watch.update([]) == ([], [])
+    assert watch.update([]) == ([], ["zero_spread"])  # quiet 3 in a row: cleared
+    assert [a.step for a in watch.update([alarm(10)])[0]] == [10]  # raised again
+
+
+def test_each_pattern_is_its_own_alarm():
+    watch = A.AlarmWatch(clear_steps=5)
+    new, _ = watch.update([alarm(4, "answer_shape", "equation")])
+    new2, _ = watch.update([alarm(5, "answer_shape", "equation"), alarm(5, "answer_shape", "number_list")])
+    assert [a.key for a in new] == ["answer_shape:equation"] and [a.key for a in new2] == ["answer_shape:number_list"]
+
+
+def test_the_watch_reads_raised_and_cleared_alarms_from_the_events():
+    events = [{"kind": "alarm", "step": 4, "data": {"kind": "answer_shape", "subject": "equation"}},
+              {"kind": "alarm", "step": 5, "data": {"kind": "zero_spread", "subject": None}},
+              {"kind": "alarm_cleared", "step": 30, "data": {"kind": "zero_spread", "subject": None}},
+              {"kind": "resumed", "step": 31, "data": {}}]
+    watch = A.AlarmWatch(5, events)
+    assert watch.raised == {"answer_shape:equation": 4}
+    new, _ = watch.update([alarm(32, "answer_shape", "equation"), alarm(32)])
+    assert [a.key for a in new] == ["zero_spread"]
+
+
+# ---- settings --------------------------------------------------------------------------------------------------
+def test_stop_on_takes_kinds_or_all():
+    assert A.check_kinds(["answer_shape", "kl_blowup"], "alarms.stop_on") == ["answer_shape", "kl_blowup"]
+    assert A.check_kinds(["all"], "alarms.stop_on") == list(A.KINDS)
+    with pytest.raises(ConfigError, match=r"alarms.stop_on\[1\].*answer_shape"):
+        A.check_kinds(["kl_blowup", "answer_shap"], "alarms.stop_on")
+
+
+def test_a_config_with_an_unknown_stop_on_kind_is_refused():
+    data = {"rewards": [{"name": "c", "grader": {"type": "answer"}}], "alarms": {"stop_on": ["hacking"]}}
+    with pytest.raises(ConfigError, match="alarms.stop_on"):
+        load_train_config(data=data)
+
+
+# ---- the store: events in, the alarms list out ------------------------------------------------------------------
+def test_alarms_are_stored_as_events_and_listed_by_the_summary(tmp_path):
+    store = RunStore.create(tmp_path / "r", config={})
+    try:
+        checker = A.RunAlarms(store, AlarmsConfig(window=2, baseline_steps=1), {"numeric": 1.0})
+        from kitae.store import GroupRecord
+
+        for step in (1, 2, 3):
+            store.log_metrics(step, {"zero_var_frac": 1.0, "reward": 0.0})
+            store.log_groups(step, [GroupRecord("p", [], "7", {}, [SampleRecord("7", 1, "stop", 0.0, 0.0)] * 4, 0)])
+            raised = checker.check(step)
+            assert [a.kind for a in raised] == (["zero_spread"] if step == 2 else [])
+        alarms = store.summary()["alarms"]
+        assert [(a["kind"], a["step"]) for a in alarms] == [("zero_spread", 2)]
+        assert alarms[0]["groups"][0]["step"] == 2 and "zero_var_frac" in alarms[0]["evidence"]
+        assert alarms[0]["message"].startswith("100% of the groups")
+        # a checker opened again on the run (a resume) does not raise it again
+        again = A.RunAlarms(store, AlarmsConfig(window=2, baseline_steps=1), {"numeric": 1.0})
+        assert again.check(3) == []
+    finally:
+        store.close()
+
+
+def test_alarms_can_be_switched_off(tmp_path):
+    store = RunStore.create(tmp_path / "r", config={})
+    try:
+        store.log_metrics(1, {"entropy": 0.0})
+        assert A.RunAlarms(store, AlarmsConfig(window=1, enabled=False), {}).check(1) == []
+        assert store.events() == []
+    finally:
+        store.close()
