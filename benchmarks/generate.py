@@ -72,7 +72,7 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--eval-k", type=int, default=4)
+    ap.add_argument("--eval-k", type=int, default=4, help="samples per prompt of the base model's evaluation; 0: none")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -96,6 +96,8 @@ def main() -> None:
     print(f"ratio engine / generate+log-probs: {e_rate / g_rate:.2f}x")
     print(f"ratio engine / generate (no log-probs): {e_rate / p_rate:.2f}x")
 
+    if args.eval_k <= 0:
+        return
     metrics, _ = evaluate(engine, rows, build_grader({"type": "answer"}), k=args.eval_k,
                           sampling=SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens, seed=0))
     print(f"base model on the bundled test split ({len(rows)} prompts, k={args.eval_k}, T=1.0): "
