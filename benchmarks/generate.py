@@ -1,12 +1,14 @@
 """Rollout-engine throughput against plain `model.generate`, and the base model's measured quality.
 
     python benchmarks/generate.py [--model PATH] [--prompts 32] [-n 8] [--max-new-tokens 48] [--repeats 3]
+                                  [--eval-k 4] [--profile 0]
 
 Both sides get the same prompts, the same sampling (temperature 1.0, top_p 1.0) and the same stop at
 `<|im_end|>`; both return per-token log-probs (generate via `output_scores` + `compute_transition_scores`, as
 TRL's older generation path did). Reported: generated tokens per second, median over --repeats runs, and the
 ratio engine / generate. The baseline without log-probs is printed too. Then the base model's template
-compliance and accuracy on the bundled test split (pass@1 over k samples), measured with the same engine.
+compliance and accuracy on the bundled test split (pass@1 over k samples), measured with the same engine
+(--eval-k 0: not). --profile N: first `cProfile` one engine call and print its N costliest functions.
 """
 
 from __future__ import annotations
@@ -72,8 +74,9 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--eval-k", type=int, default=4)
+    ap.add_argument("--eval-k", type=int, default=4, help="samples per prompt of the base model's evaluation; 0: none")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--profile", type=int, default=0, help="cProfile one engine call first; print this many rows")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -85,6 +88,13 @@ def main() -> None:
     run = lambda fn: median_rate(fn, args.repeats)
 
     engine_run(engine, prompts[:2], 2, 4, 0)  # warm-up
+    if args.profile:
+        import cProfile
+        import pstats
+
+        prof = cProfile.Profile()
+        prof.runcall(engine_run, engine, prompts, args.n, args.max_new_tokens, 0)
+        pstats.Stats(prof).sort_stats("tottime").print_stats(args.profile)
     e_rate, e_secs = run(lambda r: engine_run(engine, prompts, args.n, args.max_new_tokens, r))
     g_rate, g_secs = run(lambda r: generate_run(model, tok, prompts, args.n, args.max_new_tokens, r, True))
     p_rate, p_secs = run(lambda r: generate_run(model, tok, prompts, args.n, args.max_new_tokens, r, False))
@@ -96,6 +106,8 @@ def main() -> None:
     print(f"ratio engine / generate+log-probs: {e_rate / g_rate:.2f}x")
     print(f"ratio engine / generate (no log-probs): {e_rate / p_rate:.2f}x")
 
+    if args.eval_k <= 0:
+        return
     metrics, _ = evaluate(engine, rows, build_grader({"type": "answer"}), k=args.eval_k,
                           sampling=SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens, seed=0))
     print(f"base model on the bundled test split ({len(rows)} prompts, k={args.eval_k}, T=1.0): "

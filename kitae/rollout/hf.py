@@ -4,8 +4,9 @@ Its own decoding loop rather than `model.generate`, because the trainer needs, f
 sampling policy's log-prob of each token and the reason it ended, and because it can do less work than
 `generate` on RL batches:
 - each prompt is prefilled once and its KV cache repeated for its `n` samples;
-- finished rows leave the batch (their cache rows are dropped), so a few long samples do not make every
-  row pay for them;
+- finished rows leave the batch, so a few long samples do not make every row pay for them: a row from the end
+  of the batch takes a finished row's place (:func:`refill`), so only the moved rows' cache is copied, and the
+  rows are sampled in their original order (:func:`sample_in_order`: the same draws, wherever a row sits);
 - the KV cache reserves room for the whole sample up front (:func:`reserved_cache`) and writes each token's keys
   and values in place, where transformers' DynamicCache concatenates, copying the whole cache at every layer
   and token (a fifth of the decode time of a 20M-parameter model: docs/performance.md).
@@ -134,8 +135,9 @@ class HFEngine:
         finish: list[str | None] = [None] * B
         stops = self.stop_ids(tuple(sp.stop))
 
+        order = None  # the batch rows in sampling order (by original row) once rows were moved; None: in order
         for step in range(sp.max_new_tokens):
-            nxt, lp = sample_next(logits, sp, seen, gen)  # [A], [A]
+            nxt, lp = sample_in_order(logits, sp, seen, gen, order)  # [A], [A]
             if seen is not None:
                 seen[torch.arange(len(nxt), device=dev), nxt] = True
             keep = []
@@ -155,10 +157,12 @@ class HFEngine:
             if not keep:
                 break
             if len(keep) < len(active):
-                idx = torch.tensor(keep, device=dev)
+                idx = torch.tensor(refill(keep), device=dev)
                 cache.batch_select_indices(idx)
                 active, nxt, attn, last_pos = active[idx], nxt[idx], attn[idx], last_pos[idx]
                 seen = seen[idx] if seen is not None else None
+                by_row = active.argsort()
+                order = None if bool((by_row == torch.arange(len(keep), device=dev)).all()) else by_row
             attn = torch.cat([attn, attn.new_ones(len(active), 1)], dim=1)  # [A, L+t+1]
             last_pos = last_pos + 1
             out = self.model(
@@ -222,7 +226,8 @@ class HFEngine:
 def reserved_cache(capacity: int):
     """A transformers DynamicCache whose layers hold ``capacity`` positions from the start: the keys and values of
     each new token are written in place and each layer returns views of its filled part (no per-token torch.cat).
-    Repeating rows (one per sample) and dropping rows (finished samples) copy only the filled positions."""
+    Repeating rows (one per sample) copies the filled positions; dropping rows (finished samples) copies only
+    the filled positions of the rows that change place."""
     layer, cache = _reserved_cache_classes()
     return cache(functools.partial(layer, capacity))
 
@@ -271,14 +276,52 @@ def _reserved_cache_classes():
                 self._room(self.keys.repeat_interleave(repeats, dim=0), self.values.repeat_interleave(repeats, dim=0))
 
         def batch_select_indices(self, indices: torch.Tensor) -> None:
-            if self.is_initialized:
+            """Rows ``indices`` of the batch, in place: only the rows whose place changes are copied (the
+            engine fills a finished row's place with a row from the end, :func:`refill`)."""
+            if not self.is_initialized:
+                return
+            n = len(indices)
+            if n > self._keys.shape[0]:  # more rows than there is room for (repeating rows): new buffers
                 self._room(self.keys[indices], self.values[indices])
+                return
+            moved = (indices != torch.arange(n, device=indices.device)).nonzero().squeeze(-1)
+            if len(moved):
+                src = indices[moved]
+                self._keys[moved, :, : self.length] = self._keys[src, :, : self.length]
+                self._values[moved, :, : self.length] = self._values[src, :, : self.length]
+            self._keys, self._values = self._keys[:n], self._values[:n]
+            self.keys = self._keys[:, :, : self.length]
+            self.values = self._values[:, :, : self.length]
 
     class ReservedCache(DynamicCache):
         def __init__(self, make_layer) -> None:
             Cache.__init__(self, layer_class_to_replicate=make_layer)
 
     return ReservedLayer, ReservedCache
+
+
+def refill(keep: list[int]) -> list[int]:
+    """The batch rows to keep (``keep``, ascending) placed so that fewest rows move: a kept row stays where it
+    is, and each place left by a finished row below ``len(keep)`` takes a kept row from above it.
+
+    >>> refill([0, 2, 3, 5])
+    [0, 5, 2, 3]
+    """
+    n, kept = len(keep), set(keep)
+    movers = iter(j for j in keep if j >= n)
+    return [j if j in kept else next(movers) for j in range(n)]
+
+
+def sample_in_order(
+    logits: torch.Tensor, sp: SamplingParams, seen: torch.Tensor | None, gen: torch.Generator | None,
+    order: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`sample_next` over the batch rows taken in ``order`` (None: as they are), the results put back in
+    the batch's order: the draws of one generator go to the rows in the same order however the rows are placed."""
+    if order is None:
+        return sample_next(logits, sp, seen, gen)
+    nxt, lp = sample_next(logits[order], sp, seen[order] if seen is not None else None, gen)
+    return nxt.new_empty(nxt.shape).index_copy_(0, order, nxt), lp.new_empty(lp.shape).index_copy_(0, order, lp)
 
 
 def repeat_period(tokens: list[int], max_period: int, min_count: int, min_span: int) -> int | None:

@@ -150,3 +150,41 @@ def test_reserved_cache_makes_room_past_its_capacity():
     assert cache.get_seq_length() == 5
     cache.batch_select_indices(torch.tensor([1]))
     torch.testing.assert_close(cache.layers[0].keys, torch.cat(parts, dim=2)[1:])
+
+
+def test_refilled_batch_samples_what_the_batch_kept_in_order_samples(engine, monkeypatch):
+    """Finished rows' places are taken by rows from the end of the batch (only those rows' cache is copied), and
+    the rows are still sampled in their original order: the same seeded tokens and log-probs as the batch that
+    keeps its rows in order, with transformers' own DynamicCache (the engine before refilling)."""
+    from transformers import DynamicCache
+
+    import kitae.rollout.hf as hf
+
+    prompts = [USER, [{"role": "user", "content": "what is 12+35?"}], [{"role": "user", "content": "x" * 9}]]
+    sp = SamplingParams(temperature=1.0, max_new_tokens=12, seed=5)
+    moved = []
+    refill = hf.refill
+    monkeypatch.setattr(hf, "refill", lambda keep: moved.append(refill(keep) != keep) or refill(keep))
+    refilled = [c for g in engine.generate(prompts, 4, sp) for c in g]
+    assert any(moved)  # rows did change place
+    monkeypatch.setattr(hf, "refill", lambda keep: keep)
+    monkeypatch.setattr(hf, "reserved_cache", lambda capacity: DynamicCache())
+    in_order = [c for g in engine.generate(prompts, 4, sp) for c in g]
+    assert [c.completion_ids for c in refilled] == [c.completion_ids for c in in_order]
+    assert [c.finish_reason for c in refilled] == [c.finish_reason for c in in_order]
+    for r, d in zip(refilled, in_order):
+        torch.testing.assert_close(torch.tensor(r.logprobs), torch.tensor(d.logprobs), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("indices", [[0, 5, 2, 3], [4, 3, 2, 1, 0], [1, 2, 3], [5], [0, 1, 2, 3, 4, 5]])
+def test_reserved_cache_selects_rows_in_place_as_a_gather_would(indices):
+    from kitae.rollout.hf import reserved_cache
+
+    cache, keys = reserved_cache(8), torch.randn(6, 2, 3, 4)
+    cache.update(keys, -keys, 0)
+    cache.batch_select_indices(torch.tensor(indices))
+    torch.testing.assert_close(cache.layers[0].keys, keys[indices])
+    torch.testing.assert_close(cache.layers[0].values, -keys[indices])
+    more = torch.randn(len(indices), 2, 1, 4)  # the next token is written after the kept rows' positions
+    out, _ = cache.update(more, -more, 0)
+    torch.testing.assert_close(out, torch.cat([keys[indices], more], dim=2))
