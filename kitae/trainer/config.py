@@ -392,6 +392,8 @@ class TrainConfig:
 
     def validate(self, path: str) -> None:
         self.algorithm.validate("algorithm")  # also when the section was left out and built by default
+        if self.sampling.max_staleness is None:  # the section was left out: fill in its default too
+            self.sampling.validate("sampling")
         self.eval.grader = self.eval_grader_spec()  # filled in, so the saved config.yaml shows what evaluated
         if not self.rewards:
             raise ConfigError("rewards", "give at least one reward component (a grader spec or a function)")
