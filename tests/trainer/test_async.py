@@ -162,3 +162,22 @@ def test_async_is_read_and_saved_under_its_yaml_name_and_fills_in_max_staleness(
     assert load_train_config(data=to_dict(cfg)).sampling.async_ is True  # the saved config reads back
     sync = load_train_config(write_config(tiny_assets, tmp_path, **{**ASYNC, "sampling.async": False}))
     assert sync.sampling.max_staleness == 0
+
+
+def test_the_server_engine_samples_the_next_batch_during_the_update_and_bounds_its_lag(tiny_assets, tmp_path,
+                                                                                      rewards_on_path):
+    """A real `kitae serve model` replica on 127.0.0.1: requests for step s+1 go out before step s updates; the
+    weights of step s reach the server between batches, so each batch is sampled by one version, one behind."""
+    from kitae.rollout.replicas import Replicas
+
+    with Replicas(str(tiny_assets / "model"), 1, log_dir=tmp_path) as replicas:
+        trainer = _trainer(tiny_assets, tmp_path, **{
+            "sampling.engine": "server", "sampling.servers": replicas.urls, "sampling.server_down_secs": 60.0,
+            "sampling.server_max_wait": 120.0, "optim.steps": 4})
+        seen = _record_versions(trainer)
+        summary = trainer.train()
+    assert summary["status"] == "finished"
+    assert [step - 1 - v for step, v in seen] == [0] * 8 + [1] * 24  # steps 1 .. 4, 8 samples each
+    metrics = RunStore.open(trainer.run_dir, read_only=True).metrics()
+    assert [v for _, v in metrics["rollout/stale_dropped"]] == [0, 0, 0, 0]  # the server held the version asked
+    assert [v for _, v in metrics["policy_lag_max"]] == [0, 1, 1, 1]
