@@ -129,10 +129,10 @@ class Trainer:
         partial = setup.make_partial(cfg, self.engine, self.tokenizer, self.acc.num_processes)
         self.rollouts = Rollouts(cfg, self.acc, self.engine, sampler, partial, checked.train_rows, self.components,
                                  checked.pass_component)
-        if cfg.sampling.async_:
-            self.rollouts.pipeline = self._async_pipeline()
         self.update = PolicyUpdate(cfg, self.acc, self.model, self.optimizer, self.ref_model,
                                    self.tokenizer.pad_token_id)
+        if cfg.sampling.async_:
+            self.rollouts.pipeline = self._async_pipeline()
         self.kl_ctl = setup.make_kl_controller(cfg.algorithm.kl)
         self.loss_config()  # a loss setting that cannot work fails here, not at the first update
         if ckpt:
@@ -154,6 +154,8 @@ class Trainer:
                               "(accelerate): set async: false, or train in one process")
         if self.processor is not None:
             raise ConfigError(where, "does not sample image prompts (a vision-language model); set async: false")
+        # mu 1: the update's one forward gives the old log-probs and the weights (no forward more per step)
+        self.update.in_pass_correction = self.cfg.algorithm.mu == 1
         threads = max(1, torch.get_num_threads() // 2)
         if not getattr(self.engine, "remote_logprobs", False):
             torch.set_num_threads(threads)  # the other half is the rollout worker's
@@ -248,7 +250,7 @@ class Trainer:
         batch = self.update.training_batch(got.completions)  # [B, L] on the device
         # the sampler's log-probs are not the trainer's: a server's kernels, or async's older weights
         off_policy = getattr(self.engine, "remote_logprobs", False) or self.cfg.sampling.async_
-        mismatch = self.update.correct_mismatch(batch) if off_policy else {}
+        mismatch = self.update.correct_mismatch(batch) if off_policy and not self.update.in_pass_correction else {}
         if self.ref_model is not None:
             batch.ref_logp = self.update.reference_logps(batch)  # [B, L-1]
         # 3. advantages

@@ -103,11 +103,16 @@ def test_a_stopped_and_resumed_async_run_trains_exactly_as_the_uninterrupted_one
     assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
 
 
+@pytest.mark.parametrize("mu", [1, 2])
 def test_the_importance_weights_are_the_trainers_probability_over_the_samplers_capped(tiny_assets, tmp_path,
-                                                                                       rewards_on_path):
+                                                                                       rewards_on_path, mu,
+                                                                                       monkeypatch):
     """A group sampled by the worker with version 0's weights, then trained by changed weights: each token's
-    weight is min(p_new / p_old, cap), both computed here by a plain forward of each model."""
-    trainer = _trainer(tiny_assets, tmp_path, **{"algorithm.tis_cap": 1.5, "optim.steps": 3})
+    weight is min(p_new / p_old, cap), both computed here by a plain forward of each model. mu 1: from the
+    update's own forward; mu 2: from the forward before the update (correct_mismatch)."""
+    import kitae.trainer.update as update_module
+
+    trainer = _trainer(tiny_assets, tmp_path, **{"algorithm.tis_cap": 1.5, "optim.steps": 3, "algorithm.mu": mu})
     pipeline = trainer.rollouts.pipeline
     old = {k: v.clone() for k, v in trainer.policy.state_dict().items()}
     try:
@@ -121,19 +126,32 @@ def test_the_importance_weights_are_the_trainers_probability_over_the_samplers_c
         for p in trainer.policy.parameters():
             p.add_(0.05 * torch.randn_like(p))  # the policy moved on since the worker sampled
     batch = trainer.update.training_batch(completions)
-    trainer.update.correct_mismatch(batch)
     new = {k: v.clone() for k, v in trainer.policy.state_dict().items()}
+    assert trainer.update.in_pass_correction == (mu == 1)
+    if mu == 1:  # the weights the loss is given in the update's only pass
+        seen, loss = [], update_module.policy_loss
+        monkeypatch.setattr(update_module, "policy_loss", lambda name, inp, *a: seen.append(inp) or loss(name, inp, *a))
+        batch.advantages = torch.linspace(-1, 1, len(batch))  # every row trains
+        metrics = trainer.update.optimize(batch, trainer.loss_config())
+        assert metrics["mismatch/tis_weight_mean"] > 0 and metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-6)
+        weights = torch.zeros_like(batch.mask)
+        chunks = [rows for rows, _ in trainer.update.micro_batches(batch, list(range(len(batch))))]
+        assert len(chunks) == len(seen)  # the loss saw the micro-batches of every row, in this order
+        for rows, inp in zip(chunks, seen):  # each micro-batch's rows (the batch's indices), trimmed
+            weights[rows, : inp.is_weight.shape[1]] = inp.is_weight
+    else:
+        trainer.update.correct_mismatch(batch)
+        weights = batch.is_weight
     by_hand = []
     for c in completions:
         ids = torch.tensor([c.prompt_ids + c.completion_ids])
         logp = {}
-        for name, weights in (("old", old), ("new", new)):
-            trainer.policy.load_state_dict(weights)
+        for name, state in (("old", old), ("new", new)):
+            trainer.policy.load_state_dict(state)
             logits = trainer.policy(input_ids=ids).logits[0, len(c.prompt_ids) - 1 : -1].float()  # [T, V]
             logp[name] = torch.log_softmax(logits, -1).gather(-1, torch.tensor(c.completion_ids)[:, None])[:, 0]
         assert logp["old"].tolist() == pytest.approx(c.logprobs, abs=1e-4)  # the worker sampled with version 0
         by_hand.append([min(math.exp(n - o), 1.5) for n, o in zip(logp["new"].tolist(), logp["old"].tolist())])
-    weights = batch.is_weight
     for i, expect in enumerate(by_hand):
         got = weights[i][batch.mask[i] > 0].tolist()
         assert got == pytest.approx(expect, rel=1e-4)
