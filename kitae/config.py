@@ -20,6 +20,7 @@ in full.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import reprlib
@@ -40,7 +41,7 @@ T = TypeVar("T")
 
 def setting(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING,
             minimum: float | None = None, above: float | None = None, maximum: float | None = None,
-            finite: bool = True) -> Any:
+            finite: bool = True, key: str | None = None) -> Any:
     """A dataclass field with bounds that :func:`from_dict` checks (choices are ``Literal[...]`` types)::
 
         @dataclass
@@ -51,11 +52,15 @@ def setting(default: Any = dataclasses.MISSING, *, default_factory: Any = datacl
             operation: Literal["eq", "ne"] = "eq"
 
     A float field refuses NaN and ±infinity unless ``finite=False`` (a field whose meaning has a use for them).
+    ``key``: the field's name in YAML where that is a Python keyword (``async_: bool = setting(False,
+    key="async")``); :func:`from_dict` reads it and :func:`to_dict` writes it under that name.
     """
     bounds = (("minimum", minimum), ("above", above), ("maximum", maximum))
     meta: dict[str, Any] = {k: v for k, v in bounds if v is not None}
     if not finite:
         meta["finite"] = False
+    if key is not None:
+        meta["key"] = key
     return dataclasses.field(default=default, default_factory=default_factory, metadata=meta)
 
 
@@ -138,6 +143,9 @@ def from_dict(cls: type[T], data: Any, path: str = "", skip: tuple[str, ...] = (
         raise ConfigError(path, f"expected a mapping, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
+    renamed = {f.metadata["key"]: f.name for f in fields.values() if "key" in f.metadata}
+    if renamed:  # a YAML key that is a Python keyword (setting(key=...))
+        data = {renamed.get(k, k): v for k, v in data.items()}
     for key in data:
         if key not in fields and key not in skip:
             valid = [*fields, *skip]
@@ -401,4 +409,11 @@ def short_repr(value: Any, limit: int = 60) -> str:
 
 
 def to_dict(obj: Any) -> Any:
-    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else obj
+    """A dataclass as plain dicts, each field under its YAML name (``setting(key=...)``), as from_dict reads it."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.metadata.get("key", f.name): to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_dict(v) for v in obj)
+    if isinstance(obj, dict):
+        return {k: to_dict(v) for k, v in obj.items()}
+    return copy.deepcopy(obj)

@@ -60,7 +60,7 @@ def rows(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
     default = cls()
     for f in dataclasses.fields(cls):
         value = getattr(default, f.name)
-        key = f"{prefix}{f.name}"
+        key = f"{prefix}{f.metadata.get('key', f.name)}"
         tp = hints[f.name]
         nested = [t for t in (tp, *typing.get_args(tp)) if dataclasses.is_dataclass(t)]
         if dataclasses.is_dataclass(value):

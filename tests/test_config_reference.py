@@ -29,7 +29,7 @@ def test_every_setting_is_on_the_page():
 
     def paths(cls, prefix=""):
         for f in dataclasses.fields(cls):
-            yield prefix + f.name
+            yield prefix + f.metadata.get("key", f.name)  # its YAML name (sampling.async)
             value = getattr(cls(), f.name)
             if dataclasses.is_dataclass(value):
                 yield from paths(type(value), f"{prefix}{f.name}.")

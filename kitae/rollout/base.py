@@ -73,6 +73,8 @@ class Completion:
     # ...}, dim 0 per image or patch), shared by the samples of one prompt; the policy update feeds them again
     image_inputs: dict[str, Any] | None = None
     end_marker: str = IM_END  # the model's end of turn (kitae.chat.EndMarker.text): where graders cut the content
+    policy_version: int | None = None  # async rollouts (kitae.rollout.worker): the policy version (optimizer
+    # steps taken) whose weights sampled it; None where the engine samples with the trainer's current weights
 
     @property
     def num_tokens(self) -> int:

@@ -7,6 +7,7 @@ engine, every reward component's grade.
   from the replay buffer (kitae.rollout.partial); only the groups that finished this step come back.
 - After grading, the prompt sampler is told each prompt's pass rate (prioritized and curriculum sampling).
 - The rollout servers (``sampling.engine: server``) get the policy's weights every ``sampling.sync_every`` steps.
+- ``sampling.async``: the groups of the next steps are sampled while this step updates (kitae.trainer.pipeline).
 
 In a multi-process run each process samples its share of the prompts (kitae.trainer.processes).
 """
@@ -25,6 +26,7 @@ from kitae.scoring.rewards import GroupScores, RewardComponent, score_groups
 from kitae.trainer.advantages import reward_tensor
 from kitae.trainer.config import TrainConfig
 from kitae.trainer.metrics import pass_rates
+from kitae.trainer.pipeline import RolloutPipeline
 from kitae.trainer.processes import fewest, gather, local_count, local_share
 
 
@@ -67,6 +69,7 @@ class Rollouts:
                  rows: list[dict], components: list[RewardComponent], pass_component: str | None):
         self.cfg, self.acc, self.engine, self.sampler, self.partial = cfg, acc, engine, sampler, partial
         self.rows, self.components, self.pass_component = rows, components, pass_component
+        self.pipeline: RolloutPipeline | None = None  # sampling.async: rollouts sampled ahead (Trainer sets it)
 
     def sample_and_grade(self, step: int) -> Collected:
         """This step's groups, graded; the prompt sampler told their pass rates."""
@@ -79,10 +82,8 @@ class Rollouts:
         want = local_count(self.acc, o.prompts_per_step)
         got = Collected()
         for r in range(ds.max_rounds if ds.enabled else 1):
-            idx = local_share(self.acc, self.sampler.sample(o.prompts_per_step, step))
+            idx, groups = self._round(step, r)
             rows = [self.rows[i] for i in idx]
-            groups = self.engine.generate([x["messages"] for x in rows], self.cfg.sampling.group_size,
-                                          self.sampling_params(step, r))
             last = Collected(rows, groups, self.grade(rows, groups, step), rounds=r + 1)
             self._tell_sampler(idx, last.scores)
             kept = last.where(dynamic_sampling_keep(*reward_tensor(last.scores)).tolist()) if ds.enabled else last
@@ -92,6 +93,16 @@ class Rollouts:
         if not got.groups:  # every round had zero variance: keep the last round (its advantages are all 0)
             got = last
         return got.first(fewest(self.acc, min(len(got.groups), want)))  # equally many groups in every process
+
+    def _round(self, step: int, round_: int) -> tuple[list[int], list[list[Completion]]]:
+        """One sampling round's prompts (this process's share) and groups: sampled now, or with ``sampling.async``
+        taken from the rollouts sampled ahead (kitae.trainer.pipeline)."""
+        if self.pipeline is not None:
+            return self.pipeline.take(step, round_)
+        idx = local_share(self.acc, self.sampler.sample(self.cfg.optim.prompts_per_step, step))
+        groups = self.engine.generate([self.rows[i]["messages"] for i in idx], self.cfg.sampling.group_size,
+                                      self.sampling_params(step, round_))
+        return idx, groups
 
     def _partial_groups(self, step: int) -> Collected:
         """Kimi partial rollouts: new prompts start, buffered trajectories continue; finished groups come back."""
@@ -132,6 +143,13 @@ class Rollouts:
 
     # ---- the engine's weights, checkpoints -------------------------------------------------------------
     def sync_weights(self, policy, version: int, force: bool = False) -> dict[str, float]:
+        """The policy is at ``version``: with ``sampling.async`` its weights go to the rollout worker or servers
+        and the next steps are submitted (kitae.trainer.pipeline); else :meth:`push_to_servers`."""
+        if self.pipeline is not None:
+            return self.pipeline.push(policy, version)
+        return self.push_to_servers(policy, version, force)
+
+    def push_to_servers(self, policy, version: int, force: bool = True) -> dict[str, float]:
         """Push the policy to the rollout servers every ``sampling.sync_every`` steps (or now, with ``force``)
         unless they hold ``version`` already; returns ``sync_secs`` when it pushed."""
         engine = self.engine
@@ -162,11 +180,18 @@ class Rollouts:
                             chat_template_kwargs=self.engine.chat_template_kwargs)
         return self.engine
 
+    def close(self) -> None:
+        if self.pipeline is not None:
+            self.pipeline.close()
+
     def state_dict(self) -> dict[str, Any]:
         return {"sampler": self.sampler.state_dict(),
-                "partial": self.partial.state_dict() if self.partial is not None else None}
+                "partial": self.partial.state_dict() if self.partial is not None else None,
+                "ahead": self.pipeline.state_dict() if self.pipeline is not None else None}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.sampler.load_state_dict(state["sampler"])
+        if self.pipeline is not None:
+            self.pipeline.load_state_dict(state.get("ahead"))
         if self.partial is not None and state.get("partial") is not None:
             self.partial.load_state_dict(state["partial"])

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from kitae.config import apply_overrides, from_dict, read_yaml, setting
+from kitae.config import apply_overrides, from_dict, read_yaml, setting, to_dict
 from kitae.data.sources import DatasetSource, RowMap
 from kitae.errors import ConfigError
 from kitae.models import BUNDLED_DATA
@@ -267,10 +267,19 @@ class SamplingConfig:
     sync: Literal["disk", "vllm", "none"] = "disk"  # how the trainer's weights reach the servers
     sync_every: int = setting(1, minimum=1)  # optimizer steps between weight pushes
     sync_dir: str | None = None  # disk sync: a folder both sides see (default: RUN_DIR/sync)
-    max_staleness: int = setting(0, minimum=0)  # samples from weights more than this many steps old are dropped
-    # (and counted)
+    max_staleness: int | None = setting(None, minimum=0)  # how many policy versions old a sample may be: with
+    # async, the most steps the rollouts run ahead of the update (default 1); server: replies from weights older
+    # than this are dropped (and counted) (default 0, sync); validation fills it in
+    # ---- overlap ----
+    async_: bool = setting(False, key="async")  # generate the next steps' rollouts while this step updates (a
+    # rollout worker process with its own copy of the model, engine hf; requests in flight, engine server), at
+    # most max_staleness policy versions behind; the update corrects for the lag (algorithm.tis_cap)
 
     def validate(self, path: str) -> None:
+        if self.max_staleness is None:
+            self.max_staleness = 1 if self.async_ else 0
+        if self.async_:
+            self.check_async(path)
         if self.engine != "server":
             if self.servers:
                 raise ConfigError(f"{path}.servers", f"is set but {path}.engine is {self.engine!r}; set "
@@ -297,6 +306,22 @@ class SamplingConfig:
             from kitae.rollout.sync import check_vllm_sync
 
             check_vllm_sync(f"{path}.sync")
+
+    def check_async(self, path: str) -> None:
+        """What ``async: true`` cannot run with, refused with the fix."""
+        if self.max_staleness < 1:
+            raise ConfigError(f"{path}.max_staleness", "is 0 with async: true, but async rollouts are at least one "
+                              "policy version behind; set max_staleness to 1 or more, or async: false")
+        if self.partial is not None:
+            raise ConfigError(f"{path}.async", "does not combine with partial rollouts (sampling.partial): their "
+                              "replay buffer continues trajectories with the policy of each step; set one of them "
+                              "off")
+        if self.engine == "server" and self.sync == "none":
+            raise ConfigError(f"{path}.async", "with sync: none the servers never get the policy's weights, so "
+                              "there is no policy version to bound; set sync: disk or vllm, or async: false")
+        if self.engine == "server" and self.sync_every != 1:
+            raise ConfigError(f"{path}.sync_every", f"is {self.sync_every}, but async: true pushes the weights "
+                              "after every step (max_staleness bounds the lag); set sync_every: 1")
 
 
 @dataclass
@@ -405,6 +430,8 @@ class TrainConfig:
 
     def validate(self, path: str) -> None:
         self.algorithm.validate("algorithm")  # also when the section was left out and built by default
+        if self.sampling.max_staleness is None:  # the section was left out: fill in its default too
+            self.sampling.validate("sampling")
         self.eval.grader = self.eval_grader_spec()  # filled in, so the saved config.yaml shows what evaluated
         if not self.rewards:
             raise ConfigError("rewards", "give at least one reward component (a grader spec or a function)")
@@ -428,7 +455,7 @@ class TrainConfig:
         return Path(self.output_dir) / self.name
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return to_dict(self)
 
     def loss_config(self, kl_coef: float) -> "LossConfig":
         """The policy loss's settings as this config gives them (a validated config has every one written; one

@@ -7,9 +7,12 @@ One step (:meth:`Trainer.train_step`), stage by stage, each in the module named:
    the sampler is told each prompt's pass rate. DAPO dynamic sampling (``algorithm.dynamic_sampling``) samples
    more rounds until enough groups have reward variance; ``sampling.partial`` swaps whole-trajectory generation
    for Kimi k1.5 partial rollouts (a replay buffer of unfinished groups, kitae.rollout.partial);
-   ``sampling.repeat`` ends looping samples early.
+   ``sampling.repeat`` ends looping samples early. ``sampling.async`` samples the next steps' groups while this
+   step updates, at most ``sampling.max_staleness`` policy versions behind (kitae.trainer.pipeline); the step
+   logs ``policy_lag`` and ``policy_lag_max``.
 2. the training batch (kitae.trainer.update): old log-probs are the sampling policy's, from the engine (the
-   server engine's corrected for the sampler mismatch); the reference's log-probs when the KL weight is non-zero.
+   server engine's, and async's, corrected for the sampler mismatch); the reference's log-probs when the KL
+   weight is non-zero.
 3. advantages (kitae.trainer.advantages): total rewards, less the KL with ``algorithm.kl.where: reward``, turned
    into group-relative advantages.
 4. update (kitae.trainer.update): ``mu`` optimization passes over the batch with the configured policy loss.
@@ -36,8 +39,10 @@ import time
 import warnings
 from typing import Any, Callable
 
+import torch
+
 from kitae.algorithms.losses import LossConfig
-from kitae.errors import KitaeError
+from kitae.errors import ConfigError, KitaeError
 from kitae.rollout.base import SamplingParams
 from kitae.scoring.evaluate import evaluate
 from kitae.scoring.rewards import (
@@ -62,7 +67,8 @@ from kitae.trainer.checkpoint import save_checkpoint, set_rng_state
 from kitae.trainer.collect import Collected, Rollouts, due
 from kitae.trainer.config import TrainConfig
 from kitae.trainer.loggers import make_loggers
-from kitae.trainer.metrics import group_records, pass_rate_and_partial_metrics, reward_metrics
+from kitae.trainer.metrics import group_records, pass_rate_and_partial_metrics, policy_lag, reward_metrics
+from kitae.trainer.pipeline import RolloutPipeline
 from kitae.trainer.preflight import Checked, preflight
 from kitae.trainer.processes import gather, reduce_metrics
 from kitae.trainer.resume import ResumePlan, plan_resume
@@ -129,6 +135,8 @@ class Trainer:
                                  checked.pass_component)
         self.update = PolicyUpdate(cfg, self.acc, self.model, self.optimizer, self.ref_model,
                                    self.tokenizer.pad_token_id)
+        if cfg.sampling.async_:
+            self.rollouts.pipeline = self._async_pipeline()
         self.kl_ctl = setup.make_kl_controller(cfg.algorithm.kl)
         self.loss_config()  # a loss setting that cannot work fails here, not at the first update
         if ckpt:
@@ -143,6 +151,22 @@ class Trainer:
         weights = {r.name: r.weight for r in cfg.rewards}
         self.alarms = RunAlarms(self.store, cfg.alarms, weights) if self.store is not None else None
         self._counters: dict[str, float] = {}  # graders' own counters (judge tokens, ...) at the last step
+
+    def _async_pipeline(self) -> RolloutPipeline:
+        """``sampling.async``'s pipeline (kitae.trainer.pipeline). The in-process engine's rollout worker and the
+        trainer split the torch threads the trainer was given (at least one each)."""
+        where = "sampling.async"
+        if self.acc.num_processes > 1:
+            raise ConfigError(where, f"runs in one training process; this run has {self.acc.num_processes} "
+                              "(accelerate): set async: false, or train in one process")
+        if self.processor is not None:
+            raise ConfigError(where, "does not sample image prompts (a vision-language model); set async: false")
+        # mu 1: the update's one forward gives the old log-probs and the weights (no forward more per step)
+        self.update.in_pass_correction = self.cfg.algorithm.mu == 1
+        threads = max(1, torch.get_num_threads() // 2)
+        if not getattr(self.engine, "remote_logprobs", False):
+            torch.set_num_threads(threads)  # the other half is the rollout worker's
+        return RolloutPipeline(self.rollouts, threads)
 
     @property
     def policy(self):
@@ -192,6 +216,7 @@ class Trainer:
             error = str(exc) if isinstance(exc, KitaeError) else f"{type(exc).__name__}: {exc}"
             raise
         finally:
+            self.rollouts.close()  # the rollout worker of sampling.async
             for s, h in old_handlers.items():
                 signal.signal(s, h)
             self.loggers.close()
@@ -230,8 +255,9 @@ class Trainer:
             return self._log_idle_step(step, t0, t_gen)
         # 2. the training batch: the sampler's log-probs (corrected for a server's mismatch), the reference's
         batch = self.update.training_batch(got.completions)  # [B, L] on the device
-        remote = getattr(self.engine, "remote_logprobs", False)
-        mismatch = self.update.correct_mismatch(batch) if remote else {}
+        # the sampler's log-probs are not the trainer's: a server's kernels, or async's older weights
+        off_policy = getattr(self.engine, "remote_logprobs", False) or self.cfg.sampling.async_
+        mismatch = self.update.correct_mismatch(batch) if off_policy and not self.update.in_pass_correction else {}
         if self.ref_model is not None:
             batch.ref_logp = self.update.reference_logps(batch)  # [B, L-1]
         # 3. advantages
@@ -245,7 +271,8 @@ class Trainer:
         t_end = time.perf_counter()
         # 5. log
         times = {"secs_per_step": t_end - t0, "secs_generate": t_gen - t0, "secs_train": t_end - t_prep}
-        metrics = self._step_metrics(got, {**trained, **mismatch, **synced}, times)
+        lag = policy_lag(got.completions, step)
+        metrics = self._step_metrics(got, {**trained, **mismatch, **synced, **lag}, times)
         if metrics.get("kl") is not None:
             self.kl_ctl.update(metrics["kl"], 1)  # the KL coefficient of the next step
         records = group_records(got.rows, got.groups, got.scores, advantages.view(len(got.groups), -1),

@@ -102,3 +102,17 @@ def image_mark(part: dict) -> str:
     """How a stored prompt's text shows an image: by its stored file name, so prompts that differ only in
     their picture stay apart ("the same prompt across steps" matches on this text)."""
     return f"[image {str(part.get('image', ''))[:12]}]"
+
+
+def policy_lag(completions: list[Completion], step: int) -> dict[str, float]:
+    """``policy_lag`` (mean) and ``policy_lag_max`` of a step's samples: the policy version the step trains
+    (step - 1 optimizer steps taken) less the version that sampled each one (``sampling.async``); {} when the
+    samples carry no version.
+
+    >>> policy_lag([Completion("", [], [], [], "stop", policy_version=v) for v in (3, 4, 4, 4)], step=5)
+    {'policy_lag': 0.25, 'policy_lag_max': 1.0}
+    """
+    lags = [step - 1 - c.policy_version for c in completions if c.policy_version is not None]
+    if not lags:
+        return {}
+    return {"policy_lag": sum(lags) / len(lags), "policy_lag_max": float(max(lags))}

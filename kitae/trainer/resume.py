@@ -48,6 +48,7 @@ FROZEN = {
     "model.lora": "the checkpoint holds this adapter",
     "data.train": "the prompt sampler's state indexes these rows",
     "data.sampler.name": "the checkpoint holds this sampler's state",
+    "sampling.async": "the checkpoint holds the groups sampled ahead for the next steps",
 }
 # fields that change without --allow-config-change (still recorded): how long to train and how the run is watched
 FREE = ("optim.steps", "logging.save_every", "logging.keep_checkpoints", "logging.report_to", "eval.every", "threads",

@@ -81,6 +81,8 @@ class PolicyUpdate:
         self.cfg, self.acc, self.model, self.optimizer, self.ref_model = cfg, acc, model, optimizer, ref_model
         self.pad_id = pad_id
         self.skipped_steps = 0  # optimizer steps skipped for a gradient norm that was not finite
+        # sampling.async with mu 1: the update's own forward gives the old log-probs (see in_pass_correction)
+        self.in_pass_correction = False
 
     @property
     def policy(self):
@@ -159,7 +161,10 @@ class PolicyUpdate:
                 loss, m, mb_tokens = self._backward(mb, loss_cfg, plan.norm, last=i == len(plan.micro_batches) - 1)
                 loss_sum += loss / mu  # micro-batch losses sum to the batch loss
                 for k, v in m.items():
-                    agg[k] = agg.get(k, 0.0) + v * mb_tokens / tokens / mu
+                    if k.endswith("_max"):  # a maximum over the batch (mismatch/logp_abs_diff_max)
+                        agg[k] = max(agg.get(k, v), v)
+                    else:
+                        agg[k] = agg.get(k, 0.0) + v * mb_tokens / tokens / mu
             grad_norms.append(self._step(zero_first=not plan.micro_batches))
         skipped = sum(not math.isfinite(n) for n in grad_norms)
         return {**agg, "loss": loss_sum, "grad_norm": statistics.fmean(grad_norms), "skipped_steps": float(skipped),
@@ -172,12 +177,25 @@ class PolicyUpdate:
         with nullcontext() if last else self.acc.no_sync(self.model):
             logp, logits, logits_mask = self.logps(mb)
             rows = mb.rows if isinstance(mb, PackedBatch) else mb
-            inp = LossInputs(logp, rows.old_logp, rows.advantages, rows.mask, rows.ref_logp, rows.is_weight)
+            old, is_weight, mismatch = rows.old_logp, rows.is_weight, {}
+            if self.in_pass_correction:
+                old, is_weight, mismatch = self._correct_in_pass(logp.detach(), rows.old_logp, rows.mask)
+            inp = LossInputs(logp, old, rows.advantages, rows.mask, rows.ref_logp, is_weight)
             loss, m = policy_loss(self.cfg.algorithm.loss, inp, loss_cfg, norm)
+            m.update(mismatch)
             self.acc.backward(loss)
         m["entropy"] = float(masked_entropy(logits.detach(), logits_mask))
         metrics = {k: float(v) for k, v in m.items() if k != "num_tokens"}
         return float(loss.detach()), metrics, float(rows.mask.sum())
+
+    def _correct_in_pass(self, own: torch.Tensor, sampler: torch.Tensor, mask: torch.Tensor):
+        """The correction of :meth:`correct_mismatch` from the update's own forward, for ``mu`` 1 (async rollouts):
+        before the only optimizer step the policy's log-probs [b, T] are the trainer's old ones (ratio 1), so the
+        separate forward over the batch is not needed. Returns (old log-probs, TIS weights, mismatch metrics);
+        the metrics are token-weighted over the micro-batches as the loss's are (the _max one: the largest)."""
+        cap = self.cfg.algorithm.tis_cap
+        weight = tis_weight(own, sampler, mask, cap) if cap is not None else None
+        return own, weight, mismatch_metrics(own, sampler, mask, cap)
 
     def _step(self, zero_first: bool) -> float:
         """Clip the gradient and step the optimizer; returns the gradient's norm before clipping. With

@@ -1,0 +1,116 @@
+"""Async rollouts (``sampling.async: true``): the next steps' groups are sampled while this step updates.
+
+The schedule, with k = ``sampling.max_staleness`` and policy version v = optimizer steps taken:
+
+- at the start (version v0 = the step the run starts from), steps v0+1 .. v0+1+k are submitted;
+- after step s updates, its weights (version s) are pushed and step s+1+k is submitted.
+
+So step t samples with version max(v0, t-1-k) and is trained by policy version t-1: its lag, t-1 minus the
+version that sampled it, is at most k (exactly k once the pipeline is full). Prompts are drawn when a step is
+submitted, after the pass rates of every step graded so far reached the prompt sampler; a step's samples are
+graded (and the sampler told) at that step. Dynamic sampling's further rounds are sampled at their step with the
+newest pushed weights (lag 0). The order of pushes and jobs alone decides which weights sample which step
+(kitae.rollout.worker), so the schedule does not depend on timing.
+
+Checkpoints: a checkpoint of step s holds the groups of the steps already submitted (s+1 .. s+1+k; the save
+waits for them), so a resumed run trains on exactly the samples the uninterrupted run would have: no step is
+lost or repeated.
+
+The update treats the samples as off-policy (kitae.trainer.loop): the trainer's log-probs before the update are
+the ratio's old log-probs, and the sampler's give truncated importance weights (kitae.algorithms.mismatch).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from kitae.rollout.base import Completion
+from kitae.rollout.worker import Runner, ThreadRunner, WorkerRunner
+
+
+@dataclasses.dataclass
+class Ahead:
+    """A step submitted ahead: its prompts (indices into the rows) and its job, or its groups once they came."""
+
+    indices: list[int]
+    ticket: int | None = None
+    groups: list[list[Completion]] | None = None
+
+
+class RolloutPipeline:
+    """The schedule of the module docstring over ``rollouts`` (kitae.trainer.collect.Rollouts)."""
+
+    def __init__(self, rollouts: Any, threads: int = 1):
+        self.rollouts, self.threads = rollouts, threads
+        self.k = rollouts.cfg.sampling.max_staleness
+        self.runner: Runner | None = None
+        self.version: int | None = None
+        self.ahead: dict[int, Ahead] = {}
+        self.next_step: int | None = None  # the first step not submitted yet
+
+    def _make_runner(self, policy: Any, version: int) -> Runner:
+        engine = self.rollouts.engine
+        if getattr(engine, "remote_logprobs", False):  # the server engine
+            return ThreadRunner(engine, lambda p, v: self.rollouts.push_to_servers(p, v), version)
+        return WorkerRunner(policy, engine, version, self.threads)
+
+    # ---- the schedule ----------------------------------------------------------------------------------
+    def push(self, policy: Any, version: int) -> dict[str, float]:
+        """The policy is at ``version``: its weights go to the sampler and the steps up to version+1+k are
+        submitted. Returns ``sync_secs``."""
+        if version == self.version:
+            return {}
+        t0 = time.perf_counter()
+        if self.runner is None:
+            self.runner = self._make_runner(policy, version)
+            if getattr(self.runner, "engine", None) is not None:  # servers: they get the weights now
+                self.runner.push(policy, version)
+        else:
+            self.runner.push(policy, version)
+        self.version = version
+        if self.next_step is None:
+            self.next_step = version + 1
+        last = min(self.rollouts.cfg.optim.steps, version + 1 + self.k)
+        while self.next_step <= last:
+            self.ahead[self.next_step] = self._submit(self.next_step, 0)
+            self.next_step += 1
+        return {"sync_secs": time.perf_counter() - t0}
+
+    def _submit(self, step: int, round_: int) -> Ahead:
+        r = self.rollouts
+        idx = r.sampler.sample(r.cfg.optim.prompts_per_step, step)
+        prompts = [r.engine.encode_prompt(r.rows[i]["messages"]) for i in idx]
+        return Ahead(idx, self.runner.submit(prompts, r.cfg.sampling.group_size, r.sampling_params(step, round_)))
+
+    def take(self, step: int, round_: int) -> tuple[list[int], list[list[Completion]]]:
+        """Step ``step``'s prompts and groups: round 0 as submitted ahead, a further round sampled now."""
+        job = self.ahead.pop(step) if round_ == 0 else self._submit(step, round_)
+        return job.indices, self._groups(job)
+
+    def _groups(self, job: Ahead) -> list[list[Completion]]:
+        if job.groups is None:
+            job.groups, job.ticket = self.runner.result(job.ticket), None
+        return job.groups
+
+    def close(self) -> None:
+        if self.runner is not None:
+            self.runner.close()
+            self.runner = None
+
+    # ---- checkpoints -------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The steps submitted ahead, with their groups (waited for): a resumed run trains on them."""
+        steps = {}
+        for step, job in sorted(self.ahead.items()):
+            groups = [[dataclasses.asdict(c) for c in g] for g in self._groups(job)]
+            steps[step] = {"indices": list(job.indices), "groups": groups}
+        return {"ahead": steps, "next_step": self.next_step}
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        if not state:
+            return
+        self.ahead = {int(step): Ahead(s["indices"], groups=[[Completion(**c) for c in g] for g in s["groups"]])
+                      for step, s in state["ahead"].items()}
+        self.next_step = state["next_step"]
