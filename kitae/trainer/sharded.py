@@ -118,6 +118,11 @@ def checkpoint_state(acc, model, optimizer) -> tuple[dict[str, Any] | None, dict
 
     full = StateDictOptions(full_state_dict=True, cpu_offload=True)
     weights = acc.get_state_dict(model)  # the full state dict on the main process
+    # a tied weight (lm_head = embed_tokens) under its second name: gathered as a copy, which save_pretrained
+    # would write as a weight of its own
+    policy = acc.unwrap_model(model)
+    aliases = {n for n, _ in policy.named_parameters(remove_duplicate=False)} - {n for n, _ in policy.named_parameters()}
+    weights = {k: v for k, v in weights.items() if k not in aliases}
     return weights, get_optimizer_state_dict(model, optimizer, options=full)
 
 
