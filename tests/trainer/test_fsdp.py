@@ -127,3 +127,25 @@ def test_fsdp2_resume_gives_the_uninterrupted_run(config, tmp_path):
         name = f"checkpoints/step-{step:06d}/model/model.safetensors"
         a, b = load_file(tmp_path / "cut" / "t" / name), load_file(tmp_path / "whole" / "t" / name)
         assert all(torch.equal(a[k], b[k]) for k in b), step
+
+
+def test_fsdp2_lora_with_kl_to_the_base_trains_as_data_parallel_does(tiny_assets, rewards_on_path, tmp_path):
+    """LoRA under FSDP2: the frozen base and the adapter sharded together, the KL's reference the base under the
+    adapter (the policy's own forwards, as many on every process); the saved adapter is DDP's."""
+    def make(root: Path) -> Path:
+        return write_config(tiny_assets, root, **{
+            "optim.steps": 2, "optim.prompts_per_step": 4, "optim.micro_batch_size": 2, "data.eval": None,
+            "model.lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}, "algorithm.kl": {"coef": 0.1},
+            "rewards": [{"name": "picky", "function": "tiny_rewards:picky"}],
+        })
+    assert launch("fsdp2.yaml", make(tmp_path / "fsdp"), tmp_path / "fsdp.json")["param_type"] == "DTensor"
+    launch("ddp.yaml", make(tmp_path / "ddp"), tmp_path / "ddp.json")
+    a, b = metrics(tmp_path / "fsdp" / "t"), metrics(tmp_path / "ddp" / "t")
+    assert sorted(a) == sorted(b) and a
+    for key in sorted(a):
+        assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
+    name = "checkpoints/step-000002/model/adapter_model.safetensors"
+    sharded, full = load_file(tmp_path / "fsdp" / "t" / name), load_file(tmp_path / "ddp" / "t" / name)
+    assert sorted(sharded) == sorted(full) and all("lora_" in k for k in full)
+    for k, t in full.items():
+        torch.testing.assert_close(sharded[k], t, atol=1e-6, rtol=1e-5, msg=k)
