@@ -163,7 +163,7 @@ class PolicyUpdate:
         loss_sum = 0.0
         # FSDP: every process runs as many forwards and backwards; the extra ones add a gradient of exactly 0
         extra = sharded.passes_short(self.acc, len(plan.micro_batches))
-        passes = [(mb, 1.0) for mb in plan.micro_batches] + [(plan.micro_batches[-1], 0.0)] * extra
+        passes = [(mb, 1.0) for mb in plan.micro_batches] + ([(plan.micro_batches[-1], 0.0)] * extra if extra else [])
         for _ in range(mu):
             for i, (mb, weight) in enumerate(passes):
                 loss, m, mb_tokens = self._backward(mb, loss_cfg, plan.norm, last=i == len(passes) - 1, weight=weight)
