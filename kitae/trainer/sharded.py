@@ -130,8 +130,8 @@ def load_optimizer_state(acc, model, optimizer, state: dict[str, Any]) -> None:
     """A checkpoint's optimizer state into ``optimizer``: one keyed by parameter name (saved under FSDP) or by
     position (saved by data parallel or one process), under FSDP or not."""
     by_name = any(isinstance(p, str) for g in state.get("param_groups", []) for p in g["params"])
-    if not by_name and not is_fsdp(acc):
-        optimizer.load_state_dict(state)
+    if not is_fsdp(acc):
+        optimizer.load_state_dict(_keyed_by_position(acc.unwrap_model(model), state) if by_name else state)
         return
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
@@ -147,3 +147,10 @@ def _keyed_by_name(model, state: dict[str, Any]) -> dict[str, Any]:
     names = [n for n, p in model.named_parameters() if p.requires_grad]
     groups = [{**g, "params": [names[i] for i in g["params"]]} for g in state["param_groups"]]
     return {"state": {names[i]: s for i, s in state["state"].items()}, "param_groups": groups}
+
+
+def _keyed_by_position(model, state: dict[str, Any]) -> dict[str, Any]:
+    """The inverse of :func:`_keyed_by_name`: a state dict keyed by parameter name, keyed by position."""
+    index = {n: i for i, n in enumerate(n for n, p in model.named_parameters() if p.requires_grad)}
+    groups = [{**g, "params": [index[n] for n in g["params"]]} for g in state["param_groups"]]
+    return {"state": {index[n]: s for n, s in state["state"].items()}, "param_groups": groups}
