@@ -216,15 +216,17 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
 
 
-def save_checkpoint(run_dir: Path, step: int, model: Any, tokenizer: Any, state: dict[str, Any], keep: int) -> Path:
+def save_checkpoint(run_dir: Path, step: int, model: Any, tokenizer: Any, state: dict[str, Any], keep: int,
+                    weights: dict[str, Any] | None = None) -> Path:
     """Write checkpoints/step-N (through step-N.tmp), then keep the newest `keep`. A failed write (a full disk,
-    a read-only folder) removes the .tmp folder and raises a KitaeError that names the file and the fix."""
+    a read-only folder) removes the .tmp folder and raises a KitaeError that names the file and the fix.
+    ``weights``: the model's full state dict where the model holds a shard of it (FSDP, kitae.trainer.sharded)."""
     final = checkpoint_dir(run_dir, step)
     tmp = final.with_name(final.name + ".tmp")
     remove_stale_tmp(run_dir)  # this step's own, and any an earlier failed save left
     try:
         tmp.mkdir(parents=True)
-        model.save_pretrained(tmp / "model")
+        model.save_pretrained(tmp / "model", **({"state_dict": weights} if weights is not None else {}))
         tokenizer.save_pretrained(tmp / "model")
         torch.save({**state, "step": step, "rng": rng_state()}, tmp / "state.pt")
         write_manifest(tmp)

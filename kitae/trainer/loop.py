@@ -60,7 +60,7 @@ from kitae.scoring.rewards import (
 from kitae.store.images import RunImages
 from kitae.store.lock import RunLock
 from kitae.threads import set_threads
-from kitae.trainer import setup
+from kitae.trainer import setup, sharded
 from kitae.trainer.advantages import batch_advantages
 from kitae.trainer.alarms import Alarm, RunAlarms
 from kitae.trainer.checkpoint import save_checkpoint, set_rng_state
@@ -99,7 +99,7 @@ class Trainer:
         checked = checked or preflight(cfg)
         self.cfg = cfg
         self.acc = setup.make_accelerator(cfg)  # on CUDA when there is one; model.dtype's mixed precision
-        setup.check_distributed(self.acc)  # FSDP and DeepSpeed refused before the model loads
+        setup.check_distributed(self.acc, cfg)  # DeepSpeed and FSDP1 refused before the model loads
         set_seed(cfg.seed)
         set_threads(cfg.threads, checked.model_path, option="threads")  # threads: N, else the rule for the model's size
         self.run_dir = cfg.run_dir
@@ -178,7 +178,7 @@ class Trainer:
         return self.cfg.loss_config(self.kl_ctl.value if in_loss else 0.0)
 
     def _restore(self, state: dict[str, Any], plan: ResumePlan) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
+        sharded.load_optimizer_state(self.acc, self.model, self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.rollouts.load_state_dict(state)  # the prompt sampler and the partial-rollout buffer
         self.kl_ctl.load_state_dict(state["kl"])
@@ -249,7 +249,8 @@ class Trainer:
         if self.cfg.algorithm.reset_optimizer:
             self.optimizer.state.clear()  # Kimi k1.5: each iteration is a fresh mirror-descent problem
         # 1. sample and grade
-        got = self.rollouts.sample_and_grade(step)
+        with sharded.full_weights(self.acc, self.model):  # FSDP: each process samples with the whole policy
+            got = self.rollouts.sample_and_grade(step)
         t_gen = time.perf_counter()
         if not got.groups:  # partial rollouts: no group finished this iteration
             return self._log_idle_step(step, t0, t_gen)
@@ -397,6 +398,12 @@ class Trainer:
     def evaluate(self, step: int) -> dict[str, float] | None:
         """Pass@1 and the eval grader's metrics on the eval rows (main process), stored and logged."""
         self.rollouts.sync_weights(self.policy, step, force=True)  # sync_every > 1: evaluate this step's policy
+        with sharded.full_weights(self.acc, self.model):  # FSDP: the main process samples alone
+            metrics = self._evaluate_main(step)
+        self.acc.wait_for_everyone()
+        return metrics
+
+    def _evaluate_main(self, step: int) -> dict[str, float] | None:
         metrics = None
         if self.acc.is_main_process:
             e = self.cfg.eval
@@ -413,17 +420,17 @@ class Trainer:
             self.loggers.log_eval(step, metrics)
             if self.on_eval:
                 self.on_eval(step, metrics, time.perf_counter() - t0)
-        self.acc.wait_for_everyone()
         return metrics
 
     def save(self, step: int) -> None:
         """A checkpoint of step `step`: the model, and the optimizer, scheduler, sampler, replay buffer, KL
         controller and random states (kitae.trainer.checkpoint)."""
+        weights, optimizer = sharded.checkpoint_state(self.acc, self.model, self.optimizer)  # FSDP: gathered
         if self.acc.is_main_process:
-            state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+            state = {"optimizer": optimizer, "scheduler": self.scheduler.state_dict(),
                      **self.rollouts.state_dict(), "kl": self.kl_ctl.state_dict()}
             save_checkpoint(self.run_dir, step, self.policy, self.processor or self.tokenizer, state,
-                            self.cfg.logging.keep_checkpoints)
+                            self.cfg.logging.keep_checkpoints, weights)
         self.acc.wait_for_everyone()
 
     def summary(self, status: str) -> dict[str, Any]:

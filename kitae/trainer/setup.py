@@ -26,6 +26,7 @@ from kitae.rollout.partial import PartialRollouts
 from kitae.scoring.rewards import RewardComponent
 from kitae.store import RunStore
 from kitae.store.lock import RunLock
+from kitae.trainer import sharded
 from kitae.trainer.config import PRESETS_IN_CONFIG, KLConfig, ModelConfig, OptimConfig, TrainConfig
 from kitae.trainer.resume import ResumePlan, record_resume, write_config_yaml, write_settings_as_they_ran
 from kitae.trainer.samplers import SAMPLERS
@@ -90,28 +91,31 @@ def make_accelerator(cfg: TrainConfig):
     from accelerate import Accelerator
 
     cuda = torch.cuda.is_available()
-    return Accelerator(cpu=not cuda, mixed_precision=precision(cfg.model, cuda).mixed)
+    acc = Accelerator(cpu=not cuda, mixed_precision=precision(cfg.model, cuda).mixed)
+    sharded.enable_on_cpu(acc)  # an FSDP launch on CPU processes: FSDP2 over gloo, not data parallel
+    return acc
 
 
-# The reasons kitae's loop cannot run under a launcher's weight or optimizer sharding yet (docs/scale.md).
+# The reasons kitae's loop cannot run under a launcher's optimizer sharding yet (docs/scale.md).
 _SHARDED = {
-    "FSDP": "FSDP shards the weights, so every forward pass needs every process; kitae samples and evaluates in "
-            "one process at a time, and saves the model and optimizer from the main process alone",
     "DEEPSPEED": "DeepSpeed steps its optimizer inside each backward (once per micro-batch under kitae's update, "
                  "not once per pass), clips the gradient itself (the non-finite-norm guard cannot skip a step), "
                  "and its ZeRO optimizer's state is split over the processes (a checkpoint would hold one part)",
 }
 
 
-def check_distributed(acc) -> None:
-    """Refuse an ``accelerate launch`` setup the GRPO loop would hang in or train wrongly under: FSDP and
-    DeepSpeed (:data:`_SHARDED` says why). Data parallel (DDP, one full copy per process) is what kitae runs."""
+def check_distributed(acc, cfg: TrainConfig | None = None) -> None:
+    """Refuse an ``accelerate launch`` setup the GRPO loop would hang in or train wrongly under: DeepSpeed
+    (:data:`_SHARDED` says why), FSDP1, and under FSDP2 what kitae.trainer.sharded cannot do. Data parallel
+    (DDP, one full copy per process) and FSDP2 are what kitae runs."""
     kind = getattr(acc.distributed_type, "name", str(acc.distributed_type))
     if kind in _SHARDED:
         raise ConfigError("accelerate launch --config_file", f"distributed_type {kind} is not supported by kitae's "
                           f"trainer yet: {_SHARDED[kind]}. Launch with data parallel (distributed_type MULTI_GPU) "
-                          "and shrink the memory with model.lora, model.gradient_checkpointing or a smaller "
-                          "optim.micro_batch_size")
+                          "or FSDP2 (examples/accelerate/fsdp2.yaml), and shrink the memory with model.lora, "
+                          "model.gradient_checkpointing or a smaller optim.micro_batch_size")
+    if kind == "FSDP":
+        sharded.check(acc, cfg)
 
 
 # ---- models -----------------------------------------------------------------------------------------------

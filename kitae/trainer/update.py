@@ -55,6 +55,7 @@ from kitae.trainer.batch import (
     packed_micro_batches,
     token_logps,
 )
+from kitae.trainer import sharded
 from kitae.trainer.config import TrainConfig
 from kitae.trainer.setup import BASE_UNDER_ADAPTER
 
@@ -110,9 +111,12 @@ class PolicyUpdate:
         cap = self.cfg.algorithm.tis_cap
         self.model.train()  # as in optimize: at the first pass the ratio is 1
         own = torch.zeros_like(batch.old_logp)  # [B, L-1]
-        for rows, mb in self.micro_batches(batch, list(range(len(batch)))):
+        chunks = self.micro_batches(batch, list(range(len(batch))))
+        for rows, mb in chunks:
             logp = self.logps(mb)[0]  # [b, w-1] of the micro-batch's trimmed rows
             own[rows, : logp.shape[1]] = logp
+        for _ in range(sharded.passes_short(self.acc, len(chunks))):  # FSDP: as many forwards as every process
+            self.logps(chunks[-1][1])
         metrics = mismatch_metrics(own, batch.old_logp, batch.mask, cap)
         batch.is_weight = tis_weight(own, batch.old_logp, batch.mask, cap) if cap is not None else None
         batch.old_logp = own
@@ -123,7 +127,10 @@ class PolicyUpdate:
         """Log-probs [B, L-1] of the batch's tokens under the reference policy."""
         temp = self.cfg.sampling.temperature
         out = torch.zeros_like(batch.old_logp)  # [B, L-1]
-        for rows in micro_batch_rows(batch, self.cfg.optim.micro_batch_size):
+        runs = micro_batch_rows(batch, self.cfg.optim.micro_batch_size)
+        if self.ref_model == BASE_UNDER_ADAPTER:  # FSDP: the policy's forwards, as many as every process runs
+            runs += runs[-1:] * sharded.passes_short(self.acc, len(runs))
+        for rows in runs:
             mb = batch.select(torch.tensor(rows, device=out.device)).trimmed()
             if self.ref_model == BASE_UNDER_ADAPTER:
                 with self.policy.disable_adapter():
@@ -156,9 +163,14 @@ class PolicyUpdate:
         agg: dict[str, float] = {}
         grad_norms = []
         loss_sum = 0.0
+        # FSDP: every process runs as many forwards and backwards; the extra ones add a gradient of exactly 0
+        extra = sharded.passes_short(self.acc, len(plan.micro_batches))
+        passes = [(mb, 1.0) for mb in plan.micro_batches] + ([(plan.micro_batches[-1], 0.0)] * extra if extra else [])
         for _ in range(mu):
-            for i, mb in enumerate(plan.micro_batches):
-                loss, m, mb_tokens = self._backward(mb, loss_cfg, plan.norm, last=i == len(plan.micro_batches) - 1)
+            for i, (mb, weight) in enumerate(passes):
+                loss, m, mb_tokens = self._backward(mb, loss_cfg, plan.norm, last=i == len(passes) - 1, weight=weight)
+                if weight == 0.0:
+                    continue
                 loss_sum += loss / mu  # micro-batch losses sum to the batch loss
                 for k, v in m.items():
                     if k.endswith("_max"):  # a maximum over the batch (mismatch/logp_abs_diff_max)
@@ -171,9 +183,9 @@ class PolicyUpdate:
                 **plan.stats}
 
     def _backward(self, mb: PackedBatch | TrainBatch, loss_cfg: LossConfig, norm: Normalizer,
-                  last: bool) -> tuple[float, dict[str, float], float]:
-        """Forward and backward of one micro-batch: (its loss, its metrics, its counted tokens). DDP
-        all-reduces the gradients once, after the ``last`` micro-batch."""
+                  last: bool, weight: float = 1.0) -> tuple[float, dict[str, float], float]:
+        """Forward and backward of one micro-batch, its loss times ``weight``: (its loss, its metrics, its
+        counted tokens). DDP all-reduces the gradients once (FSDP reduce-scatters them), after the ``last``."""
         with nullcontext() if last else self.acc.no_sync(self.model):
             logp, logits, logits_mask = self.logps(mb)
             rows = mb.rows if isinstance(mb, PackedBatch) else mb
@@ -183,7 +195,7 @@ class PolicyUpdate:
             inp = LossInputs(logp, old, rows.advantages, rows.mask, rows.ref_logp, is_weight)
             loss, m = policy_loss(self.cfg.algorithm.loss, inp, loss_cfg, norm)
             m.update(mismatch)
-            self.acc.backward(loss)
+            self.acc.backward(loss * weight if weight != 1.0 else loss)
         m["entropy"] = float(masked_entropy(logits.detach(), logits_mask))
         metrics = {k: float(v) for k, v in m.items() if k != "num_tokens"}
         return float(loss.detach()), metrics, float(rows.mask.sum())

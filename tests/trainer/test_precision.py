@@ -113,15 +113,17 @@ def test_bf16_on_cpu_by_default_keeps_the_weights_in_bf16(tiny_assets, tmp_path)
     assert t.engine.device == next(t.policy.parameters()).device  # the engine samples with the policy itself
 
 
-@pytest.mark.parametrize("kind, refused, why", [
-    ("NO", False, ""),
-    ("MULTI_GPU", False, ""),  # DDP: one full copy per process
-    ("MULTI_CPU", False, ""),
-    ("FSDP", True, "every forward pass needs every process"),
-    ("DEEPSPEED", True, "steps its optimizer inside each backward"),
+@pytest.mark.parametrize("kind, fsdp2, sync, why", [
+    ("NO", False, "none", None),
+    ("MULTI_GPU", False, "none", None),  # DDP: one full copy per process
+    ("MULTI_CPU", False, "disk", None),
+    ("FSDP", True, "none", None),  # FSDP2: kitae.trainer.sharded (tests/trainer/test_fsdp.py runs it)
+    ("FSDP", False, "none", "FSDP1 .fsdp_version: 1. is not supported.*set fsdp_version: 2"),
+    ("FSDP", True, "disk", "sampling.sync.*pushing weights to rollout servers is not supported under FSDP"),
+    ("DEEPSPEED", False, "none", "DEEPSPEED is not supported.*steps its optimizer inside each backward"),
 ])
-def test_sharded_launchers_are_refused_with_the_reason(kind, refused, why):
-    # accelerate gives FSDP and DeepSpeed only with a GPU (on CPU it falls back to MULTI_CPU or to one process),
+def test_launchers_the_loop_cannot_run_are_refused_with_the_reason(kind, fsdp2, sync, why):
+    # accelerate gives DeepSpeed only with a GPU and FSDP on CPU only through kitae.trainer.sharded.enable_on_cpu,
     # so the accelerator's distributed_type is given here as accelerate names it
     from types import SimpleNamespace
 
@@ -129,9 +131,10 @@ def test_sharded_launchers_are_refused_with_the_reason(kind, refused, why):
 
     from kitae.trainer.setup import check_distributed
 
-    acc = SimpleNamespace(distributed_type=DistributedType[kind])
-    if not refused:
-        check_distributed(acc)
+    acc = SimpleNamespace(distributed_type=DistributedType[kind], is_fsdp2=fsdp2)
+    cfg = SimpleNamespace(sampling=SimpleNamespace(engine="server", sync=sync))
+    if why is None:
+        check_distributed(acc, cfg)
         return
-    with pytest.raises(ConfigError, match=f"accelerate launch.*{kind} is not supported.*{why}"):
-        check_distributed(acc)
+    with pytest.raises(ConfigError, match=why):
+        check_distributed(acc, cfg)

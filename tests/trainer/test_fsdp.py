@@ -1,0 +1,151 @@
+"""The trainer under accelerate's FSDP2 (torch's fully_shard) in two processes on CPU over gloo, launched with
+examples/accelerate/fsdp2.yaml: the weights really sharded, the same run as data parallel (examples/accelerate/
+ddp.yaml), a checkpoint in kitae's layout that from_pretrained loads, and a resumed run equal to an uninterrupted
+one. Skipped where torch cannot run FSDP2 over gloo."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from kitae.trainer.checkpoint import MANIFEST, checkpoint_problem
+from tests.trainer.conftest import write_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _fsdp2_on_gloo_problem() -> str | None:
+    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+        return f"torch {torch.__version__} has no gloo backend for torch.distributed"
+    try:
+        from torch.distributed.fsdp import FSDPModule, fully_shard  # noqa: F401
+    except ImportError as exc:
+        return f"torch {torch.__version__} has no FSDP2 (torch.distributed.fsdp.fully_shard): {exc}"
+    return None
+
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(_fsdp2_on_gloo_problem() is not None, reason=str(_fsdp2_on_gloo_problem()))]
+
+KEYS = ("loss", "reward", "grad_norm", "skipped_rows")
+
+
+def launch(config_file: str, cfg: Path, out: Path, *args: str) -> dict:
+    """tests.trainer.fsdp_probe in two processes, launched with examples/accelerate/CONFIG_FILE."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ROOT / "examples/accelerate" /
+         config_file), "--num_processes", "2", "-m", "tests.trainer.fsdp_probe", str(cfg), str(out), *args],
+        capture_output=True, text=True, timeout=600, env=env,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def metrics(run: Path) -> dict[tuple[int, str], float]:
+    con = sqlite3.connect(run / "run.db")
+    try:
+        keys = ",".join("?" * len(KEYS))
+        return {(s, k): v for s, k, v in con.execute(f"SELECT step, key, value FROM metrics WHERE key IN ({keys})", KEYS)}
+    finally:
+        con.close()
+
+
+def evals(run: Path) -> list[tuple[int, str]]:
+    con = sqlite3.connect(run / "run.db")
+    try:
+        return con.execute("SELECT step, metrics FROM evals ORDER BY step").fetchall()
+    finally:
+        con.close()
+
+
+@pytest.fixture
+def config(tiny_assets, rewards_on_path):
+    """3 steps of 4 prompts (2 per process), micro-batches of 2 rows, an evaluation every 2 steps and a
+    checkpoint every step. The "picky" reward gives process 1 no reward variance, so it skips every row but one
+    and runs fewer micro-batches than process 0: under FSDP it must still run as many forwards."""
+    def make(root: Path) -> Path:
+        return write_config(tiny_assets, root, **{
+            "optim.steps": 3, "optim.prompts_per_step": 4, "optim.micro_batch_size": 2, "logging.save_every": 1,
+            "logging.keep_checkpoints": 3, "eval.every": 2,
+            "rewards": [{"name": "picky", "function": "tiny_rewards:picky"}],
+        })
+    return make
+
+
+def test_fsdp2_trains_as_data_parallel_does_with_the_weights_sharded(config, tmp_path):
+    fsdp = launch("fsdp2.yaml", config(tmp_path / "fsdp"), tmp_path / "fsdp.json")
+    ddp = launch("ddp.yaml", config(tmp_path / "ddp"), tmp_path / "ddp.json")
+    # really sharded: FSDP2's DTensors, each process holding about half of the weights (DDP: all of them)
+    assert fsdp == {"distributed_type": "FSDP", "param_type": "DTensor", "share": pytest.approx(0.5, abs=0.05),
+                    "processes": 2}
+    assert ddp["distributed_type"] == "MULTI_CPU" and ddp["share"] == 1.0
+    a, b = metrics(tmp_path / "fsdp" / "t"), metrics(tmp_path / "ddp" / "t")
+    assert sorted(a) == sorted(b) == sorted((s, k) for s in (1, 2, 3) for k in KEYS)
+    for key in sorted(a):
+        assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
+    assert all(a[(s, "skipped_rows")] > 0 for s in (1, 2, 3))  # process 1 skipped rows: fewer micro-batches there
+    assert [s for s, _ in evals(tmp_path / "fsdp" / "t")] == [0, 2, 3]
+    for (s1, m1), (s2, m2) in zip(evals(tmp_path / "fsdp" / "t"), evals(tmp_path / "ddp" / "t"), strict=True):
+        assert s1 == s2 and json.loads(m1) == pytest.approx(json.loads(m2), abs=1e-6)
+    # the checkpoint: kitae's layout and manifest, the full model (no tied copy), as DDP saved it
+    for step in (1, 2, 3):
+        folder = tmp_path / "fsdp" / "t" / "checkpoints" / f"step-{step:06d}"
+        assert checkpoint_problem(folder) is None and (folder / MANIFEST).is_file()
+        sharded = load_file(folder / "model" / "model.safetensors")
+        full = load_file(tmp_path / "ddp" / "t" / "checkpoints" / f"step-{step:06d}" / "model" / "model.safetensors")
+        assert sorted(sharded) == sorted(full)
+        for name, t in full.items():
+            torch.testing.assert_close(sharded[name], t, atol=1e-6, rtol=1e-5, msg=name)
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "fsdp" / "t" / "checkpoints" / "step-000003" / "model")
+    assert torch.equal(model.lm_head.weight, model.model.embed_tokens.weight)  # still tied
+    first = load_file(tmp_path / "fsdp" / "t" / "checkpoints" / "step-000001" / "model" / "model.safetensors")
+    assert any(not torch.equal(first[k], v) for k, v in sharded.items())  # it trained
+
+
+def test_fsdp2_resume_gives_the_uninterrupted_run(config, tmp_path):
+    launch("fsdp2.yaml", config(tmp_path / "whole"), tmp_path / "whole.json")
+    cut = config(tmp_path / "cut")
+    launch("fsdp2.yaml", cut, tmp_path / "cut.json", "1")  # stopped cleanly after step 1: its checkpoint
+    assert sorted({s for s, _ in metrics(tmp_path / "cut" / "t")}) == [1]
+    state = torch.load(tmp_path / "cut" / "t" / "checkpoints" / "step-000001" / "state.pt", weights_only=False)
+    assert len(state["optimizer"]["state"]) == 20  # every parameter's full AdamW moments, keyed by name
+    assert all(isinstance(k, str) for k in state["optimizer"]["state"])
+    launch("fsdp2.yaml", cut, tmp_path / "resumed.json", "resume")
+    assert metrics(tmp_path / "cut" / "t") == metrics(tmp_path / "whole" / "t")
+    for step in (2, 3):
+        name = f"checkpoints/step-{step:06d}/model/model.safetensors"
+        a, b = load_file(tmp_path / "cut" / "t" / name), load_file(tmp_path / "whole" / "t" / name)
+        assert all(torch.equal(a[k], b[k]) for k in b), step
+
+
+def test_fsdp2_lora_with_kl_to_the_base_trains_as_data_parallel_does(tiny_assets, rewards_on_path, tmp_path):
+    """LoRA under FSDP2: the frozen base and the adapter sharded together, the KL's reference the base under the
+    adapter (the policy's own forwards, as many on every process); the saved adapter is DDP's."""
+    def make(root: Path) -> Path:
+        return write_config(tiny_assets, root, **{
+            "optim.steps": 2, "optim.prompts_per_step": 4, "optim.micro_batch_size": 2, "data.eval": None,
+            "model.lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}, "algorithm.kl": {"coef": 0.1},
+            "rewards": [{"name": "picky", "function": "tiny_rewards:picky"}],
+        })
+    assert launch("fsdp2.yaml", make(tmp_path / "fsdp"), tmp_path / "fsdp.json")["param_type"] == "DTensor"
+    launch("ddp.yaml", make(tmp_path / "ddp"), tmp_path / "ddp.json")
+    a, b = metrics(tmp_path / "fsdp" / "t"), metrics(tmp_path / "ddp" / "t")
+    assert sorted(a) == sorted(b) and a
+    for key in sorted(a):
+        assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
+    name = "checkpoints/step-000002/model/adapter_model.safetensors"
+    sharded, full = load_file(tmp_path / "fsdp" / "t" / name), load_file(tmp_path / "ddp" / "t" / name)
+    assert sorted(sharded) == sorted(full) and all("lora_" in k for k in full)
+    for k, t in full.items():
+        torch.testing.assert_close(sharded[k], t, atol=1e-6, rtol=1e-5, msg=k)
