@@ -179,6 +179,7 @@ class HFEngine:
                 finish_reason=finish[i] or "length",
                 image_inputs=image_inputs[rows[i]] if image_inputs is not None else None,
                 end_marker=self.end_marker.text,
+                control_tokens=self.end_marker.controls,
             )
             for i in range(B)
         ]
