@@ -171,3 +171,17 @@ def test_server_request_bodies_carry_the_model_s_end_texts(family_dirs):
     engine = ServerEngine(None, tok, ["http://127.0.0.1:9"])
     body = SERVER_APIS.get("openai").build([1, 2], 2, engine.ending(SamplingParams()), None)
     assert {"<|eot_id|>", "<|end_of_text|>", "<|eom_id|>"} <= set(body["stop"])
+
+
+def test_the_server_engine_applies_model_chat_template_kwargs_to_the_prompt_it_sends(serve):
+    """vLLM's completions API has no chat_template_kwargs (tests/contracts): the engine renders Qwen3's
+    enable_thinking switch into the prompt's ids, as the in-process engine does."""
+    service, url = serve("qwen3")
+    tok = service.engine.tokenizer
+    engine = ServerEngine(None, tok, [url])
+    engine.set_chat({"enable_thinking": False})
+    [[c]] = engine.generate([to_messages("hi")], 1, SamplingParams(max_new_tokens=2, seed=0))
+    assert tok.decode(c.prompt_ids).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    local = HFEngine(None, tok)
+    local.set_chat({"enable_thinking": False})
+    assert c.prompt_ids == local.encode_prompt(to_messages("hi"))
