@@ -157,13 +157,16 @@ def end_marker_of(tokenizer: Any, override: str | None = None, eos_ids: Any = No
 def control_tokens(tokenizer: Any, ends: tuple[str, ...] = (IM_END,)) -> tuple[str, ...]:
     """The texts of a model's control tokens: ChatML's markers for a model that ends its turn with ``<|im_end|>``
     (``ends[0]``), then ``ends`` (its end texts) and the tokenizer's special tokens (the ones
-    ``decode(skip_special_tokens=True)`` drops: Llama 3's ``<|start_header_id|>``, Gemma's ``<start_of_turn>``,
-    Mistral's ``[INST]``). Added tokens that are text (Qwen3's ``<think>``, not special) are not among them.
+    ``decode(skip_special_tokens=True)`` drops: the named ones and every added token marked special, as Meta's
+    Llama 3 tokenizer marks ``<|start_header_id|>`` without naming it; Gemma's ``<start_of_turn>``, Mistral's
+    ``[INST]``). Added tokens that are text (Qwen3's ``<think>``, not special) are not among them.
 
     >>> control_tokens(None)
     ('<|im_start|>', '<|im_end|>', '<|endoftext|>')
     """
-    special = getattr(tokenizer, "all_special_tokens", None) or []
+    special = list(getattr(tokenizer, "all_special_tokens", None) or [])
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    special += [getattr(t, "content", None) for _, t in sorted(added.items()) if getattr(t, "special", False)]
     chatml = TEMPLATE_TOKENS if ends and ends[0] == IM_END else ()
     return tuple(dict.fromkeys(t for t in (*chatml, *ends, *special) if isinstance(t, str) and t))
 

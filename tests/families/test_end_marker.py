@@ -184,3 +184,18 @@ def test_reasoning_tags_are_no_stray_tokens(family_dirs):
     assert s["output_text"] == "hello<think></think><|im_end|>"
     assert "<think>" not in engine.end_marker.controls and "<|im_start|>" in engine.end_marker.controls
     assert TemplateGrader(TemplateConfig(min_chars=1)).grade_sample({}, s).sub_scores["compliant"] == 1.0
+
+
+def test_an_added_token_marked_special_but_not_named_is_a_control_token():
+    """Meta's Llama 3 tokenizer marks its header and reserved tokens special in added_tokens without naming them
+    among the additional special tokens."""
+    from transformers import AddedToken
+
+    from tests.families.families import BY_NAME
+
+    tok = BY_NAME["llama3"].tokenizer()
+    tok.add_tokens([AddedToken("<|reserved_special_token_3|>", special=True, normalized=False),
+                    AddedToken("<tool>", special=False, normalized=False)])
+    assert "<|reserved_special_token_3|>" not in tok.all_special_tokens
+    controls = end_marker_of(tok).controls
+    assert "<|reserved_special_token_3|>" in controls and "<tool>" not in controls
