@@ -9,7 +9,10 @@ Other families end a turn otherwise (Llama 3 ``<|eot_id|>``, Gemma ``<end_of_tur
 ``<|end|>``): :func:`end_marker_of` finds the model's :class:`EndMarker` from its tokenizer, chat template and
 generation config, once, where the engine gets the tokenizer. The engine stops at every one of its ids and texts;
 completions carry its text to the graders (``sample["end_marker"]``, :func:`sample_end`), so the template reward,
-repetition, diversity and the reward model's gate cut the content at the model's own marker.
+repetition, diversity and the reward model's gate cut the content at the model's own marker. Its ``controls``
+(:func:`control_tokens`: the tokenizer's special tokens, such as Llama 3's ``<|start_header_id|>``) are the
+tokens that break the template when written inside an answer (``sample["control_tokens"]``,
+:func:`sample_controls`).
 """
 
 from __future__ import annotations
@@ -86,18 +89,20 @@ def split_at_end(text: str, end: str = IM_END) -> tuple[str, bool]:
     return head, bool(sep)
 
 
-def is_template_compliant(text: str, finish_reason: str | None = None, end: str = IM_END) -> bool:
+def is_template_compliant(text: str, finish_reason: str | None = None, end: str = IM_END,
+                          controls: tuple[str, ...] = TEMPLATE_TOKENS) -> bool:
     """The GRPO-zero recipe's notion of following the chat template.
 
     A completion complies when it ends its turn with the end marker (nothing but whitespace after it),
-    has no other template token inside its content, was not cut at the length limit, and is not empty.
+    has no other template token (``controls``, the model's: :func:`sample_controls`) inside its content, was
+    not cut at the length limit, and is not empty.
     """
     if finish_reason == "length":
         return False
     content, ended = split_at_end(text, end)
     if not ended or text.rstrip().removesuffix(end).rstrip() != content.rstrip():
         return False
-    if any(tok in content for tok in TEMPLATE_TOKENS):
+    if any(tok in content for tok in controls):
         return False
     return bool(content.strip())
 
@@ -109,13 +114,15 @@ class EndMarker:
 
     ``text`` closes an assistant turn in its chat template: the graders' end marker. ``ids`` are every token id
     that ends generation (the generation config's ``eos_token_id``, one or a list, the tokenizer's end-of-sequence
-    token, and ``text``'s id when it is one token); ``texts`` those ids' texts, in the same order. ChatML's, the
-    default, is the bundled model's.
+    token, and ``text``'s id when it is one token); ``texts`` those ids' texts, in the same order; ``controls``
+    the model's control tokens (:func:`control_tokens`), stray inside an answer. ChatML's, the default, is the
+    bundled model's.
     """
 
     text: str = IM_END
     ids: tuple[int, ...] = ()
     texts: tuple[str, ...] = ()
+    controls: tuple[str, ...] = TEMPLATE_TOKENS
 
     @property
     def stops(self) -> tuple[str, ...]:
@@ -144,7 +151,24 @@ def end_marker_of(tokenizer: Any, override: str | None = None, eos_ids: Any = No
     ids += [] if own is None else [own]
     ids = list(dict.fromkeys(ids))
     texts = tuple(tokenizer.decode([i], skip_special_tokens=False) for i in ids)
-    return EndMarker(text, tuple(ids), texts)
+    return EndMarker(text, tuple(ids), texts, control_tokens(tokenizer, (text, *texts)))
+
+
+def control_tokens(tokenizer: Any, ends: tuple[str, ...] = (IM_END,)) -> tuple[str, ...]:
+    """The texts of a model's control tokens: ChatML's markers for a model that ends its turn with ``<|im_end|>``
+    (``ends[0]``), then ``ends`` (its end texts) and the tokenizer's special tokens (the ones
+    ``decode(skip_special_tokens=True)`` drops: the named ones and every added token marked special, as Meta's
+    Llama 3 tokenizer marks ``<|start_header_id|>`` without naming it; Gemma's ``<start_of_turn>``, Mistral's
+    ``[INST]``). Added tokens that are text (Qwen3's ``<think>``, not special) are not among them.
+
+    >>> control_tokens(None)
+    ('<|im_start|>', '<|im_end|>', '<|endoftext|>')
+    """
+    special = list(getattr(tokenizer, "all_special_tokens", None) or [])
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    special += [getattr(t, "content", None) for _, t in sorted(added.items()) if getattr(t, "special", False)]
+    chatml = TEMPLATE_TOKENS if ends and ends[0] == IM_END else ()
+    return tuple(dict.fromkeys(t for t in (*chatml, *ends, *special) if isinstance(t, str) and t))
 
 
 def template_end(tokenizer: Any) -> str | None:
@@ -173,6 +197,15 @@ def sample_end(sample: dict, configured: str | None = None) -> str:
     """The end marker a grader cuts a sample at: its spec's ``end_marker`` when set, else the one of the model
     that wrote the sample (``sample["end_marker"]``, set by the rollout), else ``<|im_end|>``."""
     return configured or sample.get("end_marker") or IM_END
+
+
+def sample_controls(sample: dict, configured: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The tokens that break the template inside a sample's content: its spec's ``stray_tokens`` when set, else
+    the control tokens of the model that wrote it (``sample["control_tokens"]``, set by the rollout), else
+    ChatML's."""
+    if configured is not None:
+        return tuple(configured)
+    return tuple(sample.get("control_tokens") or TEMPLATE_TOKENS)
 
 
 def _generation_eos(tokenizer: Any) -> Any:

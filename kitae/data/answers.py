@@ -1,6 +1,8 @@
 """Final-answer extraction for short-answer tasks (the bundled arithmetic and fact task).
 
-The answer is read from the content before the end-of-turn marker. For a numeric reference it is the last
+The answer is read from the content before the end-of-turn marker: ``end``, ChatML's ``<|im_end|>`` by default, or
+the model's (its :class:`kitae.chat.EndMarker`, or its text: Llama 3's ``<|eot_id|>``, Gemma's ``<end_of_turn>``,
+Mistral's ``</s>``; with several, the first one in the text ends the content). For a numeric reference it is the last
 number in the content (NFKC-normalized, so full-width digits count; thousands commas dropped: 1,234 is 1234;
 a single comma before one or two digits is a decimal comma: 1,22 is 1.22, as math-verify reads it); otherwise
 the whole content, normalized (NFKC, casefold, surrounding punctuation and polite endings stripped).
@@ -9,6 +11,8 @@ the whole content, normalized (NFKC, casefold, surrounding punctuation and polit
     True
     >>> answers_match("The capital is Paris.", "Paris")
     True
+    >>> answers_match("Paris.<|eot_id|>", "Paris", end="<|eot_id|>")
+    True
 """
 
 from __future__ import annotations
@@ -16,8 +20,11 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
+from typing import Iterable
 
-from kitae.chat import IM_END, split_at_end
+from kitae.chat import IM_END, EndMarker
+
+End = str | Iterable[str] | EndMarker  # one end marker, several, or the model's (every text it stops at)
 
 _NUMBER = re.compile(
     r"[-−]?\d+(?:,\d{3})+(?:\.\d+)?(?![\d,])"  # 1,234.5
@@ -45,15 +52,22 @@ def _as_number(text: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def extract_number(text: str) -> float | None:
-    """The last number in `text` (before any end marker), or None."""
-    content, _ = split_at_end(unicodedata.normalize("NFKC", text), IM_END)
+def content_before(text: str, end: End = IM_END) -> str:
+    """`text` up to the first of the end markers `end` (all of it without one)."""
+    ends = end.stops if isinstance(end, EndMarker) else (end,) if isinstance(end, str) else tuple(end)
+    cut = min((text.find(e) for e in ends if e and e in text), default=len(text))
+    return text[:cut]
+
+
+def extract_number(text: str, end: End = IM_END) -> float | None:
+    """The last number in `text` (before the end marker `end`), or None."""
+    content = content_before(unicodedata.normalize("NFKC", text), end)
     found = _NUMBER.findall(content)
     return _as_number(found[-1]) if found else None
 
 
-def normalize_answer(text: str) -> str:
-    content, _ = split_at_end(text, IM_END)
+def normalize_answer(text: str, end: End = IM_END) -> str:
+    content = content_before(text, end)
     s = normalize_text(content).strip(_STRIP)
     for prefix in _PREFIXES:
         if s.startswith(prefix):
@@ -64,11 +78,13 @@ def normalize_answer(text: str) -> str:
     return s
 
 
-def answers_match(completion: str, reference: str) -> bool:
-    """Whether the completion's final answer equals the reference (numbers exactly, text normalized)."""
+def answers_match(completion: str, reference: str, end: End = IM_END) -> bool:
+    """Whether the completion's final answer (before the end marker `end`) equals the reference (numbers
+    exactly, text normalized)."""
     ref_num = _as_number(str(reference))
     if ref_num is not None:
-        got = extract_number(completion)
+        got = extract_number(completion, end)
         return got is not None and abs(got - ref_num) <= 1e-9 * max(1.0, abs(ref_num))
     ref = normalize_answer(str(reference))
-    return bool(ref) and (normalize_answer(completion) == ref or ref in normalize_answer(completion).split())
+    answer = normalize_answer(completion, end)
+    return bool(ref) and (answer == ref or ref in answer.split())

@@ -13,7 +13,8 @@ TEXT}]``; a prompt string (the standard format) gets completion strings.
 
 - :func:`grader_from_callable` wraps such a function as a :class:`Grader` (kitae's trainer uses it so any
   TRL reward function is a reward component), passing the whole contract: completions are the text up to
-  ``<|im_end|>``, as TRL, which decodes without special tokens, would pass them; ``completion_ids`` the
+  the model's end-of-turn marker (``<|im_end|>``, Llama 3's ``<|eot_id|>``, ...: the sample's ``end_marker``),
+  as TRL, which decodes without special tokens, would pass them; ``completion_ids`` the
   sampled token ids (end token included, as TRL's); ``trainer_state`` a :class:`TrainerState` during
   training and None outside it; ``log_metric``/``log_extra`` record into the grade (see the function);
 - :func:`as_reward_function` turns any kitae grader or mix into such a function (so TRL users can adopt
@@ -21,14 +22,17 @@ TEXT}]``; a prompt string (the standard format) gets completion strings.
   the same prompt and columns are graded as one group, so group graders see their group.
 
 TRL decodes completions with ``skip_special_tokens=True``, so the text it passes has lost the end-of-turn
-marker (``<|im_end|>``) and any stray template token, and TRL passes no finish reason. Given the tokenizer,
-:func:`as_reward_function` rebuilds from ``completion_ids`` (which keep the end token) the sample a kitae
-rollout would have made: ``output_text`` decoded with special tokens kept, ``finish_reason`` ("stop" when the
-ids end with the tokenizer's end-of-sequence token or ``<|im_end|>``, or stop short of
-``max_completion_length``; else "length"), ``completion_tokens`` (the ids, end token included, as kitae
-counts them), ``max_completion_length`` and the training ``step`` (TRL's ``global_step + 1``, kitae's 1-based
-step). So template, reward_model, overlong, soft_overlong and length grade a TRL completion exactly as kitae
-grades the same completion.
+marker (``<|im_end|>``, ``<|eot_id|>``, ``<end_of_turn>``, ``</s>``) and any stray template token, and TRL
+passes no finish reason. Given the tokenizer, :func:`as_reward_function` rebuilds from ``completion_ids``
+(which keep the end token) the sample a kitae rollout would have made: ``output_text`` decoded with special
+tokens kept, ``finish_reason`` ("stop" when the ids end with an end id of the model, :func:`kitae.chat.end_marker_of`:
+its generation config's ``eos_token_id`` list, its tokenizer's eos token, its turn end, ``<|im_end|>`` when
+that is one token; or stop short of ``max_completion_length``; else "length"), the model's ``end_marker`` and
+``control_tokens`` (as the rollout sets them, so the template reward cuts at ``<|eot_id|>`` and counts a Llama 3
+``<|start_header_id|>`` as a stray token), ``completion_tokens`` (the ids, end token included, as kitae counts
+them), ``max_completion_length`` and the training ``step`` (TRL's ``global_step + 1``, kitae's 1-based step).
+So template, reward_model, overlong, soft_overlong and length grade a TRL completion exactly as kitae grades the
+same completion.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from kitae.chat import IM_END
+from kitae.chat import IM_END, TEMPLATE_TOKENS, EndMarker, end_marker_of
 from kitae.errors import ConfigError
 from kitae.graders.base import Grade, Grader, Item, Sample, is_finite_number, run_sync
 from kitae.graders.template import output_text
@@ -172,20 +176,23 @@ def grader_from_callable(fn: Callable[..., Any], name: str | None = None) -> Gra
 
 # ---- Grader -> TRL reward function ----------------------------------------------------------------
 def as_reward_function(grader: Grader, name: str | None = None, asynchronous: bool = False, *,
-                       tokenizer: Any = None, max_completion_length: int | None = None) -> Callable[..., Any]:
+                       tokenizer: Any = None, max_completion_length: int | None = None,
+                       end_marker: str | None = None) -> Callable[..., Any]:
     """A TRL reward function that grades with ``grader``; abstentions are None (TRL masks them).
 
     Pass ``tokenizer`` (the trainer's ``processing_class``) and ``max_completion_length`` (``args``' value):
-    with them each completion is graded as kitae's own rollout would present it (end marker, finish reason,
-    token count; see the module docstring). Without a tokenizer the graders see TRL's text, which has no
-    ``<|im_end|>``: template, reward_model (its template gate) and the length rules then misjudge every
-    completion, so a warning says so the first time TRL passes ``completion_ids``.
+    with them each completion is graded as kitae's own rollout would present it (the model's end marker, found
+    from the tokenizer, its chat template and the generation config beside it; finish reason; token count; see
+    the module docstring). ``end_marker``: the turn end's text when the tokenizer's is not the one (as
+    ``model.end_marker`` in a kitae run). Without a tokenizer the graders see TRL's text, which has no end
+    marker: template, reward_model (its template gate) and the length rules then misjudge every completion, so
+    a warning says so the first time TRL passes ``completion_ids``.
 
     When TRL passes ``log_metric``, each sub-score's batch mean is logged as ``{name}/{sub}``; with
     ``log_extra``, the per-sample reason (or error) becomes a column ``{name}_reason`` of the completions table.
     """
     label = name or grader.name or grader.type_name
-    restore = _SampleBuilder(tokenizer, max_completion_length, label)
+    restore = _SampleBuilder(tokenizer, max_completion_length, label, end_marker)
 
     async def reward(prompts: list, completions: list, completion_ids: list | None = None, **kwargs: Any):
         columns = {k: v for k, v in kwargs.items() if k not in TRL_EXTRA_KWARGS}
@@ -209,13 +216,14 @@ def as_reward_function(grader: Grader, name: str | None = None, asynchronous: bo
 class _SampleBuilder:
     """One TRL completion -> the sample kitae's rollout would have made of it."""
 
-    def __init__(self, tokenizer: Any, max_completion_length: int | None, label: str):
+    def __init__(self, tokenizer: Any, max_completion_length: int | None, label: str, end_marker: str | None = None):
         bad = isinstance(max_completion_length, bool) or not isinstance(max_completion_length, int)
         if max_completion_length is not None and (bad or max_completion_length < 1):
             raise ConfigError("as_reward_function.max_completion_length", "expected a positive integer (GRPOConfig's "
                               f"max_completion_length), got {max_completion_length!r}")
         self.tokenizer, self.max_len, self.label = tokenizer, max_completion_length, label
-        self.end_ids = _end_ids(tokenizer) if tokenizer is not None else set()
+        self.end = end_marker_of(tokenizer, override=end_marker) if tokenizer is not None else None
+        self.end_ids = _end_ids(tokenizer, self.end) if self.end is not None else set()
         self.warned = False
 
     def __call__(self, completion: Any, ids: list[int] | None, step: int | None) -> Sample:
@@ -238,6 +246,10 @@ class _SampleBuilder:
             stopped = True  # an end token of the model's generation config that the tokenizer does not name
         sample["finish_reason"] = "stop" if stopped else "length"
         sample["output_text"] = self._text(completion, ids, stopped)
+        if self.end.text != IM_END:  # as the rollout's samples carry them (kitae.scoring.evaluate.sample_dict)
+            sample["end_marker"] = self.end.text
+        if self.end.controls != TEMPLATE_TOKENS:
+            sample["control_tokens"] = self.end.controls
         return sample
 
     def _text(self, completion: Any, ids: list[int], stopped: bool) -> str:
@@ -252,15 +264,17 @@ class _SampleBuilder:
             self.warned = True
             warnings.warn(
                 f"reward function {self.label!r}: TRL passed completion_ids but as_reward_function got no tokenizer, "
-                "so completions lack their <|im_end|> and finish reason; template, reward_model and the length "
-                "rules misjudge them. Pass tokenizer=<the trainer's processing_class> and max_completion_length.",
+                "so completions lack their end-of-turn marker (<|im_end|>, <|eot_id|>, ...) and finish reason; "
+                "template, reward_model and the length rules misjudge them. Pass tokenizer=<the trainer's "
+                "processing_class> and max_completion_length.",
                 stacklevel=3,
             )
 
 
-def _end_ids(tokenizer: Any) -> set[int]:
-    """The tokenizer's end-of-sequence id and, when it is one token, ``<|im_end|>``'s: the ids TRL stops at."""
-    ids = {tokenizer.eos_token_id} if isinstance(tokenizer.eos_token_id, int) else set()
+def _end_ids(tokenizer: Any, end: EndMarker) -> set[int]:
+    """The ids TRL stops at: every end id of the model (its generation config's, its tokenizer's eos, its turn
+    end's) and, when it is one token, ``<|im_end|>``'s."""
+    ids = set(end.ids)
     im_end = tokenizer.convert_tokens_to_ids(IM_END)
     if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
         ids.add(im_end)

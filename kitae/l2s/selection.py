@@ -2,7 +2,8 @@
 
 For each prompt, sample n responses (the paper: n = 8) and grade them (or read the per-sample results of a
 ``kitae eval`` run, so one sampling pass feeds both SFT and DPO data). A response is *correct* when it passes the
-grader (score >= threshold) and follows the chat template (ended its turn with ``<|im_end|>``, not cut off), so
+grader (score >= threshold) and follows the chat template (ended its turn with the model's end marker, ``<|im_end|>``
+or Llama 3's ``<|eot_id|>``, ..., not cut off), so
 the SFT and DPO data never teach a run-on. Then:
 
 - shortest rejection: the shortest correct response (fewest completion tokens; the first sampled on a tie) is
@@ -20,18 +21,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from kitae.chat import TEMPLATE_TOKENS
+from kitae.chat import TEMPLATE_TOKENS, sample_end
 from kitae.graders.base import Grader
 from kitae.rollout.base import SamplingParams
 
 
-def assistant_content(text: str) -> str:
-    """The response without its end marker or anything after a template token.
+def assistant_content(text: str, end: str | None = None) -> str:
+    """The response without its end marker (`end`, the model's: the sample's ``end_marker``; ``<|im_end|>`` by
+    default) or anything after a template token.
 
     >>> assistant_content("12+35=47<|im_end|>"), assistant_content("47 47<|im_start|>user")
     ('12+35=47', '47 47')
     """
-    cut = min((text.find(t) for t in TEMPLATE_TOKENS if t in text), default=len(text))
+    marks = (sample_end({"end_marker": end}), *TEMPLATE_TOKENS)
+    cut = min((text.find(t) for t in marks if t in text), default=len(text))
     return text[:cut]
 
 
@@ -79,7 +82,7 @@ def rejected_for(group: list[dict], chosen: dict, ratio: float = 1.5) -> list[tu
 
 
 def _assistant(sample: dict) -> list[dict]:
-    return [{"role": "assistant", "content": assistant_content(sample["output_text"])}]
+    return [{"role": "assistant", "content": assistant_content(sample["output_text"], sample.get("end_marker"))}]
 
 
 def sft_rows(groups: list[list[dict]]) -> list[dict]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from kitae.chat import sample_end
+from kitae.chat import sample_controls, sample_end
 from kitae.config import setting
 from kitae.errors import ConfigError
 from kitae.graders.base import Grade, Grader, Item, Sample
@@ -74,7 +74,7 @@ class TemplateGrader(_ConfigGrader):
 
     def grade_sample(self, item: Item, sample: Sample) -> Grade:
         return to_grade(template_reward(sample["output_text"], sample.get("finish_reason"), self.cfg,
-                                        sample.get("end_marker")))
+                                        sample.get("end_marker"), sample.get("control_tokens")))
 
 
 @register_grader("repetition")
@@ -339,7 +339,8 @@ class RewardModelGrader(Grader):
         grades: list[Grade | None] = [None] * len(samples)
         todo: list[int] = []
         for i, s in enumerate(samples):
-            violation = template_violation(s["output_text"], s.get("finish_reason"), sample_end(s, self.end_marker))
+            violation = template_violation(s["output_text"], s.get("finish_reason"), sample_end(s, self.end_marker),
+                                           sample_controls(s))
             if self.quality.gate and violation:
                 grades[i] = to_grade(gated_reward(violation, self.quality))
                 self.counts.gated += 1

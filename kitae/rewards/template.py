@@ -11,19 +11,22 @@ kitae's reading, every constant configurable (spec fields of ``type: template``)
     short_penalty: -5.0  # ... gets this. Set min_chars: 1 for tasks whose answers are "47".
     full_chars: 100      # length factor = min(1, chars / full_chars); 0 turns it off (open choice, see common.py)
     end_marker: null     # the model's end of turn (the rollout's sample["end_marker"]); "<|im_end|>" when unknown
-    stray_tokens: ["<|im_start|>", "<|im_end|>", "<|endoftext|>"]
+    stray_tokens: null   # the model's control tokens (the rollout's sample["control_tokens"]: its tokenizer's
+                         # special tokens, e.g. Llama 3's <|start_header_id|>); ChatML's three when unknown
 
 Characters are counted on the content before the end marker, stripped (Python code points, so "東京" is 2).
 Departures and open choices: the recipe does not say what "well formed" means beyond the end marker; kitae uses
 :func:`kitae.chat.is_template_compliant` (no text after the marker, no other template token inside, not cut at
-the length limit, not empty), and reports *why* a completion failed in the grade's reason.
+the length limit, not empty), and reports *why* a completion failed in the grade's reason. "Other template
+token" is per family: every control token of the model that wrote the completion (kitae.chat.control_tokens),
+ChatML's ``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>`` for a ChatML model.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kitae.chat import IM_END, TEMPLATE_TOKENS, sample_end, split_at_end
+from kitae.chat import IM_END, TEMPLATE_TOKENS, sample_controls, sample_end, split_at_end
 from kitae.config import setting
 from kitae.rewards.common import Reward, content_of, length_factor
 
@@ -36,7 +39,7 @@ class TemplateConfig:
     short_penalty: float = -5.0
     full_chars: int = 100
     end_marker: str | None = None  # None: the model's (the sample's end_marker), else <|im_end|>
-    stray_tokens: tuple[str, ...] = TEMPLATE_TOKENS
+    stray_tokens: tuple[str, ...] | None = None  # None: the model's (the sample's control_tokens), else ChatML's
 
 
 def template_violation(
@@ -65,9 +68,10 @@ def template_violation(
 
 
 def template_reward(text: str, finish_reason: str | None = None, cfg: TemplateConfig = TemplateConfig(),
-                    end: str | None = None) -> Reward:
+                    end: str | None = None, controls: tuple[str, ...] | None = None) -> Reward:
     """The template reward of one completion; metrics: compliant (1/0), chars, length_factor. The end marker is
-    ``cfg.end_marker`` when set, else `end` (the model's), else ``<|im_end|>``.
+    ``cfg.end_marker`` when set, else `end` (the model's), else ``<|im_end|>``; the stray tokens
+    ``cfg.stray_tokens`` when set, else `controls` (the model's), else ChatML's.
 
     >>> template_reward("東京は日本の首都です。<|im_end|>", cfg=TemplateConfig(min_chars=10, full_chars=20)).score
     0.55
@@ -76,7 +80,8 @@ def template_reward(text: str, finish_reason: str | None = None, cfg: TemplateCo
     """
     end = sample_end({"end_marker": end}, cfg.end_marker)
     chars = len(content_of(text, end))
-    violation = template_violation(text, finish_reason, end, cfg.stray_tokens)
+    stray = sample_controls({"control_tokens": controls}, cfg.stray_tokens)
+    violation = template_violation(text, finish_reason, end, stray)
     metrics: dict[str, float | None] = {"compliant": 0.0 if violation else 1.0, "chars": float(chars)}
     if violation:
         return Reward(cfg.penalty, metrics, violation)

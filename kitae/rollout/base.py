@@ -26,7 +26,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kitae.chat import END_OF_TEXT, IM_END, Message
+from kitae.chat import END_OF_TEXT, IM_END, TEMPLATE_TOKENS, Message
 from kitae.registry import Registry
 
 CHATML_STOPS = (IM_END, END_OF_TEXT)  # where every sample stops by default, whatever the model
@@ -75,6 +75,7 @@ class Completion:
     end_marker: str = IM_END  # the model's end of turn (kitae.chat.EndMarker.text): where graders cut the content
     policy_version: int | None = None  # async rollouts (kitae.rollout.worker): the policy version (optimizer
     # steps taken) whose weights sampled it; None where the engine samples with the trainer's current weights
+    control_tokens: tuple[str, ...] = TEMPLATE_TOKENS  # the model's (EndMarker.controls): stray inside the content
 
     @property
     def num_tokens(self) -> int:

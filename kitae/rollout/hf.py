@@ -93,8 +93,11 @@ class HFEngine:
             self.end_marker = end_marker_of(self.tokenizer, override=end_marker)
             self._stop_cache.clear()
 
-    def encode_prompt(self, messages: list[Message]) -> list[int]:
-        text = format_prompt(self.tokenizer, messages, self.chat_template_kwargs)
+    def encode_prompt(self, messages: list[Message], chat_template_kwargs: dict[str, Any] | None = None) -> list[int]:
+        """The prompt's token ids: its chat template applied with ``chat_template_kwargs`` (default: the
+        engine's, ``model.chat_template_kwargs``)."""
+        kwargs = self.chat_template_kwargs if chat_template_kwargs is None else chat_template_kwargs
+        text = format_prompt(self.tokenizer, messages, kwargs)
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def ending(self, sp: SamplingParams) -> SamplingParams:
@@ -183,6 +186,7 @@ class HFEngine:
                 finish_reason=finish[i] or "length",
                 image_inputs=image_inputs[rows[i]] if image_inputs is not None else None,
                 end_marker=self.end_marker.text,
+                control_tokens=self.end_marker.controls,
             )
             for i in range(B)
         ]

@@ -117,6 +117,7 @@ class PartialRollouts:
             finish_reason=t.finish_reason or "length",
             earlier_tokens=t.last_segment_start,
             end_marker=self.engine.end_marker.text,
+            control_tokens=self.engine.end_marker.controls,
         )
 
     # ---- buffer -------------------------------------------------------------------------------

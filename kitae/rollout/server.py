@@ -523,7 +523,8 @@ class ServerEngine(HFEngine):
         tokens, logps, reason = cut_sample(choice.token_ids, choice.logprobs, choice.finish_reason, sp,
                                            lambda toks: self.hit_stop(toks, self.stop_ids(tuple(sp.stop))))
         return Completion(text=self.decode(tokens, sp.stop), prompt_ids=list(prompt_ids), completion_ids=tokens,
-                          logprobs=logps, finish_reason=reason, end_marker=self.end_marker.text)
+                          logprobs=logps, finish_reason=reason, end_marker=self.end_marker.text,
+                          control_tokens=self.end_marker.controls)
 
 
 def cut_sample(tokens: list[int], logps: list[float], server_reason: str, sp: SamplingParams,

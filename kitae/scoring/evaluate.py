@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Callable
 
-from kitae.chat import IM_END, is_template_compliant, sample_end
+from kitae.chat import IM_END, TEMPLATE_TOKENS, is_template_compliant, sample_controls, sample_end
 from kitae.graders.base import Grader
 from kitae.rollout.base import Completion, SamplingParams
 from kitae.scoring.rewards import RewardComponent, Think, score_groups
@@ -19,7 +19,7 @@ from kitae.scoring.rewards import RewardComponent, Think, score_groups
 def sample_dict(c: Completion, max_new_tokens: int, **extra: Any) -> dict:
     """What graders see of one completion; ``completion_ids`` are its sampled token ids (a reward function's
     ``completion_ids``), ``end_marker`` the model's end of turn when it is not ChatML's ``<|im_end|>``, the
-    graders' default. The trainer adds the step's ``step``, ``max_steps`` and ``epoch``."""
+    graders' default, and ``control_tokens`` its control tokens when they are not ChatML's three. The trainer adds the step's ``step``, ``max_steps`` and ``epoch``."""
     return {
         "output_text": c.text,
         "finish_reason": c.finish_reason,
@@ -27,6 +27,7 @@ def sample_dict(c: Completion, max_new_tokens: int, **extra: Any) -> dict:
         "max_completion_length": max_new_tokens,
         "completion_ids": list(c.completion_ids),
         **({"end_marker": c.end_marker} if c.end_marker != IM_END else {}),
+        **({"control_tokens": c.control_tokens} if c.control_tokens != TEMPLATE_TOKENS else {}),
         **extra,
     }
 
@@ -66,10 +67,11 @@ def evaluate(
                         "reference_answer": row.get("reference_answer"),
                         "difficulty": row.get("difficulty"),
                         "lang": row.get("lang"),
-                        **{k: v for k, v in s.items() if k != "completion_ids"},  # text is what is kept
+                        **{k: v for k, v in s.items() if k not in ("completion_ids", "control_tokens")},  # text is kept
                         "score": grade.score,
                         "passed": grade.score is not None and grade.score >= pass_threshold,
-                        "compliant": is_template_compliant(s["output_text"], s["finish_reason"], sample_end(s)),
+                        "compliant": is_template_compliant(s["output_text"], s["finish_reason"], sample_end(s),
+                                                            sample_controls(s)),
                         "error": grade.error,
                     }
                 )

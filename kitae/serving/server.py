@@ -6,7 +6,7 @@ http.server, loopback by default): a local judge, and a rollout server for kitae
     GET  /v1/models/NAME        that model object (OpenAI's retrieve; another name is a 404)
     POST /v1/chat/completions   {"model": NAME, "messages": [...], "temperature", "top_p", "max_tokens"
                                  (or "max_completion_tokens"), "n", "stop", "seed", "response_format",
-                                 "logprobs", "top_logprobs"}
+                                 "logprobs", "top_logprobs", "chat_template_kwargs"}
                                 -> {"object": "chat.completion", "choices": [{"message": {"role": "assistant",
                                     "content": ...}, "logprobs": null | {"content": [...]},
                                     "finish_reason": "stop" | "length"}],
@@ -22,7 +22,10 @@ Every plain generation (completions, chat) goes through one continuous-batching 
 another to finish; ``max_batch=1`` (``--max-batch 1``) gives one request at a time. Constrained JSON decoding
 runs one sample at a time on the request's own thread, its forward passes taking turns with the batch's.
 
-Chat prompts are formatted with the tokenizer's chat template (ChatML without one), sampling is kitae's rollout
+Chat prompts are formatted with the tokenizer's chat template (ChatML without one); ``chat_template_kwargs``
+(an object, as in vLLM's and SGLang's chat API: the template's variables, e.g. Qwen3's ``{"enable_thinking":
+false}``) are merged over the server's own (``--chat-template-kwargs``); apply_chat_template's own arguments
+(``tokenize``, ``chat_template``, ...) are refused there. Sampling is kitae's rollout
 engine's (kitae/rollout/hf.py), and the content stops before ``<|im_start|>``, ``<|im_end|>``,
 ``<|endoftext|>``, any other special token of the tokenizer, or a ``stop`` string (no control-token text
 reaches a client). Defaults follow OpenAI: temperature 1, top_p 1; ``max_tokens`` defaults to ``--max-tokens``
@@ -82,12 +85,16 @@ from kitae.serving.weights import LOAD_FORMATS, apply_reload, plan_reload
 
 
 KNOWN_FIELDS = {"model", "messages", "temperature", "top_p", "max_tokens", "max_completion_tokens", "n", "stop",
-                "seed", "response_format", "logprobs", "top_logprobs"}
+                "seed", "response_format", "logprobs", "top_logprobs", "chat_template_kwargs"}
 NEUTRAL_FIELDS = {  # accepted with these values (they change nothing), refused with any other
     "stream": (False,), "tools": ([],), "functions": ([],),
     "tool_choice": ("none", "auto"), "presence_penalty": (0,), "frequency_penalty": (0,), "logit_bias": ({},),
-    "chat_template_kwargs": ({},),
 }
+# apply_chat_template's own arguments: not the template's variables (a client's chat_template would be its code)
+TEMPLATE_ARGUMENTS = {"conversation", "messages", "tools", "documents", "chat_template", "add_generation_prompt",
+                      "continue_final_message", "tokenize", "padding", "truncation", "max_length",
+                      "return_tensors", "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs",
+                      "processor_kwargs"}
 RELOAD_PATH = "/update_weights_from_disk"
 RELOAD_FIELDS = {"model_path", "load_format", "weight_version"}
 POST_PATHS = ("/v1/completions", "/v1/chat/completions", RELOAD_PATH)
@@ -124,6 +131,7 @@ class ChatRequest:
     schema: dict[str, Any] | None = None
     logprobs: bool = False
     top_logprobs: int = 0  # the most likely tokens per position, with logprobs
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # over the server's
 
 
 def parse_request(body: Any, max_n: int = 16, max_context: int = 1 << 20,
@@ -143,7 +151,22 @@ def parse_request(body: Any, max_n: int = 16, max_context: int = 1 << 20,
     req.seed = check.integer(body, "seed", None, SEED_MIN, SEED_MAX)
     req.format, req.schema = _response_format(body.get("response_format"))
     req.logprobs, req.top_logprobs = _chat_logprobs_fields(body, req)
+    req.chat_template_kwargs = template_kwargs(body.get("chat_template_kwargs"))
     return req
+
+
+def template_kwargs(value: Any, param: str = "chat_template_kwargs") -> dict[str, Any]:
+    """A request's ``chat_template_kwargs``: an object of the chat template's variables (None: none)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ApiError(400, f"{param} must be an object of the chat template's variables, e.g. "
+                       f'{{"enable_thinking": false}}; got {str(value)[:40]!r}', param)
+    for key in value:
+        if key in TEMPLATE_ARGUMENTS:
+            raise ApiError(400, f"{param}.{key} is an argument of apply_chat_template, not a variable of the chat "
+                           "template; remove it", f"{param}.{key}")
+    return dict(value)
 
 
 def _check_roles(messages: list[dict[str, str]]) -> None:
@@ -205,8 +228,10 @@ class ChatService:
     scheduler every plain generation goes through (``max_batch`` rows at most; 1 = one request at a time)."""
 
     def __init__(self, model: Any, tokenizer: Any, name: str, max_context: int | None = None,
-                 default_max_tokens: int = 512, json_attempts: int = 3, max_batch: int = 64):
+                 default_max_tokens: int = 512, json_attempts: int = 3, max_batch: int = 64,
+                 chat_template_kwargs: dict[str, Any] | None = None):
         self.engine = HFEngine(model, tokenizer)
+        self.engine.set_chat(template_kwargs(chat_template_kwargs, "--chat-template-kwargs"))
         self.gate, self.model_lock = WeightGate(), threading.Lock()
         self.decoder = ConstrainedDecoder(model, tokenizer, model_lock=self.model_lock)
         self.name, self.default_max_tokens, self.json_attempts = name, default_max_tokens, json_attempts
@@ -318,7 +343,8 @@ class ChatService:
 
     # ---- /v1/chat/completions -------------------------------------------------------------------
     def chat(self, req: ChatRequest) -> dict[str, Any]:
-        prompt_ids = self.engine.encode_prompt(req.messages)
+        prompt_ids = self.engine.encode_prompt(req.messages,
+                                               {**self.engine.chat_template_kwargs, **req.chat_template_kwargs})
         max_tokens = self._room(prompt_ids, req.max_tokens, "messages")
         choices = [self._choice(req, prompt_ids, max_tokens, i) for i in range(req.n)] \
             if req.format != "text" else self._plain(req, prompt_ids, max_tokens, req.n)

@@ -17,6 +17,13 @@ CONFIGS = [  # (sampling settings, n, served model name)
                     stop=["</answer>"]), 8, "policy"),  # every setting kitae sends, and a model name
     (SamplingParams(temperature=0.0, max_new_tokens=1, stop=[], seed=0), 1, None),  # greedy (vLLM: n must be 1)
 ]
+CHAT_BODIES = [  # chat requests kitae serve model honours, chat_template_kwargs included (tests/serving, tests/families)
+    {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+     "chat_template_kwargs": {"enable_thinking": False}},
+    {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}], "n": 2,
+     "temperature": 0.7, "top_p": 0.9, "seed": 3, "stop": ["</answer>"], "logprobs": True, "top_logprobs": 2,
+     "chat_template_kwargs": {}},
+]
 CHANGED = [[[5, 6, 7], [-0.5, -1.0, -0.25], "stop", [["4", 0, 1], ["5", 1, 3]]],  # weights changed mid-sample
            [[8], [-2.0], "length", [["5", 0, 1]]]]
 
@@ -26,7 +33,7 @@ def vllm_says(contract_python) -> dict:
     """Every check of this file, run in the contract environment at once."""
     bodies = [SERVER_APIS.get("openai").build([1, 2, 3], n, sp, model) for sp, n, model in CONFIGS]
     return run_checks(contract_python, {
-        "requests": ["requests", bodies], "changed": ["reply", {"choices": CHANGED}],
+        "requests": ["requests", bodies], "chat": ["chat", CHAT_BODIES], "changed": ["reply", {"choices": CHANGED}],
         "fresh": ["reply", {"choices": [[[5], [-1.0], "stop", [["5", 0, 1]]]]}],
         "protocols": ["protocols", {}], "sync": ["sync", {"world_size": 2, "versions": [5, 6]}]})
 
@@ -86,3 +93,18 @@ def test_the_weight_sync_speaks_vllms_routes_and_payloads(vllm_says):
     second = [*first[:3], ["update", [], [], []], ["finish", "6"], ["resume"]]  # metadata sent once
     assert calls[2:] == first + second
     assert got["loaded"] == [[5, 5], [6, 6]] and got["down"] == []
+
+
+def test_chat_template_kwargs_are_vllm_s_chat_field_and_no_completions_field(vllm_says):
+    """kitae serve model's chat API reads chat_template_kwargs as vLLM's does; vLLM's completions API has no such
+    field (it would ignore one), so the server engine applies model.chat_template_kwargs itself and sends the
+    prompt's token ids (tests/families/test_server_engine.py)."""
+    from kitae.serving.server import parse_request
+
+    said = vllm_says["chat"]
+    for body, read in zip(CHAT_BODIES, said["chat"]):
+        assert read["undeclared"] == []
+        assert read["chat_template_kwargs"] == body["chat_template_kwargs"] == parse_request(body).chat_template_kwargs
+    assert said["completions_field"] is False
+    for sp, n, model in CONFIGS:
+        assert "chat_template_kwargs" not in SERVER_APIS.get("openai").build([1], n, sp, model)

@@ -30,6 +30,20 @@ def requests(bodies: list[dict]) -> dict:
     return {"requests": out}
 
 
+def chat(bodies: list[dict]) -> dict:
+    """Each chat body as vLLM's ChatCompletionRequest reads it (fields it does not declare, its
+    chat_template_kwargs), and whether its CompletionRequest has a chat_template_kwargs field."""
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+
+    out = []
+    for body in bodies:
+        req = ChatCompletionRequest.model_validate(body)
+        out.append({"undeclared": sorted(set(body) - set(ChatCompletionRequest.model_fields)),
+                    "chat_template_kwargs": req.chat_template_kwargs})
+    return {"chat": out, "completions_field": "chat_template_kwargs" in CompletionRequest.model_fields}
+
+
 def reply(spec: dict) -> dict:
     """A CompletionResponse built with vLLM's classes from ``spec['choices']`` ([ids, logprobs, reason, spans])."""
     from vllm.entrypoints.openai.completion.protocol import (CompletionLogProbs, CompletionResponse,
@@ -142,7 +156,7 @@ def sync(spec: dict) -> dict:
             "routes": sorted([r.path, sorted(r.methods)] for r in router.routes)}
 
 
-CHECKS = {"requests": requests, "reply": reply, "protocols": protocols, "sync": sync}
+CHECKS = {"requests": requests, "chat": chat, "reply": reply, "protocols": protocols, "sync": sync}
 
 if __name__ == "__main__":  # one process for every check: importing vllm takes most of the time
     print(json.dumps({key: CHECKS[name](data) for key, (name, data) in json.load(sys.stdin).items()}))

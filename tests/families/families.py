@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GenerationConfig, PreTrainedTokenizerFast
 
 QWEN25_TEMPLATE = (
@@ -148,6 +148,7 @@ class Family:
     pad: str | None = None
     lora_attention: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
     system_turn: bool = True  # the template accepts a system turn
+    plain: tuple[str, ...] = ()  # of `specials`, the added tokens that are not special (Qwen3's <think>: text)
     config: dict[str, Any] = field(default_factory=dict)
 
     def tokenizer(self) -> PreTrainedTokenizerFast:
@@ -155,12 +156,14 @@ class Family:
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
         trainer = trainers.BpeTrainer(vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                      special_tokens=list(self.specials))
+                                      special_tokens=[s for s in self.specials if s not in self.plain])
         tok.train_from_iterator(CORPUS, trainer)
         named = {"eos_token": self.eos, "bos_token": self.bos, "pad_token": self.pad}
         out = PreTrainedTokenizerFast(tokenizer_object=tok, **{k: v for k, v in named.items() if v})
         named_values = {v for v in named.values() if v}
-        out.add_special_tokens({"additional_special_tokens": [s for s in self.specials if s not in named_values]})
+        out.add_special_tokens({"additional_special_tokens": [s for s in self.specials
+                                                              if s not in named_values and s not in self.plain]})
+        out.add_tokens([AddedToken(t, special=False, normalized=False) for t in self.plain])
         out.chat_template = self.template
         return out
 
@@ -192,7 +195,7 @@ FAMILIES = [
            config={"tie_word_embeddings": True}),
     Family("qwen3", "Qwen3Config", ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"),
            eos="<|im_end|>", eos_ids=("<|im_end|>", "<|endoftext|>"), end="<|im_end|>", template=QWEN3_TEMPLATE,
-           pad="<|endoftext|>", config={"head_dim": 8, "tie_word_embeddings": True}),
+           pad="<|endoftext|>", plain=("<think>", "</think>"), config={"head_dim": 8, "tie_word_embeddings": True}),
     Family("llama3", "LlamaConfig", ("<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
                                      "<|end_header_id|>", "<|eom_id|>", "<|eot_id|>"),
            eos="<|eot_id|>", eos_ids=("<|end_of_text|>", "<|eom_id|>", "<|eot_id|>"), end="<|eot_id|>",

@@ -151,3 +151,51 @@ def test_the_reward_model_gate_uses_the_model_s_end_marker(family):
     grades = grader.grade_group(item, [ended, unended])
     assert grader.counts.gated == 1 and grades[1].sub_scores.get("gated") == 1.0
     assert grades[0].sub_scores["rm_score"] == len("hello")  # the content, cut before the model's marker
+
+
+def test_a_control_token_of_the_family_s_format_inside_an_answer_is_a_stray_token(family):
+    """Llama 3 writing <|start_header_id|> mid-answer, Gemma <start_of_turn>, Mistral [INST]: each special token
+    of the model that does not end generation, written before the turn's end, breaks the template, for the
+    template reward, the reward model's gate and the evaluation's compliance."""
+    from kitae.chat import is_template_compliant, sample_controls
+
+    fam, folder = family
+    engine = _engine(folder)
+    turn_end = engine.tokenizer.convert_tokens_to_ids(fam.end)
+    controls = [t for t in fam.specials if t not in engine.end_marker.texts and t not in fam.plain]
+    assert controls
+    samples = _rollout(engine, [[engine.tokenizer.convert_tokens_to_ids(t), turn_end] for t in controls])
+    template = TemplateGrader(TemplateConfig(min_chars=1))
+    for token, s in zip(controls, samples):
+        assert s["output_text"] == f"hello{token}{fam.end}"
+        grade = template.grade_sample({}, s)
+        assert (grade.sub_scores["compliant"], grade.reason) == (0.0, f"stray template token {token}"), fam.name
+        assert not is_template_compliant(s["output_text"], s["finish_reason"], fam.end, sample_controls(s))
+    grader = RewardModelGrader(Lengths())
+    grader.grade_group({"messages": to_messages("hi")}, samples)
+    assert grader.counts.gated == len(samples)
+
+
+def test_reasoning_tags_are_no_stray_tokens(family_dirs):
+    engine = _engine(family_dirs["qwen3"])
+    tok = engine.tokenizer
+    ids = [tok.convert_tokens_to_ids(t) for t in ("<think>", "</think>", "<|im_end|>")]
+    [s] = _rollout(engine, [ids])
+    assert s["output_text"] == "hello<think></think><|im_end|>"
+    assert "<think>" not in engine.end_marker.controls and "<|im_start|>" in engine.end_marker.controls
+    assert TemplateGrader(TemplateConfig(min_chars=1)).grade_sample({}, s).sub_scores["compliant"] == 1.0
+
+
+def test_an_added_token_marked_special_but_not_named_is_a_control_token():
+    """Meta's Llama 3 tokenizer marks its header and reserved tokens special in added_tokens without naming them
+    among the additional special tokens."""
+    from transformers import AddedToken
+
+    from tests.families.families import BY_NAME
+
+    tok = BY_NAME["llama3"].tokenizer()
+    tok.add_tokens([AddedToken("<|reserved_special_token_3|>", special=True, normalized=False),
+                    AddedToken("<tool>", special=False, normalized=False)])
+    assert "<|reserved_special_token_3|>" not in tok.all_special_tokens
+    controls = end_marker_of(tok).controls
+    assert "<|reserved_special_token_3|>" in controls and "<tool>" not in controls

@@ -264,7 +264,7 @@ def trl_call(reward, tokenizer, texts: list[str], **kwargs):
     ids = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
     completions = [tokenizer.decode(i, skip_special_tokens=True) for i in ids]
     return reward(prompts=["12+35?"] * len(texts), completions=completions, completion_ids=ids,
-                  reference_answer=["47"] * len(texts), **kwargs)
+                  **{"reference_answer": ["47"] * len(texts), **kwargs})
 
 
 class Recorder(Grader):
@@ -346,3 +346,46 @@ def test_without_a_tokenizer_a_warning_says_what_will_be_misjudged():
 def test_a_bad_max_completion_length_is_refused(bad):
     with pytest.raises(ConfigError, match="as_reward_function.max_completion_length: expected a positive integer"):
         as_reward_function(build_grader({"type": "answer"}), max_completion_length=bad)
+
+
+# ---- other model families: the end marker is the model's own ------------------------------------------------
+@pytest.fixture(scope="module", params=["llama3", "gemma3", "mistral"])
+def family_tokenizer(request, tmp_path_factory):
+    """(Family, its tokenizer loaded from a saved folder, as TRL's processing_class is)."""
+    from kitae.models import load_tokenizer
+    from tests.families.families import BY_NAME
+
+    fam = BY_NAME[request.param]
+    return fam, load_tokenizer(fam.save(tmp_path_factory.mktemp(fam.name)))
+
+
+def test_a_family_s_turn_end_is_its_end_marker_in_trl_completions(family_tokenizer):
+    """Llama 3 ends its turn with <|eot_id|>, Gemma with <end_of_turn> (not its eos <eos>), Mistral with </s>:
+    the rebuilt sample carries the model's marker, so the template reward and {{sample.output_text}} cut there."""
+    fam, tok = family_tokenizer
+    recorder = Recorder()
+    trl_call(as_reward_function(recorder, tokenizer=tok, max_completion_length=50), tok, [f"Paris.{fam.end}"])
+    (sample,) = recorder.samples
+    assert sample["output_text"] == f"Paris.{fam.end}" and sample["finish_reason"] == "stop"
+    assert sample["end_marker"] == fam.end
+    template = as_reward_function(build_grader({"type": "template", "min_chars": 0, "full_chars": 0}),
+                                  tokenizer=tok, max_completion_length=50)
+    assert trl_call(template, tok, [f"Paris.{fam.end}", "Paris."]) == [1.0, -5.0]
+    answer = as_reward_function(build_grader({"type": "answer"}), tokenizer=tok, max_completion_length=50)
+    assert trl_call(answer, tok, [f"The capital is Paris.{fam.end}"], reference_answer=["Paris"]) == [1.0]
+
+
+def test_every_end_id_of_the_model_s_generation_config_stops_a_trl_completion(family_tokenizer):
+    """Gemma's <end_of_turn> is no eos_token of its tokenizer, but its generation config stops there, as TRL does."""
+    fam, tok = family_tokenizer
+    recorder = Recorder()
+    trl_call(as_reward_function(recorder, tokenizer=tok), tok, [f"47{fam.end}", "47"])
+    assert [s["finish_reason"] for s in recorder.samples] == ["stop", "length"]
+
+
+def test_an_end_marker_given_to_the_adapter_overrides_the_tokenizer_s(tokenizer):
+    recorder = Recorder()
+    trl_call(as_reward_function(recorder, tokenizer=tokenizer, end_marker="<|endoftext|>"), tokenizer,
+             ["47<|endoftext|>"])
+    assert recorder.samples[0]["end_marker"] == "<|endoftext|>"
+    assert recorder.samples[0]["finish_reason"] == "stop"

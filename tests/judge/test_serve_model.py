@@ -214,7 +214,8 @@ def test_sampled_replies_are_checked(text, fmt, valid):
         ({"messages": MSG, "frequency_penalty": -1}, 400, "frequency_penalty"),
         ({"messages": MSG, "logit_bias": {"5": 100}}, 400, "logit_bias"),
         ({"messages": MSG, "top_k": 5}, 400, "top_k"),
-        ({"messages": MSG, "chat_template_kwargs": {"enable_thinking": False}}, 400, "chat_template_kwargs"),
+        ({"messages": MSG, "chat_template_kwargs": "enable_thinking"}, 400, "chat_template_kwargs"),  # not an object
+        ({"messages": MSG, "chat_template_kwargs": {"tokenize": True}}, 400, "chat_template_kwargs.tokenize"),
         ({"messages": MSG, "logprobs": "yes"}, 400, "logprobs"),
         ({"messages": MSG, "logprobs": True, "top_logprobs": 21}, 400, "top_logprobs"),  # vLLM's max_logprobs
         ({"messages": MSG, "logprobs": True, "top_logprobs": -1}, 400, "top_logprobs"),

@@ -257,3 +257,15 @@ def test_chunked_evaluation_equals_one_evaluate_call(long_model_dir, long_engine
     assert done == [1, 2, 3, 4]
     assert [(r["prompt_index"], r["output_text"]) for r in r1] == [(r["prompt_index"], r["output_text"]) for r in r2]
     assert m1 == m2
+
+
+@pytest.mark.parametrize("text, end, content", [
+    ("Paris.<|eot_id|>", "<|eot_id|>", "Paris."),  # Llama 3: the sample's end_marker
+    ("47<end_of_turn>\n<start_of_turn>user", "<end_of_turn>", "47"),  # Gemma
+    ("47<|im_end|>", None, "47"),  # ChatML, the default
+    ("47 47<|im_start|>user", "<|eot_id|>", "47 47"),  # a ChatML template token still cuts
+])
+def test_sft_and_dpo_content_ends_at_the_model_s_own_end_marker(text, end, content):
+    from kitae.l2s.selection import assistant_content
+
+    assert assistant_content(text, end) == content

@@ -3,6 +3,7 @@
 import pytest
 
 from kitae.chat import is_template_compliant
+from kitae.graders import build_grader
 from kitae.rewards.common import length_factor
 from kitae.rewards.template import TemplateConfig, template_reward, template_violation
 
@@ -56,3 +57,22 @@ def test_violation_agrees_with_chat_helper(text, finish, cfg, score, reason):
 )
 def test_length_factor(chars, full, factor):
     assert length_factor(chars, full) == pytest.approx(factor)
+
+
+LLAMA3 = {"end_marker": "<|eot_id|>", "control_tokens": ("<|eot_id|>", "<|begin_of_text|>", "<|start_header_id|>")}
+
+
+@pytest.mark.parametrize(
+    "sample, spec, compliant",
+    [
+        ({**LLAMA3, "output_text": "a long enough answer<|eot_id|>"}, {}, 1.0),
+        ({**LLAMA3, "output_text": "a long<|start_header_id|>user answer<|eot_id|>"}, {}, 0.0),  # the model's own
+        ({**LLAMA3, "output_text": "a long <|im_start|> answer<|eot_id|>"}, {}, 1.0),  # ChatML's is text to Llama 3
+        ({"output_text": "a long <|im_start|> answer<|im_end|>"}, {}, 0.0),  # no control tokens: ChatML's
+        ({**LLAMA3, "output_text": "a long <|im_start|> answer<|eot_id|>"}, {"stray_tokens": ["<|im_start|>"]}, 0.0),
+        ({**LLAMA3, "output_text": "a long<|start_header_id|>answer<|eot_id|>"}, {"stray_tokens": []}, 1.0),  # none
+    ],
+)
+def test_stray_tokens_are_the_model_s_control_tokens_unless_the_spec_names_them(sample, spec, compliant):
+    grade = build_grader({"type": "template", "min_chars": 1, **spec}).grade_sample({}, sample)
+    assert grade.sub_scores["compliant"] == compliant, grade.reason
