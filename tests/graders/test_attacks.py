@@ -56,6 +56,9 @@ LAX = {"number_spray", "prompt_equations", "repeated_text", "reference_plus_extr
     # reference 20 times and the reference hedged with 57, 67, 77; the prompt's own numbers (35 for 47: 26% off,
     # 9 for 15: 40%) and 57 for 47 (21%) are past the 5% partial tolerance: 0
     ("numeric", SUMS, LAX),
+    # the final answer only (match: last): the spray ends in 100, the equations in the product 420, the hedge in
+    # 77, the prompt's numbers in 35: all past the 5% partial tolerance; the reference repeated still ends in 47
+    ({"type": "numeric", "match": "last"}, SUMS, {"repeated_text"}),
     # exact equality: only "47" itself is "47"
     ({"type": "string_check", "operation": "eq"}, SUMS, set()),
     # contains: every text that holds "47" anywhere, the same four as closest match
