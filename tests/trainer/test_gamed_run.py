@@ -136,3 +136,21 @@ def test_a_short_run_of_the_healthy_recipe_raises_no_alarm(tmp_path):
     Trainer(cfg).train()
     with RunStore.open(tmp_path / "zero", read_only=True) as store:
         assert store.summary()["alarms"] == []
+
+
+@pytest.mark.parametrize("spec, flags_spray", [("numeric", True), ({"type": "numeric", "match": "last"}, False)])
+def test_attack_flags_the_gamed_grader_before_training(spec, flags_spray):
+    """`kitae grader attack` on the gamed task's own rows: the guide's closest-match numeric grader pays a number
+    spray (what the run learns), the grader scoring the final answer does not."""
+    from kitae.graders import build_grader
+    from kitae.graders.attacks import run_attacks
+    from kitae.graders.rows import Row
+
+    grader = build_grader(spec)
+    try:
+        report = run_attacks(grader, [Row(data=r, item=r, samples=[], is_group=True, number=n)
+                                      for n, r in enumerate(gamed.rows(), 1)])
+    finally:
+        grader.close()
+    spray = next(a for a in report.attacks if a.name == "number_spray")
+    assert spray.flagged is flags_spray and report.rows == len(gamed.PROMPTS)
