@@ -120,11 +120,12 @@ def test_resume_after_sigkill_loses_and_duplicates_no_step(tiny_assets, tmp_path
     proc.wait()
     assert RunStore.open(db.parent).summary()["status"] == "crashed"
 
-    resumed = subprocess.run(
-        [sys.executable, "-m", "kitae.cli.main", "train", "--resume", str(db.parent), "-q"],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    # resumed in this process, with the config `kitae train --resume` builds (`kitae train --resume` as a
+    # process: tests/trainer/test_durability.py, test_resume.py and the two-process resume below)
+    from tests.trainer.test_resume import _resume
+
+    resumed = _resume(db.parent).train()
+    assert resumed["status"] == "finished", resumed
     assert _steps(db) == [1, 2, 3, 4, 5, 6]
     assert _steps(db, "groups") == [1, 2, 3, 4, 5, 6]
     con = sqlite3.connect(db)
