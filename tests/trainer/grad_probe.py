@@ -63,6 +63,8 @@ def main(config: str, *jobs: str) -> None:
     for job in jobs:
         out, _, zero_rows = job.partition(":")
         probe(trainer, config, out, tuple(int(i) for i in zero_rows.split(",") if i), grads)
+    if trainer.store is not None:  # the main process's run store (a test may call main in its own process)
+        trainer.store.close()
 
 
 def probe(trainer: Trainer, config: str, out: str, zero_rows: tuple[int, ...], grads: list) -> None:
