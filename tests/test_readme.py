@@ -42,7 +42,8 @@ COVERED = {
     "kitae train --resume runs/my-run": TRAINING,
     "accelerate launch --num_processes 2 -m kitae.cli.main train my.yaml": "needs two GPUs",
     "accelerate launch --multi_gpu --num_processes 2 -m kitae.cli.main train my.yaml":
-        "tests/trainer/test_train_e2e.py::test_two_process_accelerate_run (the same launch on a tiny model)",
+        "tests/trainer/test_train_e2e.py::test_two_process_accelerate_run_and_its_resume (the same launch on a tiny "
+        "model)",
     "kitae grade --grader examples/graders/numeric.yaml --data examples/graders/finance.jsonl --out graded.jsonl":
         GRADERS,
     "kitae grader validate --grader examples/graders/numeric.yaml --data examples/graders/finance_labeled.jsonl":

@@ -97,10 +97,18 @@ def test_recipe_with_difficulty_resumes(tmp_path):
     assert [(r["reference_answer"], r["pass_rate"]) for r in rows] == [("47", 1.0), ("47", 1.0)]
     progress = tmp_path / "curated" / "02-difficulty.progress.jsonl"
     assert len(progress.read_text().splitlines()) == 1 + 4
-    again = kitae("curate", "run", "--recipe", recipe, "-q")  # everything is in the progress file
-    assert again.returncode == 0 and read(tmp_path / "curated" / "curated.jsonl") == rows
-    changed = kitae("curate", "run", "--recipe", recipe, "--set", "difficulty.n=4", "-q")
-    assert changed.returncode == 2 and "--restart" in changed.stderr
+    # the reruns in this process (a `kitae` process costs its torch import; the first run was one, and
+    # test_difficulty_interrupted_says_where_it_stopped_and_a_rerun_resumes resumes in one)
+    from typer.testing import CliRunner
+
+    from kitae.cli.main import app
+    from kitae.errors import KitaeError
+
+    again = CliRunner().invoke(app, ["curate", "run", "--recipe", str(recipe), "-q"])  # all in the progress file
+    assert again.exit_code == 0, again.output
+    assert read(tmp_path / "curated" / "curated.jsonl") == rows
+    changed = CliRunner().invoke(app, ["curate", "run", "--recipe", str(recipe), "--set", "difficulty.n=4", "-q"])
+    assert isinstance(changed.exception, KitaeError) and "--restart" in str(changed.exception)  # kitae: exit 2
 
 
 def test_errors_for_people(tmp_path):

@@ -48,11 +48,13 @@ def stop(proc: subprocess.Popen) -> None:
 
 @pytest.mark.slow
 def test_serve_rm_grade_kill_abstain_restart(tiny_rm, tmp_path):
-    expected = LocalRewardModel(tiny_rm).score(  # what the server must answer: user + assistant turns only
+    scorer = LocalRewardModel(tiny_rm)
+    expected = scorer.score(  # what the server must answer: user + assistant turns only
         [[ITEM["messages"][1], {"role": "assistant", "content": c}] for c in ("47", "12+35=47です。")]
     )
     log = open(tmp_path / "server.log", "w")
     proc, url = start_server(tiny_rm, 0, log)
+    back = None
     try:
         grader = build_grader({"type": "reward_model", "url": url, "full_chars": 0, "timeout": 5.0,
                                "retries": 1, "backoff": 0.01})
@@ -61,12 +63,16 @@ def test_serve_rm_grade_kill_abstain_restart(tiny_rm, tmp_path):
         for step in range(6):  # a run's grading loop: the server dies at step 2, is back at step 4
             if step == 2:
                 stop(proc)
-            if step == 4:
-                proc, url = start_server(tiny_rm, port, log)
+            if step == 4:  # back on the same port: the server kitae serve rm runs, here in this process
+                back = make_server(scorer, port=port)
+                threading.Thread(target=back.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
             results.append(grader.grade_group(ITEM, SAMPLES))
     finally:
         stop(proc)
         log.close()
+        if back is not None:
+            back.shutdown()
+            back.server_close()
 
     for step in (0, 1, 4, 5):  # served: the RM's raw logits (clip ±10, no length factor), gated sample 0.0
         assert [g.score for g in results[step]] == pytest.approx(expected + [0.0], abs=1e-5)

@@ -1,13 +1,13 @@
 """Run by tests/trainer/test_train_e2e.py, in one process or under ``accelerate launch`` in two:
 
-    python -m tests.trainer.grad_probe CONFIG OUT [ZERO_ROWS]
+    python -m tests.trainer.grad_probe CONFIG OUT[:ZERO_ROWS] [OUT[:ZERO_ROWS] ...]
 
 builds the Trainer of CONFIG and runs its real ``update.optimize`` on one fixed batch of 8 rows once per loss; each
 process takes its share of the rows (process 0 the four long ones, process 1 the four short ones, one of
 them masked out entirely); ZERO_ROWS (e.g. "1,4,5,7") sets those rows' advantages to 0. Process 0 saves to
 OUT, per loss, the gradient the optimizer would have stepped with (after DDP averaged it), the loss averaged
 over processes, as the trainer logs it, and the rows the update skipped. The optimizer never steps, so every
-loss sees the same weights.
+loss (and every OUT: one launch serves several batches) sees the same weights.
 """
 
 from __future__ import annotations
@@ -51,18 +51,27 @@ def full_batch(trainer: Trainer, zero_rows: tuple[int, ...] = ()):
     return batch
 
 
-def main(config: str, out: str, zero_rows: str = "") -> None:
+def main(config: str, *jobs: str) -> None:
+    """Each job is ``OUT`` or ``OUT:ZERO_ROWS``."""
     trainer = Trainer(load_train_config(config))
-    acc = trainer.acc
-    batch = full_batch(trainer, tuple(int(i) for i in zero_rows.split(",") if i))
-    share = len(batch) // acc.num_processes
-    local = batch.select(slice(acc.process_index * share, (acc.process_index + 1) * share))
     grads: list[list[torch.Tensor]] = []
 
     def capture(*args, **kwargs):  # instead of stepping: keep the (DDP-averaged) gradient
         grads.append([p.grad.detach().clone() for p in trainer.model.parameters()])
 
     trainer.optimizer.step = capture
+    for job in jobs:
+        out, _, zero_rows = job.partition(":")
+        probe(trainer, config, out, tuple(int(i) for i in zero_rows.split(",") if i), grads)
+    if trainer.store is not None:  # the main process's run store (a test may call main in its own process)
+        trainer.store.close()
+
+
+def probe(trainer: Trainer, config: str, out: str, zero_rows: tuple[int, ...], grads: list) -> None:
+    acc = trainer.acc
+    batch = full_batch(trainer, zero_rows)
+    share = len(batch) // acc.num_processes
+    local = batch.select(slice(acc.process_index * share, (acc.process_index + 1) * share))
     results = {}
     for name in LOSSES:
         trainer.cfg.algorithm = load_train_config(config, [f"algorithm.loss={name}"]).algorithm  # its preset's values
@@ -74,4 +83,4 @@ def main(config: str, out: str, zero_rows: str = "") -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:])

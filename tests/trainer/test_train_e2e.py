@@ -103,9 +103,10 @@ def _final_weights(run: Path) -> dict[str, torch.Tensor]:
 @pytest.mark.slow
 def test_resume_after_sigkill_loses_and_duplicates_no_step(tiny_assets, tmp_path, rewards_on_path, spawn):
     over = {"optim.steps": 6, "logging.save_every": 2, "logging.keep_checkpoints": 5, "eval.every": 0}
-    ref_cfg = write_config(tiny_assets, tmp_path / "clean", **over)
-    clean = spawn(ref_cfg)
-    assert clean.wait(timeout=300) == 0, clean.stdout.read()
+    # the uninterrupted reference run in this process (its weights are all it gives); the killed and the
+    # resumed run are real `kitae train` processes
+    clean = Trainer(load_train_config(write_config(tiny_assets, tmp_path / "clean", **over))).train()
+    assert clean["status"] == "finished" and clean["steps"] == 6
 
     cfg = write_config(tiny_assets, tmp_path / "killed", **over)
     proc = spawn(cfg)
@@ -119,11 +120,12 @@ def test_resume_after_sigkill_loses_and_duplicates_no_step(tiny_assets, tmp_path
     proc.wait()
     assert RunStore.open(db.parent).summary()["status"] == "crashed"
 
-    resumed = subprocess.run(
-        [sys.executable, "-m", "kitae.cli.main", "train", "--resume", str(db.parent), "-q"],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    # resumed in this process, with the config `kitae train --resume` builds (`kitae train --resume` as a
+    # process: tests/trainer/test_durability.py, test_resume.py and the two-process resume below)
+    from tests.trainer.test_resume import _resume
+
+    resumed = _resume(db.parent).train()
+    assert resumed["status"] == "finished", resumed
     assert _steps(db) == [1, 2, 3, 4, 5, 6]
     assert _steps(db, "groups") == [1, 2, 3, 4, 5, 6]
     con = sqlite3.connect(db)
@@ -159,10 +161,10 @@ def launch_two_processes(cfg, *args: str) -> None:
     accelerate_launch("kitae.cli.main", "train", str(cfg), "-q", *args)
 
 
-def accelerate_launch(module: str, *args: str) -> None:
+def accelerate_launch(module: str, *args: str, env: dict | None = None) -> None:
     """``python -m module args`` in two real processes (torch.distributed, gloo). ``--multi_gpu`` is accelerate's
     switch for several processes; without it, on a machine without GPUs, accelerate starts one process."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, **(env or {}), "OMP_NUM_THREADS": "1"}
     out = subprocess.run(
         [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
          "--mixed_precision", "no", "--dynamo_backend", "no", "-m", module, *args],
@@ -171,22 +173,42 @@ def accelerate_launch(module: str, *args: str) -> None:
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
 
 
+PROBE = {"optim.micro_batch_size": 2, "optim.max_grad_norm": 1e9, "data.eval": None}  # no clipping hides a scale
+ZERO_ROWS = "1,4,5,7"
+
+
+@pytest.fixture(scope="module")
+def two_process_grads(tiny_assets, tmp_path_factory) -> dict[str, dict]:
+    """One two-process launch of tests.trainer.grad_probe (skip_zero_advantage on, its default) on two batches:
+    "all" (every advantage set) and "zero" (rows 1, 4, 5 and 7 at advantage 0)."""
+    root = tmp_path_factory.mktemp("two-process-grads")
+    cfg = write_config(tiny_assets, root, **PROBE)
+    outs = {"all": root / "all.pt", "zero": root / "zero.pt"}
+    accelerate_launch("tests.trainer.grad_probe", str(cfg), str(outs["all"]), f"{outs['zero']}:{ZERO_ROWS}",
+                      env={"PYTHONPATH": f"{tiny_assets}:{Path(__file__).resolve().parents[2]}"})
+    return {name: torch.load(path) for name, path in outs.items()}
+
+
+def one_process_grads(cfg: Path, tmp_path: Path, zero_rows: str = "") -> dict:
+    """The same probe in this process, on one torch thread as each of the two processes has."""
+    from tests.trainer import grad_probe
+
+    torch.set_num_threads(1)  # restored after the test (tests/conftest.py)
+    grad_probe.main(str(cfg), f"{tmp_path / 'one.pt'}:{zero_rows}")
+    return torch.load(tmp_path / "one.pt")
+
+
 @pytest.mark.slow
-def test_two_processes_with_uneven_token_counts_step_with_the_full_batch_gradient(tiny_assets, tmp_path, rewards_on_path):
+def test_two_processes_with_uneven_token_counts_step_with_the_full_batch_gradient(tiny_assets, tmp_path,
+                                                                                 rewards_on_path, two_process_grads):
     """The trainer's own update.optimize on 8 rows: in one process, and split over two processes that hold 23 and 6
     counted tokens (and one masked row). Every loss and aggregation gives the one-process gradient, because the
     loss is normalized by the whole batch's counts (token_mean: tokens; Dr. GRPO: every row) over all
     processes; each process normalizing by its own counts would weight a token by where it landed."""
     from tests.trainer.grad_probe import LOSSES
 
-    over = {"optim.micro_batch_size": 2, "optim.max_grad_norm": 1e9, "data.eval": None}  # no clipping hides a scale
-    cfg_one, cfg_two = (write_config(tiny_assets, tmp_path / run, **over) for run in ("one", "two"))
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    one = subprocess.run([sys.executable, "-m", "tests.trainer.grad_probe", str(cfg_one), str(tmp_path / "one.pt")],
-                         capture_output=True, text=True, timeout=300, env=env)
-    assert one.returncode == 0, one.stdout[-3000:] + one.stderr[-3000:]
-    accelerate_launch("tests.trainer.grad_probe", str(cfg_two), str(tmp_path / "two.pt"))
-    single, split = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
+    single = one_process_grads(write_config(tiny_assets, tmp_path / "one", **PROBE), tmp_path)
+    split = two_process_grads["all"]
     assert sorted(split) == sorted(LOSSES)
     for name in LOSSES:
         for g1, g2 in zip(single[name]["grad"], split[name]["grad"], strict=True):
@@ -197,22 +219,16 @@ def test_two_processes_with_uneven_token_counts_step_with_the_full_batch_gradien
 
 @pytest.mark.slow
 def test_two_processes_skipping_zero_advantage_rows_step_with_the_full_batch_gradient(tiny_assets, tmp_path,
-                                                                                     rewards_on_path):
+                                                                                     rewards_on_path,
+                                                                                     two_process_grads):
     """Rows 1, 4, 5 and 7 get advantage 0: one process without skipping (every row in the forward) against two
     processes that skip them. Process 1 then has nothing left to learn from (rows 4, 5, 7 at 0, row 6 masked)
     and still runs one row, so DDP's all-reduce does not wait for it; the divisors count the skipped rows
     (token_mean: their tokens; Dr. GRPO: every row), so every loss steps with the full batch's gradient."""
     from tests.trainer.grad_probe import LOSSES
 
-    over = {"optim.micro_batch_size": 2, "optim.max_grad_norm": 1e9, "data.eval": None}
-    cfg_one = write_config(tiny_assets, tmp_path / "one", **over, **{"optim.skip_zero_advantage": False})
-    cfg_two = write_config(tiny_assets, tmp_path / "two", **over)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    one = subprocess.run([sys.executable, "-m", "tests.trainer.grad_probe", str(cfg_one), str(tmp_path / "one.pt"),
-                          "1,4,5,7"], capture_output=True, text=True, timeout=300, env=env)
-    assert one.returncode == 0, one.stdout[-3000:] + one.stderr[-3000:]
-    accelerate_launch("tests.trainer.grad_probe", str(cfg_two), str(tmp_path / "two.pt"), "1,4,5,7")
-    full, skipped = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
+    cfg_one = write_config(tiny_assets, tmp_path / "one", **PROBE, **{"optim.skip_zero_advantage": False})
+    full, skipped = one_process_grads(cfg_one, tmp_path, ZERO_ROWS), two_process_grads["zero"]
     for name in LOSSES:
         for g1, g2 in zip(full[name]["grad"], skipped[name]["grad"], strict=True):
             torch.testing.assert_close(g2, g1, atol=1e-6, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
@@ -225,22 +241,18 @@ def test_two_processes_skipping_zero_advantage_rows_step_with_the_full_batch_gra
 
 
 @pytest.mark.slow
-def test_two_process_accelerate_run(tiny_assets, tmp_path, rewards_on_path):
-    cfg = write_config(tiny_assets, tmp_path, **{"optim.steps": 2, "eval.every": 0, "optim.prompts_per_step": 4})
+def test_two_process_accelerate_run_and_its_resume(tiny_assets, tmp_path, rewards_on_path):
+    """A two-process run of 2 steps, stopped after step 2 (its checkpoint) and resumed in two processes: steps
+    3-4 follow, none twice."""
+    cfg = write_config(tiny_assets, tmp_path, **{"optim.steps": 2, "eval.every": 0, "optim.prompts_per_step": 4,
+                                                 "logging.save_every": 2})
     launch_two_processes(cfg)
     con = sqlite3.connect(tmp_path / "t" / "run.db")
     # 4 prompts per step, 2 per process, gathered into one store
     assert con.execute("SELECT step, count(*) FROM groups GROUP BY step").fetchall() == [(1, 4), (2, 4)]
     # the "groups" metric is a mean over processes: 2 per process (one process alone would log 4)
     assert con.execute("SELECT value FROM metrics WHERE key = 'groups' ORDER BY step").fetchall() == [(2.0,), (2.0,)]
-
-
-@pytest.mark.slow
-def test_two_process_run_resumes(tiny_assets, tmp_path, rewards_on_path):
-    """Stopped after step 2 (its checkpoint) and resumed in two processes: steps 3-4 follow, none twice."""
-    cfg = write_config(tiny_assets, tmp_path, **{"optim.steps": 2, "eval.every": 0, "optim.prompts_per_step": 4,
-                                                 "logging.save_every": 2})
-    launch_two_processes(cfg)
+    con.close()
     launch_two_processes(cfg, "--resume", str(tmp_path / "t"), "--set", "optim.steps=4")
     con = sqlite3.connect(tmp_path / "t" / "run.db")
     assert con.execute("SELECT step, count(*) FROM groups GROUP BY step").fetchall() == [(s, 4) for s in (1, 2, 3, 4)]
