@@ -357,11 +357,12 @@ class ServerEngine(HFEngine):
                    weight_sync=build_sync(sampling, run_dir), served_models=names)
 
     # ---- weights ----------------------------------------------------------------------------------------
-    def sync_weights(self, model: Any, version: int) -> None:
-        """Push ``model``'s weights (merged, for LoRA) to every replica as policy ``version``."""
+    def sync_weights(self, model: Any, version: int, state: dict[str, Any] | None = None) -> None:
+        """Push ``model``'s weights (merged, for LoRA; ``state``: its gathered full state dict, under FSDP) to
+        every replica as policy ``version``."""
         if self.weight_sync is None:
             return
-        self.weight_sync.push(self, model, version)
+        self.weight_sync.push(self, model, version, state)
         self.version = version
 
     def mark_loaded(self, replica: Replica, version: int, server_version: Any) -> None:

@@ -25,6 +25,8 @@
     Nothing is pushed: a frozen server (off-policy runs, evaluation). Versions are not tracked.
 
 LoRA runs push the merged weights (W + the adapter's delta, under the base model's names), never the adapter.
+Under FSDP every process gathers the full state dict first (kitae.trainer.sharded.full_model_state) and the main
+process pushes it (``state``); ``vllm`` under FSDP is untested here (no GPU).
 """
 
 from __future__ import annotations
@@ -70,15 +72,17 @@ def build_sync(sampling: Any, run_dir: Any):
 
 
 # ---- the weights ---------------------------------------------------------------------------------------------
-def policy_tensors(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
+def policy_tensors(model: Any, state: dict[str, torch.Tensor] | None = None) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) of every weight under the base model's names; a PEFT LoRA model's adapted layers come out
-    merged (W + delta), computed aside: the training model is not touched."""
+    merged (W + delta), computed aside: the training model is not touched. ``state``: ``model``'s full state
+    dict gathered elsewhere (under FSDP, where ``model``'s own holds one process's shard), read instead."""
     if not hasattr(model, "peft_config"):
-        for name, t in model.state_dict().items():
+        for name, t in (model.state_dict() if state is None else state).items():
             yield name, t.detach()
         return
     base = model.get_base_model()
-    for name, t in base.state_dict().items():
+    weights = base.state_dict() if state is None else {k.removeprefix("base_model.model."): v for k, v in state.items()}
+    for name, t in weights.items():
         if ".lora_" in name:
             continue
         if ".base_layer." not in name:
@@ -91,17 +95,27 @@ def policy_tensors(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
             with torch.no_grad():
                 for adapter in layer.active_adapters:
                     if adapter in getattr(layer, "lora_A", {}):
-                        merged = merged + layer.get_delta_weight(adapter).to(merged.dtype)
+                        merged = merged + _delta(layer, adapter, owner, state and weights).to(merged.dtype)
         yield f"{owner}.{leaf}", merged
 
 
-def write_weights(model: Any, folder: Path) -> Path:
-    """``model``'s weights (merged, for LoRA) as a Hugging Face folder at ``folder``, written aside and renamed
-    into place, so a server never reads half a folder."""
+def _delta(layer: Any, adapter: str, owner: str, weights: dict[str, torch.Tensor] | None) -> torch.Tensor:
+    """A LoRA layer's weight delta: PEFT's own, or (from gathered ``weights``) B @ A times its scaling, as PEFT's
+    Linear computes it (kitae's LoRA: Linear layers, no DoRA)."""
+    if weights is None:
+        return layer.get_delta_weight(adapter)
+    a, b = weights[f"{owner}.lora_A.{adapter}.weight"], weights[f"{owner}.lora_B.{adapter}.weight"]
+    delta = b.float() @ a.float()
+    return (delta.T if layer.fan_in_fan_out else delta) * layer.scaling[adapter]
+
+
+def write_weights(model: Any, folder: Path, state: dict[str, torch.Tensor] | None = None) -> Path:
+    """``model``'s weights (merged, for LoRA; ``state``: as :func:`policy_tensors`) as a Hugging Face folder at
+    ``folder``, written aside and renamed into place, so a server never reads half a folder."""
     tmp = folder.with_name(f".{folder.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     base = model.get_base_model() if hasattr(model, "peft_config") else model
-    base.save_pretrained(tmp, state_dict=dict(policy_tensors(model)), safe_serialization=True)
+    base.save_pretrained(tmp, state_dict=dict(policy_tensors(model, state)), safe_serialization=True)
     shutil.rmtree(folder, ignore_errors=True)
     tmp.rename(folder)
     return folder
@@ -120,9 +134,9 @@ class DiskSync:
         self.api_key_env = sampling.api_key_env
         self.latest: tuple[int, Path] | None = None
 
-    def push(self, engine: Any, model: Any, version: int) -> None:
+    def push(self, engine: Any, model: Any, version: int, state: dict[str, torch.Tensor] | None = None) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        folder = write_weights(model, (self.root / f"v{version:06d}").resolve())
+        folder = write_weights(model, (self.root / f"v{version:06d}").resolve(), state)
         self.latest = (version, folder)
         now = time.monotonic()
         live = [r for r in engine.replicas if r.is_up(now)]  # the others load the folder when they are back
@@ -226,20 +240,20 @@ class VllmClient:
 def policy_source(model: Any) -> Any:
     """``model``'s weights (merged, for LoRA) as a vLLM ``WeightSource``: names, dtypes and shapes read once
     (they do not change during a run), the tensors on this process's CUDA device at each push. ``source.model``
-    is the model the next push reads."""
+    is the model the next push reads, ``source.state`` its gathered full state dict (FSDP) or None."""
     from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource
 
     class PolicySource(WeightSource):
-        def __init__(self, model: Any):
-            self.model = model
+        def __init__(self, model: Any, state: dict[str, torch.Tensor] | None = None):
+            self.model, self.state = model, state
 
         @functools.cached_property
         def metadata(self) -> list[Any]:
-            return [ParamMeta(n, t.dtype, tuple(t.shape)) for n, t in policy_tensors(self.model)]
+            return [ParamMeta(n, t.dtype, tuple(t.shape)) for n, t in policy_tensors(self.model, self.state)]
 
         def iter_full(self) -> Iterator[tuple[str, torch.Tensor]]:
             device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
-            for name, t in policy_tensors(self.model):
+            for name, t in policy_tensors(self.model, self.state):
                 yield name, (t.to(device, non_blocking=True) if device is not None else t)
 
     return PolicySource(model)
@@ -261,10 +275,10 @@ class VllmSync:
         self.api_key_env = sampling.api_key_env
         self.engines: dict[str, Any] = {}  # replica URL -> vLLM's trainer engine (NCCL group, the trainer rank 0)
 
-    def push(self, engine: Any, model: Any, version: int) -> None:
+    def push(self, engine: Any, model: Any, version: int, state: dict[str, torch.Tensor] | None = None) -> None:
         for replica in engine.replicas:
             try:
-                self._push_one(replica, model, version)
+                self._push_one(replica, model, version, state)
             except (KitaeError, OSError, RuntimeError, ValueError) as exc:
                 replica.synced = None
                 self.engines.pop(replica.url, None)  # its NCCL group is unusable: the next push joins anew
@@ -272,9 +286,9 @@ class VllmSync:
                 continue
             engine.mark_loaded(replica, version, version)  # finish_weight_update labelled them str(version)
 
-    def _push_one(self, replica: Any, model: Any, version: int) -> None:
+    def _push_one(self, replica: Any, model: Any, version: int, state: dict[str, torch.Tensor] | None) -> None:
         transfer = self.engines.get(replica.url) or self._init_engine(replica, model)
-        transfer.source.model = model
+        transfer.source.model, transfer.source.state = model, state
         transfer.client.label = str(version)
         transfer.client.pause()
         try:

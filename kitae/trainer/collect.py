@@ -23,6 +23,7 @@ from kitae.rollout.base import Completion, SamplingParams
 from kitae.rollout.partial import PartialRollouts
 from kitae.scoring.evaluate import sample_dict
 from kitae.scoring.rewards import GroupScores, RewardComponent, score_groups
+from kitae.trainer import sharded
 from kitae.trainer.advantages import reward_tensor
 from kitae.trainer.config import TrainConfig
 from kitae.trainer.metrics import pass_rates
@@ -158,8 +159,9 @@ class Rollouts:
         if not (force or due(version, self.cfg.sampling.sync_every)):
             return {}
         t0 = time.perf_counter()
+        state = sharded.full_model_state(self.acc, policy)  # FSDP: every process gathers, the main one pushes
         if self.acc.is_main_process:
-            engine.sync_weights(policy, version)
+            engine.sync_weights(policy, version, state)
         if self.acc.num_processes > 1:  # every process's engine learns what the replicas now hold
             from accelerate.utils import broadcast_object_list
 

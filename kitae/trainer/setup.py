@@ -115,7 +115,7 @@ def check_distributed(acc, cfg: TrainConfig | None = None) -> None:
                           "or FSDP2 (examples/accelerate/fsdp2.yaml), and shrink the memory with model.lora, "
                           "model.gradient_checkpointing or a smaller optim.micro_batch_size")
     if kind == "FSDP":
-        sharded.check(acc, cfg)
+        sharded.check(acc)
 
 
 # ---- models -----------------------------------------------------------------------------------------------

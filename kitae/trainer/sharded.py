@@ -11,6 +11,8 @@ gathers each decoder layer's weights from every process (a collective call). Wha
   micro-batches; the extra ones are the last micro-batch again with its loss times 0 (a gradient of exactly 0).
   Gradient clipping is accelerate's ``clip_grad_norm_`` (the norm of the whole sharded gradient, the same on
   every process), so the non-finite-norm step skip works as under data parallel.
+- **Weight pushes** to rollout servers (:func:`full_model_state`): every process takes part in gathering the
+  full weights, as for a checkpoint; the main process pushes them (merged, for LoRA) as under data parallel.
 - **Checkpoints** (:func:`checkpoint_state`, :func:`load_optimizer_state`): every process takes part in
   gathering the full model and optimizer state (torch.distributed.checkpoint's full state dicts, on the main
   process's CPU), which the main process writes in kitae's checkpoint layout: model/ is ``save_pretrained``'s
@@ -57,18 +59,11 @@ def enable_on_cpu(acc) -> None:
     acc.state.fsdp_plugin = plugin
 
 
-def check(acc, cfg) -> None:
-    """What the trainer cannot run under FSDP: FSDP1, and pushing weights to rollout servers (the push reads
-    the policy's state dict in the main process alone, which holds one shard)."""
+def check(acc) -> None:
+    """What the trainer cannot run under FSDP: FSDP1."""
     if not getattr(acc, "is_fsdp2", False):
         raise ConfigError(_LAUNCHER, "FSDP1 (fsdp_version: 1) is not supported by kitae's trainer: set "
                           "fsdp_version: 2 (examples/accelerate/fsdp2.yaml), torch's fully_shard")
-    s = cfg.sampling if cfg is not None else None
-    if s is not None and s.engine == "server" and s.sync != "none":
-        raise ConfigError("sampling.sync", f"{s.sync}: pushing weights to rollout servers is not supported under "
-                          "FSDP yet (the push would send one process's shard); sample in process (sampling.engine: "
-                          "hf), use frozen servers (sampling.sync: none), or launch with data parallel "
-                          "(examples/accelerate/ddp.yaml)")
 
 
 @contextmanager
@@ -117,13 +112,21 @@ def checkpoint_state(acc, model, optimizer) -> tuple[dict[str, Any] | None, dict
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
     full = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return full_model_state(acc, model), get_optimizer_state_dict(model, optimizer, options=full)
+
+
+def full_model_state(acc, model) -> dict[str, Any] | None:
+    """Under FSDP: the full state dict of ``model`` (a PEFT model's under its own names), gathered by every
+    process onto the main process's CPU (the others get an empty dict; every process must call it together);
+    what checkpoints save and weight pushes send. Otherwise None (the model's own state dict is full)."""
+    if not is_fsdp(acc):
+        return None
     weights = acc.get_state_dict(model)  # the full state dict on the main process
     # a tied weight (lm_head = embed_tokens) under its second name: gathered as a copy, which save_pretrained
     # would write as a weight of its own
     policy = acc.unwrap_model(model)
     aliases = {n for n, _ in policy.named_parameters(remove_duplicate=False)} - {n for n, _ in policy.named_parameters()}
-    weights = {k: v for k, v in weights.items() if k not in aliases}
-    return weights, get_optimizer_state_dict(model, optimizer, options=full)
+    return {k: v for k, v in weights.items() if k not in aliases}
 
 
 def load_optimizer_state(acc, model, optimizer, state: dict[str, Any]) -> None:

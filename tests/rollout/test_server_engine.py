@@ -234,7 +234,7 @@ class Reloads:
     def __init__(self):
         self.calls = 0
 
-    def push(self, engine, model, version):
+    def push(self, engine, model, version, state=None):
         for r in engine.replicas:
             self.reload(engine, r, version)
 

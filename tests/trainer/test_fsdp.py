@@ -149,3 +149,67 @@ def test_fsdp2_lora_with_kl_to_the_base_trains_as_data_parallel_does(tiny_assets
     assert sorted(sharded) == sorted(full) and all("lora_" in k for k in full)
     for k, t in full.items():
         torch.testing.assert_close(sharded[k], t, atol=1e-6, rtol=1e-5, msg=k)
+
+
+def server_logp_gap(model, tokenizer, url: str) -> float:
+    """Max |server log-prob - ``model``'s log-prob| over the server's greedy completion of a fixed prompt."""
+    import httpx
+
+    from kitae.rollout.base import Completion
+    from kitae.trainer.batch import build_batch, token_logps
+
+    prompt = tokenizer("what is 2+3?")["input_ids"]
+    body = {"prompt": prompt, "n": 1, "max_tokens": 6, "temperature": 0.0, "logprobs": 0,
+            "return_tokens_as_token_ids": True, "skip_special_tokens": False}
+    got = httpx.post(url + "/v1/completions", json=body, timeout=60).json()["choices"][0]["logprobs"]
+    ids = [int(t.removeprefix("token_id:")) for t in got["tokens"]]
+    batch = build_batch([Completion("", prompt, ids, got["token_logprobs"], "length")], [0.0], tokenizer.pad_token_id)
+    with torch.no_grad():
+        own = token_logps(model, batch, 1.0)[0][batch.mask > 0]  # T = 1: greedy log-probs are at T 1
+    return float((own - torch.tensor(got["token_logprobs"])).abs().max())
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_fsdp2_pushes_the_full_weights_to_a_rollout_server(tiny_assets, rewards_on_path, tmp_path, lora):
+    """sampling.engine: server, sync: disk under FSDP2: every process gathers, the main process pushes the whole
+    policy (merged, for LoRA) after each step; the server then holds exactly the trainer's weights of that step."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from kitae.rollout.replicas import Replicas
+
+    with Replicas(str(tiny_assets / "model"), 1, log_dir=tmp_path) as replicas:
+        cfg = write_config(tiny_assets, tmp_path / "run", **{
+            "optim.steps": 2, "optim.prompts_per_step": 4, "optim.micro_batch_size": 2, "data.eval": None,
+            "logging.save_every": 1, "sampling.engine": "server", "sampling.servers": replicas.urls,
+            "sampling.sync": "disk", "sampling.server_down_secs": 60.0, "sampling.server_max_wait": 120.0,
+            **({"model.lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}} if lora else {}),
+        })
+        assert launch("fsdp2.yaml", cfg, tmp_path / "fsdp.json")["param_type"] == "DTensor"
+        run = tmp_path / "run" / "t"
+        folder = run / "checkpoints" / "step-000002" / "model"
+        if lora:
+            base = AutoModelForCausalLM.from_pretrained(tiny_assets / "model")
+            trained = PeftModel.from_pretrained(base, folder).merge_and_unload()
+        else:
+            trained = AutoModelForCausalLM.from_pretrained(folder)
+        tokenizer = AutoTokenizer.from_pretrained(tiny_assets / "model")
+        gap = server_logp_gap(trained.eval(), tokenizer, replicas.urls[0])
+    assert gap < 1e-4  # fp32: the server holds the trainer's weights after the last step
+    # what was pushed: the whole model of step 2 (every weight at its full shape), not a shard nor step 1's
+    pushed = load_file(run / "sync" / "v000002" / "model.safetensors")
+    full = trained.state_dict()
+    assert sorted(pushed) == sorted(k for k in full if k != "lm_head.weight")  # the tied copy: not written
+    for name, t in pushed.items():
+        torch.testing.assert_close(t, full[name], atol=1e-6, rtol=1e-5, msg=name)
+    base = load_file(tiny_assets / "model" / "model.safetensors")
+    assert any(not torch.equal(t, base[k]) for k, t in pushed.items())  # it trained: not the initial weights
+    con = sqlite3.connect(run / "run.db")
+    try:
+        seen = dict(con.execute("SELECT step || ' ' || key, value FROM metrics WHERE key IN "
+                                "('policy_version', 'mismatch/logp_abs_diff_max')").fetchall())
+    finally:
+        con.close()
+    for step in (1, 2):  # sampled by the weights pushed after the step before, the trainer's own
+        assert seen[f"{step} policy_version"] == step - 1
+        assert seen[f"{step} mismatch/logp_abs_diff_max"] < 1e-4
