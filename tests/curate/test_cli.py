@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from tests.curate import tiny_task
+from tests.signals import sigint_as_in_a_terminal
 
 DEDUPE_SET = Path(__file__).parent / "data" / "dedupe_set.jsonl"
 
@@ -129,12 +130,13 @@ def test_difficulty_interrupted_says_where_it_stopped_and_a_rerun_resumes(tmp_pa
     import time
 
     rows = [{"messages": [{"role": "user", "content": f"{a}+{b}=?"}], "reference_answer": str(a + b)}
-            for a in range(1, 25) for b in range(1, 11)]  # 120 batches: at load 12 the run got through 24 of them
-    data = write_rows(tmp_path / "in.jsonl", rows)  # before this test's loop, starved, sent the signal
+            for a in range(1, 9) for b in range(1, 7)]
+    data = write_rows(tmp_path / "in.jsonl", rows)
     out, progress = tmp_path / "d.jsonl", tmp_path / "d.progress.jsonl"
     command = [sys.executable, "-m", "kitae.cli.main", "curate", "difficulty", "-d", str(data), "-o", str(out),
                "-n", "4", "--max-new-tokens", "8", "--set", "batch_prompts=2", "-q"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=sigint_as_in_a_terminal)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:
         if progress.exists() and len(progress.read_text().splitlines()) >= 3:  # the header and a first batch

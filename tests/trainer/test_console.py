@@ -14,6 +14,7 @@ from tqdm import tqdm
 
 from kitae.cli.train import Console, StepClock, eval_line, format_summary, step_bar
 from tests.trainer.conftest import write_config
+from tests.signals import sigint_as_in_a_terminal
 
 METRICS = {"pass@1": 0.25, "compliance": 0.5, "len_mean": 3.25, "trunc_rate": 0.0, "pass@1/en": 0.25}
 
@@ -100,7 +101,8 @@ def test_ctrl_c_saves_exits_130_and_says_how_to_resume(tiny_assets, tmp_path, re
                                                  "eval.every": 0})
     run = tmp_path / "t"
     proc = subprocess.Popen([sys.executable, "-m", "kitae.cli.main", "train", str(cfg)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            preexec_fn=sigint_as_in_a_terminal)
     deadline = time.monotonic() + 240
     while (not any((run / "checkpoints").glob("step-??????")) and proc.poll() is None
            and time.monotonic() < deadline):

@@ -18,6 +18,7 @@ from kitae.store import RunStore
 from kitae.trainer.config import load_train_config
 from kitae.trainer.loop import Trainer
 from tests.trainer.conftest import write_config
+from tests.signals import sigint_as_in_a_terminal
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +31,7 @@ def spawn():
     def start(cfg_path: Path, *args: str) -> subprocess.Popen:
         proc = subprocess.Popen(
             [sys.executable, "-m", "kitae.cli.main", "train", str(cfg_path), "-q", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=sigint_as_in_a_terminal,
         )
         procs.append(proc)
         return proc
@@ -138,7 +139,7 @@ def test_resume_after_sigkill_loses_and_duplicates_no_step(tiny_assets, tmp_path
 
 @pytest.mark.slow
 def test_ctrl_c_saves_a_checkpoint_and_exits_cleanly(tiny_assets, tmp_path, rewards_on_path, spawn):
-    cfg = write_config(tiny_assets, tmp_path, **{"optim.steps": 500, "logging.save_every": 1000, "eval.every": 0,
+    cfg = write_config(tiny_assets, tmp_path, **{"optim.steps": 100_000, "logging.save_every": 1000, "eval.every": 0,
                                                   "data.eval": None})
     proc = spawn(cfg)
     db = tmp_path / "t" / "run.db"

@@ -12,6 +12,8 @@ import sys
 import httpx
 import pytest
 
+from tests.signals import sigint_as_in_a_terminal
+
 KITAE = [sys.executable, "-m", "kitae.cli.main"]
 
 
@@ -41,7 +43,7 @@ def test_a_busy_port_is_an_error_not_a_traceback(tmp_path):
 
 def test_ui_serves_the_runs_until_ctrl_c(runs_dir):
     proc = subprocess.Popen([*KITAE, "ui", "--runs", str(runs_dir), "--port", "0"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=sigint_as_in_a_terminal)
     try:
         lines = [proc.stdout.readline() for _ in range(2)]
         url = re.search(r"open (http://127\.0\.0\.1:\d+/)", lines[1]).group(1)
@@ -49,7 +51,7 @@ def test_ui_serves_the_runs_until_ctrl_c(runs_dir):
         assert {r["name"] for r in runs} == {"finished-run", "crashed-run"}
         assert "<title>kitae" in httpx.get(url, timeout=10).text
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)  # 15 s was too short at load 12
+        out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0 and "stopped" in out, err
     finally:
         if proc.poll() is None:
