@@ -48,3 +48,19 @@ def _restore_torch_threads():
     yield
     if torch.get_num_threads() != _SESSION_THREADS:
         torch.set_num_threads(_SESSION_THREADS)
+
+
+# The longest tests (minutes each on a 2-core machine), started first so that `-n 2` ends both workers together:
+# handed out in file order, the README walkthroughs (tests/test_readme.py sorts late) ran alone at the end.
+LONGEST = ("tests/test_readme.py::test_curate_walkthrough_as_written", "tests/test_readme.py::test_quick_start_as_written",
+           "tests/trainer/test_fsdp.py::")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Longest first, then the other `slow` tests, then the rest; each group keeps its file order."""
+    def rank(item) -> int:
+        if item.nodeid.startswith(LONGEST):
+            return 0
+        return 1 if item.get_closest_marker("slow") else 2
+
+    items.sort(key=rank)
