@@ -58,6 +58,13 @@ def overfit(model, tokenizer, texts: list[str], steps: int = 200, lr: float = 2e
     same bit for bit on every machine and thread count.
     """
     ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    batches = [(torch.tensor([seq]), torch.tensor([seq])) for seq in ids]
+    train_one_thread(model, batches, steps, lr)
+
+
+def train_one_thread(model, batches: list[tuple[torch.Tensor, torch.Tensor]], steps: int, lr: float) -> None:
+    """`steps` passes over `batches` of (input_ids, labels), an Adam step after each batch, the rate decayed
+    linearly to 0 once per pass; on one torch thread, so the weights are the same on every machine."""
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 - s / steps)
     threads = torch.get_num_threads()
@@ -65,10 +72,8 @@ def overfit(model, tokenizer, texts: list[str], steps: int = 200, lr: float = 2e
     try:
         model.train()
         for _ in range(steps):
-            for seq in ids:
-                x = torch.tensor([seq])
-                loss = model(input_ids=x, labels=x).loss
-                loss.backward()
+            for x, labels in batches:
+                model(input_ids=x, labels=labels).loss.backward()
                 opt.step()
                 opt.zero_grad()
             schedule.step()

@@ -269,28 +269,25 @@ def length_jump(h: History, s) -> Alarm | None:
 
 def length_collapse(h: History, s) -> Alarm | None:
     """The window's mean completion length is under ``length_floor`` tokens."""
-    if h.step < s.window:
-        return None
-    now = h.mean("len_mean", *_window(h, s))
-    if now is None or now >= s.length_floor:
-        return None
-    return Alarm("length_collapse", h.step, f"mean completion length {now:.2f} tokens over the last {s.window} "
-                 f"steps (under {s.length_floor}): the answers are (almost) empty",
-                 {"len_mean": _r(now), "baseline_len_mean": _r(h.mean("len_mean", *_baseline(h, s)))},
-                 _group_links(h.groups))
+    return _under_floor(h, s, "length_collapse", "len_mean", s.length_floor, "mean completion length {now:.2f} "
+                        "tokens over the last {window} steps (under {floor}): the answers are (almost) empty")
 
 
 def entropy_collapse(h: History, s) -> Alarm | None:
     """The window's mean token entropy is under ``entropy_floor`` nats: every sample of a group alike."""
+    return _under_floor(h, s, "entropy_collapse", "entropy", s.entropy_floor, "token entropy {now:.4f} over the "
+                        "last {window} steps (under {floor}): the policy samples (almost) one answer")
+
+
+def _under_floor(h: History, s, kind: str, key: str, floor: float, message: str) -> Alarm | None:
+    """`kind` when the window's mean of metric `key` is under `floor`; evidence: that mean and the baseline's."""
     if h.step < s.window:
         return None
-    now = h.mean("entropy", *_window(h, s))
-    if now is None or now >= s.entropy_floor:
+    now = h.mean(key, *_window(h, s))
+    if now is None or now >= floor:
         return None
-    return Alarm("entropy_collapse", h.step, f"token entropy {now:.4f} over the last {s.window} steps (under "
-                 f"{s.entropy_floor}): the policy samples (almost) one answer",
-                 {"entropy": _r(now), "baseline_entropy": _r(h.mean("entropy", *_baseline(h, s)))},
-                 _group_links(h.groups))
+    return Alarm(kind, h.step, message.format(now=now, window=s.window, floor=floor),
+                 {key: _r(now), f"baseline_{key}": _r(h.mean(key, *_baseline(h, s)))}, _group_links(h.groups))
 
 
 def kl_blowup(h: History, s) -> Alarm | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from tests.tiny import tiny_llama, tiny_tokenizer
+from tests.tiny import tiny_llama, tiny_tokenizer, train_one_thread
 
 NUMBER_LIST = "2 3 4 5 6 7 8"
 LIST_EVERY = 21  # one answer of this many is the list in the taught distribution
@@ -48,20 +48,7 @@ def teach(model, tok, steps: int = 100, lr: float = 1e-2) -> None:
     x = torch.tensor([s + [tok.pad_token_id] * (width - len(s)) for s in seqs])  # [N, T]
     m = torch.tensor([k + [0] * (width - len(k)) for k in masks], dtype=torch.bool)  # [N, T]
     labels = torch.where(m, x, torch.full_like(x, -100))
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 - s / steps)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        model.train()
-        for _ in range(steps):
-            model(input_ids=x, labels=labels).loss.backward()
-            opt.step()
-            opt.zero_grad()
-            schedule.step()
-        model.eval()
-    finally:
-        torch.set_num_threads(threads)
+    train_one_thread(model, [(x, labels)], steps, lr)
 
 
 def build(root: Path) -> Path:
