@@ -50,10 +50,10 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from kitae.chat import content_text
 from kitae.config import from_dict, read_text, safe_load, setting, short_repr
 from kitae.errors import ConfigError
 from kitae.graders.base import Grade, Grader, run_sync
+from kitae.graders.echo import prompt_of
 from kitae.graders.rows import Row, agrade_rows, load_rows
 from kitae.graders.template import as_text
 
@@ -141,7 +141,7 @@ _TAG = re.compile(r"(<[^<>]*>)")
 def row_fields(item: dict[str, Any], reference_field: str = "reference_answer") -> dict[str, str]:
     """The fields a template may use, for one row; a field the row cannot give is absent."""
     out = {f"item.{k}": as_text(v) for k, v in item.items()}
-    prompt = prompt_of(item)
+    prompt = prompt_of(item, roles=("user",)) or None  # the user turns: what an echo repeats
     if prompt is not None:
         out["prompt"] = prompt
         numbers = _DIGITS.findall(unicodedata.normalize("NFKC", prompt))
@@ -157,15 +157,6 @@ def row_fields(item: dict[str, Any], reference_field: str = "reference_answer") 
         out["reference_extras"] = ", ".join(one_change(ref, k) for k in (1, 2, 3))
         out["reference_shape"] = shape_of(ref)
     return out
-
-
-def prompt_of(item: dict[str, Any]) -> str | None:
-    messages = item.get("messages")
-    if isinstance(messages, list):
-        turns = [content_text(m.get("content")) for m in messages if isinstance(m, dict) and m.get("role") == "user"]
-        if turns:
-            return "\n".join(turns)
-    return item["prompt"] if isinstance(item.get("prompt"), str) else None
 
 
 def equations(numbers: list[str]) -> str:

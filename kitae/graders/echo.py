@@ -25,15 +25,16 @@ _WORD = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+")
 _SEP = "\x00"
 
 
-def prompt_of(item: dict[str, Any]) -> str:
-    """The prompt the model was given: the row's user and system turns, joined by newlines."""
+def prompt_of(item: dict[str, Any], roles: tuple[str, ...] = ("user", "system")) -> str:
+    """The prompt the model was given: the row's turns of `roles` (user and system), joined by newlines, or a
+    TRL-style string ``prompt``; "" when there is none."""
     messages = item.get("messages", item.get("prompt"))
     if isinstance(messages, str):
         return messages
     if not isinstance(messages, list):
         return ""
     return "\n".join(content_text(m.get("content")) for m in messages
-                     if isinstance(m, dict) and m.get("role") in ("user", "system"))
+                     if isinstance(m, dict) and m.get("role") in roles)
 
 
 def words(text: str) -> list[re.Match]:
