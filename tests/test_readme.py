@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -301,7 +302,14 @@ def test_curate_walkthrough_as_written(user_dir):
     mean, unsolved = (float(x) for x in re.findall(r"[\d.]+", _comment(steps[2]))[:2])
     assert abs(report["mean pass rate"] - mean) <= 0.01 and abs(report["passes 0/10"] - unsolved) <= 20
 
+    # The chain samples the same rows with the same settings and batch seeds as the difficulty step did (its
+    # dedupe must write the same rows: a progress file for other rows is refused); it picks up that step's
+    # progress file, as a rerun does, instead of sampling all 13,540 completions a second time. That the samples
+    # of a resumed or split run equal an uninterrupted one's is tests/curate's (test_recipe_with_difficulty_resumes,
+    # test_difficulty_interrupted_says_where_it_stopped_and_a_rerun_resumes).
     chain = command_for("kitae curate run")
+    (user_dir / "curated/run").mkdir()
+    shutil.copy(user_dir / "curated/difficulty.progress.jsonl", user_dir / "curated/run/03-difficulty.progress.jsonl")
     ran = sh(chain, user_dir, timeout=3600).stdout.splitlines()
     for line in shown_output(chain):
         assert line.startswith("...") or line in ran, line  # the chain's summary, as the README shows it

@@ -284,6 +284,7 @@ class RunReader:
                 reasons=from_json(r["reasons"]),
                 sub_scores=from_json(r["sub_scores"]),
                 errors=from_json(r["errors"]),
+                policy_version=r["policy_version"] if "policy_version" in r.keys() else None,  # (before version 3)
             )
             for r in rows
         ]

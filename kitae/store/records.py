@@ -36,6 +36,7 @@ class SampleRecord:
     reasons: dict[str, str | None] = field(default_factory=dict)
     sub_scores: dict[str, dict] = field(default_factory=dict)
     errors: dict[str, str | None] = field(default_factory=dict)
+    policy_version: int | None = None  # async rollouts: the policy version (optimizer steps) that sampled it
 
 
 @dataclass

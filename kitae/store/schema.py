@@ -1,4 +1,4 @@
-"""The run.db schema (version 2), the connection settings and the version check.
+"""The run.db schema (version 3), the connection settings and the version check.
 
 The schema is the contract between training and the web page, documented in docs/run_store.md. Any change
 to a table bumps SCHEMA_VERSION, updates that document and adds a migration to MIGRATIONS; a kitae that
@@ -24,7 +24,7 @@ from urllib.parse import quote
 from kitae.errors import KitaeError
 from kitae.store.failures import damaged, sqlite_failure
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 BUSY_TIMEOUT_MS = 10_000
 
 SCHEMA = """
@@ -84,6 +84,7 @@ CREATE TABLE samples (
     reasons           TEXT NOT NULL,
     sub_scores        TEXT NOT NULL,
     errors            TEXT NOT NULL,
+    policy_version    INTEGER,
     PRIMARY KEY (group_id, sample_index)
 ) WITHOUT ROWID;
 CREATE INDEX samples_by_step ON samples (step);
@@ -115,8 +116,15 @@ def _add_events(conn: sqlite3.Connection) -> None:
     """Version 2: the events table (resumes, restarts, skipped checkpoints, config changes)."""
     conn.execute(EVENTS_TABLE.strip().rstrip(";"))
 
+
+def _add_policy_version(conn: sqlite3.Connection) -> None:
+    """Version 3: ``samples.policy_version``, the policy version that sampled each one (async rollouts; NULL for
+    samples of the policy being trained, and for every sample logged before version 3)."""
+    conn.execute("ALTER TABLE samples ADD COLUMN policy_version INTEGER")
+
+
 # version v -> function that upgrades a database at version v to v + 1, inside one transaction.
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _add_events}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _add_events, 2: _add_policy_version}
 
 
 def connect(db_path: Path, read_only: bool = False) -> sqlite3.Connection:

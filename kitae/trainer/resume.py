@@ -107,7 +107,22 @@ def plan_resume(cfg: Any, allow_config_change: bool = False, from_scratch: bool 
     ckpt, skipped = find_checkpoint(run_dir)
     if ckpt is None and last:  # step 0 (an eval before training) is redone as it was: nothing lost
         raise KitaeError(_no_checkpoint_message(run_dir, skipped, last))
+    if ckpt is not None:
+        _check_staleness(cfg, changes, ckpt.step, run_dir)
     return ResumePlan(ckpt, skipped, changes, last)
+
+
+def _check_staleness(cfg: Any, changes: list[ConfigChange], step: int, run_dir: Path) -> None:
+    """An async run's checkpoint holds the groups sampled ahead, up to the old ``max_staleness`` versions behind
+    the policy that trains them: a lower bound cannot hold for them (a higher one can)."""
+    change = next((c for c in changes if c.field == "sampling.max_staleness"), None)
+    if change is None or not cfg.sampling.async_ or None in (change.old, change.new) or change.new >= change.old:
+        return
+    last = min(cfg.optim.steps, step + 1 + change.old)
+    raise ConfigError(str(run_dir / "config.yaml"), f"{change} cannot be lowered on resume: steps {step + 1} to "
+                      f"{last} were sampled ahead before the checkpoint of step {step}, up to {change.old} policy "
+                      f"versions behind, and the resumed run trains on them; resume with max_staleness "
+                      f"{change.old} or more (a lower bound applies to a new run)")
 
 
 def _no_checkpoint_message(run_dir: Path, skipped: list[tuple[Path, str]], last: int) -> str:

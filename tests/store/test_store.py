@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 
 from kitae.errors import KitaeError
-from kitae.store import SCHEMA_VERSION, RunStore, SampleRecord
+from kitae.store import SCHEMA_VERSION, GroupRecord, RunStore, SampleRecord
 
 from .conftest import make_group
 
@@ -210,30 +210,50 @@ def test_log_event_refuses_an_unknown_kind(store):
         store.log_event(1, "resumd", "x")
 
 
-def _as_version_1(store: RunStore) -> None:
-    """Turn a fresh run.db back into schema version 1 (no events table), as an older kitae wrote it."""
-    store._conn.execute("DROP TABLE events")
-    store._conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+def _as_version(store: RunStore, version: int) -> None:
+    """Turn a fresh run.db back into an older schema version, as an older kitae wrote it: 2 has no
+    samples.policy_version, 1 has no events table either."""
+    store._conn.execute("ALTER TABLE samples DROP COLUMN policy_version")
+    if version == 1:
+        store._conn.execute("DROP TABLE events")
+    store._conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
     store.close()
 
 
 def test_a_version_1_database_is_upgraded_when_opened_for_writing(store):
     store.log_metrics(1, {"reward": 0.5})
-    _as_version_1(store)
+    _as_version(store, 1)
     with RunStore.open(store.run_dir) as s:
-        assert s.summary()["schema_version"] == SCHEMA_VERSION == 2
+        assert s.summary()["schema_version"] == SCHEMA_VERSION == 3
         s.log_event(1, "resumed", "resumed from checkpoints/step-000001")
         assert [e["kind"] for e in s.events()] == ["resumed"] and s.metrics() == {"reward": [(1, 0.5)]}
 
 
 def test_a_version_1_database_is_read_as_it_is_by_a_reader(store):
     store.log_metrics(1, {"reward": 0.5})
-    _as_version_1(store)
+    _as_version(store, 1)
     with RunStore.open(store.run_dir, read_only=True) as s:
         assert s.summary()["schema_version"] == 1 and s.events() == [] and s.summary()["events"] == []
     conn = sqlite3.connect(store.run_dir / "run.db")  # and reading did not upgrade it
     assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "1"
     conn.close()
+
+
+def _group(step: int, version: int | None) -> GroupRecord:
+    return GroupRecord("p", [{"role": "user", "content": "p"}], None, {},
+                       [SampleRecord("a", 1, "stop", 1.0, 0.0, policy_version=version)], 0)
+
+
+def test_a_version_2_database_gains_policy_versions_and_its_old_samples_read_as_none(store):
+    store.log_groups(1, [_group(1, None)])
+    _as_version(store, 2)
+    with RunStore.open(store.run_dir, read_only=True) as s:  # a reader: as it is, without the column
+        assert s.summary()["schema_version"] == 2
+        assert [x.policy_version for x in s.groups(with_samples=True)[0].samples] == [None]
+    with RunStore.open(store.run_dir) as s:
+        assert s.summary()["schema_version"] == 3
+        s.log_groups(2, [_group(2, 0)])  # async: sampled by version 0, trained at step 2
+        assert {g.step: g.samples[0].policy_version for g in s.groups(with_samples=True)} == {1: None, 2: 0}
 
 
 def test_backup_copies_the_whole_history(store, tmp_path):

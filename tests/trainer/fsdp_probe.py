@@ -1,11 +1,13 @@
 """Run by tests/trainer/test_fsdp.py under ``accelerate launch`` (FSDP2 or data parallel, two processes):
 
-    python -m tests.trainer.fsdp_probe CONFIG OUT [STOP_AFTER | resume]
+    python -m tests.trainer.fsdp_probe JOBS
 
-trains the run of CONFIG with kitae's Trainer, stopping cleanly (a checkpoint saved, as on Ctrl-C) after step
-STOP_AFTER when given, or resuming it with ``resume``. The main process writes to OUT (JSON) how the run was
-distributed: accelerate's distributed_type, the type of the prepared policy's parameters (DTensor when
-sharded) and the share of the weights this process holds.
+JOBS is a JSON file: a list of ``[CONFIG, OUT, HOW]``, run one after another in these processes (one launch
+for many runs: a launch costs two processes' torch imports). Each trains the run of CONFIG with kitae's
+Trainer, stopping cleanly (a checkpoint saved, as on Ctrl-C) after step HOW when HOW is a number, resuming it
+when HOW is ``resume``, else to its end. The main process writes to OUT (JSON) how the run was distributed:
+accelerate's distributed_type, the type of the prepared policy's parameters (DTensor when sharded) and the
+share of the weights this process holds.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from kitae.trainer.config import load_train_config
 from kitae.trainer.loop import Trainer
 
 
-def main(config: str, out: str, how: str = "") -> None:
+def run(config: str, out: str, how: str = "") -> None:
     trainer = Trainer(load_train_config(config), resume=how == "resume")
     params = list(trainer.model.parameters())
     local = sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for p in params)
@@ -33,7 +35,10 @@ def main(config: str, out: str, how: str = "") -> None:
     if trainer.acc.is_main_process:
         with open(out, "w", encoding="utf-8") as f:
             json.dump(layout, f)
+    trainer.acc.wait_for_everyone()
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    with open(sys.argv[1], encoding="utf-8") as f:
+        for job in json.load(f):
+            run(*job)

@@ -61,6 +61,9 @@ def test_no_sample_is_more_than_max_staleness_versions_behind(tiny_assets, tmp_p
     logged = dict(metrics["policy_lag"])
     assert all(logged[s] == pytest.approx(sum(lg) / len(lg)) for s, lg in per_step.items())
     assert "mismatch/tis_weight_mean" in metrics  # the update corrected for the lag
+    with RunStore.open(trainer.run_dir, read_only=True) as store:  # each stored sample keeps its version
+        stored = [(g.step, s.policy_version) for g in store.groups(limit=None, with_samples=True) for s in g.samples]
+    assert sorted(stored) == sorted(seen)
 
 
 def _stop_after(trainer: Trainer, step: int) -> None:
@@ -101,6 +104,28 @@ def test_a_stopped_and_resumed_async_run_trains_exactly_as_the_uninterrupted_one
     wa = load_file(whole.run_dir / "checkpoints" / "step-000005" / "model" / "model.safetensors")
     wb = load_file(cut.run_dir / "checkpoints" / "step-000005" / "model" / "model.safetensors")
     assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
+
+
+def test_resuming_with_a_lower_max_staleness_is_refused_even_when_changes_are_allowed(tiny_assets, tmp_path,
+                                                                                     rewards_on_path):
+    """The checkpoint holds groups sampled up to max_staleness versions ahead: a lower bound would train on
+    samples staler than it allows. A higher one is a change like any other."""
+    cut = _trainer(tiny_assets, tmp_path, **{"sampling.max_staleness": 2, "optim.steps": 4, "logging.save_every": 0})
+    _stop_after(cut, 1)
+    assert cut.train()["status"] == "stopped"
+
+    def resume(staleness: int) -> Trainer:
+        cfg = load_train_config(cut.run_dir / "config.yaml", [f"sampling.max_staleness={staleness}"])
+        cfg.output_dir, cfg.name = str(cut.run_dir.parent), cut.run_dir.name
+        return Trainer(cfg, resume=True, allow_config_change=True)
+
+    with pytest.raises(ConfigError, match=r"sampling.max_staleness: 2 → 1 .*cannot be lowered on resume.*"
+                                          r"steps 2 to 4 were sampled ahead"):
+        resume(1)
+    raised = resume(3)
+    seen = _record_versions(raised)
+    raised.train()
+    assert sorted({s for s, _ in seen}) == [2, 3, 4] and max(s - 1 - v for s, v in seen) <= 3
 
 
 @pytest.mark.parametrize("mu", [1, 2])

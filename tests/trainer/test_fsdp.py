@@ -32,22 +32,25 @@ def _fsdp2_on_gloo_problem() -> str | None:
     return None
 
 
-pytestmark = [pytest.mark.slow,
+# the module's runs are two launches shared by its tests (fsdp_runs): one worker runs them all (--dist loadgroup)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("fsdp2"),
               pytest.mark.skipif(_fsdp2_on_gloo_problem() is not None, reason=str(_fsdp2_on_gloo_problem()))]
 
 KEYS = ("loss", "reward", "grad_norm", "skipped_rows")
+LORA = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
 
 
-def launch(config_file: str, cfg: Path, out: Path, *args: str) -> dict:
-    """tests.trainer.fsdp_probe in two processes, launched with examples/accelerate/CONFIG_FILE."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+def launch(config_file: str, jobs: list[tuple[Path, Path, str]], tiny_assets: Path, log: Path) -> None:
+    """tests.trainer.fsdp_probe in two processes, launched with examples/accelerate/CONFIG_FILE: ``jobs``
+    (config, out, how) one after another."""
+    log.write_text(json.dumps([[str(c), str(o), how] for c, o, how in jobs]))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{tiny_assets}{os.pathsep}{ROOT}"}
     proc = subprocess.run(
         [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ROOT / "examples/accelerate" /
-         config_file), "--num_processes", "2", "-m", "tests.trainer.fsdp_probe", str(cfg), str(out), *args],
-        capture_output=True, text=True, timeout=600, env=env,
+         config_file), "--num_processes", "2", "-m", "tests.trainer.fsdp_probe", str(log)],
+        capture_output=True, text=True, timeout=1200, env=env, cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(out.read_text())
 
 
 def metrics(run: Path) -> dict[tuple[int, str], float]:
@@ -67,85 +70,123 @@ def evals(run: Path) -> list[tuple[int, str]]:
         con.close()
 
 
-@pytest.fixture
-def config(tiny_assets, rewards_on_path):
+def three_steps(tiny_assets: Path, root: Path) -> Path:
     """3 steps of 4 prompts (2 per process), micro-batches of 2 rows, an evaluation every 2 steps and a
     checkpoint every step. The "picky" reward gives process 1 no reward variance, so it skips every row but one
     and runs fewer micro-batches than process 0: under FSDP it must still run as many forwards."""
-    def make(root: Path) -> Path:
-        return write_config(tiny_assets, root, **{
-            "optim.steps": 3, "optim.prompts_per_step": 4, "optim.micro_batch_size": 2, "logging.save_every": 1,
-            "logging.keep_checkpoints": 3, "eval.every": 2,
-            "rewards": [{"name": "picky", "function": "tiny_rewards:picky"}],
-        })
-    return make
+    return write_config(tiny_assets, root, **{
+        "optim.steps": 3, "optim.prompts_per_step": 4, "optim.micro_batch_size": 2, "logging.save_every": 1,
+        "logging.keep_checkpoints": 3, "eval.every": 2, "rewards": [{"name": "picky", "function": "tiny_rewards:picky"}],
+    })
 
 
-def test_fsdp2_trains_as_data_parallel_does_with_the_weights_sharded(config, tmp_path):
-    fsdp = launch("fsdp2.yaml", config(tmp_path / "fsdp"), tmp_path / "fsdp.json")
-    ddp = launch("ddp.yaml", config(tmp_path / "ddp"), tmp_path / "ddp.json")
+def lora_with_kl(tiny_assets: Path, root: Path) -> Path:
+    return write_config(tiny_assets, root, **{
+        "optim.steps": 2, "optim.prompts_per_step": 4, "optim.micro_batch_size": 2, "data.eval": None,
+        "model.lora": LORA, "algorithm.kl": {"coef": 0.1},
+        "rewards": [{"name": "picky", "function": "tiny_rewards:picky"}],
+    })
+
+
+def pushing(tiny_assets: Path, root: Path, url: str, lora: bool) -> Path:
+    return write_config(tiny_assets, root, **{
+        "optim.steps": 2, "optim.prompts_per_step": 4, "optim.micro_batch_size": 2, "data.eval": None,
+        "logging.save_every": 1, "sampling.engine": "server", "sampling.servers": [url],
+        "sampling.sync": "disk", "sampling.server_down_secs": 60.0, "sampling.server_max_wait": 120.0,
+        **({"model.lora": LORA} if lora else {}),
+    })
+
+
+@pytest.fixture(scope="module")
+def fsdp_runs(tiny_assets, tmp_path_factory):
+    """Every run of this module, in two launches: under FSDP2 the 3-step run, the same run stopped after step 1
+    and resumed, LoRA with KL, and two runs pushing weights to a `kitae serve model` replica each (full and
+    LoRA, kept running for the tests to read); under data parallel the 3-step run and LoRA with KL."""
+    from kitae.rollout.replicas import Replicas
+
+    root = tmp_path_factory.mktemp("fsdp")
+    with Replicas(str(tiny_assets / "model"), 2, log_dir=root) as replicas:
+        cut = three_steps(tiny_assets, root / "cut")
+        launch("fsdp2.yaml", [
+            (three_steps(tiny_assets, root / "fsdp"), root / "fsdp.json", ""),
+            (cut, root / "cut.json", "1"),  # stopped cleanly after step 1: its checkpoint
+            (cut, root / "resumed.json", "resume"),
+            (lora_with_kl(tiny_assets, root / "lora-fsdp"), root / "lora-fsdp.json", ""),
+            (pushing(tiny_assets, root / "push-full", replicas.urls[0], False), root / "push-full.json", ""),
+            (pushing(tiny_assets, root / "push-lora", replicas.urls[1], True), root / "push-lora.json", ""),
+        ], tiny_assets, root / "fsdp-jobs.json")
+        launch("ddp.yaml", [
+            (three_steps(tiny_assets, root / "ddp"), root / "ddp.json", ""),
+            (lora_with_kl(tiny_assets, root / "lora-ddp"), root / "lora-ddp.json", ""),
+        ], tiny_assets, root / "ddp-jobs.json")
+        yield root, replicas.urls
+
+
+def layout(root: Path, name: str) -> dict:
+    return json.loads((root / f"{name}.json").read_text())
+
+
+def test_fsdp2_trains_as_data_parallel_does_with_the_weights_sharded(fsdp_runs):
+    root, _ = fsdp_runs
+    fsdp, ddp = layout(root, "fsdp"), layout(root, "ddp")
     # really sharded: FSDP2's DTensors, each process holding about half of the weights (DDP: all of them)
     assert fsdp == {"distributed_type": "FSDP", "param_type": "DTensor", "share": pytest.approx(0.5, abs=0.05),
                     "processes": 2}
     assert ddp["distributed_type"] == "MULTI_CPU" and ddp["share"] == 1.0
-    a, b = metrics(tmp_path / "fsdp" / "t"), metrics(tmp_path / "ddp" / "t")
+    a, b = metrics(root / "fsdp" / "t"), metrics(root / "ddp" / "t")
     assert sorted(a) == sorted(b) == sorted((s, k) for s in (1, 2, 3) for k in KEYS)
     for key in sorted(a):
         assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
     assert all(a[(s, "skipped_rows")] > 0 for s in (1, 2, 3))  # process 1 skipped rows: fewer micro-batches there
-    assert [s for s, _ in evals(tmp_path / "fsdp" / "t")] == [0, 2, 3]
-    for (s1, m1), (s2, m2) in zip(evals(tmp_path / "fsdp" / "t"), evals(tmp_path / "ddp" / "t"), strict=True):
+    assert [s for s, _ in evals(root / "fsdp" / "t")] == [0, 2, 3]
+    for (s1, m1), (s2, m2) in zip(evals(root / "fsdp" / "t"), evals(root / "ddp" / "t"), strict=True):
         assert s1 == s2 and json.loads(m1) == pytest.approx(json.loads(m2), abs=1e-6)
     # the checkpoint: kitae's layout and manifest, the full model (no tied copy), as DDP saved it
     for step in (1, 2, 3):
-        folder = tmp_path / "fsdp" / "t" / "checkpoints" / f"step-{step:06d}"
+        folder = root / "fsdp" / "t" / "checkpoints" / f"step-{step:06d}"
         assert checkpoint_problem(folder) is None and (folder / MANIFEST).is_file()
         sharded = load_file(folder / "model" / "model.safetensors")
-        full = load_file(tmp_path / "ddp" / "t" / "checkpoints" / f"step-{step:06d}" / "model" / "model.safetensors")
+        full = load_file(root / "ddp" / "t" / "checkpoints" / f"step-{step:06d}" / "model" / "model.safetensors")
         assert sorted(sharded) == sorted(full)
         for name, t in full.items():
             torch.testing.assert_close(sharded[name], t, atol=1e-6, rtol=1e-5, msg=name)
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(tmp_path / "fsdp" / "t" / "checkpoints" / "step-000003" / "model")
+    model = AutoModelForCausalLM.from_pretrained(root / "fsdp" / "t" / "checkpoints" / "step-000003" / "model")
     assert torch.equal(model.lm_head.weight, model.model.embed_tokens.weight)  # still tied
-    first = load_file(tmp_path / "fsdp" / "t" / "checkpoints" / "step-000001" / "model" / "model.safetensors")
+    first = load_file(root / "fsdp" / "t" / "checkpoints" / "step-000001" / "model" / "model.safetensors")
     assert any(not torch.equal(first[k], v) for k, v in sharded.items())  # it trained
 
 
-def test_fsdp2_resume_gives_the_uninterrupted_run(config, tmp_path):
-    launch("fsdp2.yaml", config(tmp_path / "whole"), tmp_path / "whole.json")
-    cut = config(tmp_path / "cut")
-    launch("fsdp2.yaml", cut, tmp_path / "cut.json", "1")  # stopped cleanly after step 1: its checkpoint
-    assert sorted({s for s, _ in metrics(tmp_path / "cut" / "t")}) == [1]
-    state = torch.load(tmp_path / "cut" / "t" / "checkpoints" / "step-000001" / "state.pt", weights_only=False)
+def test_fsdp2_resume_gives_the_uninterrupted_run(fsdp_runs):
+    root, _ = fsdp_runs
+    cut, whole = root / "cut" / "t", root / "fsdp" / "t"  # the same config: whole ran to its end
+    state = torch.load(cut / "checkpoints" / "step-000001" / "state.pt", weights_only=False)
     assert len(state["optimizer"]["state"]) == 20  # every parameter's full AdamW moments, keyed by name
     assert all(isinstance(k, str) for k in state["optimizer"]["state"])
-    launch("fsdp2.yaml", cut, tmp_path / "resumed.json", "resume")
-    assert metrics(tmp_path / "cut" / "t") == metrics(tmp_path / "whole" / "t")
+    assert layout(root, "cut") == layout(root, "resumed") == layout(root, "fsdp")
+    con = sqlite3.connect(cut / "run.db")  # stopped after step 1, resumed from its checkpoint
+    resumed = con.execute("SELECT data FROM events WHERE kind = 'resumed'").fetchall()
+    con.close()
+    assert [json.loads(d)["checkpoint"].endswith("step-000001") for (d,) in resumed] == [True]
+    assert metrics(cut) == metrics(whole)
     for step in (2, 3):
         name = f"checkpoints/step-{step:06d}/model/model.safetensors"
-        a, b = load_file(tmp_path / "cut" / "t" / name), load_file(tmp_path / "whole" / "t" / name)
+        a, b = load_file(cut / name), load_file(whole / name)
         assert all(torch.equal(a[k], b[k]) for k in b), step
 
 
-def test_fsdp2_lora_with_kl_to_the_base_trains_as_data_parallel_does(tiny_assets, rewards_on_path, tmp_path):
+def test_fsdp2_lora_with_kl_to_the_base_trains_as_data_parallel_does(fsdp_runs):
     """LoRA under FSDP2: the frozen base and the adapter sharded together, the KL's reference the base under the
     adapter (the policy's own forwards, as many on every process); the saved adapter is DDP's."""
-    def make(root: Path) -> Path:
-        return write_config(tiny_assets, root, **{
-            "optim.steps": 2, "optim.prompts_per_step": 4, "optim.micro_batch_size": 2, "data.eval": None,
-            "model.lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}, "algorithm.kl": {"coef": 0.1},
-            "rewards": [{"name": "picky", "function": "tiny_rewards:picky"}],
-        })
-    assert launch("fsdp2.yaml", make(tmp_path / "fsdp"), tmp_path / "fsdp.json")["param_type"] == "DTensor"
-    launch("ddp.yaml", make(tmp_path / "ddp"), tmp_path / "ddp.json")
-    a, b = metrics(tmp_path / "fsdp" / "t"), metrics(tmp_path / "ddp" / "t")
+    root, _ = fsdp_runs
+    assert layout(root, "lora-fsdp")["param_type"] == "DTensor"
+    a, b = metrics(root / "lora-fsdp" / "t"), metrics(root / "lora-ddp" / "t")
     assert sorted(a) == sorted(b) and a
     for key in sorted(a):
         assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
     name = "checkpoints/step-000002/model/adapter_model.safetensors"
-    sharded, full = load_file(tmp_path / "fsdp" / "t" / name), load_file(tmp_path / "ddp" / "t" / name)
+    sharded, full = load_file(root / "lora-fsdp" / "t" / name), load_file(root / "lora-ddp" / "t" / name)
     assert sorted(sharded) == sorted(full) and all("lora_" in k for k in full)
     for k, t in full.items():
         torch.testing.assert_close(sharded[k], t, atol=1e-6, rtol=1e-5, msg=k)
@@ -170,31 +211,24 @@ def server_logp_gap(model, tokenizer, url: str) -> float:
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
-def test_fsdp2_pushes_the_full_weights_to_a_rollout_server(tiny_assets, rewards_on_path, tmp_path, lora):
+def test_fsdp2_pushes_the_full_weights_to_a_rollout_server(fsdp_runs, tiny_assets, lora):
     """sampling.engine: server, sync: disk under FSDP2: every process gathers, the main process pushes the whole
     policy (merged, for LoRA) after each step; the server then holds exactly the trainer's weights of that step."""
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from kitae.rollout.replicas import Replicas
-
-    with Replicas(str(tiny_assets / "model"), 1, log_dir=tmp_path) as replicas:
-        cfg = write_config(tiny_assets, tmp_path / "run", **{
-            "optim.steps": 2, "optim.prompts_per_step": 4, "optim.micro_batch_size": 2, "data.eval": None,
-            "logging.save_every": 1, "sampling.engine": "server", "sampling.servers": replicas.urls,
-            "sampling.sync": "disk", "sampling.server_down_secs": 60.0, "sampling.server_max_wait": 120.0,
-            **({"model.lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}} if lora else {}),
-        })
-        assert launch("fsdp2.yaml", cfg, tmp_path / "fsdp.json")["param_type"] == "DTensor"
-        run = tmp_path / "run" / "t"
-        folder = run / "checkpoints" / "step-000002" / "model"
-        if lora:
-            base = AutoModelForCausalLM.from_pretrained(tiny_assets / "model")
-            trained = PeftModel.from_pretrained(base, folder).merge_and_unload()
-        else:
-            trained = AutoModelForCausalLM.from_pretrained(folder)
-        tokenizer = AutoTokenizer.from_pretrained(tiny_assets / "model")
-        gap = server_logp_gap(trained.eval(), tokenizer, replicas.urls[0])
+    root, urls = fsdp_runs
+    name = "push-lora" if lora else "push-full"
+    assert layout(root, name)["param_type"] == "DTensor"
+    run = root / name / "t"
+    folder = run / "checkpoints" / "step-000002" / "model"
+    if lora:
+        base = AutoModelForCausalLM.from_pretrained(tiny_assets / "model")
+        trained = PeftModel.from_pretrained(base, folder).merge_and_unload()
+    else:
+        trained = AutoModelForCausalLM.from_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_assets / "model")
+    gap = server_logp_gap(trained.eval(), tokenizer, urls[1 if lora else 0])
     assert gap < 1e-4  # fp32: the server holds the trainer's weights after the last step
     # what was pushed: the whole model of step 2 (every weight at its full shape), not a shard nor step 1's
     pushed = load_file(run / "sync" / "v000002" / "model.safetensors")

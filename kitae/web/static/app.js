@@ -456,7 +456,9 @@
       withScores ? h("span", null, "reward ", h("b", {class: "reward"}, fmt(s.reward))) : null,
       withScores ? h("span", null, "advantage ", h("b", {class: "advantage"}, signed(s.advantage))) : null,
       h("span", {class: s.finish_reason === "length" ? "finish warn" : "finish"}, `finish ${s.finish_reason}`),
-      h("span", null, `${s.completion_tokens} tokens`));
+      h("span", null, `${s.completion_tokens} tokens`),
+      s.policy_version == null ? null : h("span", {class: "policy", title: "async rollouts: the policy version " +
+        "(optimizer steps taken) whose weights sampled it"}, `sampled by policy ${s.policy_version}`));
     return h("article", {class: "sample card", dataset: {index: i}}, meta,
       h("div", {class: "sample-body"}, sampleText(s.text),
         withScores ? scoresTable(s) : null),
