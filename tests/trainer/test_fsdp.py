@@ -32,8 +32,7 @@ def _fsdp2_on_gloo_problem() -> str | None:
     return None
 
 
-# the module's runs are two launches shared by its tests (fsdp_runs): one worker runs them all (--dist loadgroup)
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("fsdp2"),
+pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(_fsdp2_on_gloo_problem() is not None, reason=str(_fsdp2_on_gloo_problem()))]
 
 KEYS = ("loss", "reward", "grad_norm", "skipped_rows")
@@ -97,7 +96,7 @@ def pushing(tiny_assets: Path, root: Path, url: str, lora: bool) -> Path:
     })
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def fsdp_runs(tiny_assets, tmp_path_factory):
     """Every run of this module, in two launches: under FSDP2 the 3-step run, the same run stopped after step 1
     and resumed, LoRA with KL, and two runs pushing weights to a `kitae serve model` replica each (full and
@@ -126,7 +125,7 @@ def layout(root: Path, name: str) -> dict:
     return json.loads((root / f"{name}.json").read_text())
 
 
-def test_fsdp2_trains_as_data_parallel_does_with_the_weights_sharded(fsdp_runs):
+def fsdp2_trains_as_data_parallel_does_with_the_weights_sharded(fsdp_runs):
     root, _ = fsdp_runs
     fsdp, ddp = layout(root, "fsdp"), layout(root, "ddp")
     # really sharded: FSDP2's DTensors, each process holding about half of the weights (DDP: all of them)
@@ -158,7 +157,7 @@ def test_fsdp2_trains_as_data_parallel_does_with_the_weights_sharded(fsdp_runs):
     assert any(not torch.equal(first[k], v) for k, v in sharded.items())  # it trained
 
 
-def test_fsdp2_resume_gives_the_uninterrupted_run(fsdp_runs):
+def fsdp2_resume_gives_the_uninterrupted_run(fsdp_runs):
     root, _ = fsdp_runs
     cut, whole = root / "cut" / "t", root / "fsdp" / "t"  # the same config: whole ran to its end
     state = torch.load(cut / "checkpoints" / "step-000001" / "state.pt", weights_only=False)
@@ -176,7 +175,7 @@ def test_fsdp2_resume_gives_the_uninterrupted_run(fsdp_runs):
         assert all(torch.equal(a[k], b[k]) for k in b), step
 
 
-def test_fsdp2_lora_with_kl_to_the_base_trains_as_data_parallel_does(fsdp_runs):
+def fsdp2_lora_with_kl_to_the_base_trains_as_data_parallel_does(fsdp_runs):
     """LoRA under FSDP2: the frozen base and the adapter sharded together, the KL's reference the base under the
     adapter (the policy's own forwards, as many on every process); the saved adapter is DDP's."""
     root, _ = fsdp_runs
@@ -210,8 +209,7 @@ def server_logp_gap(model, tokenizer, url: str) -> float:
     return float((own - torch.tensor(got["token_logprobs"])).abs().max())
 
 
-@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
-def test_fsdp2_pushes_the_full_weights_to_a_rollout_server(fsdp_runs, tiny_assets, lora):
+def fsdp2_pushes_the_full_weights_to_a_rollout_server(fsdp_runs, tiny_assets, lora):
     """sampling.engine: server, sync: disk under FSDP2: every process gathers, the main process pushes the whole
     policy (merged, for LoRA) after each step; the server then holds exactly the trainer's weights of that step."""
     from peft import PeftModel
@@ -247,3 +245,20 @@ def test_fsdp2_pushes_the_full_weights_to_a_rollout_server(fsdp_runs, tiny_asset
     for step in (1, 2):  # sampled by the weights pushed after the step before, the trainer's own
         assert seen[f"{step} policy_version"] == step - 1
         assert seen[f"{step} mismatch/logp_abs_diff_max"] < 1e-4
+
+
+def test_fsdp2_in_two_processes(fsdp_runs, tiny_assets, subtests):
+    """Each check on the runs of fsdp_runs, reported on its own (one test, so that one pytest worker makes the
+    two launches: pytest-xdist's --dist loadgroup does not group tests under pytest 9)."""
+    checks = [("trains as data parallel does, with the weights sharded",
+               lambda: fsdp2_trains_as_data_parallel_does_with_the_weights_sharded(fsdp_runs)),
+              ("a resumed run is the uninterrupted one", lambda: fsdp2_resume_gives_the_uninterrupted_run(fsdp_runs)),
+              ("LoRA with KL to the base trains as data parallel does",
+               lambda: fsdp2_lora_with_kl_to_the_base_trains_as_data_parallel_does(fsdp_runs)),
+              ("pushes the full weights to a rollout server",
+               lambda: fsdp2_pushes_the_full_weights_to_a_rollout_server(fsdp_runs, tiny_assets, False)),
+              ("pushes the merged LoRA weights to a rollout server",
+               lambda: fsdp2_pushes_the_full_weights_to_a_rollout_server(fsdp_runs, tiny_assets, True))]
+    for name, check in checks:
+        with subtests.test(name):
+            check()
