@@ -98,7 +98,7 @@ def async_supported() -> str | None:
     from kitae.trainer.config import load_train_config
 
     try:
-        load_train_config(data={"sampling": {"async": True}})
+        load_train_config(data={"rewards": [{"name": "template", "grader": TEMPLATE}], "sampling": {"async": True}})
     except Exception as exc:  # noqa: BLE001 - any refusal means the arm cannot run
         return f"this kitae's config does not take sampling.async ({type(exc).__name__}: {str(exc)[:160]})"
     return None

@@ -269,7 +269,8 @@ class SamplingConfig:
     sync_dir: str | None = None  # disk sync: a folder both sides see (default: RUN_DIR/sync)
     max_staleness: int | None = setting(None, minimum=0)  # how many policy versions old a sample may be: with
     # async, the most steps the rollouts run ahead of the update (default 1); server: replies from weights older
-    # than this are dropped (and counted) (default 0, sync); validation fills it in
+    # than this are dropped (and counted) (default 0, sync); validation fills it in. An async run's resume
+    # cannot lower it (its checkpoint holds the groups sampled that far ahead)
     # ---- overlap ----
     async_: bool = setting(False, key="async")  # generate the next steps' rollouts while this step updates (a
     # rollout worker process with its own copy of the model, engine hf; requests in flight, engine server), at

@@ -350,3 +350,23 @@ def test_an_alarm_is_shown_beside_the_plots_with_links_to_its_groups(serve, tmp_
     then_rendered(page, lambda: page.locator(f'.alarm-groups a[data-group="{gid}"]').click())
     assert page.locator("h1").inner_text() == "Step 2, group 0"
     assert page.locator(".sample").count() == 2 and hack in page.locator(".sample-text").first.inner_text()
+
+
+def test_an_async_runs_samples_say_which_policy_sampled_them(serve, tmp_path, page):
+    """sampling.async: each sample card names the policy version that sampled it; a synchronous run's say nothing."""
+    from kitae.store import GroupRecord, RunStore, SampleRecord
+
+    runs = tmp_path / "runs"
+    with RunStore.create(runs / "async", name="async", config={}, model="tiny-llama") as store:
+        samples = [SampleRecord("12", 1, "stop", 1.0, 0.5, policy_version=3),
+                   SampleRecord("13", 1, "stop", 0.0, -0.5, policy_version=3),
+                   SampleRecord("14", 1, "stop", 0.0, -0.5)]  # sampled by the policy being trained
+        store.log_groups(5, [GroupRecord("7+5?", [{"role": "user", "content": "7+5?"}], "12", {}, samples, 0)])
+        store.finish()
+    s = serve(runs)
+    page.goto(s.url + "#/run/async/groups?step=5&order=step")
+    page.locator("tr[data-group]:nth-child(1) a").click()
+    page.wait_for_selector(".sample")
+    cards = page.locator("article.sample")
+    assert [cards.nth(i).locator(".policy").count() for i in range(3)] == [1, 1, 0]
+    assert cards.nth(0).locator(".policy").inner_text() == "sampled by policy 3"
