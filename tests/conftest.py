@@ -60,7 +60,7 @@ LONGEST = ("tests/test_readme.py::test_curate_walkthrough_as_written", "tests/te
 # the fixture is built once (handed out test by test, both workers built it). pytest-xdist's own --dist loadgroup
 # does not group under pytest 9 (it renames item._nodeid, which pytest 9 no longer reads).
 SHARED_FIXTURE_FILES = ("tests/curate/test_testcases.py", "tests/trainer/test_gamed_run.py",
-                        "tests/contracts/test_vllm.py", "tests/web/test_thinking.py")
+                        "tests/contracts/test_vllm.py", "tests/web/test_thinking.py", "tests/trainer/test_train_e2e.py")
 
 
 def pytest_xdist_make_scheduler(config, log):

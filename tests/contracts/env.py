@@ -61,8 +61,10 @@ def ensure(build: bool = True) -> tuple[Path | None, str]:
 def _build(venv: Path) -> tuple[Path | None, str]:
     subprocess.run(["rm", "-rf", str(venv)], check=True)
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    # --no-compile: the tests import a few of vllm's and sglang's thousands of modules; byte-compiling them all
+    # is CPU time taken from the test suite this builds beside (.ci/run)
     pip = [str(python_of(venv)), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--retries", "1",
-           "--no-deps"]
+           "--no-deps", "--no-compile"]
     if os.environ.get("KITAE_CONTRACTS_FIND_LINKS"):
         pip += ["--find-links", os.environ["KITAE_CONTRACTS_FIND_LINKS"]]
     for group in (SERVERS, IMPORT_DEPS):
