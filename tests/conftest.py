@@ -63,6 +63,7 @@ SHARED_FIXTURE_FILES = ("tests/curate/test_testcases.py", "tests/trainer/test_ga
                         "tests/contracts/test_vllm.py", "tests/web/test_thinking.py", "tests/trainer/test_train_e2e.py")
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: no error where it is not installed
 def pytest_xdist_make_scheduler(config, log):
     """`-n N` hands tests out one by one as usual (in the order below), but a file of SHARED_FIXTURE_FILES as one
     unit; those units go first (xdist's scope scheduler hands out the largest units first)."""
