@@ -63,6 +63,18 @@ def content_text(content: Any, image: str | Callable[[dict], str] = IMAGE_MARK) 
     return "".join(p.get("text", "") if p.get("type") == "text" else mark(p) for p in content if isinstance(p, dict))
 
 
+def prompt_of(item: dict[str, Any], roles: tuple[str, ...] = ("user", "system")) -> str:
+    """The prompt the model was given: the row's turns of `roles` (user and system), joined by newlines, or a
+    TRL-style string ``prompt``; "" when there is none."""
+    messages = item.get("messages", item.get("prompt"))
+    if isinstance(messages, str):
+        return messages
+    if not isinstance(messages, list):
+        return ""
+    return "\n".join(content_text(m.get("content")) for m in messages
+                     if isinstance(m, dict) and m.get("role") in roles)
+
+
 def has_images(messages: list[Message]) -> bool:
     return any(isinstance(m.get("content"), list) and any(p.get("type") == "image" for p in m["content"])
                for m in messages)

@@ -22,7 +22,7 @@ import json
 import re
 import unicodedata
 
-from kitae.chat import content_text
+from kitae.chat import prompt_of
 from kitae.data.answers import _as_number, normalize_answer
 
 _JAPANESE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uff66-\uff9f]")
@@ -33,7 +33,7 @@ _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 
 def prompt_text(row: dict) -> str:
     """The user turns of a row, joined by newlines."""
-    return "\n".join(content_text(m["content"]) for m in row["messages"] if m.get("role") == "user")
+    return prompt_of(row, roles=("user",))
 
 
 def prompt_key(row: dict) -> str:

@@ -53,7 +53,7 @@ from typing import Any
 from kitae.config import from_dict, read_text, safe_load, setting, short_repr
 from kitae.errors import ConfigError
 from kitae.graders.base import Grade, Grader, run_sync
-from kitae.graders.echo import prompt_of
+from kitae.chat import prompt_of
 from kitae.graders.rows import Row, agrade_rows, load_rows
 from kitae.graders.template import as_text
 

@@ -35,7 +35,8 @@ from typing import Any, Literal
 
 from kitae.errors import ConfigError
 from kitae.graders.base import Grade, Item
-from kitae.graders.echo import found_outside_echo, prompt_of
+from kitae.chat import prompt_of
+from kitae.graders.echo import found_outside_echo
 from kitae.graders.pair import DEFAULT_INPUT, PairGrader, PairSpec
 from kitae.graders.spec import read_spec, register_grader
 from kitae.graders.template import Template, as_text, output_json

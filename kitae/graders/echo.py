@@ -9,32 +9,17 @@ are runs of letters and digits, and each kana or kanji alone (Japanese has no sp
 punctuation and spacing do not count.
 
 The prompt is the row's user and system turns (``item.messages``; a TRL-style ``item.prompt`` string or message
-list too); a row without one has nothing to echo.
+list too: kitae.chat.prompt_of); a row without one has nothing to echo.
 """
 
 from __future__ import annotations
 
 import bisect
 import re
-from typing import Any
-
-from kitae.chat import content_text
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f"
 _WORD = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+")
 _SEP = "\x00"
-
-
-def prompt_of(item: dict[str, Any], roles: tuple[str, ...] = ("user", "system")) -> str:
-    """The prompt the model was given: the row's turns of `roles` (user and system), joined by newlines, or a
-    TRL-style string ``prompt``; "" when there is none."""
-    messages = item.get("messages", item.get("prompt"))
-    if isinstance(messages, str):
-        return messages
-    if not isinstance(messages, list):
-        return ""
-    return "\n".join(content_text(m.get("content")) for m in messages
-                     if isinstance(m, dict) and m.get("role") in roles)
 
 
 def words(text: str) -> list[re.Match]:
