@@ -74,7 +74,8 @@ def _stop_after(trainer: Trainer, step: int) -> None:
     trainer.on_step = on_step
 
 
-PRIORITIZED = {"optim.steps": 5, "logging.save_every": 0, "sampling.max_staleness": 2, "data.sampler": {"name": "prioritized", "correct": "right"},
+PRIORITIZED = {"optim.steps": 5, "logging.save_every": 0, "sampling.max_staleness": 2,
+               "data.sampler": {"name": "prioritized", "correct": "right"},
                "rewards": [{"name": "short", "function": "tiny_rewards:short"},
                            {"name": "right", "weight": 0.0, "grader": {"type": "text_similarity",
                                                                        "evaluation_metric": "fuzzy_match"}}]}
