@@ -67,9 +67,10 @@ def part_of(module: str) -> str:
     return parts[1] if len(parts) > 1 else parts[0]
 
 
-def upward_imports(graph: dict[str, set[str]], order: list[str]) -> list[str]:
+def upward_imports(graph: dict[str, set[str]], order: list[str], where: str = "docs/architecture.md's table"
+                   ) -> list[str]:
     """Each import of a part listed later in `order` than the importing module's own part (or of a part not in
-    `order`), as "importer -> imported (why)"."""
+    `order`, which is `where`'s), as "importer -> imported (why)"."""
     rank = {name: i for i, name in enumerate(order)}
     bad = []
     for module, targets in sorted(graph.items()):
@@ -80,7 +81,7 @@ def upward_imports(graph: dict[str, set[str]], order: list[str]) -> list[str]:
                 continue
             if own not in rank or other not in rank:
                 missing = own if own not in rank else other
-                bad.append(f"{module} -> {target} ('{missing}' is not in docs/architecture.md's table)")
+                bad.append(f"{module} -> {target} ('{missing}' is not in {where})")
             elif rank[other] >= rank[own]:
                 bad.append(f"{module} -> {target} ('{other}' is not listed above '{own}')")
     return bad
@@ -146,6 +147,42 @@ def test_every_part_is_in_the_table_and_in_the_package_map():
     assert {f"kitae/{name}" for name in folders} <= set(re.findall(r"kitae/\w+", kitae.__doc__))
 
 
+# ---- the stage order inside kitae/trainer/ -----------------------------------------------------------
+def trainer_order(doc: Path = DOC) -> list[str]:
+    """The modules of kitae/trainer/ in the order of docs/architecture.md's paragraph "**The order inside the
+    trainer.**", written there as a chain: `processes` → `sharded` → ..."""
+    text = doc.read_text(encoding="utf-8")
+    paragraph = re.search(r"\*\*The order inside the trainer\.\*\*(.*?)(?:\n\n|\Z)", text, flags=re.S)
+    assert paragraph, "docs/architecture.md has a paragraph that starts '**The order inside the trainer.**'"
+    chain = re.search(r"`\w+`(?:\s*→\s*`\w+`)+", paragraph.group(1))
+    assert chain, "the paragraph names the modules as a chain `a` → `b` → ..."
+    return re.findall(r"`(\w+)`", chain.group(0))
+
+
+def imports_inside(graph: dict[str, set[str]], package: str) -> dict[str, set[str]]:
+    """`graph` cut to the modules of `package` (its __init__ left out) and their imports of each other, each
+    named as if `package` were the root, so that part_of gives the module: kitae.trainer.collect ->
+    trainer.collect."""
+    parent = package.rpartition(".")[0] + "." if "." in package else ""
+    inner = {m for m in graph if m.startswith(package + ".")}
+    return {m.removeprefix(parent): {t.removeprefix(parent) for t in graph[m] if t in inner} for m in inner}
+
+
+TRAINER = imports_inside(GRAPH, "kitae.trainer")
+TRAINER_ORDER = "docs/architecture.md's order inside the trainer"
+
+
+def test_no_trainer_module_imports_one_listed_after_it():
+    """The stages of a training step depend forward only: a helper two stages share lives below both."""
+    assert upward_imports(TRAINER, trainer_order(), where=TRAINER_ORDER) == []
+
+
+def test_the_trainer_order_names_every_module_of_the_trainer_once():
+    order = trainer_order()
+    assert len(order) == len(set(order)), order
+    assert set(order) == {part_of(m) for m in TRAINER}
+
+
 # ---- the checker, on made-up packages -----------------------------------------------------------------
 def make_package(root: Path, files: dict[str, str]) -> Path:
     for name, text in files.items():
@@ -183,6 +220,32 @@ def test_the_checker_reads_relative_and_package_imports_and_ignores_lazy_registr
     assert graph["pkg.low.a"] == set()
     assert graph["pkg.high.b"] == {"pkg.low.a", "pkg.low"}
     assert upward_imports(graph, ["low", "high"]) == [] and import_cycles(graph) == []
+
+
+def test_the_checker_finds_a_module_inside_a_part_that_imports_one_listed_after_it(tmp_path):
+    pkg = make_package(tmp_path, {
+        "__init__.py": "",
+        "other.py": "",
+        "steps/__init__.py": "",
+        "steps/first.py": "import pkg.other\n\ndef f():\n    from pkg.steps.second import g  # a later stage, lazily\n",
+        "steps/second.py": "from .first import f\n",
+    })
+    inner = imports_inside(import_graph(pkg), "pkg.steps")
+    assert inner == {"steps.first": {"steps.second"}, "steps.second": {"steps.first"}}
+    assert upward_imports(inner, ["first", "second"], where="the order") == [
+        "steps.first -> steps.second ('second' is not listed above 'first')"]
+    assert upward_imports(inner, ["first"], where="the order") == [
+        "steps.first -> steps.second ('second' is not in the order)",
+        "steps.second -> steps.first ('second' is not in the order)"]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("**The order inside the trainer.** In\n`a` → `b`\n→ `c`, as `x` says.\n\nnot `d` → `e`", ["a", "b", "c"]),
+    ("intro `z` → `y`\n\n**The order inside the trainer.** `a` →\n`b`", ["a", "b"]),
+])
+def test_the_trainer_order_reader(tmp_path, text, expected):
+    (tmp_path / "a.md").write_text(text)
+    assert trainer_order(tmp_path / "a.md") == expected
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -9,6 +9,8 @@
     advantages.py  3. advantages from the step's grades
     metrics.py     5. what a step logs besides the update's numbers; the groups for the run store
     batch.py       rollouts as training tensors; per-token log-probs of a policy on them
+    grades.py      a step's grades as two stages read them: the reward tensor, each group's pass rate
+    periodic.py    ``due``: what runs every N steps (evaluations, checkpoints, weight pushes)
     samplers.py    prompt samplers (uniform, prioritized, curriculum), registered by name
     processes.py   what the processes of a multi-process run share and agree on
     checkpoint.py, resume.py   checkpoints, and what ``--resume`` goes on from

@@ -13,8 +13,6 @@ advantages [0.577, -1.155, 0, 0.577].
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from kitae.algorithms.advantages import compute_advantages
@@ -22,14 +20,7 @@ from kitae.algorithms.kl import kl_estimate, kl_in_reward
 from kitae.scoring.rewards import GroupScores
 from kitae.trainer.batch import TrainBatch
 from kitae.trainer.config import AlgorithmConfig
-
-
-def reward_tensor(scores: list[GroupScores]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Total rewards [num_groups, G] (0 where invalid) and validity [num_groups, G]; only a finite total is valid."""
-    vals = [[math.nan if t is None else t for t in gs.totals] for gs in scores]
-    r = torch.tensor(vals, dtype=torch.float32)  # [num_groups, G]
-    valid = torch.isfinite(r)
-    return torch.where(valid, r, torch.zeros_like(r)), valid
+from kitae.trainer.grades import reward_tensor
 
 
 def sequence_kl(batch: TrainBatch, estimator: str) -> torch.Tensor:

@@ -24,17 +24,11 @@ from kitae.rollout.partial import PartialRollouts
 from kitae.scoring.evaluate import sample_dict
 from kitae.scoring.rewards import GroupScores, RewardComponent, score_groups
 from kitae.trainer import sharded
-from kitae.trainer.advantages import reward_tensor
 from kitae.trainer.config import TrainConfig
-from kitae.trainer.metrics import pass_rates
+from kitae.trainer.grades import pass_rates, reward_tensor
+from kitae.trainer.periodic import due
 from kitae.trainer.pipeline import RolloutPipeline
 from kitae.trainer.processes import fewest, gather, local_count, local_share
-
-
-def due(step: int, every: int) -> bool:
-    """Whether something done every ``every`` steps (0: never) is due at ``step``: evaluations, checkpoints,
-    weight pushes to the rollout servers."""
-    return every > 0 and step % every == 0
 
 
 @dataclass

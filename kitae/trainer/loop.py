@@ -64,10 +64,11 @@ from kitae.trainer import setup, sharded
 from kitae.trainer.advantages import batch_advantages
 from kitae.trainer.alarms import Alarm, RunAlarms
 from kitae.trainer.checkpoint import save_checkpoint, set_rng_state
-from kitae.trainer.collect import Collected, Rollouts, due
+from kitae.trainer.collect import Collected, Rollouts
 from kitae.trainer.config import TrainConfig
 from kitae.trainer.loggers import make_loggers
 from kitae.trainer.metrics import group_records, pass_rate_and_partial_metrics, policy_lag, reward_metrics
+from kitae.trainer.periodic import due
 from kitae.trainer.pipeline import RolloutPipeline
 from kitae.trainer.preflight import Checked, preflight
 from kitae.trainer.processes import gather, reduce_metrics

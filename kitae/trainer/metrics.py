@@ -20,6 +20,7 @@ from kitae.rollout.partial import PartialRollouts
 from kitae.scoring.rewards import GroupScores, RewardComponent
 from kitae.store import GroupRecord, SampleRecord
 from kitae.store.images import RunImages
+from kitae.trainer.grades import pass_rates
 
 
 def reward_metrics(components: list[RewardComponent], scores: list[GroupScores],
@@ -44,16 +45,6 @@ def reward_metrics(components: list[RewardComponent], scores: list[GroupScores],
         m[f"grader/{comp.name}/abstain_rate"] = 1 - len(got) / len(grades)
         m[f"grader/{comp.name}/error_rate"] = statistics.fmean(g.error is not None for g in grades)
     return m
-
-
-def pass_rates(scores: list[GroupScores], component: str, threshold: float) -> list[float | None]:
-    """Per group: the fraction of its graded samples whose ``component`` scored >= ``threshold`` (None when the
-    component graded none)."""
-    out = []
-    for gs in scores:
-        got = [g.score for g in gs.grades[component] if g.score is not None]
-        out.append(statistics.fmean(x >= threshold for x in got) if got else None)
-    return out
 
 
 def pass_rate_and_partial_metrics(scores: list[GroupScores], completions: list[Completion],

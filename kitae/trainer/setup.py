@@ -30,9 +30,7 @@ from kitae.trainer import sharded
 from kitae.trainer.config import PRESETS_IN_CONFIG, KLConfig, ModelConfig, OptimConfig, TrainConfig
 from kitae.trainer.resume import ResumePlan, record_resume, write_config_yaml, write_settings_as_they_ran
 from kitae.trainer.samplers import SAMPLERS
-
-# The reference model of a LoRA run: the base model under the adapter, with the adapter switched off.
-BASE_UNDER_ADAPTER = "adapter-disabled"
+from kitae.trainer.update import BASE_UNDER_ADAPTER
 
 
 # ---- precision and attention ------------------------------------------------------------------------------

@@ -57,7 +57,9 @@ from kitae.trainer.batch import (
 )
 from kitae.trainer import sharded
 from kitae.trainer.config import TrainConfig
-from kitae.trainer.setup import BASE_UNDER_ADAPTER
+
+# The reference model of a LoRA run: the base model under the adapter, with the adapter switched off.
+BASE_UNDER_ADAPTER = "adapter-disabled"
 
 
 @dataclass

@@ -9,7 +9,7 @@ import torch
 from kitae.graders.base import Grade
 from kitae.rollout.base import Completion
 from kitae.scoring.rewards import GroupScores, RewardComponent, combine
-from kitae.trainer.advantages import reward_tensor
+from kitae.trainer.grades import reward_tensor
 from kitae.trainer.metrics import reward_metrics
 
 NAN, INF = float("nan"), float("inf")
