@@ -69,7 +69,7 @@ COVERED = {
         "tests/rollout/test_server_train.py on a tiny run; the full zero.yaml comparison is in docs/scale.md",
     "    --set 'sampling.servers=[http://127.0.0.1:8001, http://127.0.0.1:8002]'": "the line above's continuation",
     "kitae serve model --port 8000": "tests/judge/test_serve_model.py::test_cli_process_end_to_end (on a free port)",
-    "kitae serve rm --port 8001": "tests/rewards/test_serve_rm.py (the same command on a free port)",
+    "kitae serve rm --port 8001": "tests/serving/test_serve_rm.py (the same command on a free port)",
     "KITAE_SERVE_TOKEN=$(python -c 'import secrets; print(secrets.token_urlsafe())') kitae serve rm --host 0.0.0.0":
         "binds the network: tests/serving/test_http.py tests the token rule on loopback",
     "kitae curate testcases --data kitae/assets/data/code/problems.jsonl --out curated/code.jsonl":

@@ -8,7 +8,7 @@ reload endpoint (a rollout server for the `server` engine).
     # then, in a grader spec:  {type: reward_model, url: "http://127.0.0.1:8000"}
 
 The endpoints (kitae's /v1/score, SGLang's /classify, vLLM's /classify and /pooling) are listed in
-kitae/rewards/server.py. The first line printed is ``kitae serve rm: serving NAME on http://HOST:PORT``
+kitae/serving/reward_server.py. The first line printed is ``kitae serve rm: serving NAME on http://HOST:PORT``
 (with --port 0 the free port chosen), so scripts can wait for it.
 
 Both bind 127.0.0.1 by default; another address needs an access token (``--token`` or KITAE_SERVE_TOKEN),
@@ -71,7 +71,7 @@ def serve_rm(
     """Serve a reward model (AutoModelForSequenceClassification: a folder or Hub id) for reward_model graders."""
     from kitae.models import model_folder
     from kitae.rewards.reward_model import LocalRewardModel, resolve_rm_path
-    from kitae.rewards.server import make_server
+    from kitae.serving.reward_server import make_server
     from kitae.http.server import HttpLimits
 
     token = _token(token, host, "let anyone on the network use this reward model")

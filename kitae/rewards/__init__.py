@@ -18,7 +18,7 @@ like any other grader, alone or inside a ``weighted`` / ``multi`` spec::
     soft_overlong  overlong.py     DAPO soft overlong punishment
 
 Reward models: reward_model.py (a local sequence classifier), remote.py (the HTTP client: kitae, SGLang and
-vLLM protocols, retries, counters), server.py (``kitae serve rm``). The bundled tiny reward model
+vLLM protocols, retries, counters); ``kitae serve rm`` serves one (kitae/serving/reward_server.py). The bundled tiny reward model
 (kitae/assets/models/kitae-tiny-rm) is built by scripts/build_reward_model.py.
 
 Samples may carry ``finish_reason``, ``completion_tokens``, ``max_completion_length`` and ``step``; the

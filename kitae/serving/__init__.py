@@ -1,4 +1,5 @@
-"""Serving local models over HTTP: ``kitae serve model`` (an OpenAI-compatible chat and completions server).
+"""Serving local models over HTTP: ``kitae serve model`` (an OpenAI-compatible chat and completions server) and
+``kitae serve rm`` (a reward model).
 
     server.py       the endpoints (/health, /v1/models, /v1/chat/completions, /v1/completions,
                     /update_weights_from_disk) on the standard library's http.server:
@@ -7,8 +8,9 @@
     completions.py  vLLM's completions API (token-id prompts, log-probs, token ids): checks and reply
     weights.py      loading a model folder's safetensors into the served model in place
     constrained.py  JSON-schema constrained decoding, so ``response_format`` is honoured by any local model
+    reward_server.py  ``kitae serve rm``: a local reward model (kitae.rewards.reward_model) in every wire format
+                    the reward-model client (kitae/rewards/remote.py) speaks
 
 The HTTP pieces both serve commands share (server class, bind rule, access token, request checks) are in
-kitae/http. ``kitae serve rm`` (reward models) lives with the reward code in kitae/rewards/server.py. Nothing is
-imported here.
+kitae/http. Nothing is imported here.
 """

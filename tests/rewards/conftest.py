@@ -24,12 +24,17 @@ def build_random_rm(folder) -> str:
     return str(folder)
 
 
-@pytest.fixture(scope="session")
-def tiny_rm(tmp_path_factory) -> str:
+def bundled_or_random_rm(tmp_path_factory) -> str:
+    """The bundled kitae-tiny-rm when it is built, else a random one."""
     bundled = bundled_rm_path()
     if (bundled / "config.json").exists():
         return str(bundled)
     return build_random_rm(tmp_path_factory.mktemp("tiny-rm"))
+
+
+@pytest.fixture(scope="session")
+def tiny_rm(tmp_path_factory) -> str:
+    return bundled_or_random_rm(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

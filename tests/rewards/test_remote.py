@@ -13,7 +13,7 @@ import pytest
 from kitae.graders import build_grader
 from kitae.rewards.remote import RM_PROTOCOLS, RemoteRewardModel, RewardModelError
 from kitae.rewards.reward_model import LocalRewardModel
-from kitae.rewards.server import make_server
+from kitae.serving.reward_server import make_server
 
 CONVS = [
     [{"role": "user", "content": "12+35は?"}, {"role": "assistant", "content": "47です。"}],

@@ -26,6 +26,13 @@ def random_rm(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
+def tiny_rm(tmp_path_factory) -> str:
+    from tests.rewards.conftest import bundled_or_random_rm
+
+    return bundled_or_random_rm(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
 def random_lm(tmp_path_factory) -> str:
     from tests.judge.conftest import build_tiny_lm
 
@@ -37,7 +44,7 @@ def servers(random_rm, random_lm):
     """{"rm": port, "model": port}: `kitae serve rm` and `kitae serve model` with a 64 KB body limit and a
     one-second read timeout."""
     from kitae.rewards.reward_model import LocalRewardModel
-    from kitae.rewards.server import make_server as make_rm_server
+    from kitae.serving.reward_server import make_server as make_rm_server
     from kitae.serving.server import load_service, make_server as make_model_server
 
     rm = _serve(make_rm_server(LocalRewardModel(random_rm), port=0, limits=LIMITS))
@@ -53,7 +60,7 @@ def servers(random_rm, random_lm):
 def guarded(random_rm, random_lm):
     """The same two servers with an access token."""
     from kitae.rewards.reward_model import LocalRewardModel
-    from kitae.rewards.server import make_server as make_rm_server
+    from kitae.serving.reward_server import make_server as make_rm_server
     from kitae.serving.server import load_service, make_server as make_model_server
 
     rm = _serve(make_rm_server(LocalRewardModel(random_rm), port=0, token=TOKEN))

@@ -13,7 +13,7 @@ import pytest
 
 from kitae.graders import build_grader
 from kitae.rewards.reward_model import LocalRewardModel
-from kitae.rewards.server import make_server
+from kitae.serving.reward_server import make_server
 
 PREFIX = "kitae serve rm: serving "
 ITEM = {"messages": [{"role": "system", "content": "計算して"}, {"role": "user", "content": "12+35は?"}],
