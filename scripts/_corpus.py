@@ -23,7 +23,7 @@ LANGS = ("ja", "en")
 
 # ---------------------------------------------------------------------------------------------- facts
 # (english subject, english answer, japanese subject, japanese answer). Answers are one word so that
-# kitae.data.answers.answers_match can find them.
+# kitae.graders.answer_match.answers_match can find them.
 CAPITALS = [
     ("France", "Paris", "フランス", "パリ"), ("Japan", "Tokyo", "日本", "東京"),
     ("England", "London", "イギリス", "ロンドン"), ("Italy", "Rome", "イタリア", "ローマ"),

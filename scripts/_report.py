@@ -4,7 +4,7 @@ overall and by row labels (a sibling helper of scripts/build_*.py, not part of t
 from __future__ import annotations
 
 from kitae.chat import is_template_compliant
-from kitae.data.answers import answers_match
+from kitae.graders.answer_match import answers_match
 
 
 def score(rows: list[dict], completions: list[tuple[str, str]], labels: tuple[str, ...]) -> dict:

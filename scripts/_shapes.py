@@ -1,7 +1,7 @@
 """The bundled vision task and the synthetic image corpus for kitae-tiny-vl: pictures drawn with PIL.
 
 Every picture is 48x48 pixels on a light background. Five kinds of question, each with a one-word or
-one-number answer that kitae.data.answers.answers_match can check:
+one-number answer that kitae.graders.answer_match.answers_match can check:
 
 - colour   one shape; "What colour is the shape?"                        -> red, green, blue, yellow, purple, orange
 - shape    one shape; "What shape is this?"                               -> circle, square, triangle

@@ -11,8 +11,8 @@ What it does, seeded end to end:
 3. pretrains a small Llama-architecture causal LM from scratch on a synthetic corpus (scripts/_corpus.py) in
    which assistant turns are a mixture of good and bad behaviours, so the model follows the template and
    answers correctly only part of the time (a base model in the GRPO-zero recipe's sense);
-4. measures template compliance (kitae.chat.is_template_compliant) and accuracy (kitae.data.answers.answers_match)
-   on the test split, sampling at temperature 1.0, top_p 1.0, 48 new tokens, stopping at ``<|im_end|>``;
+4. measures template compliance (kitae.chat.is_template_compliant) and accuracy
+   (kitae.graders.answer_match.answers_match) on the test split, sampling at temperature 1.0, top_p 1.0, 48 new tokens, stopping at ``<|im_end|>``;
 5. saves the checkpoint (safetensors) with a model card README.md holding those numbers.
 
 Departures from usual pretraining: documents are packed whole into fixed-length rows (a row never starts
@@ -253,7 +253,7 @@ Everything above is also in `build_info.json`.
 ## Baseline on the bundled test split ({n_test} prompts)
 One sample per prompt with `model.generate` at temperature 1.0 (torch seed {seed}), top_p 1.0, at most 48 new
 tokens, stop at `<|im_end|>`. Compliance is `kitae.chat.is_template_compliant`, accuracy is
-`kitae.data.answers.answers_match`. Measured otherwise (kitae's engine, several samples per prompt, another
+`kitae.graders.answer_match.answers_match`. Measured otherwise (kitae's engine, several samples per prompt, another
 seed) the numbers move by a few points: the kitae README's table of this model's held-out numbers gives each
 setting.
 

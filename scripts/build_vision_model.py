@@ -299,7 +299,7 @@ Final training loss {loss:.3f}. Everything above is also in `build_info.json`.
 
 ## Baseline on the bundled test split ({n_test} prompts)
 Sampling at temperature 1.0, top_p 1.0, at most 32 new tokens, stop at `<|im_end|>`. Compliance is
-`kitae.chat.is_template_compliant`, accuracy is `kitae.data.answers.answers_match`.
+`kitae.chat.is_template_compliant`, accuracy is `kitae.graders.answer_match.answers_match`.
 
 | slice | n | compliance (T=1) | accuracy (T=1) | compliance (greedy) | accuracy (greedy) |
 |---|---|---|---|---|---|

@@ -23,7 +23,7 @@ import re
 import unicodedata
 
 from kitae.chat import prompt_of
-from kitae.data.answers import _as_number, normalize_answer
+from kitae.graders.answer_match import as_number, normalize_answer
 
 _JAPANESE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uff66-\uff9f]")
 _KEEP = "-−"  # dash punctuation that is a minus sign in "12-35"
@@ -94,5 +94,5 @@ def answer_form(row: dict) -> str | None:
     ref = row.get("reference_answer")
     if ref is None:
         return None
-    value = _as_number(str(ref))
+    value = as_number(str(ref))
     return repr(value) if value is not None else normalize_answer(str(ref))

@@ -3,7 +3,6 @@
     loader.py   prompt datasets (JSON Lines, Parquet, a saved ``datasets`` dataset) validated row by row; the one
                 JSON-lines reader every command uses
     images.py   images in prompt rows: sources, checks on load, the forms graders and judges need
-    answers.py  final-answer extraction and matching for short-answer tasks (the bundled task)
 
 Nothing is imported here.
 """

@@ -1,6 +1,6 @@
 """Final-answer graders: ``answer`` (the bundled short-answer task) and ``math`` (math-verify).
 
-``answer``: 1.0 when :func:`kitae.data.answers.answers_match` accepts the completion's final answer for the
+``answer``: 1.0 when :func:`kitae.graders.answer_match.answers_match` accepts the completion's final answer for the
 reference (numbers exactly, text normalized), else 0.0. The bundled arithmetic task's correctness reward.
 A numeric reference is matched by the completion's last number. A text reference is matched by the whole
 normalized completion or by any one word of it (``text_match: any_word``, the default: "Paris is the
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kitae.config import setting
-from kitae.data.answers import _as_number, answers_match, normalize_answer
+from kitae.graders.answer_match import as_number, answers_match, normalize_answer
 from kitae.graders.base import Grade, Item, Sample
 from kitae.graders.pair import PairGrader, PairSpec
 from kitae.graders.spec import read_spec, register_grader
@@ -56,7 +56,7 @@ class AnswerSpec(PairSpec):
 
 @register_grader("answer")
 class AnswerGrader(PairGrader):
-    """Final-answer match of the short-answer task (kitae.data.answers.answers_match) -> 1 or 0."""
+    """Final-answer match of the short-answer task (kitae.graders.answer_match.answers_match) -> 1 or 0."""
 
     def __init__(self, text_match: str = "any_word", **templates: Any):
         super().__init__(**templates)
@@ -70,7 +70,7 @@ class AnswerGrader(PairGrader):
     def score(self, text: str, reference: Any) -> Grade:
         reference = as_text(reference)
         ok = answers_match(text, reference)
-        if ok and self.text_match == "whole" and _as_number(reference) is None:
+        if ok and self.text_match == "whole" and as_number(reference) is None:
             ok = normalize_answer(text) == normalize_answer(reference)
             if not ok:
                 return Grade(score=0.0, reason=f"{reference!r} is one word of the answer, not all of it "

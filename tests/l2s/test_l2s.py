@@ -10,7 +10,7 @@ import torch
 from typer.testing import CliRunner
 
 from kitae.cli.main import app
-from kitae.data.answers import answers_match
+from kitae.graders.answer_match import answers_match
 from kitae.errors import ConfigError, KitaeError
 from kitae.l2s.compare import ModelReport, efficiency_plot, mark_frontier, parse_model_arg, unique_names
 from kitae.l2s.merge import average_state_dicts, merge_models, normalize_weights

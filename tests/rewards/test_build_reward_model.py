@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kitae.chat import IM_END
-from kitae.data.answers import answers_match
+from kitae.graders.answer_match import answers_match
 from kitae.rewards.repetition import repetition_rate
 from kitae.rewards.template import template_violation
 

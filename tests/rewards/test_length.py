@@ -2,7 +2,7 @@
 
 import pytest
 
-from kitae.data.answers import answers_match
+from kitae.graders.answer_match import answers_match
 from kitae.graders.base import Grade, Grader
 from kitae.rewards.graders import LengthGrader
 from kitae.rewards.length import LengthConfig, length_lambdas, length_rewards, length_weight

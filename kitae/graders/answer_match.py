@@ -1,4 +1,5 @@
-"""Final-answer extraction for short-answer tasks (the bundled arithmetic and fact task).
+"""Final-answer extraction and matching for short-answer tasks (the bundled arithmetic and fact task): the
+``answer`` grader's check (kitae.graders.answer), and how curation compares references (kitae.curate.text).
 
 The answer is read from the content before the end-of-turn marker: ``end``, ChatML's ``<|im_end|>`` by default, or
 the model's (its :class:`kitae.chat.EndMarker`, or its text: Llama 3's ``<|eot_id|>``, Gemma's ``<end_of_turn>``,
@@ -41,7 +42,7 @@ def normalize_text(text: str) -> str:
     return unicodedata.normalize("NFKC", text).casefold().strip()
 
 
-def _as_number(text: str) -> float | None:
+def as_number(text: str) -> float | None:
     """A finite number, or None: "inf", "nan" and "1e999" are not numbers an answer can be close to."""
     text = normalize_text(text).replace("−", "-")
     text = text.replace(",", ".") if _DECIMAL_COMMA.fullmatch(text) else text.replace(",", "")
@@ -63,7 +64,7 @@ def extract_number(text: str, end: End = IM_END) -> float | None:
     """The last number in `text` (before the end marker `end`), or None."""
     content = content_before(unicodedata.normalize("NFKC", text), end)
     found = _NUMBER.findall(content)
-    return _as_number(found[-1]) if found else None
+    return as_number(found[-1]) if found else None
 
 
 def normalize_answer(text: str, end: End = IM_END) -> str:
@@ -81,7 +82,7 @@ def normalize_answer(text: str, end: End = IM_END) -> str:
 def answers_match(completion: str, reference: str, end: End = IM_END) -> bool:
     """Whether the completion's final answer (before the end marker `end`) equals the reference (numbers
     exactly, text normalized)."""
-    ref_num = _as_number(str(reference))
+    ref_num = as_number(str(reference))
     if ref_num is not None:
         got = extract_number(completion, end)
         return got is not None and abs(got - ref_num) <= 1e-9 * max(1.0, abs(ref_num))

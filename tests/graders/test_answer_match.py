@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kitae.chat import EndMarker
-from kitae.data.answers import answers_match, extract_number, normalize_answer
+from kitae.graders.answer_match import answers_match, extract_number, normalize_answer
 
 LLAMA3 = EndMarker("<|eot_id|>", (9, 7), ("<|eot_id|>", "<|end_of_text|>"))
 
