@@ -172,8 +172,8 @@ def build_grader(spec: dict | str | Path, path: str = "grader") -> "Grader":
 # Every grader type kitae ships, imported when a spec first names it: the judge's and the reward graders
 # live in packages above this one, which import it (kitae/judge, kitae/rewards), never the other way round.
 _BUILTIN = {
-    "string_check": "kitae.graders.checks:StringCheckGrader",
-    "format": "kitae.graders.checks:FormatGrader",
+    "string_check": "kitae.graders.string_check:StringCheckGrader",
+    "format": "kitae.graders.string_check:FormatGrader",
     "text_similarity": "kitae.graders.similarity:TextSimilarityGrader",
     "numeric": "kitae.graders.numeric:NumericGrader",
     "answer": "kitae.graders.answer:AnswerGrader",

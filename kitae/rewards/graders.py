@@ -1,11 +1,11 @@
 """The reward components as graders, registered by spec ``type`` beside kitae's other graders.
 
-    template       chat-template compliance          kitae/rewards/template.py    (GRPO-zero recipe, reward 1)
-    repetition     character n-gram repetition       kitae/rewards/repetition.py  (GRPO-zero recipe, reward 2)
-    overlong       soft/hard penalty near the limit  kitae/rewards/overlong.py    (GRPO-zero recipe, reward 3)
-    diversity      duplicates inside a group         kitae/rewards/diversity.py   (GRPO-zero recipe, reward 4, group)
-    reward_model   reward-model quality, gated       kitae/rewards/quality.py     (GRPO-zero recipe, reward 5, group)
-    length         Kimi k1.5 length reward           kitae/rewards/length.py      (group)
+    template       chat-template compliance          kitae/rewards/chat_template.py  (GRPO-zero recipe, reward 1)
+    repetition     character n-gram repetition       kitae/rewards/repetition.py     (GRPO-zero recipe, reward 2)
+    overlong       soft/hard penalty near the limit  kitae/rewards/overlong.py       (GRPO-zero recipe, reward 3)
+    diversity      duplicates inside a group         kitae/rewards/diversity.py      (GRPO-zero recipe, reward 4, group)
+    reward_model   reward-model quality, gated       kitae/rewards/quality.py        (GRPO-zero recipe, reward 5, group)
+    length         Kimi k1.5 length reward           kitae/rewards/length.py         (group)
     soft_overlong  DAPO soft overlong punishment     kitae/rewards/overlong.py
 
 Each module's docstring lists its spec fields and defaults; the spec fields are the fields of its config
@@ -47,7 +47,7 @@ from kitae.rewards.reward_model import (  # light: torch is imported when a mode
     conversation_for_rm,
     resolve_rm_path,
 )
-from kitae.rewards.template import TemplateConfig, template_reward, template_violation
+from kitae.rewards.chat_template import TemplateConfig, template_reward, template_violation
 
 def to_grade(reward: Reward) -> Grade:
     return Grade(score=reward.score, sub_scores=dict(reward.metrics), reason=reward.reason)

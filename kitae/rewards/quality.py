@@ -16,8 +16,8 @@ kitae's reading (spec fields of ``type: reward_model`` besides the model's own, 
 Every number must be finite (``scale: .nan`` would make every score the top reward, as ``min(10, nan)`` is 10);
 scale, clip and full_chars must be >= 0 (kitae.config refuses the others when the spec is read).
 
-Open choices: the gate uses the template check of kitae/rewards/template.py (end marker, no stray tokens, not cut,
-not empty) but not min_chars; clipping comes before the length factor, so the result stays within ±clip.
+Open choices: the gate uses the template check of kitae/rewards/chat_template.py (end marker, no stray tokens,
+not cut, not empty) but not min_chars; clipping comes before the length factor, so the result stays within ±clip.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import pytest
 from kitae.chat import IM_END, end_marker_of, format_prompt, to_messages
 from kitae.models import BUNDLED_MODEL, load_causal_lm, load_tokenizer
 from kitae.rewards.graders import DiversityGrader, RepetitionGrader, RewardModelGrader, TemplateGrader
-from kitae.rewards.template import TemplateConfig
+from kitae.rewards.chat_template import TemplateConfig
 from kitae.rollout.base import SamplingParams
 from kitae.rollout.hf import HFEngine
 from kitae.scoring.evaluate import sample_dict

@@ -9,7 +9,7 @@ from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 from kitae.chat import end_marker_of, to_messages
 from kitae.models import load_causal_lm, load_tokenizer
 from kitae.rewards.graders import TemplateGrader
-from kitae.rewards.template import TemplateConfig
+from kitae.rewards.chat_template import TemplateConfig
 from kitae.rollout.base import SamplingParams
 from kitae.rollout.hf import HFEngine
 from kitae.scoring.evaluate import sample_dict

@@ -12,7 +12,7 @@ import torch
 
 from kitae.chat import to_messages
 from kitae.rewards.graders import TemplateGrader
-from kitae.rewards.template import TemplateConfig
+from kitae.rewards.chat_template import TemplateConfig
 from kitae.rollout.base import SamplingParams
 from kitae.rollout.hf import HFEngine
 from kitae.rollout.server import SERVER_APIS, ServerEngine

@@ -12,7 +12,7 @@ import pytest
 from kitae.chat import IM_END
 from kitae.graders.answer_match import answers_match
 from kitae.rewards.repetition import repetition_rate
-from kitae.rewards.template import template_violation
+from kitae.rewards.chat_template import template_violation
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "build_reward_model.py"
 spec = importlib.util.spec_from_file_location("build_reward_model", SCRIPT)

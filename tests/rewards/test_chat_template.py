@@ -5,7 +5,7 @@ import pytest
 from kitae.chat import is_template_compliant
 from kitae.graders import build_grader
 from kitae.rewards.common import length_factor
-from kitae.rewards.template import TemplateConfig, template_reward, template_violation
+from kitae.rewards.chat_template import TemplateConfig, template_reward, template_violation
 
 E = "<|im_end|>"
 TOKYO_JA = "東京は日本の首都で、人口が最も多い都市です。"  # 22 characters
