@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from kitae.errors import ConfigError
 from kitae.rollout import base
 from kitae.rollout.base import ENGINES, SavesState, SyncsWeights
 from kitae.rollout.hf import HFEngine
@@ -18,6 +19,7 @@ from kitae.rollout.server import ServerEngine
 from kitae.rollout.sync import DiskSync, ReloadsWeights, VllmSync
 from kitae.trainer.config import SamplingConfig, load_train_config
 from kitae.trainer.loop import Trainer
+from kitae.trainer.preflight import check_images
 from tests.tiny import tiny_llama, tiny_tokenizer
 from tests.trainer.conftest import write_config
 
@@ -206,3 +208,18 @@ def test_an_engines_own_state_is_checkpointed_and_given_back_on_resume(tiny_asse
     assert resumed.engine.restored == {"prompts": 4}
     resumed.train()
     assert resumed.engine.prompts == 6
+
+
+@pytest.mark.parametrize("registered,refused", [(HFEngine, False), (ServerEngine, True), (OnlyGenerates, True),
+                                                (None, True)], ids=["hf", "server", "generate-only", "unknown"])
+def test_image_prompts_take_the_in_process_engine_whatever_its_name(tiny_assets, tmp_path, monkeypatch, registered,
+                                                                    refused):
+    if registered is not None:
+        monkeypatch.setitem(ENGINES._entries, "mine", registered)
+    cfg = load_train_config(write_config(tiny_assets, tmp_path, **{"sampling.engine": "mine"}))
+    vision = object()  # a vision-language model's processor: its vision engine takes the in-process engine's place
+    if refused:
+        with pytest.raises(ConfigError, match="a vision-language model samples in this process"):
+            check_images(cfg, vision, [])
+    else:
+        check_images(cfg, vision, [])
