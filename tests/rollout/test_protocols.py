@@ -175,6 +175,16 @@ def test_an_engine_with_generate_alone_trains_and_evaluates(tiny_assets, tmp_pat
     assert all("mismatch/logp_abs_diff_max" not in m for m in seen)  # its log-probs are taken as the trainer's
 
 
+@pytest.mark.parametrize("over,error", [
+    ({"sampling.partial": {"segment_tokens": 4}}, "sampling.partial: the test-onlygenerates engine cannot continue"),
+    ({"sampling.async": True}, "sampling.async: samples from token ids, which the test-onlygenerates engine does not"),
+], ids=["partial", "async"])
+def test_what_needs_token_ids_refuses_an_engine_without_them(tiny_assets, tmp_path, rewards_on_path, monkeypatch,
+                                                             over, error):
+    with pytest.raises(ConfigError, match=error):
+        _trainer(tiny_assets, tmp_path, monkeypatch, OnlyGenerates, **over)
+
+
 def test_an_engine_that_syncs_weights_gets_the_policys_when_due(tiny_assets, tmp_path, rewards_on_path, monkeypatch):
     trainer = _trainer(tiny_assets, tmp_path, monkeypatch, OwnCopy, **{"sampling.sync_every": 2})
     seen = []
