@@ -1,6 +1,7 @@
 """Rollout engines: G completions per prompt, with the sampling policy's per-token log-probs.
 
-    base.py      the interface (``generate``), :class:`SamplingParams`, :class:`Completion`, the ``ENGINES`` registry
+    base.py      the interface (``generate``) and one protocol per optional ability (weight sync, token ids,
+                 state to checkpoint, ...), :class:`SamplingParams`, :class:`Completion`, the ``ENGINES`` registry
     hf.py        ``hf``: in this process, batched sampling with a KV cache and left padding
     vision.py    the same for vision-language models (image prompts)
     server.py    ``server``: groups sampled by inference servers (vLLM, SGLang, ``kitae serve model``), failover

@@ -13,20 +13,37 @@ quantity the trainer recomputes for the current policy, so the two form a proper
 Image prompts (a vision-language model): the in-process engine samples them (kitae.rollout.vision), and each
 Completion carries its prompt's image tensors (``image_inputs``) for the policy update.
 
-Keep this interface small: the in-process engine (``hf``) and the inference-server engine (``server``,
-kitae.rollout.server) implement the same `generate`.
-Partial rollouts (kitae.rollout.partial) also need ``generate_tokens(prompt_ids, n, sampling)``: the same, from
-token ids (a prompt followed by the part of a completion sampled earlier), so a trajectory continues token for
-token.
+Keep this interface small: :class:`RolloutEngine` (``generate``) is all an engine must have; a class with only
+that trains. What else an engine can do is a small protocol of its own, which the trainer checks with
+``isinstance`` (or ``issubclass``, for the class-level ones) and never by probing attributes or by the engine's
+registered name. An engine claims a protocol by subclassing it (tests/rollout/test_protocols.py checks that
+every claim is implemented):
+
+- :class:`EncodesPrompts`: applies the model's chat template itself (the run's ``model.chat_template_kwargs``
+  and ``model.end_marker``); pre-flight measures the prompts with it;
+- :class:`ContinuesTokens`: samples from token ids (a prompt followed by the part of a completion sampled
+  earlier), so a trajectory continues token for token: partial rollouts (kitae.rollout.partial) and
+  ``sampling.async`` (kitae.rollout.worker) need it;
+- :class:`SyncsWeights`: samples with its own copy of the weights (servers): the trainer pushes the policy's, the
+  engine keeps the version it holds;
+- :class:`RemoteLogprobs`: its log-probs come from other kernels than the trainer's: the trainer recomputes its
+  own and corrects for the mismatch (kitae.algorithms.mismatch);
+- :class:`ReportsStats`: metrics of its own each step (``take_stats``);
+- :class:`SavesState`: state that a checkpoint holds and a resumed run gets back;
+- :class:`ChecksServers` (class level): pre-flight asks its servers before the model loads;
+- :class:`BuiltFromConfig` (class level): built from the sampling settings, not as ``cls(policy, tokenizer)``.
+
+The in-process engine (``hf``, kitae.rollout.hf) claims the first two; the inference-server engine (``server``,
+kitae.rollout.server) all but :class:`SavesState`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from kitae.chat import END_OF_TEXT, IM_END, TEMPLATE_TOKENS, Message
+from kitae.chat import END_OF_TEXT, IM_END, TEMPLATE_TOKENS, EndMarker, Message
 from kitae.registry import Registry
 
 CHATML_STOPS = (IM_END, END_OF_TEXT)  # where every sample stops by default, whatever the model
@@ -82,9 +99,117 @@ class Completion:
         return len(self.completion_ids)
 
 
+# ---- the engine contract: the core, and one protocol per optional ability (the module docstring) ------------
+@runtime_checkable
 class RolloutEngine(Protocol):
+    """What every engine does. Built as ``cls(policy, tokenizer)`` unless it is :class:`BuiltFromConfig`."""
+
     def generate(
         self, prompts: list[list[Message]], n: int, sampling: SamplingParams
     ) -> list[list[Completion]]:
         """`n` completions for each prompt (a chat message list), in prompt order."""
+        ...
+
+
+@runtime_checkable
+class EncodesPrompts(Protocol):
+    """It applies the model's chat template itself, with the run's chat settings."""
+
+    def set_chat(self, chat_template_kwargs: dict[str, Any] | None = None, end_marker: str | None = None) -> None:
+        """The run's ``model.chat_template_kwargs`` and ``model.end_marker`` (the marker's text)."""
+        ...
+
+    def encode_prompt(self, messages: list[Message]) -> list[int]:
+        """The prompt's token ids, as `generate` samples from them."""
+        ...
+
+
+@runtime_checkable
+class ContinuesTokens(EncodesPrompts, Protocol):
+    """It samples from token ids and reads them back by the model's end marker."""
+
+    end_marker: EndMarker  # the model's end of turn: where a completion's text ends, what is stray inside it
+
+    def ending(self, sampling: SamplingParams) -> SamplingParams:
+        """``sampling`` with its stop strings resolved (``stop`` None: ChatML's and the model's end texts)."""
+        ...
+
+    def generate_tokens(
+        self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams
+    ) -> list[list[Completion]]:
+        """`generate` from token ids: a prompt, or a prompt followed by the tokens of a trajectory so far."""
+        ...
+
+
+@runtime_checkable
+class SyncsWeights(Protocol):
+    """It samples with its own copy of the weights: the trainer pushes the policy's after optimizer steps (every
+    ``sampling.sync_every``, and before evaluations) unless the engine holds that version already. The engine
+    keeps its version itself; in a multi-process run the main process pushes and every other process's engine
+    loads the :meth:`synced_state` the push left."""
+
+    version: int | None  # the policy version (optimizer steps taken) it holds; None before the first push
+
+    @property
+    def frozen(self) -> bool:
+        """True when it never takes the policy's weights (``sampling.sync: none``): evaluations then sample with
+        the policy in the trainer's process."""
+        ...
+
+    def sync_weights(self, model: Any, version: int, state: dict[str, Any] | None = None) -> None:
+        """Load ``model``'s weights as policy ``version`` (``state``: its full state dict, gathered under FSDP)."""
+        ...
+
+    def synced_state(self) -> Any:
+        """What the last push left (the version, what each replica holds), picklable."""
+        ...
+
+    def load_synced_state(self, state: Any) -> None:
+        """Take another process's :meth:`synced_state`: its push reached the same samplers."""
+        ...
+
+
+@runtime_checkable
+class RemoteLogprobs(Protocol):
+    """Its log-probs are not the trainer's (a server's kernels): the trainer recomputes its own as the ratio's old
+    log-probs and weighs each token by the two's ratio (truncated importance sampling, ``algorithm.tis_cap``)."""
+
+    remote_logprobs: ClassVar[bool]  # True: the claim
+
+
+@runtime_checkable
+class ReportsStats(Protocol):
+    def take_stats(self) -> dict[str, float]:
+        """This step's metrics of the engine (logged with the step's), and a fresh count for the next step."""
+        ...
+
+
+@runtime_checkable
+class SavesState(Protocol):
+    """State a checkpoint holds: a resumed run's engine gets back what the stopped run's had at that step."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class ChecksServers(Protocol):
+    """(Of the class.) It samples on servers that pre-flight asks before the model loads."""
+
+    @staticmethod
+    def check_servers(sampling: Any) -> dict[str, str | None]:
+        """Every server of ``sampling`` (a SamplingConfig) answers: URL -> served model name (None: unsaid)."""
+        ...
+
+
+@runtime_checkable
+class BuiltFromConfig(Protocol):
+    """(Of the class.) It is built from the run's sampling settings and what pre-flight found."""
+
+    @classmethod
+    def from_config(cls, model: Any, tokenizer: Any, sampling: Any, run_dir: Any,
+                    served_models: dict[str, str | None] | None = None) -> RolloutEngine:
+        """The engine of ``sampling`` (a SamplingConfig); ``served_models``: :meth:`ChecksServers.check_servers`'s
+        answer, when the class has one."""
         ...

@@ -31,11 +31,12 @@ import torch
 
 from kitae.chat import EndMarker, Message, end_marker_of, format_prompt
 from kitae.models import load_causal_lm, load_tokenizer
-from kitae.rollout.base import CHATML_STOPS, Completion, SamplingParams
+from kitae.rollout.base import CHATML_STOPS, Completion, ContinuesTokens, RolloutEngine, SamplingParams
 
 
-class HFEngine:
-    """Rollout engine over a transformers causal LM. The trainer shares its model object (no weight sync).
+class HFEngine(RolloutEngine, ContinuesTokens):
+    """Rollout engine over a transformers causal LM. The trainer shares its model object (no weight sync). It
+    applies the chat template itself and continues token ids (kitae.rollout.base's protocols).
 
     ``end_marker``: the model's end of turn (default: :func:`kitae.chat.end_marker_of` the tokenizer);
     ``chat_template_kwargs``: the chat template's variables for every prompt (Qwen3's ``enable_thinking``)."""

@@ -63,8 +63,10 @@ import httpx
 
 from kitae.errors import ConfigError, KitaeError
 from kitae.registry import Registry
-from kitae.rollout.base import CHATML_STOPS, Completion, SamplingParams
+from kitae.rollout.base import (CHATML_STOPS, BuiltFromConfig, ChecksServers, Completion, RemoteLogprobs,
+                                ReportsStats, SamplingParams, SyncsWeights)
 from kitae.rollout.hf import HFEngine, repeat_period
+from kitae.rollout.sync import ReloadsWeights
 from kitae.http.client import Retrier, WireCounters, WireError, auth_headers
 
 log = logging.getLogger("kitae.rollout.server")
@@ -313,9 +315,11 @@ class RolloutStats:
     wait_secs: float = 0.0  # the longest time a group waited with every replica down
 
 
-class ServerEngine(HFEngine):
+class ServerEngine(HFEngine, SyncsWeights, RemoteLogprobs, ReportsStats, ChecksServers, BuiltFromConfig):
     """Rollouts from inference servers. It is the in-process engine without the decoding loop: prompts are
-    encoded, stop strings matched and texts decoded by the same code (see the module docstring)."""
+    encoded, stop strings matched and texts decoded by the same code (see the module docstring). The trainer
+    pushes its weights to the servers, recomputes its own log-probs, and logs the replicas' counters
+    (kitae.rollout.base's protocols)."""
 
     remote_logprobs = True  # the trainer recomputes its own log-probs and corrects for the mismatch
 
@@ -327,7 +331,7 @@ class ServerEngine(HFEngine):
         self.api = SERVER_APIS.get(api, "sampling.server_api")
         self.timeout, self.down_secs, self.max_wait = timeout, down_secs, max_wait
         self.max_staleness, self.api_key_env = max_staleness, api_key_env
-        self.weight_sync = weight_sync  # kitae.rollout.sync strategy; None = frozen servers
+        self.weight_sync = weight_sync  # kitae.rollout.sync strategy (a WeightSync); None = frozen servers
         self.version: int | None = None  # the policy version last pushed to the replicas
         self.counters = WireCounters()
         self.replicas = [Replica(url, i, (served_models or {}).get(url)) for i, url in enumerate(servers)]
@@ -357,6 +361,11 @@ class ServerEngine(HFEngine):
                    weight_sync=build_sync(sampling, run_dir), served_models=names)
 
     # ---- weights ----------------------------------------------------------------------------------------
+    @property
+    def frozen(self) -> bool:
+        """``sampling.sync: none``: the servers keep the weights they started with."""
+        return self.weight_sync is None
+
     def sync_weights(self, model: Any, version: int, state: dict[str, Any] | None = None) -> None:
         """Push ``model``'s weights (merged, for LoRA; ``state``: its gathered full state dict, under FSDP) to
         every replica as policy ``version``."""
@@ -364,6 +373,16 @@ class ServerEngine(HFEngine):
             return
         self.weight_sync.push(self, model, version, state)
         self.version = version
+
+    def synced_state(self) -> tuple[int | None, list[tuple[Any, Any, float]]]:
+        """The version pushed last and what each replica holds since (its version, the server's own label, when
+        it is down until)."""
+        return self.version, [(r.synced, r.server_version, r.down_until) for r in self.replicas]
+
+    def load_synced_state(self, state: tuple[int | None, list[tuple[Any, Any, float]]]) -> None:
+        self.version, replicas = state
+        for r, (synced, server_version, down_until) in zip(self.replicas, replicas):
+            r.synced, r.server_version, r.down_until = synced, server_version, down_until
 
     def mark_loaded(self, replica: Replica, version: int, server_version: Any) -> None:
         """A sync strategy's report: ``replica`` now holds policy ``version`` (its reply said ``server_version``)."""
@@ -465,7 +484,7 @@ class ServerEngine(HFEngine):
         async with lock:
             if replica.synced == self.version or not replica.is_up(time.monotonic()):
                 return replica.synced == self.version
-            if not getattr(self.weight_sync, "can_reload", False):
+            if not isinstance(self.weight_sync, ReloadsWeights):
                 self.mark_down(replica, f"it missed the weights of policy version {self.version}; it gets them "
                                         "at the next push")
                 return False

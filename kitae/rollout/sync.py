@@ -38,7 +38,7 @@ import shutil
 import socket
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 import httpx
@@ -48,6 +48,25 @@ from kitae.errors import ConfigError, KitaeError
 from kitae.registry import Registry
 
 WEIGHT_SYNCS = Registry("weight sync")
+
+
+class WeightSync(Protocol):
+    """A strategy of :data:`WEIGHT_SYNCS`, built as ``cls(sampling, run_dir)``."""
+
+    def push(self, engine: Any, model: Any, version: int, state: dict[str, torch.Tensor] | None = None) -> None:
+        """``model``'s weights (``state``: its gathered full state dict, under FSDP) to every replica of
+        ``engine`` (kitae.rollout.server.ServerEngine) as policy ``version``; each replica that took them is
+        reported with ``engine.mark_loaded``, each that did not with ``engine.mark_down``."""
+        ...
+
+
+@runtime_checkable
+class ReloadsWeights(Protocol):
+    """A strategy that can give a replica which missed a push the newest weights later, without the model."""
+
+    def reload(self, engine: Any, replica: Any) -> None:
+        """The newest pushed weights into ``replica``; raises KitaeError when it does not take them."""
+        ...
 
 
 def check_vllm_sync(path: str) -> None:
@@ -123,10 +142,9 @@ def write_weights(model: Any, folder: Path, state: dict[str, torch.Tensor] | Non
 
 # ---- disk -----------------------------------------------------------------------------------------------------
 @WEIGHT_SYNCS.register("disk")
-class DiskSync:
-    """Write the weights, then ask each replica to load them (see the module docstring)."""
-
-    can_reload = True  # a replica that missed a push loads the newest folder later, without the model
+class DiskSync(WeightSync, ReloadsWeights):
+    """Write the weights, then ask each replica to load them (see the module docstring). A replica that missed a
+    push loads the newest folder later (:meth:`reload`)."""
 
     def __init__(self, sampling: Any, run_dir: Path):
         self.root = Path(sampling.sync_dir) if sampling.sync_dir else run_dir / "sync"
@@ -260,12 +278,11 @@ def policy_source(model: Any) -> Any:
 
 
 @WEIGHT_SYNCS.register("vllm")
-class VllmSync:
-    """vLLM's weight-transfer API: HTTP control plane, NCCL data plane (see the module docstring).
+class VllmSync(WeightSync):
+    """vLLM's weight-transfer API: HTTP control plane, NCCL data plane (see the module docstring). No reload: a
+    replica that missed a push gets the weights at the next one.
     ``engine_cls``: vLLM's NCCLTrainerWeightTransferEngine unless given (the contract tests give one without
     NCCL)."""
-
-    can_reload = False
 
     def __init__(self, sampling: Any, run_dir: Path, engine_cls: Any = None):
         if engine_cls is None:

@@ -5,14 +5,18 @@ weights of the last push before it, whatever the timing: which policy version sa
 that order alone (kitae.trainer.pipeline), so an async run is as reproducible as a synchronous one. Every
 returned :class:`~kitae.rollout.base.Completion` carries ``policy_version``, the version that sampled it.
 
-- :class:`WorkerRunner` (``engine: hf``): a rollout worker process (torch.multiprocessing, spawn) with its own
-  copy of the model and its own torch threads, so the trainer and the sampler each have a core. It samples with
-  :meth:`kitae.rollout.hf.HFEngine.generate_tokens`, the in-process engine's own code. Jobs and pushes share one
-  queue; a push carries the trainable tensors only (every weight for full fine-tuning, the adapter for LoRA),
-  copied once into shared memory.
-- :class:`ThreadRunner` (``engine: server``): each job's requests in flight on a background thread while the
-  trainer updates; a push waits for the jobs in flight, then sends the weights (kitae.rollout.sync), so weights
-  change between batches, never under one.
+Which runner an engine gets is decided by its abilities (kitae.rollout.base), and both sample from token ids
+(:class:`~kitae.rollout.base.ContinuesTokens`):
+
+- :class:`WorkerRunner` (an engine that shares the trainer's model, ``engine: hf``): a rollout worker process
+  (torch.multiprocessing, spawn) with its own copy of the model and its own torch threads, so the trainer and
+  the sampler each have a core. It samples with :meth:`kitae.rollout.hf.HFEngine.generate_tokens`, the
+  in-process engine's own code. Jobs and pushes share one queue; a push carries the trainable tensors only
+  (every weight for full fine-tuning, the adapter for LoRA), copied once into shared memory.
+- :class:`ThreadRunner` (an engine that syncs weights, :class:`~kitae.rollout.base.SyncsWeights`: ``engine:
+  server``): each job's requests in flight on a background thread while the trainer updates; a push waits for
+  the jobs in flight, then sends the weights (kitae.rollout.sync), so weights change between batches, never
+  under one.
 """
 
 from __future__ import annotations
@@ -22,12 +26,15 @@ import copy
 import queue
 import signal
 import traceback
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import torch
 
 from kitae.errors import KitaeError
-from kitae.rollout.base import Completion, SamplingParams
+from kitae.rollout.base import Completion, ContinuesTokens, SamplingParams
+
+if TYPE_CHECKING:
+    from kitae.rollout.hf import HFEngine
 
 POLL_SECS = 2.0  # how often a wait for the worker checks that it is still alive
 
@@ -53,7 +60,7 @@ class WorkerRunner:
     """A rollout worker process holding a copy of ``policy`` (at ``version``) and ``engine``'s tokenizer, end
     marker and chat settings; it runs ``threads`` torch threads."""
 
-    def __init__(self, policy: Any, engine: Any, version: int, threads: int):
+    def __init__(self, policy: Any, engine: "HFEngine", version: int, threads: int):
         ctx = torch.multiprocessing.get_context("spawn")
         self._jobs, self._results = ctx.Queue(), ctx.Queue()
         model = copy.deepcopy(policy).to("cpu")  # its own weights: the trainer's change under it otherwise
@@ -139,7 +146,7 @@ class ThreadRunner:
     """Jobs of ``engine`` (the server engine) on a background thread; ``sync(policy, version)`` pushes the
     weights to the servers, between jobs."""
 
-    def __init__(self, engine: Any, sync: Callable[[Any, int], Any], version: int):
+    def __init__(self, engine: ContinuesTokens, sync: Callable[[Any, int], Any], version: int):
         self.engine, self._sync, self.version = engine, sync, version
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kitae-rollouts")
         self._futures: dict[int, concurrent.futures.Future] = {}

@@ -1,7 +1,8 @@
 """Checkpoints: runs/NAME/checkpoints/step-000123/{model/, state.pt}.
 
 `model/` is HF `save_pretrained` (the LoRA adapter alone for LoRA runs) plus the tokenizer; `state.pt` holds the
-optimizer, scheduler, KL controller, prompt sampler, partial-rollout buffer and RNG states and the step. A checkpoint is written to a
+optimizer, scheduler, KL controller, prompt sampler, partial-rollout buffer and RNG states, the rollout engine's
+own (an engine that SavesState, kitae.rollout.base) and the step. A checkpoint is written to a
 temporary folder (step-000123.tmp) and renamed into place, so a run killed mid-save never leaves a half
 checkpoint behind; the next save or resume removes such a stale .tmp folder.
 

@@ -6,7 +6,8 @@ engine, every reward component's grade.
 - Partial rollouts (Kimi k1.5, ``sampling.partial``): new prompts start and unfinished trajectories continue
   from the replay buffer (kitae.rollout.partial); only the groups that finished this step come back.
 - After grading, the prompt sampler is told each prompt's pass rate (prioritized and curriculum sampling).
-- The rollout servers (``sampling.engine: server``) get the policy's weights every ``sampling.sync_every`` steps.
+- An engine with its own copy of the weights (kitae.rollout.base.SyncsWeights: the rollout servers) gets the
+  policy's every ``sampling.sync_every`` steps.
 - ``sampling.async``: the groups of the next steps are sampled while this step updates (kitae.trainer.pipeline).
 
 In a multi-process run each process samples its share of the prompts (kitae.trainer.processes).
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kitae.algorithms.advantages import dynamic_sampling_keep
-from kitae.rollout.base import Completion, SamplingParams
+from kitae.rollout.base import Completion, SamplingParams, SavesState, SyncsWeights
 from kitae.rollout.partial import PartialRollouts
 from kitae.scoring.evaluate import sample_dict
 from kitae.scoring.rewards import GroupScores, RewardComponent, score_groups
@@ -145,10 +146,10 @@ class Rollouts:
         return self.push_to_servers(policy, version, force)
 
     def push_to_servers(self, policy, version: int, force: bool = True) -> dict[str, float]:
-        """Push the policy to the rollout servers every ``sampling.sync_every`` steps (or now, with ``force``)
-        unless they hold ``version`` already; returns ``sync_secs`` when it pushed."""
+        """Push the policy to an engine that syncs weights (the rollout servers) every ``sampling.sync_every``
+        steps (or now, with ``force``) unless it holds ``version`` already; returns ``sync_secs`` when it pushed."""
         engine = self.engine
-        if not hasattr(engine, "sync_weights") or engine.weight_sync is None or engine.version == version:
+        if not isinstance(engine, SyncsWeights) or engine.frozen or engine.version == version:
             return {}
         if not (force or due(version, self.cfg.sampling.sync_every)):
             return {}
@@ -159,21 +160,21 @@ class Rollouts:
         if self.acc.num_processes > 1:  # every process's engine learns what the replicas now hold
             from accelerate.utils import broadcast_object_list
 
-            state = [[(r.synced, r.server_version, r.down_until) for r in engine.replicas]]
-            broadcast_object_list(state)
-            for r, (synced, server_version, down_until) in zip(engine.replicas, state[0]):
-                r.synced, r.server_version, r.down_until = synced, server_version, down_until
-            engine.version = version
+            synced = [engine.synced_state()]
+            broadcast_object_list(synced)
+            engine.load_synced_state(synced[0])
         return {"sync_secs": time.perf_counter() - t0}
 
     def eval_engine(self, policy, tokenizer):
-        """The engine that samples evaluations: the servers, which hold the policy's weights, unless they are
-        frozen (``sampling.sync: none``); then the policy in this process."""
-        if getattr(self.engine, "weight_sync", True) is None:
+        """The engine that samples evaluations: the run's, unless it keeps weights of its own that never take the
+        policy's (frozen servers, ``sampling.sync: none``); then the policy in this process, with the run's chat
+        settings."""
+        if isinstance(self.engine, SyncsWeights) and self.engine.frozen:
             from kitae.rollout.hf import HFEngine
 
-            return HFEngine(policy, tokenizer, end_marker=self.engine.end_marker,
-                            chat_template_kwargs=self.engine.chat_template_kwargs)
+            engine = HFEngine(policy, tokenizer)
+            engine.set_chat(self.cfg.model.chat_template_kwargs, self.cfg.model.end_marker)
+            return engine
         return self.engine
 
     def close(self) -> None:
@@ -183,10 +184,13 @@ class Rollouts:
     def state_dict(self) -> dict[str, Any]:
         return {"sampler": self.sampler.state_dict(),
                 "partial": self.partial.state_dict() if self.partial is not None else None,
-                "ahead": self.pipeline.state_dict() if self.pipeline is not None else None}
+                "ahead": self.pipeline.state_dict() if self.pipeline is not None else None,
+                "engine": self.engine.state_dict() if isinstance(self.engine, SavesState) else None}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.sampler.load_state_dict(state["sampler"])
+        if isinstance(self.engine, SavesState) and state.get("engine") is not None:
+            self.engine.load_state_dict(state["engine"])
         if self.pipeline is not None:
             self.pipeline.load_state_dict(state.get("ahead"))
         if self.partial is not None and state.get("partial") is not None:

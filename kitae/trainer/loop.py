@@ -43,7 +43,7 @@ import torch
 
 from kitae.algorithms.losses import LossConfig
 from kitae.errors import ConfigError, KitaeError
-from kitae.rollout.base import SamplingParams
+from kitae.rollout.base import ContinuesTokens, RemoteLogprobs, ReportsStats, SamplingParams
 from kitae.scoring.evaluate import evaluate
 from kitae.scoring.rewards import (
     Drought,
@@ -69,7 +69,7 @@ from kitae.trainer.config import TrainConfig
 from kitae.trainer.loggers import make_loggers
 from kitae.trainer.metrics import group_records, pass_rate_and_partial_metrics, policy_lag, reward_metrics
 from kitae.trainer.periodic import due
-from kitae.trainer.pipeline import RolloutPipeline
+from kitae.trainer.pipeline import RolloutPipeline, in_worker
 from kitae.trainer.preflight import Checked, preflight
 from kitae.trainer.processes import gather, reduce_metrics
 from kitae.trainer.resume import ResumePlan, plan_resume
@@ -162,10 +162,13 @@ class Trainer:
                               "(accelerate): set async: false, or train in one process")
         if self.processor is not None:
             raise ConfigError(where, "does not sample image prompts (a vision-language model); set async: false")
+        if not isinstance(self.engine, ContinuesTokens):
+            raise ConfigError(where, f"samples from token ids, which the {self.cfg.sampling.engine} engine does not "
+                              "(kitae.rollout.base.ContinuesTokens); set async: false")
         # mu 1: the update's one forward gives the old log-probs and the weights (no forward more per step)
         self.update.in_pass_correction = self.cfg.algorithm.mu == 1
         threads = max(1, torch.get_num_threads() // 2)
-        if not getattr(self.engine, "remote_logprobs", False):
+        if in_worker(self.engine):
             torch.set_num_threads(threads)  # the other half is the rollout worker's
         return RolloutPipeline(self.rollouts, threads)
 
@@ -258,7 +261,7 @@ class Trainer:
         # 2. the training batch: the sampler's log-probs (corrected for a server's mismatch), the reference's
         batch = self.update.training_batch(got.completions)  # [B, L] on the device
         # the sampler's log-probs are not the trainer's: a server's kernels, or async's older weights
-        off_policy = getattr(self.engine, "remote_logprobs", False) or self.cfg.sampling.async_
+        off_policy = isinstance(self.engine, RemoteLogprobs) or self.cfg.sampling.async_
         mismatch = self.update.correct_mismatch(batch) if off_policy and not self.update.in_pass_correction else {}
         if self.ref_model is not None:
             batch.ref_logp = self.update.reference_logps(batch)  # [B, L-1]
@@ -292,7 +295,7 @@ class Trainer:
         metrics = {
             **reward_metrics(self.components, got.scores, completions),
             **trained,
-            **(self.engine.take_stats() if hasattr(self.engine, "take_stats") else {}),
+            **(self.engine.take_stats() if isinstance(self.engine, ReportsStats) else {}),
             "kl_coef": self.kl_ctl.value,
             "lr": self.scheduler.get_last_lr()[0],
             **times,

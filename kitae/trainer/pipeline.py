@@ -26,8 +26,15 @@ import dataclasses
 import time
 from typing import Any
 
-from kitae.rollout.base import Completion
+from kitae.rollout.base import Completion, SyncsWeights
 from kitae.rollout.worker import Runner, ThreadRunner, WorkerRunner
+
+
+def in_worker(engine: Any) -> bool:
+    """Whether ``engine``'s rollouts run in a rollout worker process with a copy of the policy (an engine that
+    samples with the trainer's own model); one that syncs weights (the servers) has its requests sent from a
+    background thread, and gets the weights pushed."""
+    return not isinstance(engine, SyncsWeights)
 
 
 @dataclasses.dataclass
@@ -51,10 +58,13 @@ class RolloutPipeline:
         self.next_step: int | None = None  # the first step not submitted yet
 
     def _make_runner(self, policy: Any, version: int) -> Runner:
+        """The runner of the engine, holding the policy at ``version``."""
         engine = self.rollouts.engine
-        if getattr(engine, "remote_logprobs", False):  # the server engine
-            return ThreadRunner(engine, lambda p, v: self.rollouts.push_to_servers(p, v), version)
-        return WorkerRunner(policy, engine, version, self.threads)
+        if in_worker(engine):
+            return WorkerRunner(policy, engine, version, self.threads)  # a copy of the policy
+        runner = ThreadRunner(engine, lambda p, v: self.rollouts.push_to_servers(p, v), version)
+        runner.push(policy, version)  # the servers get the weights now
+        return runner
 
     # ---- the schedule ----------------------------------------------------------------------------------
     def push(self, policy: Any, version: int) -> dict[str, float]:
@@ -65,8 +75,6 @@ class RolloutPipeline:
         t0 = time.perf_counter()
         if self.runner is None:
             self.runner = self._make_runner(policy, version)
-            if getattr(self.runner, "engine", None) is not None:  # servers: they get the weights now
-                self.runner.push(policy, version)
         else:
             self.runner.push(policy, version)
         self.version = version

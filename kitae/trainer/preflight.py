@@ -79,8 +79,9 @@ def preflight(cfg: TrainConfig, config_dir: str | Path | None = None) -> Checked
         processor = load_processor(model_path) if is_vision_model(model_path) else None
         check_images(cfg, processor, [(train_file, train_rows), (eval_file, eval_rows)])
         context = model_context(model_path)
-        if context is not None:
-            encode = prompt_encoder(cfg.sampling.engine, tokenizer, processor, cfg.model.chat_template_kwargs)
+        encode = None if context is None else prompt_encoder(cfg.sampling.engine, tokenizer, processor,
+                                                             cfg.model.chat_template_kwargs)
+        if encode is not None:
             check_lengths(train_rows, train_file, encode, context, cfg.sampling.max_new_tokens,
                           "sampling.max_new_tokens")
             eval_key = "eval.max_new_tokens" if cfg.eval.max_new_tokens else "sampling.max_new_tokens"
@@ -106,7 +107,11 @@ def check_images(cfg: TrainConfig, processor: Any, sets: list[tuple[str, list[di
                                     "a text model; give a vision-language model (e.g. model.path: kitae-tiny-vl) or "
                                     "drop the image rows")
         return
-    if cfg.sampling.engine != "hf":
+    from kitae.rollout.base import ENGINES
+    from kitae.rollout.hf import HFEngine
+
+    name = cfg.sampling.engine  # the in-process engine's vision form (kitae.rollout.vision) takes its place
+    if name not in ENGINES or ENGINES.get(name, "sampling.engine") is not HFEngine:
         raise ConfigError("sampling.engine", f"{cfg.sampling.engine!r}: a vision-language model samples in this "
                           "process for now; use the hf engine")
     if cfg.sampling.partial is not None:
@@ -115,12 +120,12 @@ def check_images(cfg: TrainConfig, processor: Any, sets: list[tuple[str, list[di
 
 
 def check_servers(cfg: TrainConfig) -> dict[str, str | None] | None:
-    """Engines that sample on servers (a ``check_servers`` of theirs): each replica's URL -> served model name,
-    once every one answered; None for engines in this process."""
-    from kitae.rollout.base import ENGINES
+    """Engines that sample on servers (kitae.rollout.base.ChecksServers): each replica's URL -> served model
+    name, once every one answered; None for engines in this process."""
+    from kitae.rollout.base import ENGINES, ChecksServers
 
-    check = getattr(ENGINES.get(cfg.sampling.engine, "sampling.engine"), "check_servers", None)
-    return check(cfg.sampling) if check else None
+    cls = ENGINES.get(cfg.sampling.engine, "sampling.engine")
+    return cls.check_servers(cfg.sampling) if issubclass(cls, ChecksServers) else None
 
 
 def add_import_paths(config_dir: str | Path | None = None) -> None:
@@ -174,15 +179,19 @@ def model_context(model_path: str) -> int | None:
 
 def prompt_encoder(engine: str, tokenizer: Any, processor: Any = None, chat_template_kwargs: dict | None = None):
     """The prompt token ids of a row's messages, exactly as the rollout engine makes them (image tokens
-    included, for a vision-language model; ``model.chat_template_kwargs`` applied)."""
-    from kitae.rollout.base import ENGINES
+    included, for a vision-language model; ``model.chat_template_kwargs`` applied); None for an engine that
+    does not say (kitae.rollout.base.EncodesPrompts)."""
+    from kitae.rollout.base import ENGINES, EncodesPrompts
 
     if processor is not None:
         from kitae.rollout.vision import VisionEngine
 
         built = VisionEngine(None, tokenizer, processor)
     else:
-        built = ENGINES.get(engine, "sampling.engine")(None, tokenizer)
+        cls = ENGINES.get(engine, "sampling.engine")
+        if not issubclass(cls, EncodesPrompts):
+            return None
+        built = cls(None, tokenizer)
     built.set_chat(chat_template_kwargs)
     return built.encode_prompt
 

@@ -21,7 +21,7 @@ from kitae.algorithms.kl import KL_CONTROLLERS
 from kitae.errors import ConfigError
 from kitae.models import language_targets, load_causal_lm
 from kitae.rewards.graders import RepeatPenalty
-from kitae.rollout.base import ENGINES
+from kitae.rollout.base import ENGINES, BuiltFromConfig, ContinuesTokens, EncodesPrompts
 from kitae.rollout.partial import PartialRollouts
 from kitae.scoring.rewards import RewardComponent
 from kitae.store import RunStore
@@ -221,19 +221,21 @@ def apply_optim_config(optimizer, scheduler, o: OptimConfig) -> None:
 
 # ---- sampling ---------------------------------------------------------------------------------------------
 def make_engine(cfg: TrainConfig, policy, tokenizer, processor, servers: dict | None):
-    """The rollout engine of ``sampling.engine``; one with a ``from_config`` (the server engine) gets the sampling
-    settings and the servers pre-flight found answering. Vision-language models sample in this process. Every
-    engine gets ``model.chat_template_kwargs`` and ``model.end_marker``."""
+    """The rollout engine of ``sampling.engine``; one built from the config (kitae.rollout.base.BuiltFromConfig:
+    the server engine) gets the sampling settings and the servers pre-flight found answering. Vision-language
+    models sample in this process. Every engine that applies the chat template (EncodesPrompts) gets
+    ``model.chat_template_kwargs`` and ``model.end_marker``."""
     cls = ENGINES.get(cfg.sampling.engine, "sampling.engine")
     if processor is not None:  # pre-flight allows only the in-process engine here
         from kitae.rollout.vision import VisionEngine
 
         engine = VisionEngine(policy, tokenizer, processor)
-    elif (build := getattr(cls, "from_config", None)) is not None:
-        engine = build(policy, tokenizer, cfg.sampling, cfg.run_dir, servers)
+    elif issubclass(cls, BuiltFromConfig):
+        engine = cls.from_config(policy, tokenizer, cfg.sampling, cfg.run_dir, servers)
     else:
         engine = cls(policy, tokenizer)
-    engine.set_chat(cfg.model.chat_template_kwargs, cfg.model.end_marker)
+    if isinstance(engine, EncodesPrompts):
+        engine.set_chat(cfg.model.chat_template_kwargs, cfg.model.end_marker)
     return engine
 
 
@@ -250,7 +252,7 @@ def make_partial(cfg: TrainConfig, engine, tokenizer, num_processes: int) -> Par
     pc = cfg.sampling.partial
     if pc is None:
         return None
-    if not hasattr(engine, "generate_tokens"):
+    if not isinstance(engine, ContinuesTokens):
         raise ConfigError("sampling.partial", f"the {cfg.sampling.engine} engine cannot continue trajectories")
     if num_processes > 1:
         raise ConfigError("sampling.partial", "partial rollouts run in one process for now (the replay buffer "

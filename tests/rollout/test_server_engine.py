@@ -14,6 +14,7 @@ from kitae.errors import ConfigError, KitaeError
 from kitae.rollout.base import SamplingParams
 from kitae.rollout.hf import HFEngine
 from kitae.rollout.server import ServerEngine, check_url, cut_sample, preflight
+from kitae.rollout.sync import ReloadsWeights
 from tests.rollout.scripted import CompletionsServer, choice, clone_model, reply
 from tests.tiny import tiny_llama, tiny_tokenizer
 
@@ -226,10 +227,8 @@ def test_refused_request_is_an_error_at_once(multi_tok):
 
 
 # ---- versions ---------------------------------------------------------------------------------------------
-class Reloads:
+class Reloads(ReloadsWeights):
     """A sync strategy that only asks replicas to reload (the disk sync's second half)."""
-
-    can_reload = True
 
     def __init__(self):
         self.calls = 0

@@ -1,0 +1,235 @@
+"""The engine contract (kitae.rollout.base): each engine claims the protocols it implements, and the trainer decides
+by them alone. A third party's engine with nothing but ``generate`` trains; one that keeps its own copy of the
+weights gets the policy's pushed, and one with state of its own gets it back on resume."""
+
+from __future__ import annotations
+
+import copy
+import typing
+from pathlib import Path
+
+import pytest
+import torch
+
+from kitae.errors import ConfigError
+from kitae.rollout import base
+from kitae.rollout.base import ENGINES, SavesState, SyncsWeights
+from kitae.rollout.hf import HFEngine
+from kitae.rollout.server import ServerEngine
+from kitae.rollout.sync import DiskSync, ReloadsWeights, VllmSync
+from kitae.trainer.config import SamplingConfig, load_train_config
+from kitae.trainer.loop import Trainer
+from kitae.trainer.preflight import check_images
+from tests.tiny import tiny_llama, tiny_tokenizer
+from tests.trainer.conftest import write_config
+
+INSTANCE_LEVEL = [base.RolloutEngine, base.EncodesPrompts, base.ContinuesTokens, base.SyncsWeights,
+                  base.RemoteLogprobs, base.ReportsStats, base.SavesState]
+CLASS_LEVEL = [base.ChecksServers, base.BuiltFromConfig]  # method-only: issubclass works on them
+
+
+def members(protocol: type) -> set[str]:
+    """The names a protocol asks for: its methods, properties and annotated attributes, its bases' too."""
+    names: set[str] = set()
+    for cls in protocol.__mro__:
+        if cls in (typing.Protocol, typing.Generic, object):
+            continue
+        names |= {n for n in vars(cls) if not n.startswith("_")} | set(getattr(cls, "__annotations__", {}))
+    return names
+
+
+def implemented(obj: object, name: str) -> bool:
+    """``name`` is the object's own (set on the instance) or defined by a class that is not a protocol: not the
+    protocol's stub, which a claim by subclassing would inherit."""
+    if name in getattr(obj, "__dict__", {}) and not isinstance(obj, type):
+        return True
+    owner = next((c for c in type(obj).__mro__ if name in vars(c)), None)
+    return owner is not None and not getattr(owner, "_is_protocol", False)
+
+
+def claimed(cls: type) -> set[type]:
+    return {p for p in INSTANCE_LEVEL + CLASS_LEVEL if p in cls.__mro__}
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny_tokenizer()
+
+
+# ---- the built-in engines -----------------------------------------------------------------------------------
+CLAIMS = [  # (engine, the protocols it claims)
+    ("hf", {base.RolloutEngine, base.EncodesPrompts, base.ContinuesTokens}),
+    ("server", {base.RolloutEngine, base.EncodesPrompts, base.ContinuesTokens, base.SyncsWeights,
+                base.RemoteLogprobs, base.ReportsStats, base.ChecksServers, base.BuiltFromConfig}),
+]
+
+
+@pytest.mark.parametrize("name,claims", CLAIMS, ids=[n for n, _ in CLAIMS])
+def test_each_engine_implements_what_it_claims_and_satisfies_nothing_else(tok, name, claims):
+    cls = ENGINES.get(name)
+    engine = cls(tiny_llama(len(tok)), tok) if name == "hf" else cls(None, tok, ["http://127.0.0.1:9"])
+    assert claimed(cls) == claims
+    for protocol in claims:
+        missing = [m for m in sorted(members(protocol)) if not implemented(engine, m)]
+        assert not missing, f"{cls.__name__} claims {protocol.__name__} but leaves {missing} to its stub"
+    for protocol in set(INSTANCE_LEVEL) - claims:
+        assert not isinstance(engine, protocol), protocol.__name__  # the trainer would take it for a claim
+    for protocol in set(CLASS_LEVEL) - claims:
+        assert not issubclass(cls, protocol), protocol.__name__
+
+
+def test_the_server_engine_keeps_its_own_version_and_frozen_servers_say_so(tok):
+    class Pushes:  # a sync strategy with push alone (vLLM's): replicas that miss a push wait for the next
+        def push(self, engine, model, version, state=None):
+            for r in engine.replicas:
+                engine.mark_loaded(r, version, version)
+
+    engine = ServerEngine(None, tok, ["http://127.0.0.1:9", "http://127.0.0.1:10"], weight_sync=Pushes())
+    assert not engine.frozen and engine.version is None
+    engine.sync_weights(None, 3)
+    assert engine.version == 3 and [r.synced for r in engine.replicas] == [3, 3]
+    other = ServerEngine(None, tok, ["http://127.0.0.1:9", "http://127.0.0.1:10"], weight_sync=Pushes())
+    other.load_synced_state(engine.synced_state())  # what another training process's engine learns
+    assert other.version == 3 and [(r.synced, r.server_version) for r in other.replicas] == [(3, 3), (3, 3)]
+    assert ServerEngine(None, tok, ["http://127.0.0.1:9"]).frozen  # sync: none
+
+
+def test_only_the_disk_sync_reloads_a_replica_that_missed_a_push(tmp_path):
+    sampling = SamplingConfig()
+    assert isinstance(DiskSync(sampling, tmp_path), ReloadsWeights)
+    assert not isinstance(VllmSync(sampling, tmp_path, engine_cls=object), ReloadsWeights)
+
+
+# ---- a third party's engines, trained ---------------------------------------------------------------------
+class OnlyGenerates:
+    """`generate` and nothing else (it samples with the in-process engine's code, out of sight)."""
+
+    def __init__(self, model, tokenizer):
+        self._inner = HFEngine(model, tokenizer)
+        self.prompts = 0
+
+    def generate(self, prompts, n, sampling):
+        self.prompts += len(prompts)
+        return self._inner.generate(prompts, n, sampling)
+
+
+class OwnCopy(OnlyGenerates, SyncsWeights):
+    """Samples with its own copy of the policy, which the trainer must push to."""
+
+    frozen = False
+
+    def __init__(self, model, tokenizer):
+        self.copy = copy.deepcopy(model).requires_grad_(False)
+        super().__init__(self.copy, tokenizer)
+        self.version: int | None = None
+        self.pushed: list[int] = []
+
+    def sync_weights(self, model, version, state=None):
+        self.copy.load_state_dict(model.state_dict())
+        self.version = version
+        self.pushed.append(version)
+
+    def synced_state(self):
+        return self.version
+
+    def load_synced_state(self, state):
+        self.version = state
+
+
+class FrozenCopy(OwnCopy):
+    frozen = True
+
+
+class Counts(OnlyGenerates, SavesState):
+    """Counts the prompts it sampled, across a resume."""
+
+    def __init__(self, model, tokenizer):
+        super().__init__(model, tokenizer)
+        self.restored: dict | None = None
+
+    def state_dict(self):
+        return {"prompts": self.prompts}
+
+    def load_state_dict(self, state):
+        self.restored = dict(state)
+        self.prompts = state["prompts"]
+
+
+def _trainer(tiny_assets: Path, root: Path, monkeypatch, cls: type, **over) -> Trainer:
+    name = f"test-{cls.__name__.lower()}"
+    monkeypatch.setitem(ENGINES._entries, name, cls)  # registered for this test only
+    cfg = load_train_config(write_config(tiny_assets, root, **{
+        "sampling.engine": name, "optim.steps": 3, "eval.every": 0, "logging.save_every": 0, **over}))
+    return Trainer(cfg)
+
+
+def test_an_engine_with_generate_alone_trains_and_evaluates(tiny_assets, tmp_path, rewards_on_path, monkeypatch):
+    trainer = _trainer(tiny_assets, tmp_path, monkeypatch, OnlyGenerates)
+    seen = []
+    trainer.on_step = lambda step, m: seen.append(m)
+    summary = trainer.train()
+    assert summary["status"] == "finished" and summary["steps"] == 3
+    assert type(trainer.engine) is OnlyGenerates
+    assert trainer.engine.prompts == 3 * 2 + 2 * 4  # 3 steps of 2 prompts; evaluations at 0 and 3 of 4 rows
+    assert all("sync_secs" not in m and not any(k.startswith("rollout/") for k in m) for m in seen)
+    assert all("mismatch/logp_abs_diff_max" not in m for m in seen)  # its log-probs are taken as the trainer's
+
+
+@pytest.mark.parametrize("over,error", [
+    ({"sampling.partial": {"segment_tokens": 4}}, "sampling.partial: the test-onlygenerates engine cannot continue"),
+    ({"sampling.async": True}, "sampling.async: samples from token ids, which the test-onlygenerates engine does not"),
+], ids=["partial", "async"])
+def test_what_needs_token_ids_refuses_an_engine_without_them(tiny_assets, tmp_path, rewards_on_path, monkeypatch,
+                                                             over, error):
+    with pytest.raises(ConfigError, match=error):
+        _trainer(tiny_assets, tmp_path, monkeypatch, OnlyGenerates, **over)
+
+
+def test_an_engine_that_syncs_weights_gets_the_policys_when_due(tiny_assets, tmp_path, rewards_on_path, monkeypatch):
+    trainer = _trainer(tiny_assets, tmp_path, monkeypatch, OwnCopy, **{"sampling.sync_every": 2})
+    seen = []
+    trainer.on_step = lambda step, m: seen.append(m)
+    trainer.train()
+    engine = trainer.engine
+    assert engine.pushed == [0, 2, 3]  # at the start, every 2nd step, and before the last step's evaluation
+    assert engine.version == 3 and ["sync_secs" in m for m in seen] == [False, True, False]
+    for (name, mine), theirs in zip(trainer.policy.state_dict().items(), engine.copy.state_dict().values()):
+        assert torch.equal(mine, theirs), name  # it holds the trained policy
+
+
+def test_a_frozen_engine_is_never_pushed_and_evaluations_sample_the_policy(tiny_assets, tmp_path, rewards_on_path,
+                                                                          monkeypatch):
+    trainer = _trainer(tiny_assets, tmp_path, monkeypatch, FrozenCopy)
+    trainer.train()
+    assert trainer.engine.pushed == [] and trainer.engine.version is None
+    assert trainer.engine.prompts == 3 * 2  # the evaluations sampled with the policy in this process
+    assert type(trainer.rollouts.eval_engine(trainer.policy, trainer.tokenizer)) is HFEngine
+
+
+def test_an_engines_own_state_is_checkpointed_and_given_back_on_resume(tiny_assets, tmp_path, rewards_on_path,
+                                                                      monkeypatch):
+    over = {"optim.steps": 2, "logging.save_every": 2, "data.eval": None}
+    trainer = _trainer(tiny_assets, tmp_path, monkeypatch, Counts, **over)
+    trainer.train()
+    assert trainer.engine.prompts == 4 and trainer.engine.restored is None
+    cfg = load_train_config(trainer.run_dir / "config.yaml", ["optim.steps=3"])
+    cfg.output_dir, cfg.name = str(trainer.run_dir.parent), trainer.run_dir.name
+    resumed = Trainer(cfg, resume=True)
+    assert resumed.engine.restored == {"prompts": 4}
+    resumed.train()
+    assert resumed.engine.prompts == 6
+
+
+@pytest.mark.parametrize("registered,refused", [(HFEngine, False), (ServerEngine, True), (OnlyGenerates, True),
+                                                (None, True)], ids=["hf", "server", "generate-only", "unknown"])
+def test_image_prompts_take_the_in_process_engine_whatever_its_name(tiny_assets, tmp_path, monkeypatch, registered,
+                                                                    refused):
+    if registered is not None:
+        monkeypatch.setitem(ENGINES._entries, "mine", registered)
+    cfg = load_train_config(write_config(tiny_assets, tmp_path, **{"sampling.engine": "mine"}))
+    vision = object()  # a vision-language model's processor: its vision engine takes the in-process engine's place
+    if refused:
+        with pytest.raises(ConfigError, match="a vision-language model samples in this process"):
+            check_images(cfg, vision, [])
+    else:
+        check_images(cfg, vision, [])
