@@ -471,34 +471,6 @@ class TrainConfig:
         return lc
 
 
-# A run's store carries this meta value when its saved config holds the loss settings that ran (presets resolved
-# in the config). Runs started before have none: their kitae applied a preset at loss time over every setting
-# still at LossConfig's default, so their saved config can say eps_high 0.2 where the loss ran with 0.28.
-PRESETS_IN_CONFIG = ("loss_presets", "in_config")
-
-
-def settings_as_they_ran(data: dict) -> list[tuple[str, Any, Any]]:
-    """Rewrite, in place, the loss settings of a config saved before presets were resolved in the config (no
-    PRESETS_IN_CONFIG mark) to what that kitae trained with: the preset's value for each setting its config held
-    at LossConfig's default (the rule it applied at loss time). Returns ``(field, saved, ran)`` per change.
-
-    >>> settings_as_they_ran({"algorithm": {"loss": "dapo", "eps_high": 0.2, "aggregation": "token_mean"}})
-    [('algorithm.eps_high', 0.2, 0.28)]
-    """
-    from kitae.algorithms import PRESETS, LossConfig
-
-    algorithm = data.get("algorithm")
-    if not isinstance(algorithm, dict):
-        return []
-    defaults, changes = LossConfig(), []
-    for key, value in PRESETS.get(algorithm.get("loss"), {}).items():
-        saved = algorithm.get(key)
-        if saved == getattr(defaults, key) and saved != value:
-            algorithm[key] = value
-            changes.append((f"algorithm.{key}", saved, value))
-    return changes
-
-
 def load_train_config(path: str | Path | None = None, overrides: list[str] | None = None, data: dict | None = None) -> TrainConfig:
     raw = read_yaml(path) if path is not None else dict(data or {})
     apply_overrides(raw, overrides or [])

@@ -27,8 +27,8 @@ from kitae.scoring.rewards import RewardComponent
 from kitae.store import RunStore
 from kitae.store.lock import RunLock
 from kitae.trainer import sharded
-from kitae.trainer.config import PRESETS_IN_CONFIG, KLConfig, ModelConfig, OptimConfig, TrainConfig
-from kitae.trainer.resume import ResumePlan, record_resume, write_config_yaml, write_settings_as_they_ran
+from kitae.trainer.config import KLConfig, ModelConfig, OptimConfig, TrainConfig
+from kitae.trainer.resume import ResumePlan, record_resume, write_config_yaml
 from kitae.trainer.samplers import SAMPLERS
 
 # The reference model of a LoRA run: the base model under the adapter, with the adapter switched off.
@@ -287,7 +287,6 @@ def open_store(cfg: TrainConfig, plan: ResumePlan | None, lock: RunLock | None =
     if plan is not None:
         store = RunStore.open(cfg.run_dir, lock=lock)
         try:
-            write_settings_as_they_ran(cfg.run_dir, store)  # an older run's saved config: the loss settings it ran with
             record_resume(store, plan, cfg)  # trims the steps to redo; records what happened
             store.mark_running()
         except BaseException:
@@ -296,7 +295,6 @@ def open_store(cfg: TrainConfig, plan: ResumePlan | None, lock: RunLock | None =
         return store
     store = RunStore.create(cfg.run_dir, name=cfg.name, config=cfg.to_dict(), model=cfg.model.path, lock=lock)
     try:
-        store.set_meta(*PRESETS_IN_CONFIG)  # its saved config holds the loss settings that ran
         write_config_yaml(cfg.run_dir / "config.yaml", cfg.to_dict(), cfg.run_dir)
     except BaseException:
         store.close()
