@@ -30,10 +30,10 @@ def calls():
     seen: list[tuple[str, str, LossConfig | None]] = []
     originals = [(reg, name, reg.get(name)) for reg in (POLICY_LOSSES, ADVANTAGES) for name in reg.names()]
     for reg, name, fn in originals:
-        reg.register(name, _recorded(fn, reg, name, seen))
+        reg.register(name, _recorded(fn, reg, name, seen), replace=True)
     yield seen
     for reg, name, fn in originals:
-        reg.register(name, fn)
+        reg.register(name, fn, replace=True)
 
 
 def _recorded(fn, reg: Registry, name: str, seen: list):
