@@ -136,7 +136,9 @@ def from_dict(cls: type[T], data: Any, path: str = "", skip: tuple[str, ...] = (
     dataclasses, and any class with a classmethod ``from_config(value, path)`` (a grader spec, a template)
     builds itself. A field without a default that `data` lacks is ``PATH.field: missing (required)``.
     Keys in `skip` are the caller's to read (a grader spec's ``type`` and ``name``): not given to `cls`, but
-    valid, and named in the did-you-mean of an unknown key."""
+    valid, and named in the did-you-mean of an unknown key. Once built, the object's ``resolve(path)``, if it has
+    one, fills in what was left out (defaults that depend on other fields), then its ``validate(path)``, if it
+    has one, checks what involves several fields and changes nothing."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -164,9 +166,10 @@ def from_dict(cls: type[T], data: Any, path: str = "", skip: tuple[str, ...] = (
         obj = cls(**kwargs)
     except TypeError as exc:
         raise ConfigError(path, str(exc)) from None
-    check = getattr(obj, "validate", None)
-    if check:
-        check(path)
+    for step in ("resolve", "validate"):  # fill in what was left out, then check (the check changes nothing)
+        method = getattr(obj, step, None)
+        if method:
+            method(path)
     return obj
 
 

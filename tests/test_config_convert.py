@@ -1,5 +1,6 @@
 """kitae.config.convert, kind by kind: what each field type turns a YAML value into, and the error (with its key
-path) for a value it cannot take. Every case is one line; the errors are checked in full."""
+path) for a value it cannot take. Every case is one line; the errors are checked in full. And from_dict's order:
+a section is resolved (what it leaves out filled in), then validated."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any, Literal, Optional
 
 import pytest
 
-from kitae.config import convert, short_repr
+from kitae.config import convert, from_dict, short_repr
 from kitae.errors import ConfigError
 
 
@@ -177,3 +178,24 @@ def test_the_key_path_of_a_top_level_value_is_its_own():
     with pytest.raises(ConfigError) as err:
         convert(dict[str, int], {"a": "x"}, "")
     assert str(err.value) == "a: expected an integer, got 'x'"
+
+
+@dataclass
+class Bounds:
+    low: int = 0
+    high: int | None = None  # left out: low + 1
+
+    def resolve(self, path: str) -> None:
+        if self.high is None:
+            self.high = self.low + 1
+
+    def validate(self, path: str) -> None:
+        if self.high <= self.low:
+            raise ConfigError(f"{path}.high", f"must be above low ({self.low}), got {self.high}")
+
+
+def test_from_dict_resolves_a_section_then_validates_it():
+    assert from_dict(Bounds, {"low": 3}, "b") == Bounds(3, 4)  # validate saw high filled in
+    with pytest.raises(ConfigError) as err:
+        from_dict(Bounds, {"low": 3, "high": 2}, "b")
+    assert str(err.value) == "b.high: must be above low (3), got 2"
