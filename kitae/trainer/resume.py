@@ -10,8 +10,9 @@
   are skipped and named. With none usable and steps already logged, resuming would silently retrain over the
   run's history from step 0, so it is refused unless ``from_scratch``.
 
-:func:`record_resume` (the main process, once the model is loaded) writes it all down: skipped checkpoints,
-the resume (and which logged steps are redone), a restart from scratch (after copying run.db and moving
+:func:`trim_and_record_resume` (the main process, once the model is loaded) trims the run store back to the
+checkpoint's step (the steps logged after it are redone) and writes it all down: skipped checkpoints, the
+resume (and which logged steps are redone), a restart from scratch (after copying run.db and moving
 checkpoints/ to ``restarts/TIME/``: nothing is deleted), and the config change, in the run's events.
 """
 
@@ -201,7 +202,7 @@ def write_config_yaml(path: Path, config: dict, run_dir: Path) -> None:
 
 
 # ---- recording it (main process, after the model loaded) ----------------------------------------------
-def record_resume(store: RunStore, plan: ResumePlan, cfg: Any) -> None:
+def trim_and_record_resume(store: RunStore, plan: ResumePlan, cfg: Any) -> None:
     """Clean stale .tmp folders, move aside what a restart replaces, trim the steps to redo, and record each
     thing in the run's events; save the new config when it changed."""
     run_dir = store.run_dir

@@ -28,7 +28,7 @@ from kitae.store import RunStore
 from kitae.store.lock import RunLock
 from kitae.trainer import sharded
 from kitae.trainer.config import KLConfig, ModelConfig, OptimConfig, TrainConfig
-from kitae.trainer.resume import ResumePlan, record_resume, write_config_yaml
+from kitae.trainer.resume import ResumePlan, trim_and_record_resume, write_config_yaml
 from kitae.trainer.samplers import SAMPLERS
 
 # The reference model of a LoRA run: the base model under the adapter, with the adapter switched off.
@@ -279,15 +279,16 @@ def make_kl_controller(kl: KLConfig):
     return KL_CONTROLLERS.get("adaptive", "algorithm.kl.adaptive")(kl.coef, kl.adaptive.target, kl.adaptive.horizon)
 
 
-def open_store(cfg: TrainConfig, plan: ResumePlan | None, lock: RunLock | None = None) -> RunStore:
-    """The run store: a new one (and the run's config.yaml), or the resumed run's, with the resume recorded.
+def create_or_trim_store(cfg: TrainConfig, plan: ResumePlan | None, lock: RunLock | None = None) -> RunStore:
+    """The run store: a new one (and the run's config.yaml); or on resume the run's own, trimmed to the
+    checkpoint's step (the steps logged after it are deleted: they are redone) with the resume recorded.
 
     ``lock``: the run's lock (kitae.store.lock), taken by the trainer before anything else; the store holds it
     from here on and lets it go when it is closed (also when opening fails)."""
     if plan is not None:
         store = RunStore.open(cfg.run_dir, lock=lock)
         try:
-            record_resume(store, plan, cfg)  # trims the steps to redo; records what happened
+            trim_and_record_resume(store, plan, cfg)
             store.mark_running()
         except BaseException:
             store.close()
