@@ -96,7 +96,7 @@ class Registry:
     def _check_free(self, name: str, same: Callable[[Any], bool]) -> None:
         if name in self._entries and not same(self._entries[name]):
             raise KitaeError(f"{self.kind} '{name}' is already registered ({_shown(self._entries[name])}); "
-                             f"register with replace=True to replace it, or choose another name")
+                             "register with replace=True to replace it, or choose another name")
 
     def get(self, name: str, path: str = "") -> Any:
         if name not in self._entries:
