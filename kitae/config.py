@@ -27,7 +27,7 @@ import reprlib
 import types
 import typing
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 
 import yaml
 from yaml.composer import ComposerError
@@ -136,7 +136,9 @@ def from_dict(cls: type[T], data: Any, path: str = "", skip: tuple[str, ...] = (
     dataclasses, and any class with a classmethod ``from_config(value, path)`` (a grader spec, a template)
     builds itself. A field without a default that `data` lacks is ``PATH.field: missing (required)``.
     Keys in `skip` are the caller's to read (a grader spec's ``type`` and ``name``): not given to `cls`, but
-    valid, and named in the did-you-mean of an unknown key."""
+    valid, and named in the did-you-mean of an unknown key. Once built, the object's ``resolve(path)``, if it has
+    one, fills in what was left out (defaults that depend on other fields), then its ``validate(path)``, if it
+    has one, checks what involves several fields and changes nothing."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -164,68 +166,63 @@ def from_dict(cls: type[T], data: Any, path: str = "", skip: tuple[str, ...] = (
         obj = cls(**kwargs)
     except TypeError as exc:
         raise ConfigError(path, str(exc)) from None
-    check = getattr(obj, "validate", None)
-    if check:
-        check(path)
+    for step in ("resolve", "validate"):  # fill in what was left out, then check (the check changes nothing)
+        method = getattr(obj, step, None)
+        if method:
+            method(path)
     return obj
 
 
 def convert(tp: Any, value: Any, path: str, finite: bool = True) -> Any:
     """`value` as type `tp` (see :func:`from_dict`); a float NaN or ±infinity is a ConfigError unless `finite`
-    is False."""
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
+    is False. Each kind of type has its reader: a union, a ``Literal``, a class with ``from_config``, a
+    dataclass, a list, tuple or dict (_CONTAINERS), float, int, bool or str (_SCALARS); any other type takes the
+    value as it is."""
     if tp is Any:
         return value
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in (a for a in args if a is not type(None)):
-            try:
-                return convert(arg, value, path, finite)
-            except ConfigError as exc:
-                # a mapping given for `str | Section`: the section's own error says what is wrong with it
-                errors.append((isinstance(value, dict) and dataclasses.is_dataclass(arg), exc))
-        raise max(errors, key=lambda e: e[0])[1]
+        return _union(args, value, path, finite)
     if origin is typing.Literal:
-        if value not in args:
-            hint = closest(value, [str(a) for a in args]) if isinstance(value, str) else None
-            extra = f"; did you mean '{hint}'?" if hint else ""
-            raise ConfigError(path, f"got {short_repr(value)}; expected one of {', '.join(map(str, args))}{extra}")
-        return value
+        return _literal(args, value, path)
     hook = getattr(tp, "from_config", None) if isinstance(tp, type) else None
     if hook is not None:
         return hook(value, path)
     if dataclasses.is_dataclass(tp):
         return from_dict(tp, value, path)
-    if origin is list:
-        if not isinstance(value, list):
-            raise ConfigError(path, f"expected a list, got {type(value).__name__}")
-        return [convert(args[0] if args else Any, v, f"{path}[{i}]", finite) for i, v in enumerate(value)]
-    if origin is tuple:
-        return _tuple(args, value, path, finite)
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(path, f"expected a mapping, got {type(value).__name__}")
-        return {k: convert(args[1] if args else Any, v, _join(path, k), finite) for k, v in value.items()}
-    if tp is float:
-        return _float(value, path, finite)
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
-                return int(value)
-            raise ConfigError(path, f"expected an integer, got {short_repr(value)}")
-        return value
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(path, f"expected true or false, got {short_repr(value)}")
-        return value
-    if tp is str:
-        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise ConfigError(path, f"expected a string, got {short_repr(value)}")
-        return str(value)
+    if origin in _CONTAINERS:
+        return _CONTAINERS[origin](args, value, path, finite)
+    if tp in _SCALARS:
+        return _SCALARS[tp](value, path, finite)
     return value
+
+
+def _union(args: tuple, value: Any, path: str, finite: bool) -> Any:
+    """The value as the first member of the union that takes it; None where the union allows it. When none
+    does, the first member's error, or for a mapping the first section's (it says what is wrong inside)."""
+    if value is None and type(None) in args:
+        return None
+    errors = []
+    for arg in (a for a in args if a is not type(None)):
+        try:
+            return convert(arg, value, path, finite)
+        except ConfigError as exc:
+            errors.append((isinstance(value, dict) and dataclasses.is_dataclass(arg), exc))
+    raise max(errors, key=lambda e: e[0])[1]
+
+
+def _literal(args: tuple, value: Any, path: str) -> Any:
+    if value not in args:
+        hint = closest(value, [str(a) for a in args]) if isinstance(value, str) else None
+        extra = f"; did you mean '{hint}'?" if hint else ""
+        raise ConfigError(path, f"got {short_repr(value)}; expected one of {', '.join(map(str, args))}{extra}")
+    return value
+
+
+def _list(args: tuple, value: Any, path: str, finite: bool) -> list:
+    if not isinstance(value, list):
+        raise ConfigError(path, f"expected a list, got {type(value).__name__}")
+    return [convert(args[0] if args else Any, v, f"{path}[{i}]", finite) for i, v in enumerate(value)]
 
 
 def _tuple(args: tuple, value: Any, path: str, finite: bool) -> tuple:
@@ -237,6 +234,13 @@ def _tuple(args: tuple, value: Any, path: str, finite: bool) -> tuple:
     elif args and len(value) != len(args):
         raise ConfigError(path, f"expected a list of {len(args)} values, got {len(value)}")
     return tuple(convert(args[i] if args else Any, v, f"{path}[{i}]", finite) for i, v in enumerate(value))
+
+
+def _dict(args: tuple, value: Any, path: str, finite: bool) -> dict:
+    """A mapping; its keys as they are, its values converted."""
+    if not isinstance(value, dict):
+        raise ConfigError(path, f"expected a mapping, got {type(value).__name__}")
+    return {k: convert(args[1] if args else Any, v, _join(path, k), finite) for k, v in value.items()}
 
 
 def _float(written: Any, path: str, finite: bool) -> float:
@@ -259,6 +263,34 @@ def _number(value: Any, path: str) -> float:
         except ValueError:
             pass
     raise ConfigError(path, f"expected a number, got {short_repr(value)}")
+
+
+def _int(value: Any, path: str, finite: bool) -> int:
+    """An integer; a float that is one (3.0) as its int. YAML's true and false are not integers."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(path, f"expected an integer, got {short_repr(value)}")
+    return value
+
+
+def _bool(value: Any, path: str, finite: bool) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(path, f"expected true or false, got {short_repr(value)}")
+    return value
+
+
+def _str(value: Any, path: str, finite: bool) -> str:
+    """A string; a number written where a string goes as its text (YAML reads `name: 7` as an int)."""
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        raise ConfigError(path, f"expected a string, got {short_repr(value)}")
+    return str(value)
+
+
+# convert's readers of generic containers (by typing.get_origin) and of scalar types: (args, value, path,
+# finite) and (value, path, finite)
+_CONTAINERS: dict[Any, Callable[[tuple, Any, str, bool], Any]] = {list: _list, tuple: _tuple, dict: _dict}
+_SCALARS: dict[Any, Callable[[Any, str, bool], Any]] = {float: _float, int: _int, bool: _bool, str: _str}
 
 
 def _join(path: str, key: Any) -> str:

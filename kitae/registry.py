@@ -11,15 +11,20 @@
 Entries may be lazy "module:attr" strings, imported on first use, so optional dependencies are only
 imported when their entry is used. :func:`load_target` is that import, also used for the reward functions a
 config names (``function: my_rewards:brevity``).
+
+A name is taken once: a second entry under it is a KitaeError unless registered with ``replace=True``. The
+module of a lazy entry registering the object the entry names, as it is imported, is the lazy path, not a
+second entry.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import reprlib
 from typing import Any, Callable, Iterator
 
-from kitae.errors import ConfigError
+from kitae.errors import ConfigError, KitaeError
 
 
 def closest(name: str, choices: list[str]) -> str | None:
@@ -67,18 +72,31 @@ class Registry:
         self.kind = kind
         self._entries: dict[str, Any] = {}
 
-    def register(self, name: str, obj: Any = None) -> Callable:
-        """Register `obj` under `name`; used bare as a decorator when `obj` is None."""
+    def register(self, name: str, obj: Any = None, *, replace: bool = False) -> Callable:
+        """Register `obj` under `name`; used bare as a decorator when `obj` is None. A name already taken is a
+        KitaeError unless ``replace=True``, or it holds `obj` itself, or the lazy entry that names `obj` (its
+        module registering it as it is imported: the lazy path)."""
 
         def add(target: Any) -> Any:
+            if not replace:
+                self._check_free(name, lambda entry: entry is target or _names(entry, target))
             self._entries[name] = target
             return target
 
         return add(obj) if obj is not None else add
 
-    def register_lazy(self, name: str, target: str) -> None:
-        """Register "module:attr", imported (:func:`load_target`) the first time `name` is looked up."""
-        self._entries.setdefault(name, target)
+    def register_lazy(self, name: str, target: str, *, replace: bool = False) -> None:
+        """Register "module:attr", imported (:func:`load_target`) the first time `name` is looked up. A name
+        already taken is a KitaeError unless ``replace=True``, or it holds this string or the object it names."""
+        if not replace:
+            self._check_free(name, lambda entry: entry == target or _names(target, entry))
+        if replace or name not in self._entries:
+            self._entries[name] = target
+
+    def _check_free(self, name: str, same: Callable[[Any], bool]) -> None:
+        if name in self._entries and not same(self._entries[name]):
+            raise KitaeError(f"{self.kind} '{name}' is already registered ({_shown(self._entries[name])}); "
+                             "register with replace=True to replace it, or choose another name")
 
     def get(self, name: str, path: str = "") -> Any:
         if name not in self._entries:
@@ -96,3 +114,19 @@ class Registry:
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
+
+
+def _names(lazy: Any, obj: Any) -> bool:
+    """Whether `lazy` is the "module:attr" string that names `obj` (by its module and qualified name)."""
+    if not isinstance(lazy, str) or isinstance(obj, str):
+        return False
+    module, _, attr = lazy.partition(":")
+    return getattr(obj, "__module__", None) == module and getattr(obj, "__qualname__", None) == attr
+
+
+def _shown(entry: Any) -> str:
+    """An entry as an error message names it: "module:attr" for a lazy one, a class or a function."""
+    if isinstance(entry, str):
+        return entry
+    module, name = getattr(entry, "__module__", None), getattr(entry, "__qualname__", None)
+    return f"{module}:{name}" if module and name else reprlib.repr(entry)

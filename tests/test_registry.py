@@ -1,14 +1,18 @@
 """kitae.registry: names to objects, lazy "module:attr" entries, and the one "module:attr" loader that reward
-functions in a config (`function: my_rewards:brevity`) are imported with as well."""
+functions in a config (`function: my_rewards:brevity`) are imported with as well. A name is registered once:
+a second entry under it is refused unless asked to replace."""
 
 from __future__ import annotations
 
 import math
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from kitae.errors import ConfigError
+from kitae.errors import ConfigError, KitaeError
 from kitae.registry import Registry, load_target
 
 
@@ -53,3 +57,75 @@ def test_an_unknown_name_gets_did_you_mean():
     reg.register("clip", object())
     with pytest.raises(ConfigError, match=re.escape("algorithm.loss: unknown policy loss 'clpi'; did you mean 'clip'?")):
         reg.get("clpi", "algorithm.loss")
+
+
+class Named:
+    """A class that a lazy entry names: "tests.test_registry:Named"."""
+
+
+def test_a_second_entry_under_a_taken_name_is_refused_unless_asked_to_replace():
+    """It used to replace the first silently: a plugin's grader named "answer" would have replaced kitae's."""
+    reg = Registry("policy loss")
+    first, second = object(), object()
+    reg.register("clip", first)
+    taken = "policy loss 'clip' is already registered"
+    with pytest.raises(KitaeError, match=re.escape(taken) + ".*replace=True"):
+        reg.register("clip", second)
+    with pytest.raises(KitaeError, match=re.escape(taken)):
+        @reg.register("clip")  # the decorator form
+        def clip_loss():
+            pass
+    assert reg.get("clip") is first  # the first entry is kept
+    reg.register("clip", second, replace=True)
+    assert reg.get("clip") is second
+
+
+@pytest.mark.parametrize("lazy, obj, allowed", [
+    ("tests.test_registry:Named", Named, True),  # the module registering the object its lazy entry names
+    ("math:sqrt", math.sqrt, True),
+    ("math:sqrt", math.floor, False),  # another object of that module
+    ("tests.test_registry:Other", Named, False),  # the right module, another name
+    ("other_module:Named", Named, False),
+])
+def test_a_lazy_entry_is_replaced_only_by_the_object_it_names(lazy, obj, allowed):
+    reg = Registry("thing")
+    reg.register_lazy("it", lazy)
+    if allowed:
+        reg.register("it", obj)
+        assert reg.get("it") is obj
+    else:
+        with pytest.raises(KitaeError, match=re.escape(f"thing 'it' is already registered ({lazy})")):
+            reg.register("it", obj)
+        assert reg._entries["it"] == lazy
+
+
+def test_the_same_object_again_and_a_lazy_entry_again_are_no_conflict():
+    reg = Registry("thing")
+    reg.register("root", math.sqrt)
+    reg.register("root", math.sqrt)  # a module registering what it registered: nothing changes
+    reg.register_lazy("root", "math:sqrt")  # names the object already there
+    reg.register_lazy("floor", "math:floor")
+    reg.register_lazy("floor", "math:floor")
+    assert reg.get("root") is math.sqrt and reg.get("floor") is math.floor
+    with pytest.raises(KitaeError, match=re.escape("thing 'floor' is already registered (math:floor)")):
+        reg.register_lazy("floor", "math:ceil")
+    reg.register_lazy("floor", "math:ceil", replace=True)
+    assert reg.get("floor") is math.ceil
+
+
+def test_every_lazy_builtin_imports_and_registers_itself_in_a_fresh_process():
+    """The normal lazy path: GRADERS holds "module:Class" strings until a spec names the type; importing the
+    module then registers the class under the name its string holds (@register_grader), which must not count
+    as a second registration. A fresh process, so no module is imported beforehand."""
+    code = ("from kitae.graders import GRADERS\n"
+            "from kitae.curate.step import STEPS\n"
+            "from kitae.rollout.base import ENGINES\n"
+            "for reg in (GRADERS, STEPS, ENGINES):\n"
+            "    for name in reg.names():\n"
+            "        assert not isinstance(reg.get(name), str), name\n"
+            "print(len(GRADERS.names()), len(STEPS.names()), len(ENGINES.names()))\n")
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=300)
+    assert done.returncode == 0, done.stderr
+    graders, steps, engines = map(int, done.stdout.split())
+    assert graders >= 20 and steps >= 6 and engines >= 2  # the loop above saw every registry

@@ -53,7 +53,6 @@ def train(
     from kitae.trainer.alarms import check_kinds
     from kitae.trainer.config import load_train_config
     from kitae.trainer.preflight import preflight
-    from kitae.trainer.resume import write_settings_as_they_ran
 
     if resume is None and (resume_from_scratch or allow_config_change):
         flag = "--resume-from-scratch" if resume_from_scratch else "--allow-config-change"
@@ -62,7 +61,6 @@ def train(
         saved = resume / "config.yaml"
         if not saved.exists():
             raise KitaeError(f"{resume}: no config.yaml here; is this a run folder (runs/NAME)?")
-        write_settings_as_they_ran(resume)  # a run from before presets were resolved in the config: what it ran
         config = config or saved  # a CONFIG given with --resume is compared with the run's saved one
         cfg = load_train_config(config, list(set_))
         cfg.output_dir, cfg.name = str(resume.parent), resume.name

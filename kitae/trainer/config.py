@@ -107,8 +107,8 @@ class RewardConfig:
     weight 0 logs the component without training on it. ``think`` (reasoning models): "strip" grades the answer
     after a ``<think>...</think>`` block (kitae.scoring.rewards.answer_after_think: "" for a completion cut off
     while thinking), "keep" the whole completion. Left out: "keep" for the grader types that read the whole turn
-    or only its token counts (WHOLE_TURN_GRADERS), "strip" for every other grader and reward function; validation
-    fills it in, so the saved config.yaml shows what ran.
+    or only its token counts (WHOLE_TURN_GRADERS), "strip" for every other grader and reward function; reading the
+    config fills it in (``resolve``), so the saved config.yaml shows what ran.
     """
 
     name: str = ""
@@ -117,13 +117,17 @@ class RewardConfig:
     function: str | None = None
     think: Literal["strip", "keep"] | None = None
 
+    def resolve(self, path: str) -> None:
+        """Fill in the name (the spec's name or type, or the function's name) and ``think`` left out."""
+        spec = self.grader or {}
+        if not self.name:
+            self.name = spec.get("name") or spec.get("type") or (self.function or "").split(":")[-1]
+        if self.think is None:
+            self.think = self.default_think()
+
     def validate(self, path: str) -> None:
         if (self.grader is None) == (self.function is None):
             raise ConfigError(path, "give exactly one of 'grader' (a grader spec) or 'function' (module:function)")
-        if not self.name:
-            self.name = (self.grader or {}).get("name") or (self.grader or {}).get("type") or self.function.split(":")[-1]
-        if self.think is None:
-            self.think = self.default_think()
 
     def default_think(self) -> Literal["strip", "keep"]:
         return "keep" if (self.grader or {}).get("type") in WHOLE_TURN_GRADERS else "strip"
@@ -164,7 +168,8 @@ class AlgorithmConfig:
     A loss setting (eps_low ... kimi_tau) you write is used as written. One you leave out (or set to null) takes
     the value of the loss's preset (``loss: dapo``: aggregation token_mean, eps_high 0.28; ``dr_grpo``:
     seq_sum_constant; ``cispo``: token_mean; kitae.algorithms.losses.PRESETS), else the loss's default
-    (kitae.algorithms.losses.LossConfig). Validation fills them in, so the saved config.yaml shows what ran.
+    (kitae.algorithms.losses.LossConfig). Reading the config fills them in (``resolve``), so the saved config.yaml
+    shows what ran.
     """
 
     advantage: str | None = None  # default: "dr_grpo" (r - group mean) for loss dr_grpo and kimi, as their
@@ -193,18 +198,23 @@ class AlgorithmConfig:
     # loss (truncated importance sampling, kitae/algorithms/mismatch.py); null = no weight (the ratio still uses
     # the trainer's log-probs)
 
-    def validate(self, path: str) -> None:
-        """Check the loss and advantage names and fill in every loss setting left out (see the class)."""
-        from kitae.algorithms import ADVANTAGES, PAIRED_ADVANTAGES, POLICY_LOSSES, LossConfig
+    def resolve(self, path: str) -> None:
+        """Fill in the advantage and every loss setting left out (see the class)."""
+        from kitae.algorithms import PAIRED_ADVANTAGES, LossConfig
 
-        POLICY_LOSSES.get(self.loss, f"{path}.loss")
         if self.advantage is None:
             self.advantage = PAIRED_ADVANTAGES.get(self.loss, "grpo")
-        ADVANTAGES.get(self.advantage, f"{path}.advantage")
         settings = LossConfig.for_loss(self.loss, **self.loss_settings())
-        settings.validate(path)
         for key in self.loss_settings():
             setattr(self, key, getattr(settings, key))
+
+    def validate(self, path: str) -> None:
+        """Check the loss and advantage names and the loss's settings."""
+        from kitae.algorithms import ADVANTAGES, POLICY_LOSSES, LossConfig
+
+        POLICY_LOSSES.get(self.loss, f"{path}.loss")
+        ADVANTAGES.get(self.advantage, f"{path}.advantage")
+        LossConfig.for_loss(self.loss, **self.loss_settings()).validate(path)
         if self.max_steps_without_reward is not None and self.max_steps_without_reward < 0:
             raise ConfigError(f"{path}.max_steps_without_reward",
                               f"must be 0 or more (0 or null: never stop), got {self.max_steps_without_reward}")
@@ -269,16 +279,27 @@ class SamplingConfig:
     sync_dir: str | None = None  # disk sync: a folder both sides see (default: RUN_DIR/sync)
     max_staleness: int | None = setting(None, minimum=0)  # how many policy versions old a sample may be: with
     # async, the most steps the rollouts run ahead of the update (default 1); server: replies from weights older
-    # than this are dropped (and counted) (default 0, sync); validation fills it in. An async run's resume
+    # than this are dropped (and counted) (default 0, sync); reading the config fills it in. An async run's resume
     # cannot lower it (its checkpoint holds the groups sampled that far ahead)
     # ---- overlap ----
     async_: bool = setting(False, key="async")  # generate the next steps' rollouts while this step updates (a
     # rollout worker process with its own copy of the model, engine hf; requests in flight, engine server), at
     # most max_staleness policy versions behind; the update corrects for the lag (algorithm.tis_cap)
 
-    def validate(self, path: str) -> None:
+    def resolve(self, path: str) -> None:
+        """Fill in max_staleness left out, and write each server URL as its base URL (no trailing / or /v1)."""
         if self.max_staleness is None:
             self.max_staleness = 1 if self.async_ else 0
+        if self.engine == "server":
+            from kitae.rollout.server import check_url
+
+            for i, url in enumerate(self.servers):
+                try:
+                    self.servers[i] = check_url(url, f"{path}.servers[{i}]")
+                except ConfigError:
+                    pass  # not a URL: left as written, for validate to name after the checks that come first
+
+    def validate(self, path: str) -> None:
         if self.async_:
             self.check_async(path)
         if self.engine != "server":
@@ -292,7 +313,7 @@ class SamplingConfig:
             raise ConfigError(f"{path}.servers", "engine 'server' needs at least one server URL, e.g. "
                               "[http://127.0.0.1:8000] (start one with `kitae serve model --port 8000`)")
         for i, url in enumerate(self.servers):
-            self.servers[i] = check_url(url, f"{path}.servers[{i}]")
+            check_url(url, f"{path}.servers[{i}]")
         for key in ("server_timeout", "server_down_secs"):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"{path}.{key}", f"must be > 0 seconds, got {getattr(self, key)}")
@@ -354,11 +375,13 @@ class LoggingConfig:
     keep_checkpoints: int = setting(2, minimum=0)  # 0: keep every one
     report_to: list[str] | str = field(default_factory=list)  # tensorboard, wandb, trackio; one name alone is fine
 
+    def resolve(self, path: str) -> None:
+        if isinstance(self.report_to, str):  # HF's TrainingArguments take one name as well as a list
+            self.report_to = [self.report_to]
+
     def validate(self, path: str) -> None:
         from kitae.trainer.loggers import check_report_to
 
-        if isinstance(self.report_to, str):  # HF's TrainingArguments take one name as well as a list
-            self.report_to = [self.report_to]
         check_report_to(self.report_to, f"{path}.report_to")
 
 
@@ -407,10 +430,19 @@ class AlarmsConfig:
     mismatch_kl: float = setting(0.05, above=0)  # mismatch_growth: sampler/trainer mismatch KL above this ...
     mismatch_growth: float = setting(5.0, above=1)  # ... and this many times its baseline mean
 
+    def resolve(self, path: str) -> None:
+        """``stop_on: [all]`` as every kind."""
+        from kitae.trainer.alarms import check_kinds
+
+        try:
+            self.stop_on = check_kinds(self.stop_on, f"{path}.stop_on")
+        except ConfigError:
+            pass  # an unknown kind: left as written, for validate to name
+
     def validate(self, path: str) -> None:
         from kitae.trainer.alarms import check_kinds
 
-        self.stop_on = check_kinds(self.stop_on, f"{path}.stop_on")
+        check_kinds(self.stop_on, f"{path}.stop_on")
 
 
 @dataclass
@@ -429,11 +461,14 @@ class TrainConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     alarms: AlarmsConfig = field(default_factory=AlarmsConfig)
 
-    def validate(self, path: str) -> None:
-        self.algorithm.validate("algorithm")  # also when the section was left out and built by default
-        if self.sampling.max_staleness is None:  # the section was left out: fill in its default too
-            self.sampling.validate("sampling")
+    def resolve(self, path: str) -> None:
+        """Fill in what sections left out (built by default, never read) leave out too, and the eval grader."""
+        self.algorithm.resolve("algorithm")
+        if self.sampling.max_staleness is None:  # the section was left out
+            self.sampling.resolve("sampling")
         self.eval.grader = self.eval_grader_spec()  # filled in, so the saved config.yaml shows what evaluated
+
+    def validate(self, path: str) -> None:
         if not self.rewards:
             raise ConfigError("rewards", "give at least one reward component (a grader spec or a function)")
         if self.threads is not None and self.threads < 1:
@@ -459,9 +494,9 @@ class TrainConfig:
         return to_dict(self)
 
     def loss_config(self, kl_coef: float) -> "LossConfig":
-        """The policy loss's settings as this config gives them (a validated config has every one written; one
-        left out takes the loss's preset value, as in validation); `kl_coef` is the KL weight in the loss now (0
-        unless ``algorithm.kl.where`` is "loss"; the KL controller's value when it is)."""
+        """The policy loss's settings as this config gives them (a config that was read has every one written;
+        one left out takes the loss's preset value, as ``AlgorithmConfig.resolve`` gives it); `kl_coef` is the KL
+        weight in the loss now (0 unless ``algorithm.kl.where`` is "loss"; the KL controller's value when it is)."""
         from kitae.algorithms import LossConfig
 
         a = self.algorithm
@@ -469,34 +504,6 @@ class TrainConfig:
                                  kl_coef=kl_coef, kl_estimator=a.kl.estimator)
         lc.validate("algorithm")
         return lc
-
-
-# A run's store carries this meta value when its saved config holds the loss settings that ran (presets resolved
-# in the config). Runs started before have none: their kitae applied a preset at loss time over every setting
-# still at LossConfig's default, so their saved config can say eps_high 0.2 where the loss ran with 0.28.
-PRESETS_IN_CONFIG = ("loss_presets", "in_config")
-
-
-def settings_as_they_ran(data: dict) -> list[tuple[str, Any, Any]]:
-    """Rewrite, in place, the loss settings of a config saved before presets were resolved in the config (no
-    PRESETS_IN_CONFIG mark) to what that kitae trained with: the preset's value for each setting its config held
-    at LossConfig's default (the rule it applied at loss time). Returns ``(field, saved, ran)`` per change.
-
-    >>> settings_as_they_ran({"algorithm": {"loss": "dapo", "eps_high": 0.2, "aggregation": "token_mean"}})
-    [('algorithm.eps_high', 0.2, 0.28)]
-    """
-    from kitae.algorithms import PRESETS, LossConfig
-
-    algorithm = data.get("algorithm")
-    if not isinstance(algorithm, dict):
-        return []
-    defaults, changes = LossConfig(), []
-    for key, value in PRESETS.get(algorithm.get("loss"), {}).items():
-        saved = algorithm.get(key)
-        if saved == getattr(defaults, key) and saved != value:
-            algorithm[key] = value
-            changes.append((f"algorithm.{key}", saved, value))
-    return changes
 
 
 def load_train_config(path: str | Path | None = None, overrides: list[str] | None = None, data: dict | None = None) -> TrainConfig:

@@ -143,7 +143,7 @@ class Trainer:
         if ckpt:
             self._restore(ckpt.state, self.resume_plan)
             ckpt.state = None  # restored: its tensors are not held twice
-        self.store = setup.open_store(cfg, self.resume_plan, run_lock) if self.acc.is_main_process else None
+        self.store = setup.create_or_trim_store(cfg, self.resume_plan, run_lock) if self.acc.is_main_process else None
         self.loggers = make_loggers(cfg.logging.report_to if self.store else [], self.run_dir, cfg.to_dict())
         self._stop_requested = False
         self._drought = Drought([c.name for c in self.components])  # steps in a row without a finite score

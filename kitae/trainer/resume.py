@@ -10,8 +10,9 @@
   are skipped and named. With none usable and steps already logged, resuming would silently retrain over the
   run's history from step 0, so it is refused unless ``from_scratch``.
 
-:func:`record_resume` (the main process, once the model is loaded) writes it all down: skipped checkpoints,
-the resume (and which logged steps are redone), a restart from scratch (after copying run.db and moving
+:func:`trim_and_record_resume` (the main process, once the model is loaded) trims the run store back to the
+checkpoint's step (the steps logged after it are redone) and writes it all down: skipped checkpoints, the
+resume (and which logged steps are redone), a restart from scratch (after copying run.db and moving
 checkpoints/ to ``restarts/TIME/``: nothing is deleted), and the config change, in the run's events.
 """
 
@@ -32,8 +33,7 @@ from kitae.errors import ConfigError, KitaeError
 from kitae.store import DB_NAME, RunStore
 from kitae.store.failures import write_failure
 from kitae.trainer.checkpoint import Checkpoint, find_checkpoint, remove_stale_tmp
-from kitae.config import read_yaml
-from kitae.trainer.config import PRESETS_IN_CONFIG, load_train_config, settings_as_they_ran
+from kitae.trainer.config import load_train_config
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +95,6 @@ def plan_resume(cfg: Any, allow_config_change: bool = False, from_scratch: bool 
                          f"(start a new run with `kitae train CONFIG`)")
     with RunStore.open(run_dir, read_only=True) as store:
         saved, last = store.config, store.last_logged_step()
-        if store.meta_value(PRESETS_IN_CONFIG[0]) is None:  # a run older than that rule: compare with what ran
-            settings_as_they_ran(saved)  # (kitae train --resume rewrites its config first: write_settings_as_they_ran)
     changes = config_changes(_normalized(saved), cfg.to_dict())
     check_config_changes(changes, allow_config_change, run_dir)
     if not os.access(run_dir, os.W_OK):
@@ -195,43 +193,6 @@ def _show(value: Any) -> str:
     return f"'{value}'" if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def write_settings_as_they_ran(run_dir: Path, store: RunStore | None = None) -> None:
-    """A run started before loss presets were resolved in the config (its store has no PRESETS_IN_CONFIG mark):
-    rewrite its saved config (run.db and config.yaml) to the loss settings it trained with
-    (:func:`kitae.trainer.config.settings_as_they_ran`), record that as a config change, and mark it, so resuming
-    it goes on as it trained. Nothing happens to a marked run, or to one this process cannot write (resuming that
-    is refused with its own message). ``store``: the run's store, already open to write (the trainer's); else
-    it is opened here, which refuses a run another process is writing (kitae.store.lock)."""
-    if store is not None:
-        _write_settings_as_they_ran(store)
-        return
-    if not (run_dir / DB_NAME).is_file() or not os.access(run_dir, os.W_OK):
-        return
-    with RunStore.open(run_dir) as opened:
-        _write_settings_as_they_ran(opened)
-
-
-def _write_settings_as_they_ran(store: RunStore) -> None:
-    run_dir = store.run_dir
-    if store.meta_value(PRESETS_IN_CONFIG[0]) is not None:
-        return
-    config = store.config
-    changes = settings_as_they_ran(config)
-    if changes:
-        step = store.last_logged_step() or 0
-        message = ("the saved config now says the loss settings the run trained with (the kitae that started "
-                   "it applied the preset over them): " + "; ".join(f"{k}: {_show(a)} -> {_show(b)}"
-                                                                      for k, a, b in changes))
-        store.change_config(step, config, message, [{"field": k, "old": a, "new": b} for k, a, b in changes])
-        log.warning("%s: %s", run_dir, message)
-        yaml_path = run_dir / "config.yaml"
-        if yaml_path.is_file():  # its own edits kept: only the same fields are rewritten
-            edited = read_yaml(yaml_path)
-            if settings_as_they_ran(edited):
-                write_config_yaml(yaml_path, edited, run_dir)
-    store.set_meta(*PRESETS_IN_CONFIG)
-
-
 def write_config_yaml(path: Path, config: dict, run_dir: Path) -> None:
     """The run's config.yaml; a failed write (a full disk) is a KitaeError naming the file and the fix."""
     try:
@@ -241,7 +202,7 @@ def write_config_yaml(path: Path, config: dict, run_dir: Path) -> None:
 
 
 # ---- recording it (main process, after the model loaded) ----------------------------------------------
-def record_resume(store: RunStore, plan: ResumePlan, cfg: Any) -> None:
+def trim_and_record_resume(store: RunStore, plan: ResumePlan, cfg: Any) -> None:
     """Clean stale .tmp folders, move aside what a restart replaces, trim the steps to redo, and record each
     thing in the run's events; save the new config when it changed."""
     run_dir = store.run_dir

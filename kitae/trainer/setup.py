@@ -27,8 +27,8 @@ from kitae.scoring.rewards import RewardComponent
 from kitae.store import RunStore
 from kitae.store.lock import RunLock
 from kitae.trainer import sharded
-from kitae.trainer.config import PRESETS_IN_CONFIG, KLConfig, ModelConfig, OptimConfig, TrainConfig
-from kitae.trainer.resume import ResumePlan, record_resume, write_config_yaml, write_settings_as_they_ran
+from kitae.trainer.config import KLConfig, ModelConfig, OptimConfig, TrainConfig
+from kitae.trainer.resume import ResumePlan, trim_and_record_resume, write_config_yaml
 from kitae.trainer.samplers import SAMPLERS
 from kitae.trainer.update import BASE_UNDER_ADAPTER
 
@@ -279,16 +279,16 @@ def make_kl_controller(kl: KLConfig):
     return KL_CONTROLLERS.get("adaptive", "algorithm.kl.adaptive")(kl.coef, kl.adaptive.target, kl.adaptive.horizon)
 
 
-def open_store(cfg: TrainConfig, plan: ResumePlan | None, lock: RunLock | None = None) -> RunStore:
-    """The run store: a new one (and the run's config.yaml), or the resumed run's, with the resume recorded.
+def create_or_trim_store(cfg: TrainConfig, plan: ResumePlan | None, lock: RunLock | None = None) -> RunStore:
+    """The run store: a new one (and the run's config.yaml); or on resume the run's own, trimmed to the
+    checkpoint's step (the steps logged after it are deleted: they are redone) with the resume recorded.
 
     ``lock``: the run's lock (kitae.store.lock), taken by the trainer before anything else; the store holds it
     from here on and lets it go when it is closed (also when opening fails)."""
     if plan is not None:
         store = RunStore.open(cfg.run_dir, lock=lock)
         try:
-            write_settings_as_they_ran(cfg.run_dir, store)  # an older run's saved config: the loss settings it ran with
-            record_resume(store, plan, cfg)  # trims the steps to redo; records what happened
+            trim_and_record_resume(store, plan, cfg)
             store.mark_running()
         except BaseException:
             store.close()
@@ -296,7 +296,6 @@ def open_store(cfg: TrainConfig, plan: ResumePlan | None, lock: RunLock | None =
         return store
     store = RunStore.create(cfg.run_dir, name=cfg.name, config=cfg.to_dict(), model=cfg.model.path, lock=lock)
     try:
-        store.set_meta(*PRESETS_IN_CONFIG)  # its saved config holds the loss settings that ran
         write_config_yaml(cfg.run_dir / "config.yaml", cfg.to_dict(), cfg.run_dir)
     except BaseException:
         store.close()

@@ -203,3 +203,48 @@ def test_a_config_built_in_code_without_an_eval_grader_evaluates_with_its_correc
 
     cfg = TrainConfig(rewards=[RewardConfig("correct", grader=CODE)])
     assert cfg.eval.grader is None and cfg.eval_grader_spec() == CODE
+
+
+RESOLVED = [
+    # the section, its key path, a field as a config leaves it out, and what resolve fills in
+    (lambda c: c.logging, "logging", "report_to", "tensorboard", ["tensorboard"]),  # one name: a list of it
+    (lambda c: c.alarms, "alarms", "stop_on", ["all"], None),  # None: every alarm kind (checked below)
+    (lambda c: c.sampling, "sampling", "max_staleness", None, 0),  # sync: 0
+    (lambda c: c.algorithm, "algorithm", "eps_high", None, 0.28),  # dapo's preset
+    (lambda c: c.rewards[0], "rewards[0]", "name", "", "answer"),  # the grader's type
+    (lambda c: c.rewards[0], "rewards[0]", "think", None, "strip"),
+    (lambda c: c, "", "threads", 2, 2),  # nothing to fill in: resolve leaves it
+]
+
+
+@pytest.mark.parametrize("section, path, key, left_out, filled", RESOLVED)
+def test_validate_only_checks_and_resolve_fills_in(section, path, key, left_out, filled):
+    """Reading a config resolves each section (fills in what was left out), then validates it (checks, changes
+    nothing): validate used to fill in too."""
+    from kitae.trainer.alarms import KINDS
+
+    cfg = load_train_config(data={**MINIMAL, "algorithm": {"loss": "dapo"}})
+    obj = section(cfg)
+    setattr(obj, key, left_out)
+    obj.validate(path)
+    assert getattr(obj, key) == left_out  # checked as it is, not changed
+    obj.resolve(path)
+    assert getattr(obj, key) == (list(KINDS) if filled is None else filled)
+
+
+def test_the_whole_config_resolves_the_eval_grader_and_validates_without_changing_it():
+    cfg = load_train_config(data={"rewards": [{"name": "correct", "grader": {"type": "code"}}]})
+    cfg.eval.grader = None
+    cfg.validate("")
+    assert cfg.eval.grader is None
+    cfg.resolve("")
+    assert cfg.eval.grader == {"type": "code"}
+
+
+def test_a_grader_spec_without_a_type_is_refused_by_its_key_path():
+    """`rewards: [{grader: {}}]` used to crash with an AttributeError while the component's name was filled in."""
+    from kitae.trainer.preflight import build_components
+
+    cfg = load_train_config(data={"rewards": [{"grader": {}}]})
+    with pytest.raises(ConfigError, match=r"^rewards\[0\]\.grader\.type: missing; one of: answer, "):
+        build_components(cfg.rewards)

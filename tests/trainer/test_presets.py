@@ -30,10 +30,10 @@ def calls():
     seen: list[tuple[str, str, LossConfig | None]] = []
     originals = [(reg, name, reg.get(name)) for reg in (POLICY_LOSSES, ADVANTAGES) for name in reg.names()]
     for reg, name, fn in originals:
-        reg.register(name, _recorded(fn, reg, name, seen))
+        reg.register(name, _recorded(fn, reg, name, seen), replace=True)
     yield seen
     for reg, name, fn in originals:
-        reg.register(name, fn)
+        reg.register(name, fn, replace=True)
 
 
 def _recorded(fn, reg: Registry, name: str, seen: list):
@@ -106,23 +106,6 @@ def test_loss_dr_grpo_brings_its_advantage_unless_one_is_written(tiny_assets, tm
     _check_saved_config_is_what_ran(run, "dr_grpo", calls)
 
 
-def _as_saved_before_presets_moved(run: Path) -> None:
-    """Make `run` look like a run started by the kitae before this rule: its store has no loss_presets mark, and
-    its config.yaml and run.db say what that kitae saved for `loss: dapo` left alone: LossConfig's defaults
-    (eps_high 0.2, seq_mean_token_mean), although the loss ran with dapo's 0.28 and token_mean."""
-    import json
-    import sqlite3
-
-    import yaml
-
-    data = yaml.safe_load((run / "config.yaml").read_text())
-    data["algorithm"].update(eps_high=0.2, aggregation="seq_mean_token_mean")
-    (run / "config.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-    with sqlite3.connect(run / "run.db") as db:
-        db.execute("UPDATE run SET config = ?", (json.dumps(data),))
-        db.execute("DELETE FROM meta WHERE key = 'loss_presets'")
-
-
 def _resume_with_the_cli(run: Path, *extra: str):
     from typer.testing import CliRunner
 
@@ -133,29 +116,7 @@ def _resume_with_the_cli(run: Path, *extra: str):
     return result
 
 
-def test_a_run_started_before_presets_moved_resumes_with_the_settings_it_trained_with(
-        tiny_assets, tmp_path, rewards_on_path, calls):
-    """The run trained with dapo's eps_high 0.28 and token_mean while its saved config said 0.2 and
-    seq_mean_token_mean; resumed, it must go on with what it trained with, say so in its history, and save it."""
-    from kitae.store import RunStore
-
-    run = _train_one_step(tiny_assets, tmp_path, {"loss": "dapo"})
-    _as_saved_before_presets_moved(run)
-    calls.clear()
-    _resume_with_the_cli(run)
-    ran = [cfg for name, cfg in _ran(calls, "policy loss")]
-    assert ran and all((c.eps_high, c.aggregation) == (0.28, "token_mean") for c in ran)
-    assert (_saved(run).algorithm.eps_high, _saved(run).algorithm.aggregation) == (0.28, "token_mean")
-    with RunStore.open(run, read_only=True) as store:
-        changed = [e["message"] for e in store.events() if e["kind"] == "config_changed"]
-        assert store.config["algorithm"]["eps_high"] == 0.28
-        assert store.meta_value("loss_presets") == "in_config"  # done once: a later resume leaves it as it is
-    assert len(changed) == 2 and changed[1] == "optim.steps: 1 → 2"  # the upgrade, then this resume's --set
-    assert "trained with" in changed[0] and "algorithm.eps_high: 0.2 -> 0.28" in changed[0]
-    assert "algorithm.aggregation: 'seq_mean_token_mean' -> 'token_mean'" in changed[0]
-
-
-def test_a_run_of_this_kitae_keeps_a_written_value_equal_to_the_default(tiny_assets, tmp_path, rewards_on_path, calls):
+def test_a_resumed_run_keeps_a_written_value_equal_to_the_default(tiny_assets, tmp_path, rewards_on_path, calls):
     run = _train_one_step(tiny_assets, tmp_path, {"loss": "dapo", "eps_high": 0.2})
     calls.clear()
     _resume_with_the_cli(run)
