@@ -6,6 +6,6 @@
     evaluate.py  pass@1 over k samples, template compliance and lengths on a prompt set; what graders see of
                  one completion (``sample_dict``)
 
-It sits below kitae.trainer, kitae.curate and kitae.l2s, which all use it, and above kitae.rollout and
+It sits below kitae.trainer, kitae.curate and kitae.long2short, which all use it, and above kitae.rollout and
 kitae.graders, which it joins (docs/architecture.md).
 """

@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 from kitae.cli.main import app
 from kitae.data.answers import answers_match
 from kitae.errors import ConfigError, KitaeError
-from kitae.l2s.compare import ModelReport, efficiency_plot, mark_frontier, parse_model_arg, unique_names
-from kitae.l2s.merge import average_state_dicts, merge_models, normalize_weights
-from kitae.l2s.selection import dpo_rows, group_results, rejected_for, sft_rows, shortest_correct
+from kitae.long2short.compare import ModelReport, efficiency_plot, mark_frontier, parse_model_arg, unique_names
+from kitae.long2short.merge import average_state_dicts, merge_models, normalize_weights
+from kitae.long2short.selection import dpo_rows, group_results, rejected_for, sft_rows, shortest_correct
 from kitae.models import load_causal_lm
 from tests.tiny import tiny_llama, tiny_tokenizer
 
@@ -244,7 +244,7 @@ def test_merge_cli_and_its_errors(two_models, tmp_path):
 
 def test_chunked_evaluation_equals_one_evaluate_call(long_model_dir, long_engine):
     from kitae.graders import build_grader
-    from kitae.l2s.compare import evaluate_model
+    from kitae.long2short.compare import evaluate_model
     from kitae.rollout.base import SamplingParams
     from kitae.scoring.evaluate import evaluate
 
@@ -266,6 +266,6 @@ def test_chunked_evaluation_equals_one_evaluate_call(long_model_dir, long_engine
     ("47 47<|im_start|>user", "<|eot_id|>", "47 47"),  # a ChatML template token still cuts
 ])
 def test_sft_and_dpo_content_ends_at_the_model_s_own_end_marker(text, end, content):
-    from kitae.l2s.selection import assistant_content
+    from kitae.long2short.selection import assistant_content
 
     assert assistant_content(text, end) == content

@@ -9,7 +9,7 @@ by weight averaging, shortest-rejection SFT data, DPO pairs, SFT and DPO.
     kitae l2s dpo --model runs/verbose --data l2s/pairs.jsonl --out runs/l2s-dpo
 
 `kitae eval` (kitae/cli/evaluate.py) compares the models before and after. The library does the work
-(kitae.l2s) and raises; this module prints.
+(kitae.long2short) and raises; this module prints.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def merge(
         w = [float(x) for x in weights.split(",")] if weights else None
     except ValueError:
         raise ConfigError("--weights", f"expected numbers separated by commas, got {weights!r}") from None
-    from kitae.l2s.merge import merge_models, normalize_weights
+    from kitae.long2short.merge import merge_models, normalize_weights
 
     set_threads(threads, paths[0])
     merge_models(paths, out, w, base)
@@ -62,7 +62,7 @@ def merge(
 def _sample(model, samples, data, grader, n, temperature, max_new_tokens, limit, seed, pass_threshold, threads):
     from kitae.errors import ConfigError
     from kitae.graders import build_grader
-    from kitae.l2s.selection import read_samples, sample_groups
+    from kitae.long2short.selection import read_samples, sample_groups
     from kitae.models import resolve_model_path
     from kitae.threads import set_threads
 
@@ -101,7 +101,7 @@ def shortest(
 ) -> None:
     """Shortest-rejection sampling: n samples per prompt, keep the shortest correct one as an SFT target."""
     from kitae.data.loader import write_jsonl
-    from kitae.l2s.selection import selection_stats, sft_rows
+    from kitae.long2short.selection import selection_stats, sft_rows
 
     groups = _sample(model, samples, data, grader, n, temperature, max_new_tokens, limit, seed, pass_threshold,
                      threads)
@@ -129,7 +129,7 @@ def dpo_pairs(
 ) -> None:
     """DPO pairs: chosen = the shortest correct sample; rejected = wrong longer ones and correct ones >= 1.5x."""
     from kitae.data.loader import write_jsonl
-    from kitae.l2s.selection import dpo_rows, selection_stats
+    from kitae.long2short.selection import dpo_rows, selection_stats
 
     groups = _sample(model, samples, data, grader, n, temperature, max_new_tokens, limit, seed, pass_threshold,
                      threads)
@@ -152,7 +152,7 @@ MAX_LENGTH = typer.Option(512, help="Truncate rows to this many tokens.")
 
 def _train(run, model, data, out, threads, epochs, lr, batch_size, max_steps, max_length, seed, **extra):
     """Shared by ``sft`` and ``dpo``: the thread count for the model, its folder checked, then TRL's trainer."""
-    from kitae.l2s.train import TrainSettings
+    from kitae.long2short.train import TrainSettings
     from kitae.models import resolve_model_path
     from kitae.threads import set_threads
 
@@ -175,7 +175,7 @@ def sft(
     threads: Optional[int] = threads_option(),
 ) -> None:
     """Supervised fine-tuning on the shortest correct samples, with TRL's SFTTrainer."""
-    from kitae.l2s.train import sft as run_sft
+    from kitae.long2short.train import sft as run_sft
 
     metrics = _train(run_sft, model, data, out, threads, epochs, lr, batch_size, max_steps, max_length, seed)
     typer.echo(f"SFT done: loss {metrics.get('train_loss', float('nan')):.4f} -> {out}")
@@ -195,7 +195,7 @@ def dpo(
     threads: Optional[int] = threads_option(),
 ) -> None:
     """DPO on (shortest correct, longer) pairs, with TRL's DPOTrainer."""
-    from kitae.l2s.train import dpo as run_dpo
+    from kitae.long2short.train import dpo as run_dpo
 
     metrics = _train(run_dpo, model, data, out, threads, epochs, lr, batch_size, max_steps, max_length, seed,
                      beta=beta)
