@@ -59,7 +59,22 @@ def merge(
     typer.echo(f"merged {shown} -> {out}")
 
 
+# options shortest and dpo-pairs share (what they sample from, how, and what counts as correct): one definition
+MODEL = typer.Option(None, "--model", "-m", help="The long model to sample from.")
+SAMPLES = typer.Option(None, help="Instead of --model: per-sample results of `kitae eval` (eval_results/NAME.jsonl), "
+                       "so one sampling pass feeds both commands.")
+DATA = typer.Option(None, "--data", "-d", help=DATA_HELP)
+GRADER = typer.Option("answer", "--grader", "-g", help=GRADER_HELP)
+TEMPERATURE = typer.Option(1.0, help="Sampling temperature.")
+MAX_NEW_TOKENS = typer.Option(256, help="Maximum completion tokens.")
+LIMIT = typer.Option(None, help="Only the first N prompts.")
+SEED = typer.Option(0, help="Sampling seed.")
+PASS_THRESHOLD = typer.Option(1.0, help="Correct when the grader's score is at least this.")
+
+
 def _sample(model, samples, data, grader, n, temperature, max_new_tokens, limit, seed, pass_threshold, threads):
+    """Shared by ``shortest`` and ``dpo-pairs``: the graded samples of each prompt, read from ``--samples`` or
+    sampled now from ``--model``."""
     from kitae.errors import ConfigError
     from kitae.graders import build_grader
     from kitae.long2short.selection import read_samples, sample_groups
@@ -85,18 +100,17 @@ def _sample(model, samples, data, grader, n, temperature, max_new_tokens, limit,
 
 
 def shortest(
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="The long model to sample from."),
-    samples: Optional[Path] = typer.Option(None, help="Instead of --model: per-sample results of `kitae eval` "
-                                           "(eval_results/NAME.jsonl), so one sampling pass feeds both commands."),
-    data: Optional[str] = typer.Option(None, "--data", "-d", help=DATA_HELP),
+    model: Optional[str] = MODEL,
+    samples: Optional[Path] = SAMPLES,
+    data: Optional[str] = DATA,
     out: Path = typer.Option(..., "--out", "-o", help="SFT rows (JSON Lines, TRL prompt-completion)."),
-    grader: str = typer.Option("answer", "--grader", "-g", help=GRADER_HELP),
+    grader: str = GRADER,
     n: int = typer.Option(8, "-n", help="Samples per prompt (the paper: 8)."),
-    temperature: float = typer.Option(1.0, help="Sampling temperature."),
-    max_new_tokens: int = typer.Option(256, help="Maximum completion tokens."),
-    limit: Optional[int] = typer.Option(None, help="Only the first N prompts."),
-    seed: int = typer.Option(0, help="Sampling seed."),
-    pass_threshold: float = typer.Option(1.0, help="Correct when the grader's score is at least this."),
+    temperature: float = TEMPERATURE,
+    max_new_tokens: int = MAX_NEW_TOKENS,
+    limit: Optional[int] = LIMIT,
+    seed: int = SEED,
+    pass_threshold: float = PASS_THRESHOLD,
     threads: Optional[int] = threads_option(),
 ) -> None:
     """Shortest-rejection sampling: n samples per prompt, keep the shortest correct one as an SFT target."""
@@ -111,20 +125,19 @@ def shortest(
 
 
 def dpo_pairs(
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="The long model to sample from."),
-    samples: Optional[Path] = typer.Option(None, help="Instead of --model: per-sample results of `kitae eval` "
-                                           "(eval_results/NAME.jsonl), so one sampling pass feeds both commands."),
-    data: Optional[str] = typer.Option(None, "--data", "-d", help=DATA_HELP),
+    model: Optional[str] = MODEL,
+    samples: Optional[Path] = SAMPLES,
+    data: Optional[str] = DATA,
     out: Path = typer.Option(..., "--out", "-o", help="Preference rows (JSON Lines, TRL prompt/chosen/rejected)."),
-    grader: str = typer.Option("answer", "--grader", "-g", help=GRADER_HELP),
+    grader: str = GRADER,
     n: int = typer.Option(8, "-n", help="Samples per prompt."),
     ratio: float = typer.Option(1.5, help="A correct sample is rejected when at least this many times longer."),
     max_pairs: Optional[int] = typer.Option(4, help="At most this many pairs per prompt (longest rejected first)."),
-    temperature: float = typer.Option(1.0, help="Sampling temperature."),
-    max_new_tokens: int = typer.Option(256, help="Maximum completion tokens."),
-    limit: Optional[int] = typer.Option(None, help="Only the first N prompts."),
-    seed: int = typer.Option(0, help="Sampling seed."),
-    pass_threshold: float = typer.Option(1.0, help="Correct when the grader's score is at least this."),
+    temperature: float = TEMPERATURE,
+    max_new_tokens: int = MAX_NEW_TOKENS,
+    limit: Optional[int] = LIMIT,
+    seed: int = SEED,
+    pass_threshold: float = PASS_THRESHOLD,
     threads: Optional[int] = threads_option(),
 ) -> None:
     """DPO pairs: chosen = the shortest correct sample; rejected = wrong longer ones and correct ones >= 1.5x."""
