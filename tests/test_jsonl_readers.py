@@ -1,5 +1,6 @@
 """Every JSON-lines file a user hands kitae is read the same way: a file that is not UTF-8 or a line that is not
-JSON is a DataError naming the file and the line, never a traceback (graded rows, `kitae eval` samples, l2s rows)."""
+JSON is a DataError naming the file and the line, never a traceback (graded rows, `kitae eval` samples,
+long2short rows)."""
 
 from __future__ import annotations
 

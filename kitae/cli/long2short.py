@@ -1,12 +1,12 @@
-"""`kitae merge` and `kitae l2s ...`: long2short (Kimi k1.5 §2.4), turning a long-reasoning model into a short one
-by weight averaging, shortest-rejection SFT data, DPO pairs, SFT and DPO.
+"""`kitae merge` and `kitae long2short ...` (short: `kitae l2s ...`): long2short (Kimi k1.5 §2.4), turning a
+long-reasoning model into a short one by weight averaging, shortest-rejection SFT data, DPO pairs, SFT and DPO.
 
     kitae merge runs/verbose kitae-tiny-base --out runs/merged
-    kitae l2s shortest --model runs/verbose --data bundled:arith/train --out l2s/shortest.jsonl
-    kitae l2s dpo-pairs --model runs/verbose --data bundled:arith/train --out l2s/pairs.jsonl
-    kitae l2s dpo-pairs --samples eval_results/verbose.jsonl --out l2s/pairs.jsonl   # reuse kitae eval's samples
-    kitae l2s sft --model runs/verbose --data l2s/shortest.jsonl --out runs/l2s-sft
-    kitae l2s dpo --model runs/verbose --data l2s/pairs.jsonl --out runs/l2s-dpo
+    kitae long2short shortest --model runs/verbose --data bundled:arith/train --out l2s/shortest.jsonl
+    kitae long2short dpo-pairs --model runs/verbose --data bundled:arith/train --out l2s/pairs.jsonl
+    kitae long2short dpo-pairs --samples eval_results/verbose.jsonl --out l2s/pairs.jsonl   # reuse kitae eval's samples
+    kitae long2short sft --model runs/verbose --data l2s/shortest.jsonl --out runs/l2s-sft
+    kitae long2short dpo --model runs/verbose --data l2s/pairs.jsonl --out runs/l2s-dpo
 
 `kitae eval` (kitae/cli/evaluate.py) compares the models before and after. The library does the work
 (kitae.long2short) and raises; this module prints.
@@ -24,13 +24,14 @@ from kitae.cli.options import DATA_HELP, GRADER_HELP, PromptProgress, prompt_row
 
 def register(app: typer.Typer) -> None:
     app.command("merge")(merge)
-    l2s = typer.Typer(help="long2short (Kimi k1.5 §2.4): shortest-rejection SFT data, DPO pairs, SFT, DPO.",
-                      no_args_is_help=True)
-    l2s.command("shortest")(shortest)
-    l2s.command("dpo-pairs")(dpo_pairs)
-    l2s.command("sft")(sft)
-    l2s.command("dpo")(dpo)
-    app.add_typer(l2s, name="l2s")
+    group = typer.Typer(help="long2short (Kimi k1.5 §2.4): shortest-rejection SFT data, DPO pairs, SFT, DPO "
+                        "(also `kitae l2s`).", no_args_is_help=True)
+    group.command("shortest")(shortest)
+    group.command("dpo-pairs")(dpo_pairs)
+    group.command("sft")(sft)
+    group.command("dpo")(dpo)
+    app.add_typer(group, name="long2short")
+    app.add_typer(group, name="l2s", hidden=True)  # the short name the docs used first: its commands keep working
 
 
 def merge(
@@ -177,7 +178,7 @@ def _train(run, model, data, out, threads, epochs, lr, batch_size, max_steps, ma
 
 def sft(
     model: str = typer.Option(..., "--model", "-m", help="Starting model: a folder or Hub id."),
-    data: Path = typer.Option(..., "--data", "-d", help="Rows from `kitae l2s shortest`."),
+    data: Path = typer.Option(..., "--data", "-d", help="Rows from `kitae long2short shortest`."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for the trained model."),
     epochs: float = EPOCHS,
     lr: float = typer.Option(5e-5, help="Learning rate (constant)."),
@@ -196,7 +197,7 @@ def sft(
 
 def dpo(
     model: str = typer.Option(..., "--model", "-m", help="Starting model: folder or Hub id (also the DPO reference)."),
-    data: Path = typer.Option(..., "--data", "-d", help="Rows from `kitae l2s dpo-pairs`."),
+    data: Path = typer.Option(..., "--data", "-d", help="Rows from `kitae long2short dpo-pairs`."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for the trained model."),
     beta: float = typer.Option(0.1, help="DPO beta: how far the policy may move from the reference."),
     epochs: float = EPOCHS,

@@ -10,6 +10,6 @@
   template compliance, and the token-efficiency view (score against mean tokens) the paper plots.
 
 long2short RL is the ordinary trainer with the length reward on and a much smaller max completion length
-(examples/long2short_rl.yaml). The CLI is ``kitae eval`` (kitae/cli/evaluate.py), ``kitae merge`` and ``kitae l2s ...``
-(kitae/cli/long2short.py).
+(examples/long2short_rl.yaml). The CLI is ``kitae eval`` (kitae/cli/evaluate.py), ``kitae merge`` and
+``kitae long2short ...`` (short: ``kitae l2s``; kitae/cli/long2short.py).
 """
