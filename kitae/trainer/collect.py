@@ -72,8 +72,9 @@ class Rollouts:
         self.rows, self.components, self.pass_component = rows, components, pass_component
         self.pipeline: RolloutPipeline | None = None  # sampling.async: rollouts sampled ahead (Trainer sets it)
 
-    def sample_and_grade(self, step: int) -> Collected:
-        """This step's groups, graded; the prompt sampler told their pass rates."""
+    def sample_grade_and_tell_sampler(self, step: int) -> Collected:
+        """This step's groups, graded; the prompt sampler told their pass rates (after each round: a further
+        round of dynamic sampling draws with what it learned)."""
         return self._partial_groups(step) if self.partial is not None else self._whole_groups(step)
 
     def _whole_groups(self, step: int) -> Collected:
