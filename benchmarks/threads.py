@@ -10,8 +10,8 @@ thread count:
 
 - chat: one prompt, one sample, 48 new tokens (kitae chat, a judge server's single request);
 - sample: batched sampling with the rollout engine, a batch of prompts x samples, 48 new tokens, no early stop
-  (kitae generate, eval, curate difficulty/hackable, l2s sampling, training's rollouts);
-- train: forward, backward and an AdamW step on a batch of 64-token rows (kitae train, l2s sft/dpo, the
+  (kitae generate, eval, curate difficulty/hackable, long2short sampling, training's rollouts);
+- train: forward, backward and an AdamW step on a batch of 64-token rows (kitae train, long2short sft/dpo, the
   build scripts).
 
 The baseline is one thread, measured in the same run: thread counts take turns (1, 2, 1, 2, ...) so that other

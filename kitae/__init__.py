@@ -18,7 +18,7 @@ listed above it, never one below: docs/architecture.md, checked by tests/test_ar
     kitae/serving     `kitae serve model`: an OpenAI-compatible model server with continuous batching
     kitae/web         the run page
     kitae/curate      prompt-set curation steps (difficulty, hackable prompts, formats, dedupe, balance, test cases)
-    kitae/l2s         long2short (Kimi k1.5): shortest rejection, DPO pairs, SFT, DPO, model merging
+    kitae/long2short  long2short (Kimi k1.5): shortest rejection, DPO pairs, SFT, DPO, model merging
     kitae/trainer     the typed training config, pre-flight checks and the GRPO training loop
     kitae/cli         the `kitae` command
     kitae/assets      the bundled tiny models and task (data, not code)

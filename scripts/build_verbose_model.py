@@ -4,7 +4,7 @@
     python scripts/build_verbose_model.py --out DIR --epochs 2 --limit 1000
 
 Kimi k1.5 shortens a long-CoT model; the bundled task's base model answers in a few tokens, so this script makes a
-long-answer variant: SFT (TRL's SFTTrainer, through kitae.l2s.train.sft) of the bundled base model on worked
+long-answer variant: SFT (TRL's SFTTrainer, through kitae.long2short.train.sft) of the bundled base model on worked
 answers to the bundled task's *train* prompts. Each answer gives the result first, the way the base model does,
 then keeps re-checking itself (restating the sum, computing it backwards, hesitating) and always ends with
 ``Answer: X`` / ``答え: X`` (X the reference answer, so kitae's ``answer`` grader accepts it). Each extra sentence
@@ -109,7 +109,7 @@ def sft_data(rows: list[dict], seed: int) -> list[dict]:
 
 def measure(model: str, rows: list[dict], k: int, max_new_tokens: int) -> dict:
     from kitae.graders import build_grader
-    from kitae.l2s.compare import evaluate_model
+    from kitae.long2short.compare import evaluate_model
     from kitae.rollout.base import SamplingParams
 
     metrics, _ = evaluate_model(model, rows, build_grader("answer", "grader"), k,
@@ -150,7 +150,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: chosen from the model size)")
     args = ap.parse_args()
 
-    from kitae.l2s.train import TrainSettings, sft
+    from kitae.long2short.train import TrainSettings, sft
     from kitae.models import resolve_model_path
     from kitae.threads import set_threads
 

@@ -19,7 +19,7 @@ os.environ.update(HF_HUB_OFFLINE="1", HF_HOME=_HF_HOME, HF_HUB_CACHE=os.path.joi
 import pytest
 import torch
 
-from tests.long_model import long_engine, long_model_dir  # noqa: F401  (fixtures for tests/rollout and tests/l2s)
+from tests.long_model import long_engine, long_model_dir  # noqa: F401  (tests/rollout, tests/long2short)
 
 _SESSION_THREADS = torch.get_num_threads()
 ROOT = Path(__file__).resolve().parents[1]

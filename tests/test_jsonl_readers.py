@@ -1,5 +1,6 @@
 """Every JSON-lines file a user hands kitae is read the same way: a file that is not UTF-8 or a line that is not
-JSON is a DataError naming the file and the line, never a traceback (graded rows, `kitae eval` samples, l2s rows)."""
+JSON is a DataError naming the file and the line, never a traceback (graded rows, `kitae eval` samples,
+long2short rows)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import pytest
 
 from kitae.errors import DataError
 from kitae.graders.rows import load_rows
-from kitae.l2s.selection import read_samples
-from kitae.l2s.train import load_rows as load_l2s_rows
+from kitae.long2short.selection import read_samples
+from kitae.long2short.train import load_rows as load_l2s_rows
 
 GOOD_GRADE = b'{"item": {"reference_answer": "8"}, "sample": {"output_text": "8"}}\n'
 GOOD_SAMPLE = (b'{"prompt_index": 0, "messages": [], "output_text": "8", "completion_tokens": 1, "passed": true,'

@@ -84,8 +84,8 @@ def test_a_train_config_checks_threads():
 
 @pytest.mark.parametrize("command", [
     ["chat", "hi"], ["generate", "-d", "x.jsonl", "-o", "y.jsonl"], ["eval", "-m", "bundled"],
-    ["merge", "a", "b", "-o", "c"], ["l2s", "shortest", "-o", "x"], ["l2s", "dpo-pairs", "-o", "x"],
-    ["l2s", "sft", "-m", "a", "-d", "b", "-o", "c"], ["l2s", "dpo", "-m", "a", "-d", "b", "-o", "c"],
+    ["merge", "a", "b", "-o", "c"], ["long2short", "shortest", "-o", "x"], ["long2short", "dpo-pairs", "-o", "x"],
+    ["long2short", "sft", "-m", "a", "-d", "b", "-o", "c"], ["long2short", "dpo", "-m", "a", "-d", "b", "-o", "c"],
     ["serve", "rm"], ["serve", "model"], ["curate", "dedupe", "-d", "a", "-o", "b"],
     ["curate", "difficulty", "-d", "a", "-o", "b"], ["curate", "hackable", "-d", "a", "-o", "b"],
     ["curate", "run"],

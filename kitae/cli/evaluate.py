@@ -3,7 +3,7 @@ compliance, and the token-efficiency frontier (how Kimi k1.5's long2short result
 
     kitae eval --model runs/verbose --model merged=runs/merged --data bundled:arith/test --grader answer -k 8
 
-The library does the work (kitae.l2s.compare) and raises; this module prints.
+The library does the work (kitae.long2short.compare) and raises; this module prints.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def eval_models(
     """pass@1 over k samples, mean/p90 completion tokens and template compliance, per model, in one table,
     then score against mean tokens (the token-efficiency view of Kimi k1.5's long2short figure)."""
     from kitae.graders import build_grader
-    from kitae.l2s.compare import (ModelReport, efficiency_plot, evaluate_model, format_table, mark_frontier,
+    from kitae.long2short.compare import (ModelReport, efficiency_plot, evaluate_model, format_table, mark_frontier,
                                    parse_model_arg, unique_names, write_results)
     from kitae.models import resolve_model_path
     from kitae.threads import set_threads

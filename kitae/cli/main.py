@@ -29,7 +29,7 @@ COMMAND_MODULES = [
     "kitae.cli.ui",  # ui (the run page)
     "kitae.cli.curate",  # curate
     "kitae.cli.evaluate",  # eval (models side by side: pass@1, length, token efficiency)
-    "kitae.cli.l2s",  # merge, l2s (Kimi k1.5 long2short)
+    "kitae.cli.long2short",  # merge, long2short (also as l2s; Kimi k1.5)
 ]
 
 

@@ -1,4 +1,4 @@
-"""Options, and small helpers, several commands share (`kitae eval`, `kitae l2s ...`)."""
+"""Options, and small helpers, several commands share (`kitae eval`, `kitae long2short ...`)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """Sample n completions per prompt with a model, grade them, and keep per-prompt results in a resumable file.
 
 Shared by ``difficulty`` and ``hackable``. Prompts go to the rollout engine in fixed batches of
-``batch_prompts`` (batch b holds input rows [b·B, (b+1)·B) and samples with seed ``seed + b·B``, as
-:func:`kitae.scoring.evaluate.evaluate` does), so a batch gives the same samples whether it runs in the first
-run or in a resumed one: a resumed run ends with exactly the results of an uninterrupted one.
+``batch_prompts`` (batch b holds input rows [b·B, (b+1)·B) and samples with seed ``seed + b·B``:
+:func:`kitae.scoring.graded.graded_batches`, which :func:`kitae.scoring.evaluate.evaluate` samples with too), so
+a batch gives the same samples whether it runs in the first run or in a resumed one: a resumed run ends with
+exactly the results of an uninterrupted one.
 
 The progress file (``<out>.progress.jsonl``) has a header line with the settings, then one line per prompt,
 appended and flushed as each batch finishes. On a rerun, prompts already there are skipped; a torn last line
@@ -142,25 +143,20 @@ def sample_and_grade(
     batch_prompts: int, pass_threshold: float, progress: ProgressFile,
     on_progress: Callable[[int], None] = lambda k: None,
 ) -> list[PromptResult]:
-    """Per-row results: `n` samples of `prompts[i]` (the messages sent), graded against `rows[i]`."""
-    from kitae.scoring.evaluate import sample_dict
-    from kitae.scoring.rewards import RewardComponent, score_groups
+    """Per-row results: `n` samples of `prompts[i]` (the messages sent), graded against `rows[i]`
+    (:func:`kitae.scoring.graded.graded_batches`); a batch whose prompts are all in the progress file is not
+    sampled again, one partly there is, and only its new prompts are recorded."""
+    from kitae.scoring.graded import graded_batches
+    from kitae.scoring.rewards import RewardComponent
 
     keys = [prompt_key(r) for r in rows]
     done = progress.load(keys)
     on_progress(len(done))
     comp = [RewardComponent("score", 1.0, grader)]
-    for start in range(0, len(rows), batch_prompts):
-        todo = [i for i in range(start, min(len(rows), start + batch_prompts)) if i not in done]
-        if not todo:
-            continue
-        batch = range(start, min(len(rows), start + batch_prompts))
-        sp = sampling.offset_seed(start)
-        groups = engine.generate([prompts[i] for i in batch], n, sp)
-        samples = [[sample_dict(c, sp.max_new_tokens) for c in g] for g in groups]
-        scored = score_groups(comp, [rows[i] for i in batch], samples)
+    for batch in graded_batches(engine, prompts, rows, n, sampling, comp, batch_prompts,
+                                skip=lambda indices: all(i in done for i in indices)):
         fresh = [_result(i, keys[i], s, gs.grades["score"], pass_threshold)
-                 for i, s, gs in zip(batch, samples, scored) if i in todo]
+                 for i, s, gs in zip(batch.indices, batch.samples, batch.scores) if i not in done]
         progress.append(fresh)
         done.update({r.index: r for r in fresh})
         on_progress(len(fresh))

@@ -99,30 +99,38 @@ def _token_lengths(sample: Sample, default_max: int | None) -> tuple[int, int] |
     return tokens, max_tokens
 
 
+class _NearLimitGrader(_ConfigGrader):
+    """Shared by ``overlong`` and ``soft_overlong``: the sample's token counts (it abstains when they are unknown),
+    then the subclass's :meth:`penalty` (both are :func:`kitae.rewards.overlong.near_limit` with their zone)."""
+
+    def grade_sample(self, item: Item, sample: Sample) -> Grade:
+        lengths = _token_lengths(sample, self.cfg.max_completion_length)
+        if isinstance(lengths, str):
+            return Grade.abstain(error=lengths)
+        return to_grade(self.penalty(*lengths, sample.get("finish_reason")))
+
+    def penalty(self, tokens: int, max_tokens: int, finish_reason: str | None) -> Reward:
+        raise NotImplementedError
+
+
 @register_grader("overlong")
-class OverlongGrader(_ConfigGrader):
+class OverlongGrader(_NearLimitGrader):
     """The GRPO-zero recipe's reward 3: a soft, then hard penalty as a completion nears its token limit."""
 
     config_cls = OverlongConfig
 
-    def grade_sample(self, item: Item, sample: Sample) -> Grade:
-        lengths = _token_lengths(sample, self.cfg.max_completion_length)
-        if isinstance(lengths, str):
-            return Grade.abstain(error=lengths)
-        return to_grade(overlong_penalty(*lengths, sample.get("finish_reason"), self.cfg))
+    def penalty(self, tokens: int, max_tokens: int, finish_reason: str | None) -> Reward:
+        return overlong_penalty(tokens, max_tokens, finish_reason, self.cfg)
 
 
 @register_grader("soft_overlong")
-class SoftOverlongGrader(_ConfigGrader):
+class SoftOverlongGrader(_NearLimitGrader):
     """DAPO's soft overlong punishment: a linear penalty in the last tokens before the limit, -1 past it."""
 
     config_cls = SoftOverlongConfig
 
-    def grade_sample(self, item: Item, sample: Sample) -> Grade:
-        lengths = _token_lengths(sample, self.cfg.max_completion_length)
-        if isinstance(lengths, str):
-            return Grade.abstain(error=lengths)
-        return to_grade(soft_overlong_punishment(*lengths, self.cfg))
+    def penalty(self, tokens: int, max_tokens: int, finish_reason: str | None) -> Reward:
+        return soft_overlong_punishment(tokens, max_tokens, self.cfg)  # by length alone: a cut sample has L_max
 
 
 @register_grader("diversity")

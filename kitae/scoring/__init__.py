@@ -3,9 +3,11 @@
     rewards.py   a run's reward: named, weighted components (each a grader), graded concurrently per group,
                  None masked; the graders' counters; steps without a finite score (the whole reward, each
                  component) and what the run says about them
-    evaluate.py  pass@1 over k samples, template compliance and lengths on a prompt set; what graders see of
-                 one completion (``sample_dict``)
+    graded.py    the one sample-and-grade loop: prompts -> engine.generate -> what graders see of each completion
+                 (``sample_dict``) -> every component's grade; a prompt set in seeded batches
+                 (``graded_batches``); the trainer, ``evaluate`` and curation all sample through it
+    evaluate.py  pass@1 over k samples, template compliance and lengths on a prompt set
 
-It sits below kitae.trainer, kitae.curate and kitae.l2s, which all use it, and above kitae.rollout and
+It sits below kitae.trainer, kitae.curate and kitae.long2short, which all use it, and above kitae.rollout and
 kitae.graders, which it joins (docs/architecture.md).
 """

@@ -10,26 +10,11 @@ from __future__ import annotations
 import statistics
 from typing import Any, Callable
 
-from kitae.chat import IM_END, TEMPLATE_TOKENS, is_template_compliant, sample_controls, sample_end
+from kitae.chat import is_template_compliant, sample_controls, sample_end
 from kitae.graders.base import Grader
-from kitae.rollout.base import Completion, SamplingParams
-from kitae.scoring.rewards import RewardComponent, Think, score_groups
-
-
-def sample_dict(c: Completion, max_new_tokens: int, **extra: Any) -> dict:
-    """What graders see of one completion; ``completion_ids`` are its sampled token ids (a reward function's
-    ``completion_ids``), ``end_marker`` the model's end of turn when it is not ChatML's ``<|im_end|>``, the
-    graders' default, and ``control_tokens`` its control tokens when they are not ChatML's three. The trainer adds the step's ``step``, ``max_steps`` and ``epoch``."""
-    return {
-        "output_text": c.text,
-        "finish_reason": c.finish_reason,
-        "completion_tokens": c.num_tokens,
-        "max_completion_length": max_new_tokens,
-        "completion_ids": list(c.completion_ids),
-        **({"end_marker": c.end_marker} if c.end_marker != IM_END else {}),
-        **({"control_tokens": c.control_tokens} if c.control_tokens != TEMPLATE_TOKENS else {}),
-        **extra,
-    }
+from kitae.rollout.base import SamplingParams
+from kitae.scoring.graded import graded_batches
+from kitae.scoring.rewards import RewardComponent, Think
 
 
 def evaluate(
@@ -45,39 +30,39 @@ def evaluate(
 ) -> tuple[dict[str, float], list[dict]]:
     """(metrics, per-sample results). Metrics: pass@1, compliance, len_mean, len_p90, trunc_rate, and
     pass@1/<difficulty> and pass@1/<lang> when rows carry those labels. Prompts go in batches of
-    `batch_prompts`, each sampled with ``sampling.offset_seed(first row)``; ``progress(n)`` is called after each
-    with the number of prompts done. ``think="strip"``: the grader sees the answer after a ``<think>`` block
+    `batch_prompts`, each sampled with ``sampling.offset_seed(first row)``
+    (:func:`kitae.scoring.graded.graded_batches`); ``progress(n)`` is called after each with the number of prompts
+    done. ``think="strip"``: the grader sees the answer after a ``<think>`` block
     (:func:`kitae.scoring.rewards.answer_after_think`; a completion cut off while thinking fails); compliance,
     lengths and the kept text are of the whole completion."""
-    sp = sampling or SamplingParams()
     comp = [RewardComponent("score", 1.0, grader, think)]
     results: list[dict] = []
-    for start in range(0, len(rows), batch_prompts):
-        batch = rows[start : start + batch_prompts]
-        groups = engine.generate([r["messages"] for r in batch], k, sp.offset_seed(start))
-        samples = [[sample_dict(c, sp.max_new_tokens) for c in g] for g in groups]
-        scored = score_groups(comp, batch, samples)
-        for i, (row, group, gs) in enumerate(zip(batch, samples, scored)):
-            for j, (s, grade) in enumerate(zip(group, gs.grades["score"])):
-                results.append(
-                    {
-                        "prompt_index": start + i,
-                        "sample_index": j,
-                        "messages": row["messages"],
-                        "reference_answer": row.get("reference_answer"),
-                        "difficulty": row.get("difficulty"),
-                        "lang": row.get("lang"),
-                        **{k: v for k, v in s.items() if k not in ("completion_ids", "control_tokens")},  # text is kept
-                        "score": grade.score,
-                        "passed": grade.score is not None and grade.score >= pass_threshold,
-                        "compliant": is_template_compliant(s["output_text"], s["finish_reason"], sample_end(s),
-                                                            sample_controls(s)),
-                        "error": grade.error,
-                    }
-                )
+    for batch in graded_batches(engine, [r["messages"] for r in rows], rows, k, sampling or SamplingParams(), comp,
+                                batch_prompts):
+        for i, row, group, gs in zip(batch.indices, batch.items, batch.samples, batch.scores):
+            results += [_result(i, j, row, s, grade, pass_threshold) for j, (s, grade) in
+                        enumerate(zip(group, gs.grades["score"]))]
         if progress:
-            progress(start + len(batch))
+            progress(batch.indices.stop)
     return summarize(results), results
+
+
+def _result(i: int, j: int, row: dict, s: dict, grade: Any, pass_threshold: float) -> dict:
+    """The per-sample result of sample ``j`` of prompt ``i``: the row's labels, the sample without its token ids
+    (the text is kept), its grade and template compliance."""
+    return {
+        "prompt_index": i,
+        "sample_index": j,
+        "messages": row["messages"],
+        "reference_answer": row.get("reference_answer"),
+        "difficulty": row.get("difficulty"),
+        "lang": row.get("lang"),
+        **{k: v for k, v in s.items() if k not in ("completion_ids", "control_tokens")},
+        "score": grade.score,
+        "passed": grade.score is not None and grade.score >= pass_threshold,
+        "compliant": is_template_compliant(s["output_text"], s["finish_reason"], sample_end(s), sample_controls(s)),
+        "error": grade.error,
+    }
 
 
 def summarize(results: list[dict]) -> dict[str, float]:

@@ -22,8 +22,8 @@ from typing import Any
 from kitae.algorithms.advantages import dynamic_sampling_keep
 from kitae.rollout.base import Completion, SamplingParams, SavesState, SyncsWeights
 from kitae.rollout.partial import PartialRollouts
-from kitae.scoring.evaluate import sample_dict
-from kitae.scoring.rewards import GroupScores, RewardComponent, score_groups
+from kitae.scoring.graded import grade_completions, sample_and_grade
+from kitae.scoring.rewards import GroupScores, RewardComponent
 from kitae.trainer import sharded
 from kitae.trainer.config import TrainConfig
 from kitae.trainer.grades import pass_rates, reward_tensor
@@ -67,8 +67,9 @@ class Rollouts:
         self.rows, self.components, self.pass_component = rows, components, pass_component
         self.pipeline: RolloutPipeline | None = None  # sampling.async: rollouts sampled ahead (Trainer sets it)
 
-    def sample_and_grade(self, step: int) -> Collected:
-        """This step's groups, graded; the prompt sampler told their pass rates."""
+    def sample_grade_and_tell_sampler(self, step: int) -> Collected:
+        """This step's groups, graded; the prompt sampler told their pass rates (after each round: a further
+        round of dynamic sampling draws with what it learned)."""
         return self._partial_groups(step) if self.partial is not None else self._whole_groups(step)
 
     def _whole_groups(self, step: int) -> Collected:
@@ -78,9 +79,7 @@ class Rollouts:
         want = local_count(self.acc, o.prompts_per_step)
         got = Collected()
         for r in range(ds.max_rounds if ds.enabled else 1):
-            idx, groups = self._round(step, r)
-            rows = [self.rows[i] for i in idx]
-            last = Collected(rows, groups, self.grade(rows, groups, step), rounds=r + 1)
+            idx, last = self._round(step, r)
             self._tell_sampler(idx, last.scores)
             kept = last.where(dynamic_sampling_keep(*reward_tensor(last.scores)).tolist()) if ds.enabled else last
             got = got + kept
@@ -90,15 +89,19 @@ class Rollouts:
             got = last
         return got.first(fewest(self.acc, min(len(got.groups), want)))  # equally many groups in every process
 
-    def _round(self, step: int, round_: int) -> tuple[list[int], list[list[Completion]]]:
-        """One sampling round's prompts (this process's share) and groups: sampled now, or with ``sampling.async``
-        taken from the rollouts sampled ahead (kitae.trainer.pipeline)."""
+    def _round(self, step: int, round_: int) -> tuple[list[int], Collected]:
+        """One sampling round's prompts (this process's share) and their groups, graded: sampled now
+        (kitae.scoring.graded.sample_and_grade), or with ``sampling.async`` taken from the rollouts sampled ahead
+        (kitae.trainer.pipeline) and graded here."""
         if self.pipeline is not None:
-            return self.pipeline.take(step, round_)
+            idx, groups = self.pipeline.take(step, round_)
+            rows = [self.rows[i] for i in idx]
+            return idx, Collected(rows, groups, self.grade(rows, groups, step), rounds=round_ + 1)
         idx = local_share(self.acc, self.sampler.sample(self.cfg.optim.prompts_per_step, step))
-        groups = self.engine.generate([self.rows[i]["messages"] for i in idx], self.cfg.sampling.group_size,
-                                      self.sampling_params(step, round_))
-        return idx, groups
+        rows = [self.rows[i] for i in idx]
+        got = sample_and_grade(self.engine, [r["messages"] for r in rows], rows, self.cfg.sampling.group_size,
+                               self.sampling_params(step, round_), self.components, self.trainer_state(step))
+        return idx, Collected(rows, got.groups, got.scores, rounds=round_ + 1)
 
     def _partial_groups(self, step: int) -> Collected:
         """Kimi partial rollouts: new prompts start, buffered trajectories continue; finished groups come back."""
@@ -112,12 +115,16 @@ class Rollouts:
         return Collected(rows, groups, scores)
 
     def grade(self, rows: list[dict], groups: list[list[Completion]], step: int) -> list[GroupScores]:
-        """Every reward component's grade of every completion, and the weighted totals. Each sample carries the
-        step, the run's steps and the passes over the prompts so far: a reward function's ``trainer_state``."""
-        max_len, o = self.cfg.sampling.max_new_tokens, self.cfg.optim
-        state = {"step": step, "max_steps": o.steps, "epoch": (step - 1) * o.prompts_per_step / max(1, len(self.rows))}
-        samples = [[sample_dict(c, max_len, **state) for c in g] for g in groups]
-        return score_groups(self.components, rows, samples)
+        """Every reward component's grade of completions sampled elsewhere (partial rollouts, rollouts sampled
+        ahead), and the weighted totals."""
+        return grade_completions(self.components, rows, groups, self.cfg.sampling.max_new_tokens,
+                                 self.trainer_state(step))[1]
+
+    def trainer_state(self, step: int) -> dict[str, Any]:
+        """What each sample of the step carries: the step, the run's steps and the passes over the prompts so far
+        (a reward function's ``trainer_state``)."""
+        o = self.cfg.optim
+        return {"step": step, "max_steps": o.steps, "epoch": (step - 1) * o.prompts_per_step / max(1, len(self.rows))}
 
     def _tell_sampler(self, indices: list[int], scores: list[GroupScores]) -> None:
         """The prompt sampler learns each prompt's pass rate (every process keeps the same sampler state)."""

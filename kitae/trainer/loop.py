@@ -254,12 +254,12 @@ class Trainer:
             self.optimizer.state.clear()  # Kimi k1.5: each iteration is a fresh mirror-descent problem
         # 1. sample and grade
         with sharded.full_weights(self.acc, self.model):  # FSDP: each process samples with the whole policy
-            got = self.rollouts.sample_and_grade(step)
+            got = self.rollouts.sample_grade_and_tell_sampler(step)
         t_gen = time.perf_counter()
         if not got.groups:  # partial rollouts: no group finished this iteration
             return self._log_idle_step(step, t0, t_gen)
         # 2. the training batch: the sampler's log-probs (corrected for a server's mismatch), the reference's
-        batch = self.update.training_batch(got.completions)  # [B, L] on the device
+        batch = self.update.batch_before_advantages(got.completions)  # [B, L] on the device
         # the sampler's log-probs are not the trainer's: a server's kernels, or async's older weights
         off_policy = isinstance(self.engine, RemoteLogprobs) or self.cfg.sampling.async_
         mismatch = self.update.correct_mismatch(batch) if off_policy and not self.update.in_pass_correction else {}

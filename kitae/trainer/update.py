@@ -1,10 +1,10 @@
 """The policy update: a step's completions as a training batch, the log-probs the loss compares, and ``mu``
 optimizer steps over the batch.
 
-- :meth:`PolicyUpdate.training_batch`: prompt + completion ids and the sampler's log-probs as tensors on the
-  device (kitae.trainer.batch). ``algorithm.mask_truncated`` takes truncated samples out of the loss (DAPO
-  overlong filtering, kitae.algorithms.losses.truncation_mask); with partial rollouts and ``old_segments:
-  exclude``, tokens sampled in earlier segments leave it too.
+- :meth:`PolicyUpdate.batch_before_advantages`: prompt + completion ids and the sampler's log-probs as tensors on
+  the device (kitae.trainer.batch), advantages 0 until the advantages stage sets them. ``algorithm.mask_truncated``
+  takes truncated samples out of the loss (DAPO overlong filtering, kitae.algorithms.losses.truncation_mask); with
+  partial rollouts and ``old_segments: exclude``, tokens sampled in earlier segments leave it too.
 - :meth:`PolicyUpdate.correct_mismatch` (server engine, kitae.algorithms.mismatch): the trainer's own log-probs
   become the ratio's old log-probs; the server's give truncated importance weights.
 - :meth:`PolicyUpdate.reference_logps`: the KL's reference (the reference model, or for LoRA the base model with
@@ -92,10 +92,10 @@ class PolicyUpdate:
         return self.acc.unwrap_model(self.model)
 
     # ---- the batch and the log-probs it is compared with ---------------------------------------------------
-    def training_batch(self, completions: list[Completion]) -> TrainBatch:
-        """The completions as tensors on the device ([B, L] ids, [B, L-1] mask and sampler log-probs),
-        advantages 0 (the caller sets them); truncated samples and earlier segments out of the mask as the
-        config says."""
+    def batch_before_advantages(self, completions: list[Completion]) -> TrainBatch:
+        """The completions as tensors on the device ([B, L] ids, [B, L-1] mask and sampler log-probs) with
+        advantages 0: the caller sets them (they need the batch's reference log-probs for a KL in the reward);
+        truncated samples and earlier segments out of the mask as the config says."""
         batch = build_batch(completions, [0.0] * len(completions), self.pad_id)
         if self.cfg.algorithm.mask_truncated:  # DAPO overlong filtering
             batch.mask = truncation_mask([c.finish_reason for c in completions], batch.mask)

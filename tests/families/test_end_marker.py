@@ -12,7 +12,7 @@ from kitae.rewards.graders import DiversityGrader, RepetitionGrader, RewardModel
 from kitae.rewards.chat_template import TemplateConfig
 from kitae.rollout.base import SamplingParams
 from kitae.rollout.hf import HFEngine
-from kitae.scoring.evaluate import sample_dict
+from kitae.scoring.graded import sample_dict
 from tests.families.conftest import Say
 
 # Each family's prompt for a system turn "Be brief." and a user turn "hi", as its real chat template writes it.

@@ -2,7 +2,7 @@
 
 TRL hands reward functions its completions decoded without special tokens (no ``<|im_end|>``) and no finish
 reason. For each grader we record what TRL passed and what the reward function returned, then grade the same
-completions the way kitae's trainer does (kitae.scoring.evaluate.sample_dict on a rollout Completion: the text
+completions the way kitae's trainer does (kitae.scoring.graded.sample_dict on a rollout Completion: the text
 with its end token, the finish reason, the token count) and require the same score for every completion.
 """
 
@@ -16,7 +16,7 @@ from kitae.graders import as_reward_function, build_grader
 from kitae.judge.testing import Reply, ScriptedServer, judge_brain
 from kitae.models import BUNDLED_DATA
 from kitae.rollout.base import Completion
-from kitae.scoring.evaluate import sample_dict
+from kitae.scoring.graded import sample_dict
 
 pytestmark = pytest.mark.slow
 
@@ -124,7 +124,7 @@ def trl_step(servers, tmp_path_factory):
 
 
 def kitae_samples(trainer, ids_per_completion: list[list[int]]) -> list[dict]:
-    """The samples kitae's trainer grades for these completions (evaluate.sample_dict on rollout Completions)."""
+    """The samples kitae's trainer grades for these completions (graded.sample_dict on rollout Completions)."""
     tokenizer = trainer.processing_class
     samples = []
     for ids in ids_per_completion:

@@ -2,7 +2,14 @@
 
 import pytest
 
-from kitae.rewards.overlong import OverlongConfig, SoftOverlongConfig, overlong_penalty, soft_overlong_punishment
+from kitae.rewards.overlong import (
+    OverlongConfig,
+    SoftOverlongConfig,
+    Zone,
+    near_limit,
+    overlong_penalty,
+    soft_overlong_punishment,
+)
 
 
 @pytest.mark.parametrize(
@@ -38,3 +45,17 @@ def test_overlong_penalty(tokens, finish, cfg, score):
 )
 def test_soft_overlong_punishment(tokens, cfg, score):
     assert soft_overlong_punishment(tokens, 100, cfg).score == pytest.approx(score)
+
+
+@pytest.mark.parametrize(
+    "tokens,cut,zone,expected",
+    [
+        (80, False, Zone(80, 20), (0.0, 0.0)),  # up to the start: nothing
+        (85, False, Zone(80, 20), (-0.25, 0.25)),  # linear through the zone
+        (90, False, Zone(80, 20, coef=0.8, power=2.0), (-0.8 * 0.25, 0.5)),  # squared, scaled
+        (130, False, Zone(80, 20), (-1.0, 1.0)),  # past the limit without being cut: the zone's end
+        (10, True, Zone(80, 20, hard=-1.5), (-1.5, 1.0)),  # cut: the hard value, whatever the length
+    ],
+)
+def test_near_limit_the_shape_both_penalties_share(tokens, cut, zone, expected):
+    assert near_limit(tokens, 100, cut, zone) == pytest.approx(expected)

@@ -34,14 +34,14 @@ def _trainer(tiny_assets: Path, root: Path, **over) -> Trainer:
 def _record_versions(trainer: Trainer) -> list[tuple[int, int | None]]:
     """(step, policy version) of every sample the trainer trains on, as it takes them."""
     seen: list[tuple[int, int | None]] = []
-    take = trainer.rollouts.sample_and_grade
+    take = trainer.rollouts.sample_grade_and_tell_sampler
 
     def recording(step):
         got = take(step)
         seen.extend((step, c.policy_version) for c in got.completions)
         return got
 
-    trainer.rollouts.sample_and_grade = recording
+    trainer.rollouts.sample_grade_and_tell_sampler = recording
     return seen
 
 
@@ -137,7 +137,7 @@ def test_the_importance_weights_are_the_trainers_probability_over_the_samplers_c
     with torch.no_grad():
         for p in trainer.policy.parameters():
             p.add_(0.05 * torch.randn_like(p))  # the policy moved on since the worker sampled
-    batch = trainer.update.training_batch(completions)
+    batch = trainer.update.batch_before_advantages(completions)
     new = {k: v.clone() for k, v in trainer.policy.state_dict().items()}
     assert trainer.update.in_pass_correction == (mu == 1)
     if mu == 1:  # the weights the loss is given in the update's only pass

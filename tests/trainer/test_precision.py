@@ -77,7 +77,7 @@ def test_bf16_with_fp32_master_weights_trains_under_autocast(tiny_assets, tmp_pa
     assert {p.dtype for p in t.policy.parameters()} == {torch.float32}  # the master weights
     assert {p.dtype for p in t.ref_model.parameters()} == {torch.float32}  # held as the policy is
     before = [p.detach().clone() for p in t.policy.parameters()]
-    batch = t.update.training_batch([c for g in t.rollouts.sample_and_grade(1).groups for c in g])
+    batch = t.update.batch_before_advantages([c for g in t.rollouts.sample_grade_and_tell_sampler(1).groups for c in g])
     # the reference is the starting policy under the same autocast: the same log-probs, bit for bit, over the
     # same micro-batches
     own = torch.zeros_like(batch.old_logp)  # [B, L-1]

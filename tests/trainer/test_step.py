@@ -43,7 +43,8 @@ def completion(n: int, finish: str, earlier: int = 0) -> Completion:
 def test_the_training_batch_leaves_truncated_samples_out_of_the_loss_when_asked(trainer, mask_truncated, counted):
     trainer.cfg.algorithm.mask_truncated = mask_truncated
     trainer.cfg.sampling.partial = None
-    batch = trainer.update.training_batch([completion(3, "stop"), completion(3, "length"), completion(3, "repeat")])
+    batch = trainer.update.batch_before_advantages([completion(3, "stop"), completion(3, "length"),
+                                                    completion(3, "repeat")])
     assert batch.mask.sum(dim=-1).tolist() == counted
     assert batch.attention_mask.sum(dim=-1).tolist() == [6, 6, 6]  # it stays in the input
     assert batch.advantages.tolist() == [0.0, 0.0, 0.0]  # set by the advantages stage
@@ -57,7 +58,7 @@ def test_the_training_batch_of_partial_rollouts_and_earlier_segments(trainer, ol
     trainer.cfg.algorithm.mask_truncated = False
     trainer.cfg.sampling.partial = PartialRolloutConfig(segment_tokens=2, old_segments=old_segments)
     try:
-        batch = trainer.update.training_batch([completion(4, "stop", earlier=2)])
+        batch = trainer.update.batch_before_advantages([completion(4, "stop", earlier=2)])
     finally:
         trainer.cfg.sampling.partial = None
     assert batch.mask.tolist() == [mask]  # columns 2..5 predict the 4 completion tokens

@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 from kitae.cli.main import app
 from kitae.graders.answer_match import answers_match
 from kitae.errors import ConfigError, KitaeError
-from kitae.l2s.compare import ModelReport, efficiency_plot, mark_frontier, parse_model_arg, unique_names
-from kitae.l2s.merge import average_state_dicts, merge_models, normalize_weights
-from kitae.l2s.selection import dpo_rows, group_results, rejected_for, sft_rows, shortest_correct
+from kitae.long2short.compare import ModelReport, efficiency_plot, mark_frontier, parse_model_arg, unique_names
+from kitae.long2short.merge import average_state_dicts, merge_models, normalize_weights
+from kitae.long2short.selection import dpo_rows, group_results, rejected_for, sft_rows, shortest_correct
 from kitae.models import load_causal_lm
 from tests.tiny import tiny_llama, tiny_tokenizer
 
@@ -175,7 +175,7 @@ def test_eval_shortest_pairs_sft_dpo_end_to_end(long_model_dir, tmp_path):
     per_prompt = [sum(s["passed"] for s in samples if s["prompt_index"] == i) / 4 for i in (0, 1)]
     assert summary[0]["pass@1"] == pytest.approx(sum(per_prompt) / 2)  # mean over samples, then prompts
 
-    r = runner.invoke(app, ["l2s", "shortest", "-m", model, *common, "-n", "8", "-o", str(tmp_path / "s.jsonl")])
+    r = runner.invoke(app, ["long2short", "shortest", "-m", model, *common, "-n", "8", "-o", str(tmp_path / "s.jsonl")])
     assert r.exit_code == 0, r.output
     sft = [json.loads(x) for x in (tmp_path / "s.jsonl").read_text().splitlines()]
     # which sample is shortest depends on the sampled tokens (and so on torch's thread count); the selection
@@ -184,24 +184,30 @@ def test_eval_shortest_pairs_sft_dpo_end_to_end(long_model_dir, tmp_path):
     long_row = next(r for r in sft if r["reference_answer"] == "35")
     assert long_row["completion"][0]["content"].startswith("hello world, the answer is 47. what is 12+35?")
     assert int(long_row["correct_of_n"].split("/")[0]) >= 1 and long_row["correct_of_n"].endswith("/8")
-    r = runner.invoke(app, ["l2s", "dpo-pairs", "-m", model, *common, "-n", "8", "-o", str(tmp_path / "p.jsonl")])
+    r = runner.invoke(app, ["long2short", "dpo-pairs", "-m", model, *common, "-n", "8", "-o",
+                            str(tmp_path / "p.jsonl")])
     assert r.exit_code == 0, r.output
     pairs = [json.loads(x) for x in (tmp_path / "p.jsonl").read_text().splitlines()]
     assert pairs and all(p["rejected_tokens"] > p["chosen_tokens"] for p in pairs)
 
     # kitae eval's per-sample file feeds the same selection without sampling again
-    r = runner.invoke(app, ["l2s", "shortest", "--samples", str(tmp_path / "ev" / "model.jsonl"), "-o",
+    r = runner.invoke(app, ["long2short", "shortest", "--samples", str(tmp_path / "ev" / "model.jsonl"), "-o",
                             str(tmp_path / "from_eval.jsonl")])
     assert r.exit_code == 0, r.output
     from_eval = [json.loads(x) for x in (tmp_path / "from_eval.jsonl").read_text().splitlines()]
     assert from_eval == sft_rows(group_results(samples))
-    r = runner.invoke(app, ["l2s", "dpo-pairs", "-m", model, "--samples", str(tmp_path / "ev" / "model.jsonl"),
+    # `kitae l2s`, the short name, is the same command
+    r = runner.invoke(app, ["l2s", "shortest", "--samples", str(tmp_path / "ev" / "model.jsonl"), "-o",
+                            str(tmp_path / "alias.jsonl")])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "alias.jsonl").read_text() == (tmp_path / "from_eval.jsonl").read_text()
+    r = runner.invoke(app, ["long2short", "dpo-pairs", "-m", model, "--samples", str(tmp_path / "ev" / "model.jsonl"),
                             "-o", str(tmp_path / "x.jsonl")])
     assert isinstance(r.exception, ConfigError) and "give --model (sample now) or --samples" in str(r.exception)
 
     for cmd, data_file in (("sft", "s.jsonl"), ("dpo", "p.jsonl")):
         out = tmp_path / cmd
-        r = runner.invoke(app, ["l2s", cmd, "-m", model, "-d", str(tmp_path / data_file), "-o", str(out),
+        r = runner.invoke(app, ["long2short", cmd, "-m", model, "-d", str(tmp_path / data_file), "-o", str(out),
                                 "--max-steps", "2", "--batch-size", "2", "--lr", "1e-3"])
         assert r.exit_code == 0, r.output
         assert "nan" not in r.output  # loss (and DPO's reward accuracy) were reported
@@ -215,17 +221,18 @@ def test_eval_shortest_pairs_sft_dpo_end_to_end(long_model_dir, tmp_path):
     ("dpo", {"chosen": [{"role": "assistant", "content": "47"}],
              "rejected": [{"role": "assistant", "content": "47 47 47 47"}]}, "DPO done: loss"),
 ])
-def test_l2s_output_has_no_dependency_warnings_or_bars(long_model_dir, tmp_path, command, row, done):
-    """`kitae l2s sft|dpo` as a user runs them: transformers' deprecation warnings about gradient checkpointing
+def test_long2short_output_has_no_dependency_warnings_or_bars(long_model_dir, tmp_path, command, row, done):
+    """`kitae long2short sft|dpo` as a user runs them: transformers' deprecation warnings about gradient checkpointing
     (raised by TRL's config and trainers) and datasets' map bars stay out of their output."""
     import subprocess
     import sys
 
     rows = [{"prompt": [{"role": "user", "content": "hi"}], **row}]
     (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows * 4))
-    proc = subprocess.run([sys.executable, "-m", "kitae.cli.main", "l2s", command, "-m", str(long_model_dir / "model"),
-                           "-d", str(tmp_path / "d.jsonl"), "-o", str(tmp_path / "out"), "--max-steps", "1",
-                           "--batch-size", "2"], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "kitae.cli.main", "long2short", command,
+                           "-m", str(long_model_dir / "model"), "-d", str(tmp_path / "d.jsonl"),
+                           "-o", str(tmp_path / "out"), "--max-steps", "1", "--batch-size", "2"],
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert done in proc.stdout
     assert "Warning" not in proc.stdout + proc.stderr and "checkpointing" not in proc.stderr
@@ -244,7 +251,7 @@ def test_merge_cli_and_its_errors(two_models, tmp_path):
 
 def test_chunked_evaluation_equals_one_evaluate_call(long_model_dir, long_engine):
     from kitae.graders import build_grader
-    from kitae.l2s.compare import evaluate_model
+    from kitae.long2short.compare import evaluate_model
     from kitae.rollout.base import SamplingParams
     from kitae.scoring.evaluate import evaluate
 
@@ -266,6 +273,6 @@ def test_chunked_evaluation_equals_one_evaluate_call(long_model_dir, long_engine
     ("47 47<|im_start|>user", "<|eot_id|>", "47 47"),  # a ChatML template token still cuts
 ])
 def test_sft_and_dpo_content_ends_at_the_model_s_own_end_marker(text, end, content):
-    from kitae.l2s.selection import assistant_content
+    from kitae.long2short.selection import assistant_content
 
     assert assistant_content(text, end) == content

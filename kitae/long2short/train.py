@@ -3,7 +3,7 @@
     sft(model="runs/verbose", data="l2s/shortest.jsonl", out="runs/l2s-sft")
     dpo(model="runs/verbose", data="l2s/pairs.jsonl", out="runs/l2s-dpo", beta=0.1)
 
-Data are the files ``kitae l2s shortest`` / ``kitae l2s dpo-pairs`` write (TRL's conversational prompt-completion
+Data are the files ``kitae long2short shortest`` / ``dpo-pairs`` write (TRL's conversational prompt-completion
 and preference formats; other columns are dropped). SFT's loss covers the completion only (TRL's
 ``completion_only_loss`` for prompt-completion data). DPO's reference model is the starting model (TRL makes a
 frozen copy). On a machine without a GPU both run with ``use_cpu=True`` and ``bf16=False``. The result is a
@@ -53,7 +53,8 @@ def load_rows(path: str | Path, columns: tuple[str, ...]) -> Any:
 
     path = Path(path)
     if not path.exists():
-        raise DataError(str(path), None, None, "file not found; write it with `kitae l2s shortest` or `dpo-pairs`")
+        raise DataError(str(path), None, None,
+                        "file not found; write it with `kitae long2short shortest` or `dpo-pairs`")
     rows = []
     for i, row in read_jsonl(path):
         if not isinstance(row, dict):

@@ -115,7 +115,7 @@ def sample_groups(
     progress: Callable[[int], None] | None = None,
 ) -> list[list[dict]]:
     """n graded samples per prompt from `model` (kitae.scoring.evaluate's per-sample results), grouped."""
-    from kitae.l2s.compare import evaluate_model
+    from kitae.long2short.compare import evaluate_model
 
     _, results = evaluate_model(model, rows, grader, n, sampling, pass_threshold, progress=progress)
     return group_results(results)

@@ -1,15 +1,15 @@
-"""`kitae merge` and `kitae l2s ...`: long2short (Kimi k1.5 §2.4), turning a long-reasoning model into a short one
-by weight averaging, shortest-rejection SFT data, DPO pairs, SFT and DPO.
+"""`kitae merge` and `kitae long2short ...` (short: `kitae l2s ...`): long2short (Kimi k1.5 §2.4), turning a
+long-reasoning model into a short one by weight averaging, shortest-rejection SFT data, DPO pairs, SFT and DPO.
 
     kitae merge runs/verbose kitae-tiny-base --out runs/merged
-    kitae l2s shortest --model runs/verbose --data bundled:arith/train --out l2s/shortest.jsonl
-    kitae l2s dpo-pairs --model runs/verbose --data bundled:arith/train --out l2s/pairs.jsonl
-    kitae l2s dpo-pairs --samples eval_results/verbose.jsonl --out l2s/pairs.jsonl   # reuse kitae eval's samples
-    kitae l2s sft --model runs/verbose --data l2s/shortest.jsonl --out runs/l2s-sft
-    kitae l2s dpo --model runs/verbose --data l2s/pairs.jsonl --out runs/l2s-dpo
+    kitae long2short shortest --model runs/verbose --data bundled:arith/train --out l2s/shortest.jsonl
+    kitae long2short dpo-pairs --model runs/verbose --data bundled:arith/train --out l2s/pairs.jsonl
+    kitae long2short dpo-pairs --samples eval_results/verbose.jsonl --out l2s/pairs.jsonl   # reuse kitae eval's samples
+    kitae long2short sft --model runs/verbose --data l2s/shortest.jsonl --out runs/l2s-sft
+    kitae long2short dpo --model runs/verbose --data l2s/pairs.jsonl --out runs/l2s-dpo
 
 `kitae eval` (kitae/cli/evaluate.py) compares the models before and after. The library does the work
-(kitae.l2s) and raises; this module prints.
+(kitae.long2short) and raises; this module prints.
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ from kitae.cli.options import DATA_HELP, GRADER_HELP, PromptProgress, prompt_row
 
 def register(app: typer.Typer) -> None:
     app.command("merge")(merge)
-    l2s = typer.Typer(help="long2short (Kimi k1.5 §2.4): shortest-rejection SFT data, DPO pairs, SFT, DPO.",
-                      no_args_is_help=True)
-    l2s.command("shortest")(shortest)
-    l2s.command("dpo-pairs")(dpo_pairs)
-    l2s.command("sft")(sft)
-    l2s.command("dpo")(dpo)
-    app.add_typer(l2s, name="l2s")
+    group = typer.Typer(help="long2short (Kimi k1.5 §2.4): shortest-rejection SFT data, DPO pairs, SFT, DPO "
+                        "(also `kitae l2s`).", no_args_is_help=True)
+    group.command("shortest")(shortest)
+    group.command("dpo-pairs")(dpo_pairs)
+    group.command("sft")(sft)
+    group.command("dpo")(dpo)
+    app.add_typer(group, name="long2short")
+    app.add_typer(group, name="l2s", hidden=True)  # the short name the docs used first: its commands keep working
 
 
 def merge(
@@ -51,7 +52,7 @@ def merge(
         w = [float(x) for x in weights.split(",")] if weights else None
     except ValueError:
         raise ConfigError("--weights", f"expected numbers separated by commas, got {weights!r}") from None
-    from kitae.l2s.merge import merge_models, normalize_weights
+    from kitae.long2short.merge import merge_models, normalize_weights
 
     set_threads(threads, paths[0])
     merge_models(paths, out, w, base)
@@ -59,10 +60,25 @@ def merge(
     typer.echo(f"merged {shown} -> {out}")
 
 
+# options shortest and dpo-pairs share (what they sample from, how, and what counts as correct): one definition
+MODEL = typer.Option(None, "--model", "-m", help="The long model to sample from.")
+SAMPLES = typer.Option(None, help="Instead of --model: per-sample results of `kitae eval` (eval_results/NAME.jsonl), "
+                       "so one sampling pass feeds both commands.")
+DATA = typer.Option(None, "--data", "-d", help=DATA_HELP)
+GRADER = typer.Option("answer", "--grader", "-g", help=GRADER_HELP)
+TEMPERATURE = typer.Option(1.0, help="Sampling temperature.")
+MAX_NEW_TOKENS = typer.Option(256, help="Maximum completion tokens.")
+LIMIT = typer.Option(None, help="Only the first N prompts.")
+SEED = typer.Option(0, help="Sampling seed.")
+PASS_THRESHOLD = typer.Option(1.0, help="Correct when the grader's score is at least this.")
+
+
 def _sample(model, samples, data, grader, n, temperature, max_new_tokens, limit, seed, pass_threshold, threads):
+    """Shared by ``shortest`` and ``dpo-pairs``: the graded samples of each prompt, read from ``--samples`` or
+    sampled now from ``--model``."""
     from kitae.errors import ConfigError
     from kitae.graders import build_grader
-    from kitae.l2s.selection import read_samples, sample_groups
+    from kitae.long2short.selection import read_samples, sample_groups
     from kitae.models import resolve_model_path
     from kitae.threads import set_threads
 
@@ -85,23 +101,22 @@ def _sample(model, samples, data, grader, n, temperature, max_new_tokens, limit,
 
 
 def shortest(
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="The long model to sample from."),
-    samples: Optional[Path] = typer.Option(None, help="Instead of --model: per-sample results of `kitae eval` "
-                                           "(eval_results/NAME.jsonl), so one sampling pass feeds both commands."),
-    data: Optional[str] = typer.Option(None, "--data", "-d", help=DATA_HELP),
+    model: Optional[str] = MODEL,
+    samples: Optional[Path] = SAMPLES,
+    data: Optional[str] = DATA,
     out: Path = typer.Option(..., "--out", "-o", help="SFT rows (JSON Lines, TRL prompt-completion)."),
-    grader: str = typer.Option("answer", "--grader", "-g", help=GRADER_HELP),
+    grader: str = GRADER,
     n: int = typer.Option(8, "-n", help="Samples per prompt (the paper: 8)."),
-    temperature: float = typer.Option(1.0, help="Sampling temperature."),
-    max_new_tokens: int = typer.Option(256, help="Maximum completion tokens."),
-    limit: Optional[int] = typer.Option(None, help="Only the first N prompts."),
-    seed: int = typer.Option(0, help="Sampling seed."),
-    pass_threshold: float = typer.Option(1.0, help="Correct when the grader's score is at least this."),
+    temperature: float = TEMPERATURE,
+    max_new_tokens: int = MAX_NEW_TOKENS,
+    limit: Optional[int] = LIMIT,
+    seed: int = SEED,
+    pass_threshold: float = PASS_THRESHOLD,
     threads: Optional[int] = threads_option(),
 ) -> None:
     """Shortest-rejection sampling: n samples per prompt, keep the shortest correct one as an SFT target."""
     from kitae.data.loader import write_jsonl
-    from kitae.l2s.selection import selection_stats, sft_rows
+    from kitae.long2short.selection import selection_stats, sft_rows
 
     groups = _sample(model, samples, data, grader, n, temperature, max_new_tokens, limit, seed, pass_threshold,
                      threads)
@@ -111,25 +126,24 @@ def shortest(
 
 
 def dpo_pairs(
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="The long model to sample from."),
-    samples: Optional[Path] = typer.Option(None, help="Instead of --model: per-sample results of `kitae eval` "
-                                           "(eval_results/NAME.jsonl), so one sampling pass feeds both commands."),
-    data: Optional[str] = typer.Option(None, "--data", "-d", help=DATA_HELP),
+    model: Optional[str] = MODEL,
+    samples: Optional[Path] = SAMPLES,
+    data: Optional[str] = DATA,
     out: Path = typer.Option(..., "--out", "-o", help="Preference rows (JSON Lines, TRL prompt/chosen/rejected)."),
-    grader: str = typer.Option("answer", "--grader", "-g", help=GRADER_HELP),
+    grader: str = GRADER,
     n: int = typer.Option(8, "-n", help="Samples per prompt."),
     ratio: float = typer.Option(1.5, help="A correct sample is rejected when at least this many times longer."),
     max_pairs: Optional[int] = typer.Option(4, help="At most this many pairs per prompt (longest rejected first)."),
-    temperature: float = typer.Option(1.0, help="Sampling temperature."),
-    max_new_tokens: int = typer.Option(256, help="Maximum completion tokens."),
-    limit: Optional[int] = typer.Option(None, help="Only the first N prompts."),
-    seed: int = typer.Option(0, help="Sampling seed."),
-    pass_threshold: float = typer.Option(1.0, help="Correct when the grader's score is at least this."),
+    temperature: float = TEMPERATURE,
+    max_new_tokens: int = MAX_NEW_TOKENS,
+    limit: Optional[int] = LIMIT,
+    seed: int = SEED,
+    pass_threshold: float = PASS_THRESHOLD,
     threads: Optional[int] = threads_option(),
 ) -> None:
     """DPO pairs: chosen = the shortest correct sample; rejected = wrong longer ones and correct ones >= 1.5x."""
     from kitae.data.loader import write_jsonl
-    from kitae.l2s.selection import dpo_rows, selection_stats
+    from kitae.long2short.selection import dpo_rows, selection_stats
 
     groups = _sample(model, samples, data, grader, n, temperature, max_new_tokens, limit, seed, pass_threshold,
                      threads)
@@ -152,7 +166,7 @@ MAX_LENGTH = typer.Option(512, help="Truncate rows to this many tokens.")
 
 def _train(run, model, data, out, threads, epochs, lr, batch_size, max_steps, max_length, seed, **extra):
     """Shared by ``sft`` and ``dpo``: the thread count for the model, its folder checked, then TRL's trainer."""
-    from kitae.l2s.train import TrainSettings
+    from kitae.long2short.train import TrainSettings
     from kitae.models import resolve_model_path
     from kitae.threads import set_threads
 
@@ -164,7 +178,7 @@ def _train(run, model, data, out, threads, epochs, lr, batch_size, max_steps, ma
 
 def sft(
     model: str = typer.Option(..., "--model", "-m", help="Starting model: a folder or Hub id."),
-    data: Path = typer.Option(..., "--data", "-d", help="Rows from `kitae l2s shortest`."),
+    data: Path = typer.Option(..., "--data", "-d", help="Rows from `kitae long2short shortest`."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for the trained model."),
     epochs: float = EPOCHS,
     lr: float = typer.Option(5e-5, help="Learning rate (constant)."),
@@ -175,7 +189,7 @@ def sft(
     threads: Optional[int] = threads_option(),
 ) -> None:
     """Supervised fine-tuning on the shortest correct samples, with TRL's SFTTrainer."""
-    from kitae.l2s.train import sft as run_sft
+    from kitae.long2short.train import sft as run_sft
 
     metrics = _train(run_sft, model, data, out, threads, epochs, lr, batch_size, max_steps, max_length, seed)
     typer.echo(f"SFT done: loss {metrics.get('train_loss', float('nan')):.4f} -> {out}")
@@ -183,7 +197,7 @@ def sft(
 
 def dpo(
     model: str = typer.Option(..., "--model", "-m", help="Starting model: folder or Hub id (also the DPO reference)."),
-    data: Path = typer.Option(..., "--data", "-d", help="Rows from `kitae l2s dpo-pairs`."),
+    data: Path = typer.Option(..., "--data", "-d", help="Rows from `kitae long2short dpo-pairs`."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for the trained model."),
     beta: float = typer.Option(0.1, help="DPO beta: how far the policy may move from the reference."),
     epochs: float = EPOCHS,
@@ -195,7 +209,7 @@ def dpo(
     threads: Optional[int] = threads_option(),
 ) -> None:
     """DPO on (shortest correct, longer) pairs, with TRL's DPOTrainer."""
-    from kitae.l2s.train import dpo as run_dpo
+    from kitae.long2short.train import dpo as run_dpo
 
     metrics = _train(run_dpo, model, data, out, threads, epochs, lr, batch_size, max_steps, max_length, seed,
                      beta=beta)
