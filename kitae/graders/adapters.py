@@ -13,8 +13,9 @@ TEXT}]``; a prompt string (the standard format) gets completion strings.
 
 - :func:`grader_from_callable` wraps such a function as a :class:`Grader` (kitae's trainer uses it so any
   TRL reward function is a reward component), passing the whole contract: completions are the text up to
-  the model's end-of-turn marker (``<|im_end|>``, Llama 3's ``<|eot_id|>``, ...: the sample's ``end_marker``),
-  as TRL, which decodes without special tokens, would pass them; ``completion_ids`` the
+  the model's end-of-turn marker (``<|im_end|>``, Llama 3's ``<|eot_id|>``, ...: the sample's ``end_marker``)
+  with the model's control tokens taken out (a ``<|endoftext|>`` it ended on, a stray ``<|im_start|>``), as TRL,
+  which decodes without special tokens, would pass them (:func:`trl_text`); ``completion_ids`` the
   sampled token ids (end token included, as TRL's); ``trainer_state`` a :class:`TrainerState` during
   training and None outside it; ``log_metric``/``log_extra`` record into the grade (see the function);
 - :func:`as_reward_function` turns any kitae grader or mix into such a function (so TRL users can adopt
@@ -45,7 +46,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from kitae.chat import IM_END, TEMPLATE_TOKENS, EndMarker, end_marker_of
+from kitae.chat import IM_END, TEMPLATE_TOKENS, EndMarker, end_marker_of, sample_controls
 from kitae.errors import ConfigError
 from kitae.graders.base import Grade, Grader, Item, Sample, is_finite_number, run_sync
 from kitae.graders.template import output_text
@@ -100,7 +101,7 @@ class CallableGrader(Grader):
         n = len(samples)
         prompt = item.get("prompt", item.get("messages", ""))
         conversational = isinstance(prompt, list)
-        texts = [output_text(s) for s in samples]
+        texts = [trl_text(s) for s in samples]
         completions = [[{"role": "assistant", "content": t}] for t in texts] if conversational else texts
         columns = {k: [v] * n for k, v in item.items() if k not in TRL_SKIPPED_COLUMNS}
         ids = [s.get("completion_ids") for s in samples]
@@ -118,6 +119,16 @@ class CallableGrader(Grader):
         if inspect.isawaitable(out):
             out = await out
         return log.into([_to_grade(value, self.name) for value in list(out)])
+
+
+def trl_text(sample: Sample) -> str:
+    """The completion as TRL passes it to a reward function: the content up to the model's end of turn, without
+    the model's control tokens anywhere in it (TRL decodes with ``skip_special_tokens=True``; kitae's graders
+    see them, so the template rules can catch them)."""
+    text = output_text(sample)
+    for token in sample_controls(sample):
+        text = text.replace(token, "")
+    return text
 
 
 class _CallLog:

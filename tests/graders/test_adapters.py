@@ -113,6 +113,23 @@ def test_callable_with_conversational_messages():
     assert seen == [[[{"role": "assistant", "content": "yo"}]]]
 
 
+@pytest.mark.parametrize("sample, text", [
+    ({"output_text": "3<|endoftext|>"}, "3"),  # ended on ChatML's end of text, not its turn end
+    ({"output_text": "a<|im_start|>b<|im_end|>"}, "ab"),  # a stray template token inside the content
+    ({"output_text": "4<|eot_id|>", "end_marker": "<|eot_id|>",
+      "control_tokens": ("<|eot_id|>", "<|start_header_id|>", "<|begin_of_text|>")}, "4"),
+    ({"output_text": "x<|begin_of_text|>y", "end_marker": "<|eot_id|>",
+      "control_tokens": ("<|eot_id|>", "<|begin_of_text|>")}, "xy"),
+])
+def test_a_reward_function_gets_the_text_without_special_tokens_as_trl_decodes_it(sample, text):
+    """TRL decodes completions with skip_special_tokens=True: a reward function ported from TRL never sees the
+    model's control tokens, wherever they are in the sample (kitae's graders still see them)."""
+    seen = []
+    grader_from_callable(lambda completions, **kw: seen.extend(completions) or [1.0] * len(completions), "f")\
+        .grade_group({"prompt": "q"}, [sample])
+    assert seen == [text]
+
+
 def test_async_callable():
     async def fn(prompts, completions, **kw):
         await asyncio.sleep(0)
