@@ -23,7 +23,7 @@ from typing import Any
 
 from kitae.config import setting
 from kitae.curate.report import StepReport, Table, histogram
-from kitae.curate.sampling import ProgressFile, PromptResult, get_engine, sample_and_grade
+from kitae.curate.sampling import ProgressFile, PromptResult, get_engine, prompt_results
 from kitae.curate.step import Context, Dropped, Step, StepResult
 from kitae.curate.text import prompt_text
 from kitae.errors import ConfigError, DataError
@@ -106,7 +106,7 @@ def run_graded(rows: list[dict], prompts: list[list[dict]], cfg: Any, ctx: Conte
     progress = ProgressFile(ctx.sidecar("progress.jsonl"), settings(cfg, step, **extra), ctx.restart)
     engine = get_engine(ctx, cfg.model, cfg.dtype, cfg.device)
     try:
-        return sample_and_grade(rows, prompts, engine, grader, cfg.n, sampling_params(cfg), cfg.batch_prompts,
+        return prompt_results(rows, prompts, engine, grader, cfg.n, sampling_params(cfg), cfg.batch_prompts,
                                 cfg.pass_threshold, progress, ctx.progress(step, len(rows)))
     finally:
         grader.close()

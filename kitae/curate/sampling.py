@@ -138,7 +138,7 @@ def get_engine(ctx: Context, model: str | None, dtype: str, device: str) -> Any:
     return ctx.engines[key]
 
 
-def sample_and_grade(
+def prompt_results(
     rows: list[dict], prompts: list[list[dict]], engine: Any, grader: Any, n: int, sampling: Any,
     batch_prompts: int, pass_threshold: float, progress: ProgressFile,
     on_progress: Callable[[int], None] = lambda k: None,

@@ -25,7 +25,6 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from kitae.models import BUNDLED_MODEL
 from kitae.rollout.base import ENGINES, Completion
-from kitae.rollout.hf import HFEngine
 from kitae.trainer.config import load_train_config
 from kitae.trainer.loop import Trainer
 
@@ -86,11 +85,14 @@ def reference_loss(policy, groups: list[dict]) -> torch.Tensor:
 
 
 # ---- the same samples and reward for a Trainer ---------------------------------------------------------------
-class ReplayEngine(HFEngine):
-    """A rollout engine that returns completions sampled beforehand (``completions``: by prompt text). HFEngine's
-    subclass for its ``encode_prompt`` and ``set_chat``, which pre-flight and setup call on every engine."""
+class ReplayEngine:
+    """A rollout engine that returns completions sampled beforehand (``completions``: by prompt text). It has
+    only ``generate``, all an engine must have (kitae/rollout/base.py, RolloutEngine)."""
 
     completions: dict[str, list[Completion]] = {}
+
+    def __init__(self, policy, tokenizer):
+        pass
 
     def generate(self, prompts, n, sampling):
         return [self.completions[p[-1]["content"]][:n] for p in prompts]
