@@ -32,10 +32,13 @@ def rows() -> list[dict]:
             for p in PROMPTS]
 
 
-def teach(model, tok, steps: int = 100, lr: float = 1e-2) -> None:
+def teach(model, tok, steps: int = 300, lr: float = 1e-2) -> None:
     """Cross-entropy on the completions of (prompt, answer) pairs of a few prompts in one batch: the model's
-    answers then follow the taught distribution, whatever the prompt. One torch thread, so the weights are the
-    same on every machine."""
+    answers then follow the taught distribution, whatever the prompt, the list token for token. One torch
+    thread, so the weights are the same at every thread count; not across CPUs: AVX2 and AVX-512 kernels differ
+    in the last bits, and a 16-step RL run amplifies that. So the run is set to be decisive on both (checked
+    with ATEN_CPU_CAPABILITY=avx2 and avx512, seeds 0-2): after 100 steps of teaching the lists were random
+    digits, and whether GRPO took them up within 16 steps of 4 prompts depended on the CPU."""
     seqs, masks = [], []
     for p in PROMPTS[::5]:
         head = tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
@@ -71,8 +74,10 @@ def config(root: Path, runs: Path, name: str = "gamed", grader: dict | None = No
         "data": {"train": str(root / "sums.jsonl"), "eval": str(root / "sums.jsonl")},
         "rewards": [{"name": "numeric", "grader": grader or {"type": "numeric"}}],
         "sampling": {"group_size": 8, "max_new_tokens": 16},
-        "optim": {"steps": 16, "prompts_per_step": 4, "micro_batch_size": 32, "lr": 5e-4},
+        "optim": {"steps": 16, "prompts_per_step": 8, "micro_batch_size": 32, "lr": 1e-3},
         "logging": {"save_every": 0},
+        # the baseline is the taught model's own samples (step 1, ~7% lists): the first update already moves them
+        "alarms": {"baseline_steps": 1},
         "eval": {"every": 7, "k": 2, "limit": 16, "grader": {"type": "answer"}},
     }
     for key, value in over.items():
