@@ -224,7 +224,7 @@ def make_engine(cfg: TrainConfig, policy, tokenizer, processor, servers: dict | 
     """The rollout engine of ``sampling.engine``; one built from the config (kitae.rollout.base.BuiltFromConfig:
     the server engine) gets the sampling settings and the servers pre-flight found answering. Vision-language
     models sample in this process. Every engine that applies the chat template (EncodesPrompts) gets
-    ``model.chat_template_kwargs`` and ``model.end_marker``."""
+    ``model.chat_template_kwargs`` and ``model.end_marker``; either set for one that does not is a ConfigError."""
     cls = ENGINES.get(cfg.sampling.engine, "sampling.engine")
     if processor is not None:  # pre-flight allows only the in-process engine here
         from kitae.rollout.vision import VisionEngine
@@ -236,6 +236,12 @@ def make_engine(cfg: TrainConfig, policy, tokenizer, processor, servers: dict | 
         engine = cls(policy, tokenizer)
     if isinstance(engine, EncodesPrompts):
         engine.set_chat(cfg.model.chat_template_kwargs, cfg.model.end_marker)
+    else:  # it would sample without them, and say nothing
+        for field in ("chat_template_kwargs", "end_marker"):
+            if getattr(cfg.model, field):
+                raise ConfigError(f"model.{field}", f"the {cfg.sampling.engine} engine does not apply the chat "
+                                  "template itself (kitae.rollout.base.EncodesPrompts), so it cannot honour this; "
+                                  "leave it out, or give the engine set_chat and encode_prompt")
     return engine
 
 

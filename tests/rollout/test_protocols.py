@@ -185,6 +185,30 @@ def test_what_needs_token_ids_refuses_an_engine_without_them(tiny_assets, tmp_pa
         _trainer(tiny_assets, tmp_path, monkeypatch, OnlyGenerates, **over)
 
 
+@pytest.mark.parametrize("over,field", [
+    ({"model.chat_template_kwargs": {"enable_thinking": False}}, "model.chat_template_kwargs"),
+    ({"model.end_marker": "<|im_end|>"}, "model.end_marker"),
+], ids=["chat_template_kwargs", "end_marker"])
+def test_chat_settings_refuse_an_engine_that_applies_no_chat_template(tiny_assets, tmp_path, rewards_on_path,
+                                                                      monkeypatch, over, field):
+    """An engine without EncodesPrompts never hears of them: the run would sample without what the user set."""
+    with pytest.raises(ConfigError, match=f"{field}: the test-onlygenerates engine does not apply the chat template"):
+        _trainer(tiny_assets, tmp_path, monkeypatch, OnlyGenerates, **over)
+
+
+class OwnSampling(HFEngine):
+    """The in-process engine with a sampler of its own: the rollout worker would sample with HFEngine's."""
+
+    def generate_tokens(self, *args, **kwargs):
+        return super().generate_tokens(*args, **kwargs)
+
+
+def test_async_refuses_an_in_process_engine_the_rollout_worker_would_replace(tiny_assets, tmp_path, rewards_on_path,
+                                                                            monkeypatch):
+    with pytest.raises(ConfigError, match="sampling.async: the rollout worker samples with kitae's in-process engine"):
+        _trainer(tiny_assets, tmp_path, monkeypatch, OwnSampling, **{"sampling.async": True})
+
+
 def test_an_engine_that_syncs_weights_gets_the_policys_when_due(tiny_assets, tmp_path, rewards_on_path, monkeypatch):
     trainer = _trainer(tiny_assets, tmp_path, monkeypatch, OwnCopy, **{"sampling.sync_every": 2})
     seen = []
