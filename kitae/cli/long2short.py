@@ -115,14 +115,11 @@ def shortest(
     threads: Optional[int] = threads_option(),
 ) -> None:
     """Shortest-rejection sampling: n samples per prompt, keep the shortest correct one as an SFT target."""
-    from kitae.data.loader import write_jsonl
-    from kitae.long2short.selection import selection_stats, sft_rows
+    from kitae.long2short.selection import sft_rows
 
     groups = _sample(model, samples, data, grader, n, temperature, max_new_tokens, limit, seed, pass_threshold,
                      threads)
-    rows = sft_rows(groups)
-    write_jsonl(out, rows)
-    _report(selection_stats(groups, rows), out, rows, "completion_tokens")
+    _write(groups, sft_rows(groups), out, "completion_tokens")
 
 
 def dpo_pairs(
@@ -142,17 +139,20 @@ def dpo_pairs(
     threads: Optional[int] = threads_option(),
 ) -> None:
     """DPO pairs: chosen = the shortest correct sample; rejected = wrong longer ones and correct ones >= 1.5x."""
-    from kitae.data.loader import write_jsonl
-    from kitae.long2short.selection import dpo_rows, selection_stats
+    from kitae.long2short.selection import dpo_rows
 
     groups = _sample(model, samples, data, grader, n, temperature, max_new_tokens, limit, seed, pass_threshold,
                      threads)
-    rows = dpo_rows(groups, ratio, max_pairs)
+    _write(groups, dpo_rows(groups, ratio, max_pairs), out, "rejected_tokens")
+
+
+def _write(groups: list, rows: list[dict], out: Path, length_key: str) -> None:
+    """Write the selected rows to `out` and say how many prompts gave one, and their mean `length_key`."""
+    from kitae.data.loader import write_jsonl
+    from kitae.long2short.selection import selection_stats
+
     write_jsonl(out, rows)
-    _report(selection_stats(groups, rows), out, rows, "rejected_tokens")
-
-
-def _report(stats: dict, out: Path, rows: list[dict], length_key: str) -> None:
+    stats = selection_stats(groups, rows)
     mean = sum(r[length_key] for r in rows) / len(rows) if rows else float("nan")
     typer.echo(f"{stats['prompts']} prompts, {stats['with_a_correct_sample']} with a correct sample -> "
                f"{stats['rows']} rows (mean {length_key} {mean:.1f}) in {out}")
