@@ -79,7 +79,8 @@ def hub_file(repo_id: str, filename: str, revision: str | None = None, repo_type
     from huggingface_hub import errors, hf_hub_download
 
     try:
-        return hf_hub_download(repo_id, filename, revision=revision, repo_type=repo_type)
+        return hf_hub_download(repo_id, filename, revision=revision, repo_type=repo_type,
+                               local_files_only=offline())
     except (errors.HfHubHTTPError, errors.LocalEntryNotFoundError, errors.EntryNotFoundError,
             errors.HFValidationError, OSError):
         return None
@@ -95,7 +96,9 @@ def _snapshot(repo_id: str, revision: str | None, key: str, repo_type: str, what
     where = f"{what} {repo_id!r}" + (f" at revision {revision!r}" if revision else "")
     patterns = list(files) if files else MODEL_FILES if repo_type == "model" else None
     try:
-        folder = snapshot_download(repo_id, revision=revision, repo_type=repo_type, allow_patterns=patterns)
+        # offline, say so: huggingface_hub 1.33 skips its offline fallback for a commit revision and asks the Hub
+        folder = snapshot_download(repo_id, revision=revision, repo_type=repo_type, allow_patterns=patterns,
+                                   local_files_only=is_offline)
         if repo_type == "model" and not files and not is_offline and not any(Path(folder).glob("*.safetensors")):
             # an older repository with PyTorch .bin weights only: fetch those too (never both formats)
             folder = snapshot_download(repo_id, revision=revision, repo_type=repo_type,
