@@ -1,11 +1,12 @@
-"""A grader gamed during a short run (tests/trainer/gamed.py): the answer_shape alarm fires where the number
-lists start, names the pattern and links the groups; `kitae runs show` lists it; `--stop-on-alarm` stops the run
-at a checkpoint and the run resumes; the numeric grader's `match: last` (when it has it) pays a list no more than
-any other answer; a short run of examples/zero.yaml, the healthy recipe, raises no alarm."""
+"""A grader gamed during a short run (tests/trainer/gamed.py): the answer_shape alarm fires at the step where the
+number lists take over, names the pattern and links the groups; `kitae runs show` lists it; `--stop-on-alarm`
+stops the run at a checkpoint and the run resumes; the numeric grader's `match: last` (when it has it) pays a list
+only for its final answer; a short run of examples/zero.yaml, the healthy recipe, raises no alarm."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ import yaml
 from kitae.errors import ConfigError
 from kitae.store import RunStore
 from kitae.trainer.alarms import PATTERNS
-from kitae.trainer.config import load_train_config
+from kitae.trainer.config import AlarmsConfig, load_train_config
 from kitae.trainer.loop import Trainer
 from tests.trainer import gamed
 
@@ -52,13 +53,18 @@ def shape_alarms(run: Path) -> list[dict]:
         return [a for a in store.summary()["alarms"] if a["kind"] == "answer_shape"]
 
 
-def test_the_alarm_fires_where_the_lists_start_names_them_and_links_their_groups(gamed_run):
+def test_the_alarm_fires_where_the_lists_take_over_names_them_and_links_their_groups(gamed_run):
     shares = list_shares(gamed_run)
-    start = next(step for step, share in shares.items() if share >= 0.25)  # lists well past the first steps' few
+    limits = AlarmsConfig()  # the defaults: the gamed config sets only baseline_steps (1)
+    baseline = gamed.config(gamed_run, gamed_run)["alarms"]["baseline_steps"]
+    assert max(shares[s] for s in range(1, baseline + 1)) <= limits.shape_baseline
+    # the first step after the baseline where lists are the alarm's share of the samples: lists took over there
+    start = next(step for step, share in shares.items() if step > baseline and share >= limits.shape_share)
     (alarm,) = shape_alarms(gamed_run)
     assert alarm["subject"] == "number_list" and "list of four or more numbers" in alarm["message"]
-    assert start <= alarm["step"] <= start + 3, (alarm["step"], shares)
-    assert alarm["evidence"]["baseline_share"] <= 0.1 and alarm["evidence"]["share"] >= 0.5
+    assert alarm["step"] == start, (alarm["step"], shares)
+    assert alarm["evidence"]["baseline_share"] == pytest.approx(shares[1], abs=1e-4)
+    assert alarm["evidence"]["share"] == pytest.approx(shares[start], abs=1e-4)
     assert any(IS_LIST(t) for t in alarm["evidence"]["examples"])
     with RunStore.open(gamed_run, read_only=True) as store:
         assert alarm["groups"]
@@ -86,22 +92,29 @@ def test_runs_show_lists_the_alarm(gamed_run):
     assert text.count("answer_shape  ") == 1  # in the alarms section, not again under events
 
 
-def paid(run: Path) -> tuple[float, float]:
-    """The mean reward of the run's number lists and of its other samples, over every step."""
-    got: dict[bool, list[float]] = {True: [], False: []}
+def list_pay(run: Path) -> tuple[float, int]:
+    """Over the run's number lists: the mean of (its reward - what the guide's numeric grader pays its last number
+    alone), and how many lists there were. The last number is the list's final answer."""
+    from kitae.graders.spec import build_grader
+
+    alone = build_grader("numeric")
+    extra = []
     with RunStore.open(run, read_only=True) as store:
         for step in store.group_steps():
             for g in store.groups(step=step, limit=None, with_samples=True):
                 for x in g.samples:
-                    if x.reward is not None:
-                        got[IS_LIST(x.text)].append(x.reward)
-    return tuple(sum(v) / len(v) for v in (got[True], got[False]))
+                    if IS_LIST(x.text) and x.reward is not None:
+                        last = re.findall(r"\d+", x.text)[-1]
+                        extra.append(x.reward - alone.grade_sample({"reference_answer": g.reference},
+                                                                   {"output_text": last}).score)
+    return sum(extra) / len(extra), len(extra)
 
 
 def test_with_the_numeric_grader_matching_only_the_last_number_the_lists_no_longer_pay(assets, gamed_run, tmp_path):
-    """The same seed, prompts and model: the guide's closest match pays a list about 1 where another answer gets
-    about 1/7; `match: last` pays a list what it pays any answer. (Whether the lists then stay few is a random
-    walk of an unpaid shape: on some CPUs' float kernels they spread anyway, so that is not asserted.)"""
+    """The same seed, prompts and model: the guide's closest match pays a list for the right number anywhere in
+    it, well above what its final answer alone earns; `match: last` pays a list what its final answer alone
+    earns. (Whether the lists then stay few is a random walk of an unpaid shape: on some CPUs' float kernels
+    they spread anyway, so that is not asserted.)"""
     from kitae.graders.spec import build_grader
 
     try:
@@ -110,10 +123,11 @@ def test_with_the_numeric_grader_matching_only_the_last_number_the_lists_no_long
         pytest.skip(f"the numeric grader has no `match` option in this checkout ({exc})")
     cfg = gamed.config(assets, tmp_path, name="resisted", grader={"type": "numeric", "match": "last"})
     Trainer(load_train_config(data=cfg)).train()
-    lists, others = paid(gamed_run)
-    assert lists > others + 0.5, (lists, others)
-    lists, others = paid(tmp_path / "resisted")
-    assert lists < others + 0.1, (lists, others)
+    extra, lists = list_pay(gamed_run)
+    assert lists >= 100 and extra > 0.25, (extra, lists)  # measured 0.35 to 0.81 on 9 kernel/seed runs
+    extra, lists = list_pay(tmp_path / "resisted")
+    assert lists >= 10 and abs(extra) < 0.05, (extra, lists)  # not 0 exactly: the grader reads numbers its own
+    # way, not as the regex above does, on a rare mangled sample ("7hat8"); measured |extra| <= 0.005
 
 
 def train_cli(*args: str) -> subprocess.CompletedProcess:
