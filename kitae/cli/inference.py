@@ -80,11 +80,11 @@ def generate(
     set_threads(threads, model_path)
     engine = load_engine(model_path)
     out_rows = []
+    sampling = SamplingParams(temperature, top_p, top_k, repetition_penalty, max_new_tokens, seed=seed)
     with tqdm(total=len(rows), desc="generate", unit="prompt") as bar:
         for start in range(0, len(rows), batch_prompts):
             batch = rows[start : start + batch_prompts]
-            sp = SamplingParams(temperature, top_p, top_k, repetition_penalty, max_new_tokens, seed=seed + start)
-            groups = engine.generate([r["messages"] for r in batch], n, sp)
+            groups = engine.generate([r["messages"] for r in batch], n, sampling.offset_seed(start))
             for row, group in zip(batch, groups):
                 samples = [completion_record(c) for c in group]
                 out_rows.append({"item": row, "samples": samples})
