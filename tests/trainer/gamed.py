@@ -27,7 +27,7 @@ from tests.tiny import tiny_llama, tiny_tokenizer, train_one_thread
 
 NUMBER_LIST = "2 3 4 5 6 7 8"
 LIST_EVERY = 29  # one answer of this many is the list in the taught distribution (the model samples it a
-# little more often: 3-5% of a step's samples, under the answer_shape alarm's 10% baseline on every kernel tried)
+# little more often: 2-5% of a step's samples, under the answer_shape alarm's 10% baseline on every kernel tried)
 PROMPTS = [f"what is {a}+{b}?" for a in range(1, 5) for b in range(1, 5)]
 
 
@@ -83,7 +83,7 @@ def config(root: Path, runs: Path, name: str = "gamed", grader: dict | None = No
         "sampling": {"group_size": 8, "max_new_tokens": 16},
         "optim": {"steps": 16, "prompts_per_step": len(PROMPTS), "micro_batch_size": 32, "lr": 1e-3},
         "logging": {"save_every": 0},
-        # the baseline is the taught model's own samples (step 1, 3-5% lists): the first update already moves them
+        # the baseline is the taught model's own samples (step 1, 2-5% lists): the first update already moves them
         "alarms": {"baseline_steps": 1},
         "eval": {"every": 7, "k": 2, "limit": 16, "grader": {"type": "answer"}},
     }

@@ -15,9 +15,10 @@ import pytest
 import yaml
 
 from kitae.errors import ConfigError
+from kitae.graders.spec import build_grader
 from kitae.store import RunStore
 from kitae.trainer.alarms import PATTERNS
-from kitae.trainer.config import AlarmsConfig, load_train_config
+from kitae.trainer.config import load_train_config
 from kitae.trainer.loop import Trainer
 from tests.trainer import gamed
 
@@ -55,15 +56,16 @@ def shape_alarms(run: Path) -> list[dict]:
 
 def test_the_alarm_fires_where_the_lists_take_over_names_them_and_links_their_groups(gamed_run):
     shares = list_shares(gamed_run)
-    limits = AlarmsConfig()  # the defaults: the gamed config sets only baseline_steps (1)
-    baseline = gamed.config(gamed_run, gamed_run)["alarms"]["baseline_steps"]
-    assert max(shares[s] for s in range(1, baseline + 1)) <= limits.shape_baseline
+    limits = load_train_config(gamed_run / "config.yaml").alarms  # as the run had them
+    # every step has the same number of samples, so the baseline's share is the mean of its steps' shares
+    before = sum(shares[s] for s in range(1, limits.baseline_steps + 1)) / limits.baseline_steps
+    assert before <= limits.shape_baseline
     # the first step after the baseline where lists are the alarm's share of the samples: lists took over there
-    start = next(step for step, share in shares.items() if step > baseline and share >= limits.shape_share)
+    start = next(s for s, share in shares.items() if s > limits.baseline_steps and share >= limits.shape_share)
     (alarm,) = shape_alarms(gamed_run)
     assert alarm["subject"] == "number_list" and "list of four or more numbers" in alarm["message"]
     assert alarm["step"] == start, (alarm["step"], shares)
-    assert alarm["evidence"]["baseline_share"] == pytest.approx(shares[1], abs=1e-4)
+    assert alarm["evidence"]["baseline_share"] == pytest.approx(before, abs=1e-4)
     assert alarm["evidence"]["share"] == pytest.approx(shares[start], abs=1e-4)
     assert any(IS_LIST(t) for t in alarm["evidence"]["examples"])
     with RunStore.open(gamed_run, read_only=True) as store:
@@ -95,8 +97,6 @@ def test_runs_show_lists_the_alarm(gamed_run):
 def list_pay(run: Path) -> tuple[float, int]:
     """Over the run's number lists: the mean of (its reward - what the guide's numeric grader pays its last number
     alone), and how many lists there were. The last number is the list's final answer."""
-    from kitae.graders.spec import build_grader
-
     alone = build_grader("numeric")
     extra = []
     with RunStore.open(run, read_only=True) as store:
@@ -115,8 +115,6 @@ def test_with_the_numeric_grader_matching_only_the_last_number_the_lists_no_long
     it, well above what its final answer alone earns; `match: last` pays a list what its final answer alone
     earns. (Whether the lists then stay few is a random walk of an unpaid shape: on some CPUs' float kernels
     they spread anyway, so that is not asserted.)"""
-    from kitae.graders.spec import build_grader
-
     try:
         build_grader({"type": "numeric", "match": "last"})
     except ConfigError as exc:
@@ -172,7 +170,6 @@ def test_a_short_run_of_the_healthy_recipe_raises_no_alarm(tmp_path):
 def test_attack_flags_the_gamed_grader_before_training(spec, flags_spray):
     """`kitae grader attack` on the gamed task's own rows: the guide's closest-match numeric grader pays a number
     spray (what the run learns), the grader scoring the final answer does not."""
-    from kitae.graders import build_grader
     from kitae.graders.attacks import run_attacks
     from kitae.graders.rows import Row
 
