@@ -27,6 +27,7 @@ IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 END_OF_TEXT = "<|endoftext|>"
 TEMPLATE_TOKENS = (IM_START, IM_END, END_OF_TEXT)
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"  # a reasoning model's thinking block
 
 # The same template is written into the bundled tokenizer's config.
 CHATML_TEMPLATE = (
@@ -93,6 +94,25 @@ def format_prompt(tokenizer: Any, messages: list[Message], chat_template_kwargs:
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
                                              **(chat_template_kwargs or {}))
     return chatml(messages)
+
+
+def opens_thinking(prompt: str) -> bool:
+    """Whether a rendered generation prompt ends inside a ``<think>`` block: the chat template opened it for the
+    model (Qwen3-4B-Thinking-2507, QwQ and the DeepSeek-R1 distills end it with ``<think>\\n``), so the
+    completion starts inside the thinking and holds ``...</think>answer`` with no opening tag. Qwen3's hybrid
+    template does not (thinking on, the model opens the block itself; off, it renders an empty closed one).
+
+    >>> opens_thinking("<|im_start|>assistant\\n<think>\\n"), opens_thinking("<|im_start|>assistant\\n")
+    (True, False)
+    """
+    return prompt.rstrip().endswith(THINK_OPEN)
+
+
+def prompt_opens_thinking(tokenizer: Any, prompt_ids: list[int]) -> bool:
+    """:func:`opens_thinking` of a tokenized prompt (its last few tokens decoded)."""
+    if tokenizer is None or not prompt_ids:
+        return False
+    return opens_thinking(tokenizer.decode(list(prompt_ids[-8:]), skip_special_tokens=False))
 
 
 def split_at_end(text: str, end: str = IM_END) -> tuple[str, bool]:

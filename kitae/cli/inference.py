@@ -94,4 +94,7 @@ def generate(
 
 
 def completion_record(c) -> dict:
-    return {"output_text": c.text, "finish_reason": c.finish_reason, "completion_tokens": c.num_tokens}
+    """A sample as `kitae grade` reads it; ``thinking_open``: the prompt opened a ``<think>`` block the text starts
+    inside, as in the samples graders see (kitae.scoring.graded.sample_dict)."""
+    return {"output_text": c.text, "finish_reason": c.finish_reason, "completion_tokens": c.num_tokens,
+            **({"thinking_open": True} if c.thinking_open else {})}

@@ -93,6 +93,9 @@ class Completion:
     policy_version: int | None = None  # async rollouts (kitae.rollout.worker): the policy version (optimizer
     # steps taken) whose weights sampled it; None where the engine samples with the trainer's current weights
     control_tokens: tuple[str, ...] = TEMPLATE_TOKENS  # the model's (EndMarker.controls): stray inside the content
+    # the prompt ended inside a <think> block its chat template opened (kitae.chat.opens_thinking: Qwen3-Thinking-2507,
+    # QwQ, the DeepSeek-R1 distills): the text starts inside the thinking, so one without </think> has no answer
+    thinking_open: bool = False
 
     @property
     def num_tokens(self) -> int:

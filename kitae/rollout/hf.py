@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from kitae.chat import EndMarker, Message, end_marker_of, format_prompt
+from kitae.chat import EndMarker, Message, end_marker_of, format_prompt, prompt_opens_thinking
 from kitae.models import load_causal_lm, load_tokenizer
 from kitae.rollout.base import CHATML_STOPS, Completion, ContinuesTokens, RolloutEngine, SamplingParams
 
@@ -188,6 +188,7 @@ class HFEngine(RolloutEngine, ContinuesTokens):
                 image_inputs=image_inputs[rows[i]] if image_inputs is not None else None,
                 end_marker=self.end_marker.text,
                 control_tokens=self.end_marker.controls,
+                thinking_open=prompt_opens_thinking(self.tokenizer, prompt_ids[rows[i]]),
             )
             for i in range(B)
         ]

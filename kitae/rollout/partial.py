@@ -25,6 +25,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from kitae.chat import prompt_opens_thinking
 from kitae.rollout.base import Completion, SamplingParams
 
 
@@ -118,6 +119,7 @@ class PartialRollouts:
             earlier_tokens=t.last_segment_start,
             end_marker=self.engine.end_marker.text,
             control_tokens=self.engine.end_marker.controls,
+            thinking_open=prompt_opens_thinking(self.tokenizer, t.prompt_ids),
         )
 
     # ---- buffer -------------------------------------------------------------------------------

@@ -61,6 +61,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from kitae.chat import prompt_opens_thinking
 from kitae.errors import ConfigError, KitaeError
 from kitae.registry import Registry
 from kitae.rollout.base import (CHATML_STOPS, BuiltFromConfig, ChecksServers, Completion, RemoteLogprobs,
@@ -544,7 +545,8 @@ class ServerEngine(HFEngine, SyncsWeights, RemoteLogprobs, ReportsStats, ChecksS
                                            lambda toks: self.hit_stop(toks, self.stop_ids(tuple(sp.stop))))
         return Completion(text=self.decode(tokens, sp.stop), prompt_ids=list(prompt_ids), completion_ids=tokens,
                           logprobs=logps, finish_reason=reason, end_marker=self.end_marker.text,
-                          control_tokens=self.end_marker.controls)
+                          control_tokens=self.end_marker.controls,
+                          thinking_open=prompt_opens_thinking(self.tokenizer, prompt_ids))
 
 
 def cut_sample(tokens: list[int], logps: list[float], server_reason: str, sp: SamplingParams,

@@ -25,8 +25,9 @@ from kitae.scoring.rewards import GroupScores, RewardComponent, score_groups
 def sample_dict(c: Completion, max_new_tokens: int, **extra: Any) -> dict:
     """What graders see of one completion; ``completion_ids`` are its sampled token ids (a reward function's
     ``completion_ids``), ``end_marker`` the model's end of turn when it is not ChatML's ``<|im_end|>``, the
-    graders' default, and ``control_tokens`` its control tokens when they are not ChatML's three. The trainer adds
-    the step's ``step``, ``max_steps`` and ``epoch``."""
+    graders' default, ``control_tokens`` its control tokens when they are not ChatML's three, and
+    ``thinking_open`` True when the prompt opened a ``<think>`` block the completion starts inside
+    (kitae.chat.opens_thinking). The trainer adds the step's ``step``, ``max_steps`` and ``epoch``."""
     return {
         "output_text": c.text,
         "finish_reason": c.finish_reason,
@@ -35,6 +36,7 @@ def sample_dict(c: Completion, max_new_tokens: int, **extra: Any) -> dict:
         "completion_ids": list(c.completion_ids),
         **({"end_marker": c.end_marker} if c.end_marker != IM_END else {}),
         **({"control_tokens": c.control_tokens} if c.control_tokens != TEMPLATE_TOKENS else {}),
+        **({"thinking_open": True} if c.thinking_open else {}),
         **extra,
     }
 

@@ -14,7 +14,9 @@ carried the run), or they warn (:func:`component_warning`). At the first step, a
 sample the same score is worth a warning too (:func:`same_score_warning`): it cannot tell completions apart.
 
 Reasoning models: a component whose ``think`` is "strip" grades the answer after a ``<think>...</think>`` block
-(:func:`answer_after_think`); its ``completion_tokens`` and ``completion_ids`` still count every token.
+(:func:`answer_after_think`); its ``completion_tokens`` and ``completion_ids`` still count every token. Where the
+chat template opened the block in the prompt (``sample["thinking_open"]``, set by the rollout), the completion
+starts inside the thinking: ``...</think>answer``, and one cut off before ``</think>`` has no answer.
 """
 
 from __future__ import annotations
@@ -24,12 +26,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from kitae.chat import THINK_CLOSE, THINK_OPEN
 from kitae.graders.adapters import CallableGrader
 from kitae.graders.base import Grade, Grader, is_finite_number
 from kitae.store.records import valid_text
 
 
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 Think = Literal["strip", "keep"]
 
 
@@ -41,21 +43,25 @@ class RewardComponent:
     think: Think = "keep"  # "strip": the grader sees the answer after a <think> block (answer_after_think)
 
 
-def answer_after_think(text: str) -> str:
+def answer_after_think(text: str, thinking_open: bool = False) -> str:
     """What a grader sees of a reasoning model's completion under ``think: strip``: the text after the last
     ``</think>``, leading whitespace trimmed. A completion that opened ``<think>`` and never closed it (cut off
     while thinking) has no answer: "" (a correctness grader scores it as wrong). One with no think block is
-    unchanged. The end of the turn (``<|im_end|>``) is after the block, so it is kept.
+    unchanged. The end of the turn (``<|im_end|>``) is after the block, so it is kept. ``thinking_open``: the
+    prompt opened the block (:func:`kitae.chat.opens_thinking`), so the completion starts inside it and one
+    without ``</think>`` has no answer either.
 
     >>> answer_after_think("<think>2+2 is 4</think>  4<|im_end|>")
     '4<|im_end|>'
     >>> answer_after_think("<think>2+2 is"), answer_after_think("4")
     ('', '4')
+    >>> answer_after_think("2+2 is", thinking_open=True), answer_after_think("2+2 is 4</think>4", thinking_open=True)
+    ('', '4')
     """
     head, closed, tail = text.rpartition(THINK_CLOSE)
     if closed:
         return tail.lstrip()
-    return "" if text.lstrip().startswith(THINK_OPEN) else text
+    return "" if thinking_open or text.lstrip().startswith(THINK_OPEN) else text
 
 
 def graded_samples(samples: list[dict], think: Think) -> list[dict]:
@@ -64,8 +70,8 @@ def graded_samples(samples: list[dict], think: Think) -> list[dict]:
     themselves are not changed, so the run store keeps the whole text)."""
     if think == "keep":
         return samples
-    return [{**s, "output_text": answer_after_think(s["output_text"])} if isinstance(s.get("output_text"), str) else s
-            for s in samples]
+    return [{**s, "output_text": answer_after_think(s["output_text"], bool(s.get("thinking_open")))}
+            if isinstance(s.get("output_text"), str) else s for s in samples]
 
 
 @dataclass

@@ -9,7 +9,7 @@ end-of-sequence token and its generation config's ``eos_token_id`` list. The voc
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -216,3 +216,17 @@ FAMILIES = [
            config={"tie_word_embeddings": True}),
 ]
 BY_NAME = {f.name: f for f in FAMILIES}
+
+TEMPLATES = Path(__file__).parent / "templates"  # real chat templates, whole, as the models' tokenizer_config.json
+
+
+def real_template(name: str) -> str:
+    """A model's own chat template from tests/families/templates (``Qwen-Qwen3-4B-Thinking-2507``, ...)."""
+    return (TEMPLATES / f"{name}.jinja").read_text()
+
+
+# Qwen3 with its real templates: the 2507 thinking model's generation prompt opens <think> for it; the hybrid's
+# renders an empty closed block with enable_thinking false. Not in FAMILIES (the stripped-down qwen3 is there).
+QWEN3_THINKING_2507 = replace(BY_NAME["qwen3"], name="qwen3-thinking-2507",
+                              template=real_template("Qwen-Qwen3-4B-Thinking-2507"))
+QWEN3_HYBRID = replace(BY_NAME["qwen3"], name="qwen3-hybrid", template=real_template("Qwen-Qwen3-0.6B"))
