@@ -285,6 +285,7 @@ class RunReader:
                 sub_scores=from_json(r["sub_scores"]),
                 errors=from_json(r["errors"]),
                 policy_version=r["policy_version"] if "policy_version" in r.keys() else None,  # (before version 3)
+                thinking_open=bool(r["thinking_open"]) if "thinking_open" in r.keys() else False,  # (before 4)
             )
             for r in rows
         ]

@@ -37,6 +37,7 @@ class SampleRecord:
     sub_scores: dict[str, dict] = field(default_factory=dict)
     errors: dict[str, str | None] = field(default_factory=dict)
     policy_version: int | None = None  # async rollouts: the policy version (optimizer steps) that sampled it
+    thinking_open: bool = False  # the prompt opened a <think> block the text starts inside (kitae.chat.opens_thinking)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The run.db schema (version 3), the connection settings and the version check.
+"""The run.db schema (version 4), the connection settings and the version check.
 
 The schema is the contract between training and the web page, documented in docs/run_store.md. Any change
 to a table bumps SCHEMA_VERSION, updates that document and adds a migration to MIGRATIONS; a kitae that
@@ -24,7 +24,7 @@ from urllib.parse import quote
 from kitae.errors import KitaeError
 from kitae.store.failures import damaged, sqlite_failure
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 BUSY_TIMEOUT_MS = 10_000
 
 SCHEMA = """
@@ -85,6 +85,7 @@ CREATE TABLE samples (
     sub_scores        TEXT NOT NULL,
     errors            TEXT NOT NULL,
     policy_version    INTEGER,
+    thinking_open     INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (group_id, sample_index)
 ) WITHOUT ROWID;
 CREATE INDEX samples_by_step ON samples (step);
@@ -123,8 +124,15 @@ def _add_policy_version(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE samples ADD COLUMN policy_version INTEGER")
 
 
+def _add_thinking_open(conn: sqlite3.Connection) -> None:
+    """Version 4: ``samples.thinking_open``, 1 when the sample's prompt opened a ``<think>`` block its text starts
+    inside (kitae.chat.opens_thinking; 0 for every sample logged before version 4)."""
+    conn.execute("ALTER TABLE samples ADD COLUMN thinking_open INTEGER NOT NULL DEFAULT 0")
+
+
 # version v -> function that upgrades a database at version v to v + 1, inside one transaction.
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _add_events, 2: _add_policy_version}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _add_events, 2: _add_policy_version,
+                                                               3: _add_thinking_open}
 
 
 def connect(db_path: Path, read_only: bool = False) -> sqlite3.Connection:

@@ -208,8 +208,8 @@ class RunStore(RunReader):
         )
         db.executemany(
             "INSERT INTO samples (group_id, sample_index, step, text, completion_tokens, finish_reason, reward, "
-            "advantage, scores, reasons, sub_scores, errors, policy_version) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "advantage, scores, reasons, sub_scores, errors, policy_version, thinking_open) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [(cursor.lastrowid, i, step, *_sample_row(s)) for i, s in enumerate(group.samples)],
         )
 
@@ -347,6 +347,7 @@ def _sample_row(sample: SampleRecord) -> tuple:
         to_json(sample.sub_scores),
         to_json(sample.errors),
         None if sample.policy_version is None else int(sample.policy_version),
+        int(bool(sample.thinking_open)),
     )
 
 

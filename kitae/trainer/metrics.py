@@ -80,6 +80,7 @@ def group_records(rows: list[dict], groups: list[list[Completion]], scores: list
                     sub_scores={n: g.sub_scores for n, g in grades.items() if g.sub_scores},
                     errors={n: g.error for n, g in grades.items()},
                     policy_version=c.policy_version,
+                    thinking_open=c.thinking_open,
                 )
             )
         messages, extra = row["messages"], {k: v for k, v in row.items() if k not in ("messages", "reference_answer")}

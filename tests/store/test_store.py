@@ -211,9 +211,11 @@ def test_log_event_refuses_an_unknown_kind(store):
 
 
 def _as_version(store: RunStore, version: int) -> None:
-    """Turn a fresh run.db back into an older schema version, as an older kitae wrote it: 2 has no
-    samples.policy_version, 1 has no events table either."""
-    store._conn.execute("ALTER TABLE samples DROP COLUMN policy_version")
+    """Turn a fresh run.db back into an older schema version, as an older kitae wrote it: 3 has no
+    samples.thinking_open, 2 no samples.policy_version either, 1 no events table either."""
+    store._conn.execute("ALTER TABLE samples DROP COLUMN thinking_open")
+    if version <= 2:
+        store._conn.execute("ALTER TABLE samples DROP COLUMN policy_version")
     if version == 1:
         store._conn.execute("DROP TABLE events")
     store._conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
@@ -224,7 +226,7 @@ def test_a_version_1_database_is_upgraded_when_opened_for_writing(store):
     store.log_metrics(1, {"reward": 0.5})
     _as_version(store, 1)
     with RunStore.open(store.run_dir) as s:
-        assert s.summary()["schema_version"] == SCHEMA_VERSION == 3
+        assert s.summary()["schema_version"] == SCHEMA_VERSION == 4
         s.log_event(1, "resumed", "resumed from checkpoints/step-000001")
         assert [e["kind"] for e in s.events()] == ["resumed"] and s.metrics() == {"reward": [(1, 0.5)]}
 
@@ -251,9 +253,25 @@ def test_a_version_2_database_gains_policy_versions_and_its_old_samples_read_as_
         assert s.summary()["schema_version"] == 2
         assert [x.policy_version for x in s.groups(with_samples=True)[0].samples] == [None]
     with RunStore.open(store.run_dir) as s:
-        assert s.summary()["schema_version"] == 3
+        assert s.summary()["schema_version"] == SCHEMA_VERSION
         s.log_groups(2, [_group(2, 0)])  # async: sampled by version 0, trained at step 2
         assert {g.step: g.samples[0].policy_version for g in s.groups(with_samples=True)} == {1: None, 2: 0}
+
+
+def test_a_version_3_database_gains_thinking_open_and_its_old_samples_read_as_false(store):
+    opened = GroupRecord("p", [{"role": "user", "content": "p"}], None, {},
+                         [SampleRecord("thought</think>4", 3, "stop", 1.0, 0.0, thinking_open=True),
+                          SampleRecord("4", 1, "stop", 1.0, 0.0)], 0)
+    store.log_groups(1, [_group(1, None)])
+    _as_version(store, 3)
+    with RunStore.open(store.run_dir, read_only=True) as s:  # a reader: as it is, without the column
+        assert s.summary()["schema_version"] == 3
+        assert [x.thinking_open for x in s.groups(with_samples=True)[0].samples] == [False]
+    with RunStore.open(store.run_dir) as s:
+        assert s.summary()["schema_version"] == SCHEMA_VERSION == 4
+        s.log_groups(2, [opened])
+        by_step = {g.step: [x.thinking_open for x in g.samples] for g in s.groups(with_samples=True)}
+        assert by_step == {1: [False], 2: [True, False]}
 
 
 def test_backup_copies_the_whole_history(store, tmp_path):

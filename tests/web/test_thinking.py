@@ -1,5 +1,6 @@
 """A reasoning model's samples on the run page, in headless Chromium: the <think> block folds, closed at first,
-and opens on a click; its text, markup included, stays text."""
+and opens on a click; its text, markup included, stays text. A model whose chat template opened the block in the
+prompt (Qwen3-4B-Thinking-2507: samples with thinking_open) has its thinking folded the same way."""
 
 from __future__ import annotations
 
@@ -15,6 +16,11 @@ SAMPLES = [
     "4<|im_end|>",  # no think block: shown as before
     "\n<think>東京</think>東京です<|im_end|>",  # leading whitespace; characters are code points
 ]
+OPENED = [  # the prompt ended "<|im_start|>assistant\n<think>\n": the thinking has no opening tag in the text
+    (f"{THINKING}</think>\n\nThe answer is 4<|im_end|>", True),  # thinking, then the answer
+    ("2+2 is... let me count again, 4", True),  # cut off while thinking: no answer, though it holds a 4
+    ("4<|im_end|>", False),  # a model whose prompt opened nothing: shown as before
+]
 
 
 @pytest.fixture(scope="module")
@@ -26,11 +32,18 @@ def think_runs(tmp_path_factory):
         store.log_groups(1, [GroupRecord("2+2?", [{"role": "user", "content": "2+2?"}], "4", {}, samples, 0)])
         store.log_metrics(1, {"reward": 1.0})
         store.finish("finished")
+    with RunStore.create(root / "opened-run", name="opened-run", config={}, model="tiny") as store:
+        samples = [SampleRecord(text=t, completion_tokens=len(t), finish_reason="length" if i == 1 else "stop",
+                                reward=0.0, advantage=0.0, scores={"correct": 0.0}, thinking_open=opened)
+                   for i, (t, opened) in enumerate(OPENED)]
+        store.log_groups(1, [GroupRecord("2+2?", [{"role": "user", "content": "2+2?"}], "4", {}, samples, 0)])
+        store.log_metrics(1, {"reward": 0.0})
+        store.finish("finished")
     return root
 
 
-def open_the_group(page, url: str) -> None:
-    page.goto(url + "#/run/think-run/groups")
+def open_the_group(page, url: str, run: str = "think-run") -> None:
+    page.goto(url + f"#/run/{run}/groups")
     page.locator("tr[data-group] a").first.click()
     page.wait_for_selector("article.sample")
 
@@ -77,3 +90,27 @@ def test_the_prompt_history_folds_the_thinking_too(serve, think_runs, page):
     folds = page.locator(".history details.thinking")
     assert folds.count() == 3 and folds.evaluate_all("els => els.every(e => !e.open)")
     assert page.locator(".history script, .history img").count() == 0
+
+
+def test_the_thinking_a_prompt_opened_folds_like_a_think_block(serve, think_runs, page):
+    s = serve(think_runs)
+    open_the_group(page, s.url, "opened-run")
+    cards = page.locator("article.sample")
+    answered = cards.nth(0)
+    fold = answered.locator("details.thinking")
+    assert fold.count() == 1 and fold.get_attribute("open") is None  # closed by default
+    assert fold.locator("summary").inner_text() == f"thinking ({len(THINKING)} chars)"
+    assert answered.locator("pre.answer-text").inner_text() == "The answer is 4<|im_end|>"
+    fold.locator("summary").click()
+    page.wait_for_function("() => document.querySelector('article.sample details.thinking').open")
+    assert fold.locator("pre.thinking-text").inner_text() == THINKING
+    assert answered.locator("script, img").count() == 0
+    cut = cards.nth(1)
+    assert cut.locator("details.thinking summary").inner_text() == "thinking (31 chars, never closed)"
+    assert cut.locator(".answer-text").inner_text() == "no answer: cut off while thinking"
+    plain = cards.nth(2)
+    assert plain.locator("details").count() == 0 and plain.locator("pre.sample-text").inner_text() == "4<|im_end|>"
+    page.locator("text=this prompt across steps").click()
+    page.wait_for_selector(".history")
+    assert page.locator(".history details.thinking").count() == 2
+    screenshot(page, "group-thinking-opened")

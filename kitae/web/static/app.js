@@ -460,20 +460,23 @@
       s.policy_version == null ? null : h("span", {class: "policy", title: "async rollouts: the policy version " +
         "(optimizer steps taken) whose weights sampled it"}, `sampled by policy ${s.policy_version}`));
     return h("article", {class: "sample card", dataset: {index: i}}, meta,
-      h("div", {class: "sample-body"}, sampleText(s.text),
+      h("div", {class: "sample-body"}, sampleText(s.text, s.thinking_open),
         withScores ? scoresTable(s) : null),
       extra || null);
   }
 
   // A completion's text. A reasoning model's leading <think>...</think> block (up to the last </think>, what
   // graders with `think: strip` skip) folds into a closed <details>, the answer after it shows as usual; the
-  // thinking of one cut off before </think> folds the same way and it has no answer. Text nodes only, as ever.
-  function sampleText(text) {
+  // thinking of one cut off before </think> folds the same way and it has no answer. `thinkingOpen`: the prompt
+  // opened the block (the sample's thinking_open), so the text starts inside it, with no <think> of its own.
+  // Text nodes only, as ever.
+  function sampleText(text, thinkingOpen) {
     const t = String(text ?? ""), open = "<think>", close = "</think>";
-    const start = t.length - t.trimStart().length;
-    if (!t.startsWith(open, start)) return h("pre", {class: "text sample-text"}, t);
-    const end = t.lastIndexOf(close), closed = end >= start + open.length;
-    const thinking = t.slice(start + open.length, closed ? end : t.length);
+    const lead = t.length - t.trimStart().length;
+    if (!thinkingOpen && !t.startsWith(open, lead)) return h("pre", {class: "text sample-text"}, t);
+    const start = thinkingOpen ? 0 : lead + open.length;  // where the thinking starts
+    const end = t.lastIndexOf(close), closed = end >= start;
+    const thinking = t.slice(start, closed ? end : t.length);
     const chars = [...thinking].length;  // code points, as kitae counts characters
     return h("div", {class: "sample-text with-thinking"},
       h("details", {class: "thinking"}, h("summary", null, `thinking (${chars} chars${closed ? "" : ", never closed"})`),
@@ -520,7 +523,7 @@
       h("div", {class: "history-samples"}, g.samples.map((s, i) => h("div", {class: "history-sample"},
         h("div", {class: "sample-meta"}, h("span", {class: "idx"}, `#${i}`), h("b", null, fmt(s.reward)),
           h("span", {class: s.finish_reason === "length" ? "finish warn" : "finish"}, s.finish_reason)),
-        sampleText(s.text))))));
+        sampleText(s.text, s.thinking_open))))));
     put(app, h("h1", null, "The same prompt across steps"),
       h("p", {class: "muted"}, `${res.total} times in this run, oldest first`),
       h("section", {class: "card prompt-block"}, h("h3", null, "prompt"), h("pre", {class: "text prompt"}, res.prompt),
