@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from kitae.chat import split_at_end, to_messages
-from kitae.cli.options import threads_option
+from kitae.chat import THINK_OPEN, split_at_end, to_messages
+from kitae.cli.options import template_kwargs_of, template_kwargs_option, threads_option
 
 
 def register(app: typer.Typer) -> None:
@@ -26,11 +26,18 @@ def chat(
     repetition_penalty: float = typer.Option(1.05, help="HF-style repetition penalty."),
     max_new_tokens: int = typer.Option(1024, help="Stop after this many new tokens."),
     seed: int = typer.Option(0, help="Random seed: the same seed and settings give the same answer."),
-    raw: bool = typer.Option(False, help="Print the raw completion with its end marker and finish reason."),
+    raw: bool = typer.Option(False, help="Print the raw completion with its end marker, and on stderr the prompt "
+                                         "as the model saw it (the chat template applied) and the finish reason."),
+    chat_template_kwargs: Optional[str] = template_kwargs_option(
+        "The chat template's variables, a JSON object, as model.chat_template_kwargs in a training config (e.g. "
+        "'{\"enable_thinking\": false}' turns Qwen3's thinking off)."),
     threads: Optional[int] = threads_option(),
 ) -> None:
     """Answer one prompt the way the GRPO-zero recipe's inference code does: the model's chat template (ChatML
-    when it has none), stop at its end of turn (<|im_end|>, <|eot_id|>, <end_of_turn>, ...)."""
+    when it has none), stop at its end of turn (<|im_end|>, <|eot_id|>, <end_of_turn>, ...).
+
+    A reasoning model's <think>...</think> block is printed with the answer; where the chat template opens it in
+    the prompt (Qwen3-4B-Thinking-2507, QwQ, the DeepSeek-R1 distills) the opening <think> is printed too."""
     from kitae.models import resolve_model_path
 
     path = resolve_model_path(model, "--model")  # before torch is imported: a wrong path fails at once
@@ -38,15 +45,27 @@ def chat(
     from kitae.rollout.vision import load_engine
     from kitae.threads import set_threads
 
+    kwargs = template_kwargs_of(chat_template_kwargs)
     set_threads(threads, path)
     engine = load_engine(path)
+    engine.set_chat(chat_template_kwargs=kwargs)
     sp = SamplingParams(temperature, top_p, 0, repetition_penalty, max_new_tokens, seed=seed)
     [[c]] = engine.generate([to_messages(prompt, system)], 1, sp)
     if raw:
+        typer.echo(f"[prompt]\n{engine.tokenizer.decode(c.prompt_ids, skip_special_tokens=False)}\n[completion]",
+                   err=True)
         typer.echo(c.text)
-        typer.echo(f"[finish_reason={c.finish_reason} tokens={c.num_tokens}]", err=True)
+        opened = " thinking_open (the prompt opened <think>)" if c.thinking_open else ""
+        typer.echo(f"[finish_reason={c.finish_reason} tokens={c.num_tokens}{opened}]", err=True)
     else:
-        typer.echo(split_at_end(c.text, c.end_marker)[0])
+        typer.echo(shown_answer(c))
+
+
+def shown_answer(c) -> str:
+    """What `kitae chat` prints of a completion: its content before the end marker, with the ``<think>`` the prompt
+    opened put back in front, so the thinking shows as one block and no ``</think>`` dangles."""
+    content = split_at_end(c.text, c.end_marker)[0]
+    return THINK_OPEN + "\n" + content.removeprefix("\n") if c.thinking_open else content
 
 
 def generate(

@@ -19,6 +19,30 @@ def threads_option() -> Any:
     return typer.Option(None, "--threads", min=1, help=THREADS_HELP)
 
 
+def template_kwargs_option(help: str) -> Any:
+    """--chat-template-kwargs JSON: the chat template's variables (`kitae serve`, `kitae chat`), read with
+    :func:`template_kwargs_of`."""
+    return typer.Option(None, "--chat-template-kwargs", metavar="JSON", show_default=False, help=help)
+
+
+def template_kwargs_of(text: str | None) -> dict | None:
+    """--chat-template-kwargs read as `kitae serve` reads a request's (a JSON object of template variables)."""
+    import json
+
+    from kitae.http.requests import RequestError
+    from kitae.serving.server import template_kwargs
+
+    if text is None:
+        return None
+    try:
+        return template_kwargs(json.loads(text), "--chat-template-kwargs")
+    except ValueError as exc:
+        raise typer.BadParameter(f"not JSON ({exc}); write it like '{{\"enable_thinking\": false}}'",
+                                 param_hint="--chat-template-kwargs") from None
+    except RequestError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--chat-template-kwargs") from None
+
+
 def prompt_rows(data: str, limit: Optional[int]) -> list[dict]:
     """The rows of a prompt set (a file, a datasets folder or ``bundled:arith/test``), the first `limit` only."""
     from kitae.data.loader import load_prompts

@@ -24,7 +24,7 @@ from typing import Literal, Optional
 
 import typer
 
-from kitae.cli.options import threads_option
+from kitae.cli.options import template_kwargs_option, template_kwargs_of, threads_option
 from kitae.threads import set_threads
 
 # kitae.http.server's TOKEN_ENV and DEFAULT_MAX_BODY_MB, written out so `kitae --help` does not import the HTTP
@@ -128,10 +128,9 @@ def serve_model(
     device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu or cuda:1."),
     dtype: Dtype = typer.Option("float32", "--dtype", help="The weights' dtype."),
     verbose: bool = typer.Option(False, "--verbose", help="Log every request to stderr."),
-    chat_template_kwargs: str = typer.Option(None, "--chat-template-kwargs", show_default=False,
-                                             help="The chat template's variables for chat requests, a JSON object "
-                                                  "(e.g. '{\"enable_thinking\": false}' for Qwen3); a request's "
-                                                  "chat_template_kwargs go over them."),
+    chat_template_kwargs: str = template_kwargs_option(
+        "The chat template's variables for chat requests, a JSON object (e.g. '{\"enable_thinking\": false}' for "
+        "Qwen3); a request's chat_template_kwargs go over them."),
     threads: int = threads_option(),
 ) -> None:
     """Serve a local causal LM: a judge (`type: judge`) or a rollout server (`sampling.engine: server`).
@@ -151,7 +150,7 @@ def serve_model(
     from kitae.http.server import HttpLimits
     from kitae.serving.server import load_service, make_server
 
-    kwargs = _template_kwargs(chat_template_kwargs)
+    kwargs = template_kwargs_of(chat_template_kwargs)
     set_threads(threads, path)
     service = load_service(path, name, device, dtype, max_context=max_context,
                            default_max_tokens=max_tokens, max_batch=max_batch, chat_template_kwargs=kwargs)
@@ -160,21 +159,3 @@ def serve_model(
         _serve(server, "model", service.name)
     finally:
         service.close()
-
-
-def _template_kwargs(text: str | None) -> dict | None:
-    """--chat-template-kwargs read as the server reads a request's (a JSON object of template variables)."""
-    import json
-
-    from kitae.http.requests import RequestError
-    from kitae.serving.server import template_kwargs
-
-    if text is None:
-        return None
-    try:
-        return template_kwargs(json.loads(text), "--chat-template-kwargs")
-    except ValueError as exc:
-        raise typer.BadParameter(f"not JSON ({exc}); write it like '{{\"enable_thinking\": false}}'",
-                                 param_hint="--chat-template-kwargs") from None
-    except RequestError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--chat-template-kwargs") from None

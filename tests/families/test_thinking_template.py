@@ -86,3 +86,86 @@ def test_the_hybrid_template_is_graded_as_before(folders, math):
     assert not any(c.thinking_open for c in completions) and scores == [0.0, 0.0]  # opened itself, cut off
     _, plain = say_and_grade(engine, "42<|im_end|>", 12, math)
     assert plain == [1.0, 1.0]  # no think block: the whole text is the answer
+
+
+# ---- kitae chat ----------------------------------------------------------------------------------------------
+def chat(folder, *args: str):
+    from typer.testing import CliRunner
+
+    from kitae.cli.main import app
+
+    return CliRunner().invoke(app, ["chat", "what is 40+2?", "--model", str(folder), "--temperature", "0",
+                                    "--threads", "1", *args])
+
+
+def test_kitae_chat_shows_the_thinking_the_prompt_opened_as_one_block(folders):
+    from kitae.cli.inference import shown_answer
+
+    engine = engine_of(folders["qwen3-thinking-2507"])
+    for said, shown in [("40+2 makes 42</think>\n\n42<|im_end|>", "<think>\n40+2 makes 42</think>\n\n42"),
+                        ("40+2 makes", "<think>\n40+2 makes")]:  # cut off while thinking: open, as the model left it
+        ids = engine.tokenizer.encode(said, add_special_tokens=False)
+        say = Say(engine.model, ids)
+        try:
+            [[c]] = engine.generate([ITEM["messages"]], 1, SamplingParams(temperature=0, max_new_tokens=len(ids)))
+        finally:
+            say.remove()
+        assert shown_answer(c) == shown
+    plain = engine_of(folders["qwen3-hybrid"])
+    say = Say(plain.model, plain.tokenizer.encode("<think>hm</think>42<|im_end|>", add_special_tokens=False))
+    try:
+        [[c]] = plain.generate([ITEM["messages"]], 1, SamplingParams(temperature=0, max_new_tokens=40))
+    finally:
+        say.remove()
+    assert shown_answer(c) == "<think>hm</think>42"  # a block the model opened itself: printed as sampled
+    sampled = ("--max-new-tokens", "6", "--temperature", "1", "--top-p", "1", "--seed", "0")  # not just newlines
+    printed, raw = chat(folders["qwen3-thinking-2507"], *sampled), chat(folders["qwen3-thinking-2507"], *sampled, "--raw")
+    assert printed.exit_code == 0 and raw.exit_code == 0, printed.output + raw.output
+    assert "thinking_open" in raw.stderr and raw.stdout.strip()
+    assert printed.stdout == "<think>\n" + raw.stdout.removeprefix("\n")  # the same sample, its <think> printed
+
+
+def test_kitae_chat_takes_the_chat_template_kwargs_and_turns_qwen3_thinking_off(folders):
+    hybrid = folders["qwen3-hybrid"]
+    off = chat(hybrid, "--max-new-tokens", "2", "--raw", "--chat-template-kwargs", '{"enable_thinking": false}')
+    on = chat(hybrid, "--max-new-tokens", "2", "--raw")
+    assert off.exit_code == 0 and on.exit_code == 0, off.output + on.output
+    prompt = lambda result: result.stderr.split("[prompt]\n", 1)[1].split("\n[completion]", 1)[0]  # noqa: E731
+    assert prompt(off).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")  # the real template's empty block
+    assert prompt(on).endswith("<|im_start|>assistant\n") and "<think>" not in prompt(on)
+    bad = chat(hybrid, "--chat-template-kwargs", "{enable_thinking: false}")
+    assert bad.exit_code == 2 and "--chat-template-kwargs" in bad.output and "enable_thinking" in bad.output
+
+
+# ---- a training run ------------------------------------------------------------------------------------------
+ANSWERED = """
+def answered(prompts, completions, **kw):  # 1 for a completion with an answer (what think: strip left of it)
+    return [float(bool(c[0]["content"].strip())) for c in completions]
+"""
+
+
+def test_a_training_run_grades_and_stores_the_thinking_its_prompts_opened(folders, tmp_path, monkeypatch):
+    import json
+
+    from kitae.store import RunStore
+    from kitae.trainer.config import load_train_config
+    from kitae.trainer.loop import Trainer
+    from tests.trainer.conftest import write_config
+
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps({**ITEM, "messages": to_messages(f"what is {a}+2?")}) + "\n"
+                             for a in range(4)))
+    (tmp_path / "thinking_rewards.py").write_text(ANSWERED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = load_train_config(write_config(tmp_path, tmp_path / "runs", **{
+        "model.path": str(folders["qwen3-thinking-2507"]), "data.train": str(train), "data.eval": str(train),
+        "rewards": [{"name": "answered", "function": "thinking_rewards:answered"}],
+        "sampling.group_size": 2, "sampling.max_new_tokens": 4,  # a random model: cut off while thinking
+        "optim.steps": 1, "eval.every": 0, "logging.save_every": 0,
+    }))
+    summary = Trainer(cfg).train()
+    assert summary["status"] == "finished"
+    samples = [s for g in RunStore.open(cfg.run_dir, read_only=True).groups(with_samples=True) for s in g.samples]
+    assert samples and all(s.thinking_open for s in samples)
+    thinking = [s for s in samples if "</think>" not in s.text and s.text.strip()]
+    assert thinking and all(s.scores["answered"] == 0.0 for s in thinking)  # cut off while thinking: no answer
