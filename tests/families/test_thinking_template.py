@@ -51,6 +51,17 @@ def say_and_grade(engine: HFEngine, text: str, max_new_tokens: int, math) -> tup
     return graded.groups[0], [g.score for g in graded.scores[0].grades["math"]]
 
 
+def said(engine: HFEngine, text: str):
+    """The completion of the engine made to say ``text``, all of it (cut after its last token)."""
+    ids = engine.tokenizer.encode(text, add_special_tokens=False)
+    say = Say(engine.model, ids)
+    try:
+        [[c]] = engine.generate([ITEM["messages"]], 1, SamplingParams(temperature=0, max_new_tokens=len(ids)))
+    finally:
+        say.remove()
+    return c
+
+
 def test_the_real_2507_template_opens_the_thinking_in_the_prompt_and_the_hybrid_does_not(folders):
     thinking = engine_of(folders["qwen3-thinking-2507"])
     prompt = thinking.tokenizer.decode(thinking.encode_prompt(ITEM["messages"]))
@@ -102,24 +113,13 @@ def test_kitae_chat_shows_the_thinking_the_prompt_opened_as_one_block(folders):
     from kitae.cli.inference import shown_answer
 
     engine = engine_of(folders["qwen3-thinking-2507"])
-    for said, shown in [("40+2 makes 42</think>\n\n42<|im_end|>", "<think>\n40+2 makes 42</think>\n\n42"),
-                        ("40+2 makes", "<think>\n40+2 makes")]:  # cut off while thinking: open, as the model left it
-        ids = engine.tokenizer.encode(said, add_special_tokens=False)
-        say = Say(engine.model, ids)
-        try:
-            [[c]] = engine.generate([ITEM["messages"]], 1, SamplingParams(temperature=0, max_new_tokens=len(ids)))
-        finally:
-            say.remove()
-        assert shown_answer(c) == shown
-    plain = engine_of(folders["qwen3-hybrid"])
-    say = Say(plain.model, plain.tokenizer.encode("<think>hm</think>42<|im_end|>", add_special_tokens=False))
-    try:
-        [[c]] = plain.generate([ITEM["messages"]], 1, SamplingParams(temperature=0, max_new_tokens=40))
-    finally:
-        say.remove()
-    assert shown_answer(c) == "<think>hm</think>42"  # a block the model opened itself: printed as sampled
+    assert shown_answer(said(engine, "40+2 makes 42</think>\n\n42<|im_end|>")) == "<think>\n40+2 makes 42</think>\n\n42"
+    assert shown_answer(said(engine, "40+2 makes")) == "<think>\n40+2 makes"  # cut off: open, as the model left it
+    plain = engine_of(folders["qwen3-hybrid"])  # a block the model opened itself: printed as sampled
+    assert shown_answer(said(plain, "<think>hm</think>42<|im_end|>")) == "<think>hm</think>42"
     sampled = ("--max-new-tokens", "6", "--temperature", "1", "--top-p", "1", "--seed", "0")  # not just newlines
-    printed, raw = chat(folders["qwen3-thinking-2507"], *sampled), chat(folders["qwen3-thinking-2507"], *sampled, "--raw")
+    folder = folders["qwen3-thinking-2507"]
+    printed, raw = chat(folder, *sampled), chat(folder, *sampled, "--raw")
     assert printed.exit_code == 0 and raw.exit_code == 0, printed.output + raw.output
     assert "thinking_open" in raw.stderr and raw.stdout.strip()
     assert printed.stdout == "<think>\n" + raw.stdout.removeprefix("\n")  # the same sample, its <think> printed
