@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import re
 import reprlib
 import types
 import typing
@@ -436,6 +437,7 @@ def _check_expansion(root: yaml.Node) -> None:
             children = list(node.value)
         elif isinstance(node, yaml.MappingNode):
             _check_unique_keys(node)
+            _check_values_read_as_comments(node)
             children = [part for pair in node.value for part in pair]
         else:
             children = []
@@ -466,6 +468,29 @@ def _check_unique_keys(node: yaml.MappingNode) -> None:
             raise ComposerError(None, None, f"the key {short_repr(key.value)} is written twice in one mapping (first "
                                 f"at line {first.start_mark.line + 1}); YAML would keep only the last: keep one",
                                 key.start_mark)
+
+
+# `key: ####\s*(.+)$`: the value starts like a comment ('#' then no space and no letter), so the key reads as null
+_COMMENT_VALUE = re.compile(r"\s*:[ \t]+(#[^\sA-Za-z].*)")
+
+
+def _check_values_read_as_comments(node: yaml.MappingNode) -> None:
+    """A key whose value YAML read as a comment (GSM8K's answer pattern ``####\\s*(.+)$`` unquoted): the setting
+    would silently be null. A comment after a key is ``# text``; one without a space or letter after '#' is
+    taken for a value, and refused with how to quote it."""
+    for key, value in node.value:
+        if not (isinstance(value, yaml.ScalarNode) and value.tag == "tag:yaml.org,2002:null" and value.value == ""):
+            continue
+        mark = key.end_mark
+        if mark is None or mark.buffer is None:
+            continue
+        end = mark.buffer.find("\n", mark.pointer)
+        found = _COMMENT_VALUE.match(mark.buffer[mark.pointer: end if end >= 0 else None])
+        if found:
+            text = found.group(1).rstrip().rstrip("\x00").replace("'", "''")
+            raise ComposerError(None, None, f"the value of {short_repr(key.value)} reads as a comment ('#' starts "
+                                f"one), so it would be null; to give the text, quote it: {key.value}: "
+                                f"'{text}' (for null write {key.value}: null)", key.start_mark)
 
 
 _REPR = reprlib.Repr()

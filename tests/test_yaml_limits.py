@@ -192,3 +192,19 @@ def test_a_duplicate_key_in_a_grader_spec_is_refused():
 
     with pytest.raises(ConfigError, match="the key 'type' is written twice"):
         build_grader("{type: answer, type: template}")
+
+
+def test_a_value_yaml_reads_as_a_comment_is_refused(tmp_path):
+    """GSM8K's answer pattern written unquoted: YAML reads `####...` as a comment and answer_pattern as null, and
+    the run would train on the whole worked answer as the reference, silently."""
+    path = _write(tmp_path, REWARDS + "data:\n  answer_pattern: ####\\s*(.+)$\n")
+    with pytest.raises(ConfigError) as err:
+        load_train_config(path)
+    msg = str(err.value)
+    assert str(path) in msg and "line 3," in msg and "reads as a comment" in msg, msg
+    assert "answer_pattern: '####\\s*(.+)$'" in msg
+
+
+@pytest.mark.parametrize("text", ["eval:   # none\n", "eval: #TODO\n", "eval:\n", "eval: null # c\n"])
+def test_a_comment_after_a_key_is_still_a_comment(text):
+    assert safe_load(text) == {"eval": None}
