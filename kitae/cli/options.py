@@ -88,11 +88,13 @@ def read_prompt_set(data: Optional[str], limit: Optional[int], config: Optional[
                 "answer_pattern": base.answer_pattern if answer_pattern is None else answer_pattern,
                 "system": base.system if system is None else system}
     rowmap = from_dict(DataConfig, settings, "data").rowmap()
-    spec, key = (data, "--data") if data is not None else \
-        (cfg.data.eval, "data.eval") if cfg is not None and cfg.data.eval else ("bundled:arith/test", "--data")
-    kwargs = parse_template_kwargs(template_kwargs) if template_kwargs is not None else \
-        dict(cfg.model.chat_template_kwargs) if cfg is not None else {}
-    return PromptSet(load_data(spec, key, rowmap, limit)[1], kwargs)
+    if template_kwargs is not None:
+        kwargs = parse_template_kwargs(template_kwargs)
+    else:
+        kwargs = dict(cfg.model.chat_template_kwargs) if cfg is not None else {}
+    if data is None and cfg is not None and cfg.data.eval:
+        return PromptSet(load_data(cfg.data.eval, "data.eval", rowmap, limit)[1], kwargs)
+    return PromptSet(load_data(data or "bundled:arith/test", "--data", rowmap, limit)[1], kwargs)
 
 
 def parse_fields(items: Sequence[str]) -> dict[str, str]:
