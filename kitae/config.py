@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import re
 import reprlib
 import types
 import typing
@@ -145,23 +146,24 @@ def from_dict(cls: type[T], data: Any, path: str = "", skip: tuple[str, ...] = (
         raise ConfigError(path, f"expected a mapping, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    renamed = {f.metadata["key"]: f.name for f in fields.values() if "key" in f.metadata}
-    if renamed:  # a YAML key that is a Python keyword (setting(key=...))
-        data = {renamed.get(k, k): v for k, v in data.items()}
+    keys = {f.metadata.get("key", f.name): f.name for f in fields.values()}  # YAML key -> attribute
     for key in data:
-        if key not in fields and key not in skip:
-            valid = [*fields, *skip]
+        if key not in keys and key not in skip:
+            valid = [*keys, *skip]
             hint = closest(str(key), valid)
             msg = "unknown key" + (f"; did you mean '{hint}'?" if hint else f" (valid: {', '.join(valid)})")
             raise ConfigError(_join(path, key), msg)
     data = {k: v for k, v in data.items() if k not in skip}
-    for name, f in fields.items():
+    for key, name in keys.items():
+        f = fields[name]
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        if required and f.init and name not in data:
-            raise ConfigError(_join(path, name), "missing (required)")
-    kwargs = {k: convert(hints[k], v, _join(path, k), fields[k].metadata.get("finite", True)) for k, v in data.items()}
-    for k, v in kwargs.items():
-        check_bounds(fields[k], v, _join(path, k))
+        if required and f.init and key not in data:
+            raise ConfigError(_join(path, key), "missing (required)")
+    kwargs = {}
+    for key, value in data.items():  # errors name the YAML key (async), never the attribute (async_)
+        f = fields[keys[key]]
+        kwargs[f.name] = convert(hints[f.name], value, _join(path, key), f.metadata.get("finite", True))
+        check_bounds(f, kwargs[f.name], _join(path, key))
     try:
         obj = cls(**kwargs)
     except TypeError as exc:
@@ -310,20 +312,41 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
                 node[part] = {}
             node = node[part]
         try:
-            node[parts[-1]] = safe_load(raw, f"--set {key}") if raw != "" else ""
+            value = safe_load(raw, f"--set {key}") if raw != "" else ""
         except yaml.YAMLError as exc:
             raise ConfigError(key, f"not valid YAML: {exc}") from None
+        if value is None and raw.strip() not in NULLS:
+            raise ConfigError(f"--set {key}", read_as_nothing_message(raw, key))
+        node[parts[-1]] = value
     return data
 
 
-def read_yaml(path: str | Path) -> dict:
+NULLS = ("null", "Null", "NULL", "~")  # how a --set value says null on purpose
+
+
+def read_as_nothing_message(raw: str, key: str) -> str:
+    """Why a --set value YAML reads as null was refused: it was text, and the setting would silently be unset
+    (GSM8K's answer pattern ``####\\s*(.+)$`` is a YAML comment)."""
+    why = "'#' starts a YAML comment" if raw.lstrip().startswith("#") else "it holds no YAML value"
+    quoted = "'" + raw.replace("'", "''") + "'"
+    return (f"YAML reads '{raw}' as nothing ({why}), so the setting would be null; to give this text, "
+            f"quote it for YAML inside the shell's quotes: --set \"{key}={quoted}\" (or write it in the config "
+            f"file, quoted); for null write {key}=null")
+
+
+def read_yaml(path: str | Path, empty: str | None = None) -> dict:
+    """The mapping in YAML file `path`. An empty file (or one of comments only) reads as {}, or with `empty`
+    (what the file needs, and where to start) is a ConfigError naming the file."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(str(path), "config file not found" if not path.exists() else "not a file")
     try:
-        data = safe_load(read_text(path, str(path)), str(path)) or {}
+        data = safe_load(read_text(path, str(path)), str(path))
     except yaml.YAMLError as exc:
         raise ConfigError(str(path), f"not valid YAML: {exc}") from None
+    if data is None and empty is not None:
+        raise ConfigError(str(path), f"the file is empty (or holds only comments): {empty}")
+    data = {} if data is None else data
     if not isinstance(data, dict):
         raise ConfigError(str(path), "the config must be a mapping at the top level")
     return data
@@ -413,6 +436,8 @@ def _check_expansion(root: yaml.Node) -> None:
         if isinstance(node, yaml.SequenceNode):
             children = list(node.value)
         elif isinstance(node, yaml.MappingNode):
+            _check_unique_keys(node)
+            _check_values_read_as_comments(node)
             children = [part for pair in node.value for part in pair]
         else:
             children = []
@@ -427,6 +452,45 @@ def _check_expansion(root: yaml.Node) -> None:
         return values, levels
 
     measure(root, 0)
+
+
+MERGE_TAG = "tag:yaml.org,2002:merge"  # `<<: *base`: the keys it brings in may be overridden, as YAML intends
+
+
+def _check_unique_keys(node: yaml.MappingNode) -> None:
+    """A key written twice in one mapping: YAML keeps the last silently, so half of what was written is lost."""
+    seen: dict[tuple[str, str], yaml.Node] = {}
+    for key, _ in node.value:
+        if not isinstance(key, yaml.ScalarNode) or key.tag == MERGE_TAG:
+            continue
+        first = seen.setdefault((key.tag, key.value), key)
+        if first is not key:
+            raise ComposerError(None, None, f"the key {short_repr(key.value)} is written twice in one mapping (first "
+                                f"at line {first.start_mark.line + 1}); YAML would keep only the last: keep one",
+                                key.start_mark)
+
+
+# `key: ####\s*(.+)$`: the value starts like a comment ('#' then no space and no letter), so the key reads as null
+_COMMENT_VALUE = re.compile(r"\s*:[ \t]+(#[^\sA-Za-z].*)")
+
+
+def _check_values_read_as_comments(node: yaml.MappingNode) -> None:
+    """A key whose value YAML read as a comment (GSM8K's answer pattern ``####\\s*(.+)$`` unquoted): the setting
+    would silently be null. A comment after a key is ``# text``; one without a space or letter after '#' is
+    taken for a value, and refused with how to quote it."""
+    for key, value in node.value:
+        if not (isinstance(value, yaml.ScalarNode) and value.tag == "tag:yaml.org,2002:null" and value.value == ""):
+            continue
+        mark = key.end_mark
+        if mark is None or mark.buffer is None:
+            continue
+        end = mark.buffer.find("\n", mark.pointer)
+        found = _COMMENT_VALUE.match(mark.buffer[mark.pointer: end if end >= 0 else None])
+        if found:
+            text = found.group(1).rstrip().rstrip("\x00").replace("'", "''")
+            raise ComposerError(None, None, f"the value of {short_repr(key.value)} reads as a comment ('#' starts "
+                                f"one), so it would be null; to give the text, quote it: {key.value}: "
+                                f"'{text}' (for null write {key.value}: null)", key.start_mark)
 
 
 _REPR = reprlib.Repr()

@@ -5,7 +5,8 @@ a fresh machine with no download. Every model path goes through :func:`resolve_m
 :func:`model_folder`): "bundled", a local folder holding config.json, or a Hugging Face Hub id (``ORG/NAME``,
 optionally ``ORG/NAME@REVISION``), found in the Hub cache or downloaded there as transformers would
 (kitae.hub: ``HF_HOME``, ``HF_TOKEN``, ``HF_HUB_OFFLINE``). A missing folder, an id that is neither cached
-nor reachable, or a folder without config.json is one clear error before transformers is asked for anything.
+nor reachable, or a folder without config.json is one clear error before transformers is asked for anything;
+so is a folder without tokenizer files or with a tokenizer file that is not JSON (:func:`check_tokenizer_files`).
 """
 
 from __future__ import annotations
@@ -87,14 +88,16 @@ def _why(folder: Path, names: tuple[str, ...]) -> str:
     return "give a local folder holding config.json, a Hub id such as Qwen/Qwen2.5-0.5B-Instruct, or 'bundled'"
 
 
-def load_tokenizer(path: str | Path | None) -> Any:
+def load_tokenizer(path: str | Path | None, key: str = "model") -> Any:
     """A tokenizer ready for batched generation: left padding and a pad token.
 
-    `padding_side` is not saved by transformers, so it is set here every time.
+    `padding_side` is not saved by transformers, so it is set here every time. A folder without tokenizer files,
+    or with one that cannot be read, is a ConfigError under `key` (:func:`checked_load`).
     """
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(resolve_model_path(path, adapter=True))
+    folder = resolve_model_path(path, key, adapter=True)
+    tok = checked_load(AutoTokenizer.from_pretrained, folder, key)
     tok.padding_side = "left"
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token or "<|endoftext|>"
@@ -118,6 +121,52 @@ def load_causal_lm(path: str | Path | None, dtype: str = "float32", device: str 
     if vision:
         mask_placeholder_tokens(model)
     return model.to(device)
+
+
+# ---- tokenizer files ---------------------------------------------------------------------------------------
+# The files a tokenizer is read from (one of them must be there), as globs: the fast tokenizer, a SentencePiece
+# model (tokenizer.model, spiece.model), a vocabulary (vocab.json with merges.txt, vocab.txt), a tiktoken file
+TOKENIZER_FILES = ("tokenizer.json", "*.model", "vocab.*", "*.tiktoken")
+JSON_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json")
+
+
+def checked_load(load: Any, folder: str, key: str) -> Any:
+    """``load(folder)`` (a transformers ``from_pretrained``) after checking the tokenizer files it reads: none
+    there, or one that is not JSON, is a ConfigError under `key` naming the file (and line), not transformers'
+    traceback; whatever else transformers refuses is one too, in its own words."""
+    check_tokenizer_files(folder, key)
+    try:
+        return load(folder)
+    except (OSError, ValueError, TypeError, KeyError) as exc:  # transformers and tokenizers raise these for bad files
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise ConfigError(key, f"the tokenizer in {folder} cannot be loaded ({first}); copy the tokenizer files "
+                          "of the base model into the folder (tokenizer.save_pretrained writes them)") from None
+
+
+def check_tokenizer_files(folder: str | Path, key: str) -> None:
+    folder = Path(folder)
+    if (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file():
+        return  # a LoRA adapter: transformers reads the base model's tokenizer
+    if not any(f.is_file() for pattern in TOKENIZER_FILES for f in folder.glob(pattern)):
+        raise ConfigError(key, f"{folder} has no tokenizer files (none of {', '.join(TOKENIZER_FILES)}); copy "
+                          "them, with tokenizer_config.json, from the model it was trained from "
+                          "(tokenizer.save_pretrained(FOLDER) writes them)")
+    for name in JSON_FILES:
+        _check_json(folder / name, key)
+
+
+def _check_json(file: Path, key: str) -> None:
+    import json
+
+    if not file.is_file():
+        return
+    try:
+        json.loads(file.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(key, f"{file}: not UTF-8 text; copy the file again from the model it came from") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(key, f"{file}: not valid JSON ({exc.msg}, line {exc.lineno} column {exc.colno}); the "
+                          "file is broken or cut short: copy it again from the model it came from") from None
 
 
 # A logit no sampled token can have (exp underflows to 0 in fp32) that keeps log-probs and entropy finite.
@@ -166,7 +215,7 @@ def load_processor(path: str | Path | None) -> Any:
     :func:`load_tokenizer` sets one up."""
     from transformers import AutoProcessor
 
-    processor = AutoProcessor.from_pretrained(resolve_model_path(path))
+    processor = checked_load(AutoProcessor.from_pretrained, resolve_model_path(path), "model")
     tok = processor.tokenizer
     tok.padding_side = "left"
     if tok.pad_token is None:

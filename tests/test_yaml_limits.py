@@ -166,3 +166,45 @@ def test_a_huge_grader_spec_file_is_refused_by_its_size(tmp_path):
     with pytest.raises(ConfigError) as err:
         build_grader(str(spec))
     assert "spec.yaml" in str(err.value) and "too large" in str(err.value)
+
+
+@pytest.mark.parametrize("text, key, line", [
+    ("name: a\nseed: 1\nname: b\n", "name", 3),  # top level
+    ("optim:\n  lr: 1e-4\n  steps: 2\n  lr: 1e-5\n", "lr", 4),  # nested
+    ("rewards: [{grader: {type: answer, type: template}}]\n", "type", 1),  # flow mapping
+])
+def test_a_key_written_twice_is_refused_with_its_line(tmp_path, text, key, line):
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_train_config(path)
+    msg = str(err.value)
+    assert str(path) in msg and f"the key '{key}' is written twice" in msg and f"line {line}," in msg, msg
+
+
+def test_a_merge_key_may_be_overridden():
+    """`<<: *base` then a key of base: YAML's merge, meant to be overridden, not a duplicate."""
+    assert safe_load("base: &b {x: 1, y: 2}\nuse: {<<: *b, x: 3}\n") == {"base": {"x": 1, "y": 2},
+                                                                          "use": {"x": 3, "y": 2}}
+
+
+def test_a_duplicate_key_in_a_grader_spec_is_refused():
+    from kitae.graders import build_grader
+
+    with pytest.raises(ConfigError, match="the key 'type' is written twice"):
+        build_grader("{type: answer, type: template}")
+
+
+def test_a_value_yaml_reads_as_a_comment_is_refused(tmp_path):
+    """GSM8K's answer pattern written unquoted: YAML reads `####...` as a comment and answer_pattern as null, and
+    the run would train on the whole worked answer as the reference, silently."""
+    path = _write(tmp_path, REWARDS + "data:\n  answer_pattern: ####\\s*(.+)$\n")
+    with pytest.raises(ConfigError) as err:
+        load_train_config(path)
+    msg = str(err.value)
+    assert str(path) in msg and "line 3," in msg and "reads as a comment" in msg, msg
+    assert "answer_pattern: '####\\s*(.+)$'" in msg
+
+
+@pytest.mark.parametrize("text", ["eval:   # none\n", "eval: #TODO\n", "eval:\n", "eval: null # c\n"])
+def test_a_comment_after_a_key_is_still_a_comment(text):
+    assert safe_load(text) == {"eval": None}

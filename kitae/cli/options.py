@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
 
 import typer
+
+from kitae.errors import ConfigError
 
 DATA_HELP = "Prompt set: a .jsonl/.parquet file, a datasets folder, or bundled:arith/test."
 GRADER_HELP = "Grader spec: a type name ('answer'), inline YAML/JSON, or a spec file."
@@ -45,11 +50,99 @@ def template_kwargs_of(text: str | None) -> dict | None:
 
 def prompt_rows(data: str, limit: Optional[int]) -> list[dict]:
     """The rows of a prompt set (a file, a datasets folder or ``bundled:arith/test``), the first `limit` only."""
-    from kitae.data.loader import load_prompts
-    from kitae.trainer.config import resolve_data_path
+    from kitae.trainer.config import load_data
 
-    rows = load_prompts(resolve_data_path(data))
-    return rows[:limit] if limit else rows
+    return load_data(data, "--data", limit=limit)[1]
+
+
+# ---- a prompt set read as `kitae train` reads one (data.fields, answer_pattern, system, chat_template_kwargs) ----
+CONFIG_HELP = ("A training config (e.g. runs/NAME/config.yaml): its data.fields, data.answer_pattern, data.system "
+               "and model.chat_template_kwargs apply (the flags below go over them), and its data.eval is the "
+               "default --data.")
+FIELD_HELP = ("KITAE_FIELD=COLUMN: read kitae's field from your dataset's column, as data.fields in a config "
+              "(--field prompt=question --field reference_answer=answer; repeatable).")
+ANSWER_PATTERN_HELP = ("A regex that cuts the reference answer out of a longer one (its first group), as "
+                       "data.answer_pattern: '####\\s*(.+)$' for GSM8K.")
+SYSTEM_HELP = "A system prompt put before every prompt without one, as data.system."
+TEMPLATE_KWARGS_HELP = ("The chat template's variables, a JSON object (e.g. '{\"enable_thinking\": false}' for "
+                        "Qwen3), as model.chat_template_kwargs.")
+
+
+def config_option() -> Any:
+    return typer.Option(None, "--config", "-c", help=CONFIG_HELP)
+
+
+def field_option() -> Any:
+    return typer.Option([], "--field", metavar="KITAE_FIELD=COLUMN", help=FIELD_HELP)
+
+
+def answer_pattern_option() -> Any:
+    return typer.Option(None, "--answer-pattern", metavar="REGEX", help=ANSWER_PATTERN_HELP)
+
+
+def system_option() -> Any:
+    return typer.Option(None, "--system", help=SYSTEM_HELP)
+
+
+def template_kwargs_option() -> Any:
+    return typer.Option(None, "--chat-template-kwargs", metavar="JSON", help=TEMPLATE_KWARGS_HELP)
+
+
+@dataclass
+class PromptSet:
+    """A prompt set and how to read and prompt it, as `kitae train` does: the rows (mapped by data.fields,
+    answer_pattern and system, kitae.trainer.config.load_data) and the chat template's variables."""
+
+    rows: list[dict]
+    chat_template_kwargs: dict[str, Any]
+
+
+def read_prompt_set(data: Optional[str], limit: Optional[int], config: Optional[Path] = None,
+                    fields: Sequence[str] = (), answer_pattern: Optional[str] = None, system: Optional[str] = None,
+                    template_kwargs: Optional[str] = None) -> PromptSet:
+    """The prompt set of --data (default: the --config's data.eval, else bundled:arith/test) read with the
+    --config's data options and model.chat_template_kwargs, each flag given over its setting. Bad values are
+    ConfigErrors naming the flag or the config key."""
+    from kitae.config import from_dict
+    from kitae.trainer.config import DataConfig, load_data, load_train_config
+
+    cfg = load_train_config(config) if config is not None else None
+    base = cfg.data if cfg is not None else DataConfig()
+    settings = {"fields": {**base.fields, **parse_fields(fields)},
+                "answer_pattern": base.answer_pattern if answer_pattern is None else answer_pattern,
+                "system": base.system if system is None else system}
+    rowmap = from_dict(DataConfig, settings, "data").rowmap()
+    if template_kwargs is not None:
+        kwargs = parse_template_kwargs(template_kwargs)
+    else:
+        kwargs = dict(cfg.model.chat_template_kwargs) if cfg is not None else {}
+    if data is None and cfg is not None and cfg.data.eval:
+        return PromptSet(load_data(cfg.data.eval, "data.eval", rowmap, limit)[1], kwargs)
+    return PromptSet(load_data(data or "bundled:arith/test", "--data", rowmap, limit)[1], kwargs)
+
+
+def parse_fields(items: Sequence[str]) -> dict[str, str]:
+    """``["prompt=question"]`` -> ``{"prompt": "question"}`` (--field)."""
+    out = {}
+    for item in items:
+        target, sep, column = item.partition("=")
+        if not sep or not target.strip() or not column.strip():
+            raise ConfigError("--field", f"{item!r}: write KITAE_FIELD=COLUMN, e.g. --field prompt=question")
+        out[target.strip()] = column.strip()
+    return out
+
+
+def parse_template_kwargs(text: str) -> dict[str, Any]:
+    """--chat-template-kwargs: a JSON object of the chat template's variables."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError("--chat-template-kwargs", f"not JSON ({exc}); write a JSON object, e.g. "
+                          "'{\"enable_thinking\": false}'") from None
+    if not isinstance(value, dict):
+        raise ConfigError("--chat-template-kwargs", f"expected a JSON object of the template's variables, got "
+                          f"{type(value).__name__}; e.g. '{{\"enable_thinking\": false}}'")
+    return value
 
 
 class PromptProgress:

@@ -68,8 +68,9 @@ def train(
         raise KitaeError("give a config file (e.g. examples/zero.yaml) or --resume runs/NAME")
     else:
         cfg = load_train_config(config, list(set_))
-    if stop_on_alarm:
-        cfg.alarms.stop_on = check_kinds([*cfg.alarms.stop_on, *stop_on_alarm], "--stop-on-alarm")
+    if stop_on_alarm:  # a kind already in the config (as on --resume, saved by the first run) is not a change
+        kinds = check_kinds(list(stop_on_alarm), "--stop-on-alarm")
+        cfg.alarms.stop_on = list(dict.fromkeys([*cfg.alarms.stop_on, *kinds]))
     checked = preflight(cfg, config.parent)  # every check that does not need the weights, before they load
     try:
         _run(cfg, resume is not None, quiet, checked, allow_config_change=allow_config_change,

@@ -36,28 +36,29 @@ ROLES = ("system", "user", "assistant")
 
 
 def load_prompts(source: str | Path | Any, require_reference: bool = False, split: str | None = None,
-                 rowmap: RowMap | None = None) -> list[dict]:
+                 rowmap: RowMap | None = None, key: str = "--data") -> list[dict]:
     """Load and validate a prompt set. `source` is a .jsonl/.json/.parquet file, a `datasets` folder
     (saved with `save_to_disk`), an in-memory `datasets.Dataset`, or a :class:`~kitae.data.sources.DatasetSource`
     (a Hub dataset, any ``datasets.load_dataset`` source). `rowmap` maps each row's columns to kitae's fields
-    first (kitae.data.sources.RowMap)."""
-    name, rows = _read(source, split)
+    first (kitae.data.sources.RowMap). `key`: the option or config key that named the source (in errors)."""
+    name, rows = _read(source, split, key)
     local = not name.startswith("<") and not isinstance(source, DatasetSource)
     base = (Path(name) if Path(name).is_dir() else Path(name).parent) if local else None
     if rowmap is not None and not rowmap.empty:
         rows = (rowmap.apply(row, name, i + 1) for i, row in enumerate(rows))
     out = [validate_row(row, name, i + 1, require_reference, base) for i, row in enumerate(rows)]
     if not out:
-        raise DataError(name, None, None, "the dataset has no rows")
+        raise DataError(name, None, None, f"no rows ({key}): the dataset is empty; give a prompt set with at least "
+                        "one row (JSON Lines: one JSON object per line)")
     return out
 
 
-def _read(source: Any, split: str | None) -> tuple[str, Iterable[Any]]:
+def _read(source: Any, split: str | None, key: str) -> tuple[str, Iterable[Any]]:
     """(the name errors use, the rows)."""
     if hasattr(source, "column_names") and hasattr(source, "__iter__"):  # a datasets.Dataset
         return "<datasets.Dataset>", list(source)
     if isinstance(source, DatasetSource):
-        return source.describe(), source.load()
+        return source.describe(), source.load(key)
     path = Path(source)
     if not path.exists():
         raise DataError(str(path), None, None, "file not found; pass a .jsonl, .parquet or a datasets folder")
@@ -152,8 +153,15 @@ def validate_row(row: Any, file: str, n: int, require_reference: bool = False,
             row["messages"] = [{"role": "user", "content": row["prompt"]}]
         elif isinstance(row.get("prompt"), list):
             row["messages"] = row["prompt"]
+        elif row.get("prompt") is not None:
+            raise DataError(file, n, "prompt", f"is not text (got {type(row['prompt']).__name__}); give the prompt "
+                            "as a string or a list of {role, content} turns")
         else:
-            raise DataError(file, n, "messages", "missing; give a list of {role, content} turns or a 'prompt' string")
+            columns = ", ".join(_printable(str(k)) for k in row) or "none"
+            raise DataError(file, n, "messages", f"missing, and no 'prompt' either (the row's columns: {columns}); "
+                            "name the prompt column with data.fields: {prompt: COLUMN} (kitae eval: --field "
+                            "prompt=COLUMN), or give each row 'messages' (a list of {role, content} turns) or a "
+                            "'prompt' string")
     _check_messages(row["messages"], file, n)
     row["messages"], images = _with_images(row, file, n, base_dir)
     if images:

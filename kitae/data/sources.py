@@ -13,16 +13,20 @@ before it is checked: ``fields: {prompt: question, reference_answer: answer}`` c
 ``question`` column to ``prompt`` (columns not named stay in the row, so graders still read them as
 ``item.COLUMN``); ``answer_pattern: '####\\s*(.+)$'`` keeps the part of the reference its first group (else
 the whole match) catches, GSM8K-style; ``system`` puts a system turn first in every prompt without one.
-A column that is not there is a DataError naming it and the columns that are.
+A column that is not there is a DataError naming it and the columns that are; so is a prompt column that is not
+text (naming the row). A ``fields`` key that is not one of kitae's fields (FIELDS) is a ConfigError with a
+did-you-mean, and ``data_files`` that match no file, or files without rows, are a DataError naming them.
 """
 
 from __future__ import annotations
 
+import glob
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kitae.config import short_repr
 from kitae.errors import ConfigError, DataError
 from kitae.registry import closest
 
@@ -57,6 +61,7 @@ class DatasetSource:
         if self.hub is not None:
             source, kwargs = hub_dataset_folder(self.hub, self.name, self.revision, key), {}
         else:
+            self.check_data_files(key)
             source, kwargs = self.path, {"data_files": self.data_files} if self.data_files else {}
         try:
             ds = datasets.load_dataset(source, self.name, split=self.split, **kwargs)
@@ -65,7 +70,19 @@ class DatasetSource:
         except (FileNotFoundError, datasets.exceptions.DatasetNotFoundError) as exc:
             raise DataError(self.describe(), None, None, f"not found ({_first_line(exc)}); check data_files "
                             "(relative to the current folder) or the path") from None
+        except StopIteration:  # datasets' json/csv builders on files with no rows
+            raise DataError(self.describe(), None, None, f"no rows ({key}): the files data_files names are empty; "
+                            "give files with at least one row") from None
         return list(ds)
+
+    def check_data_files(self, key: str) -> None:
+        """Each of `data_files` (a path or glob, relative to the current folder) names at least one file, else a
+        DataError naming it (datasets stops with a StopIteration traceback on a glob that matches nothing)."""
+        files = [self.data_files] if isinstance(self.data_files, str) else self.data_files or []
+        for pattern in files:
+            if isinstance(pattern, str) and "://" not in pattern and not glob.glob(pattern, recursive=True):
+                raise DataError(self.describe(), None, None, f"{key}.data_files {pattern!r} matches no file (relative "
+                                f"to the current folder, {Path.cwd()}); check the path or the glob")
 
 
 def hub_dataset_folder(repo: str, name: str | None, revision: str | None, key: str) -> str:
@@ -103,6 +120,11 @@ def config_files(card: str, name: str | None) -> list[str]:
     return out
 
 
+# kitae's fields, which data.fields maps columns to (kitae.data.loader reads them); the prompt ones must be text
+FIELDS = ("prompt", "messages", "reference_answer", "difficulty", "lang", "images")
+TEXT_FIELDS = ("prompt", "messages")
+
+
 class RowMap:
     """``data.fields`` / ``data.answer_pattern`` / ``data.system`` (see the module docstring), checked when
     built: a bad pattern or an empty column name is a ConfigError under `path`."""
@@ -111,6 +133,12 @@ class RowMap:
                  system: str | None = None, path: str = "data"):
         self.fields, self.answer_pattern, self.system = dict(fields or {}), answer_pattern, system
         for target, column in self.fields.items():
+            if target not in FIELDS:
+                hint = closest(str(target), list(FIELDS))
+                raise ConfigError(f"{path}.fields.{target}", "unknown kitae field" + (
+                    f"; did you mean '{hint}'?" if hint else "") + f" (the keys are kitae's fields: "
+                    f"{', '.join(FIELDS)}; the values your dataset's columns; every other column reaches graders "
+                    "under its own name, as item.COLUMN)")
             if not isinstance(column, str) or not column:
                 raise ConfigError(f"{path}.fields.{target}", "expected the name of one of the dataset's columns")
         self._pattern = None
@@ -134,6 +162,10 @@ class RowMap:
                 hint = closest(column, list(row))
                 raise DataError(file, n, column, f"no such column (data.fields.{target}); the columns are "
                                 f"{', '.join(map(str, row))}" + (f"; did you mean '{hint}'?" if hint else ""))
+            if target in TEXT_FIELDS and not isinstance(row[column], (str, list)):
+                raise DataError(file, n, column, f"is not text (got {type(row[column]).__name__}: "
+                                f"{short_repr(row[column])}), but data.fields.{target} maps it to the {target}; map "
+                                f"{target} to a column of text, or fix the row")
             row[target] = row[column]
         if self.answer_pattern is not None and row.get("reference_answer") is not None:
             row["reference_answer"] = self._cut(str(row["reference_answer"]), file, n)

@@ -37,7 +37,7 @@ class TemplateConfig:
     penalty: float = -5.0
     min_chars: int = setting(15, minimum=0)
     short_penalty: float = -5.0
-    full_chars: int = 100
+    full_chars: int = setting(100, minimum=0)  # 0: no length factor
     end_marker: str | None = None  # None: the model's (the sample's end_marker), else <|im_end|>
     stray_tokens: tuple[str, ...] | None = None  # None: the model's (the sample's control_tokens), else ChatML's
 

@@ -506,8 +506,12 @@ class TrainConfig:
         return lc
 
 
+EMPTY_CONFIG = ("a training config needs at least its rewards; start from examples/zero.yaml (docs/config.md lists "
+                "every setting)")
+
+
 def load_train_config(path: str | Path | None = None, overrides: list[str] | None = None, data: dict | None = None) -> TrainConfig:
-    raw = read_yaml(path) if path is not None else dict(data or {})
+    raw = read_yaml(path, EMPTY_CONFIG) if path is not None else dict(data or {})
     apply_overrides(raw, overrides or [])
     return from_dict(TrainConfig, raw)
 
@@ -523,6 +527,22 @@ def default_eval_grader(rewards: list[RewardConfig]) -> dict[str, Any]:
     """
     spec = next((r.grader for r in rewards if r.name == "correct" and r.grader is not None), None)
     return copy.deepcopy(spec) if spec is not None else {"type": "answer"}
+
+
+def load_data(spec: str | DatasetSource | None, key: str, rowmap: RowMap | None = None,
+              limit: int | None = None) -> tuple[str, list[dict]]:
+    """(how errors name the data, its checked rows, the first `limit` only) of a prompt set: a file, a folder,
+    bundled:NAME or a DatasetSource, each row mapped by `rowmap` (``data.fields``, ``answer_pattern``,
+    ``system``) first. The one reader of prompt sets of `kitae train` (pre-flight) and `kitae eval`; `key` (the
+    config key or option that named the data) is in its errors. No spec: ("", [])."""
+    from kitae.data.loader import load_prompts
+
+    if not spec:
+        return "", []
+    source = resolve_data_path(spec)
+    rows = load_prompts(source, rowmap=rowmap, key=key)
+    name = source.describe() if isinstance(source, DatasetSource) else source
+    return name, rows[:limit] if limit else rows
 
 
 def resolve_data_path(spec: str | DatasetSource) -> str | DatasetSource:

@@ -31,7 +31,7 @@ from kitae.config import check_numbers
 from kitae.errors import ConfigError, DataError
 from kitae.registry import load_target, unknown_name_message
 from kitae.scoring.rewards import RewardComponent
-from kitae.trainer.config import RewardConfig, TrainConfig, resolve_data_path
+from kitae.trainer.config import RewardConfig, TrainConfig, load_data
 
 SHOWN_ROWS = 5  # rows named in a length error; the rest are counted
 
@@ -73,9 +73,9 @@ def preflight(cfg: TrainConfig, config_dir: str | Path | None = None) -> Checked
         built.append(eval_grader)
         pass_name = pass_component(cfg, [c.name for c in components])
         rowmap = cfg.data.rowmap()
-        train_file, train_rows = _load(cfg.data.train, None, rowmap)
-        eval_file, eval_rows = _load(cfg.data.eval, cfg.eval.limit, rowmap)
-        tokenizer = load_tokenizer(model_path)
+        train_file, train_rows = load_data(cfg.data.train, "data.train", rowmap)
+        eval_file, eval_rows = load_data(cfg.data.eval, "data.eval", rowmap, cfg.eval.limit)
+        tokenizer = load_tokenizer(model_path, "model.path")
         processor = load_processor(model_path) if is_vision_model(model_path) else None
         check_images(cfg, processor, [(train_file, train_rows), (eval_file, eval_rows)])
         context = model_context(model_path)
@@ -149,19 +149,6 @@ def pass_component(cfg: TrainConfig, names: list[str]) -> str | None:
                               f"component that says a sample is correct (one of {', '.join(names)})")
         return "correct"
     return sc.correct
-
-
-def _load(spec: Any, limit: int | None, rowmap: Any = None) -> tuple[str, list[dict]]:
-    """(how errors name the data, its checked rows): a file, folder, bundled:NAME or DatasetSource."""
-    from kitae.data.loader import load_prompts
-    from kitae.data.sources import DatasetSource
-
-    if not spec:
-        return "", []
-    source = resolve_data_path(spec)
-    rows = load_prompts(source, rowmap=rowmap)
-    name = source.describe() if isinstance(source, DatasetSource) else source
-    return name, rows[:limit] if limit else rows
 
 
 def model_context(model_path: str) -> int | None:

@@ -154,3 +154,29 @@ def test_bad_data_settings_name_the_key(tmp_path, data, key):
     with pytest.raises(ConfigError) as err:
         load_train_config(_config(tmp_path, data))
     assert str(err.value).startswith(key), err.value
+
+
+def test_a_misspelt_field_gets_did_you_mean():
+    with pytest.raises(ConfigError, match=r"^data.fields.promt: unknown kitae field; did you mean 'prompt'\?"):
+        RowMap({"promt": "question"})
+
+
+@pytest.mark.parametrize("value", [47, {"text": "hi"}, None])
+def test_a_prompt_column_that_is_not_text_names_the_row_and_column(tmp_path, value):
+    (tmp_path / "d.jsonl").write_text(json.dumps({"q": "1+1?"}) + "\n" + json.dumps({"q": value}) + "\n")
+    with pytest.raises(DataError, match=r"d.jsonl, row 2, field 'q': is not text .*data.fields.prompt"):
+        load_prompts(tmp_path / "d.jsonl", rowmap=RowMap({"prompt": "q"}))
+
+
+def test_a_glob_matching_nothing_is_named(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataError, match=r"data.train.data_files 'parts/\*.jsonl' matches no file"):
+        load_prompts(DatasetSource(path="json", data_files="parts/*.jsonl"), key="data.train")
+
+
+def test_files_without_rows_are_named(tmp_path):
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(DataError, match=r"no rows \(data.train\)"):
+        load_prompts(DatasetSource(path="json", data_files=str(tmp_path / "empty.jsonl")), key="data.train")
+    with pytest.raises(DataError, match=r"empty.jsonl: no rows \(data.train\)"):
+        load_prompts(tmp_path / "empty.jsonl", key="data.train")

@@ -24,6 +24,44 @@ def test_max_steps_without_reward(value, expected):
     assert cfg.algorithm.max_steps_without_reward == expected
 
 
+@pytest.mark.parametrize("value", [r"####\s*(.+)$", "# a comment", " "])
+def test_a_set_value_yaml_reads_as_nothing_is_refused(value):
+    """GSM8K's answer pattern typed after --set: YAML reads it as a comment, the setting as null (the run would
+    train on the whole worked answer as the reference)."""
+    with pytest.raises(ConfigError) as err:
+        load_train_config(data=MINIMAL, overrides=[f"data.answer_pattern={value}"])
+    assert str(err.value).startswith("--set data.answer_pattern: YAML reads") and "as nothing" in str(err.value)
+    assert "for null write data.answer_pattern=null" in str(err.value)
+
+
+@pytest.mark.parametrize("value", ["null", "~", "NULL"])
+def test_a_set_null_is_null(value):
+    assert load_train_config(data=MINIMAL, overrides=[f"eval.limit={value}"]).eval.limit is None
+
+
+def test_a_quoted_pattern_after_set_is_text():
+    cfg = load_train_config(data=MINIMAL, overrides=[r"data.answer_pattern='####\s*(.+)$'"])
+    assert cfg.data.answer_pattern == r"####\s*(.+)$"
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["sampling.async=maybe"], "sampling.async: expected true or false, got 'maybe'"),
+    (["sampling.asyn=true"], "sampling.asyn: unknown key; did you mean 'async'?"),
+    (["sampling.async_=true"], "sampling.async_: unknown key; did you mean 'async'?"),  # the attribute is no key
+])
+def test_errors_name_a_renamed_key_as_yaml_writes_it(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        load_train_config(data=MINIMAL, overrides=overrides)
+    assert str(err.value) == message
+
+
+def test_an_empty_config_file_is_named(tmp_path):
+    path = tmp_path / "cfg.yaml"
+    path.write_text("# to do\n")
+    with pytest.raises(ConfigError, match=f"^{path}: the file is empty .*examples/zero.yaml"):
+        load_train_config(path)
+
+
 def test_overrides_are_parsed_as_yaml():
     cfg = load_train_config(data=MINIMAL, overrides=["optim.lr=1e-5", "algorithm.kl.adaptive={target: 0.05}"])
     assert cfg.optim.lr == 1e-5
