@@ -35,6 +35,7 @@ from urllib.parse import parse_qs
 from kitae.errors import DataError, KitaeError
 from kitae.registry import Registry, close_names
 from kitae.store import DB_NAME, GROUP_FILTERS, GROUP_ORDERS, GroupRow, RunStore, list_runs
+from kitae.store.failures import StoreDamaged
 from kitae.store.images import content_type, image_file
 from kitae.store.records import prompt_key
 from kitae.store.store import run_not_found
@@ -130,8 +131,11 @@ def dispatch(runs_dir: Path, method: str, path: str, query: Query, body: Any = N
             continue
         if "run" not in params:
             return r.handler(runs_dir, query)
-        with open_named_run(runs_dir, params.pop("run")) as store:
-            return r.handler(store, query, body, **params) if method == "POST" else r.handler(store, query, **params)
+        try:
+            with open_named_run(runs_dir, params.pop("run")) as store:
+                return r.handler(store, query, body, **params) if method == "POST" else r.handler(store, query, **params)
+        except StoreDamaged as exc:  # the run's stored state, not the request, is at fault: 409, with the repair
+            raise ApiError(409, str(exc)) from None
     raise ApiError(404, f"no API endpoint {method} /api{path}")
 
 
