@@ -288,7 +288,10 @@ def save_labels(store: RunStore, query: Query, body: Any) -> dict[str, Any]:
     if not isinstance(items, list) or not items:
         raise DataError("request body", None, "labels", 'expected {"labels": [{"group_id", "sample_index", "score"}]}')
     new = [_label_for(store, item, i) for i, item in enumerate(items)]
-    label_store.append_labels(store.run_dir, new)
+    try:
+        label_store.append_labels(store.run_dir, new)
+    except label_store.LabelsNotSaved as exc:  # the server cannot store them, whatever the request: 503
+        raise ApiError(503, str(exc)) from None
     return {"saved": len(new), "file": str(store.run_dir / label_store.LABELS_FILE)}
 
 
