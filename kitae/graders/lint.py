@@ -1,8 +1,10 @@
 """Static checks of a grader spec (``kitae grader lint``): the hosted RFT grader guide's common mistakes.
 
-No judge is called and nothing is trained; each check reads the spec (its leaf graders, mixes looked
-through), and the data when it is given. Checks are registered by name in :data:`LINTS`
-(``check(ctx) -> list[str]``), so more can be added without touching this module:
+First the spec is built as every other command builds it (:func:`kitae.graders.spec.build_grader`, one
+validator): what it refuses (a NaN, infinite or negative weight, every weight 0, an unknown type) is the report's
+error, in the same words, and the checks do not run. No judge is called and nothing is trained; each check reads
+the spec (its leaf graders, mixes looked through), and the data when it is given. Checks are registered by name
+in :data:`LINTS` (``check(ctx) -> list[str]``), so more can be added without touching this module:
 
     judge_is_policy          a judge (``judge``, ``score_model``, ``label_model``) whose ``model`` is the
                              policy model: a model grading its own answers favours them, and the policy learns
@@ -23,10 +25,11 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from kitae.errors import KitaeError
 from kitae.graders.agreement import GOOD, WEAK, leaf_specs
 from kitae.graders.base import Grader
 from kitae.graders.rows import Row
@@ -50,6 +53,7 @@ class LintWarning:
 class LintReport:
     warnings: list[LintWarning]
     checks: list[str]  # the checks that ran
+    errors: list[str] = field(default_factory=list)  # what building the grader refused; then no check ran
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -68,10 +72,26 @@ class LintContext:
 
 
 def lint(spec: dict[str, Any], rows: list[Row] | None = None, policy_model: str | None = None,
-         reference_field: str = "reference_answer") -> LintReport:
+         reference_field: str = "reference_answer", path: str = "grader") -> LintReport:
+    """Errors (what every command refuses, named from `path`) or else the warnings of every check."""
+    error = spec_error(spec, path)
+    if error is not None:
+        return LintReport([], [], [error])
     ctx = LintContext(spec, rows, policy_model, reference_field)
     names = LINTS.names()
     return LintReport([LintWarning(name, m) for name in names for m in LINTS.get(name)(ctx)], names)
+
+
+def spec_error(spec: dict[str, Any], path: str) -> str | None:
+    """What building the grader refuses, in the words `kitae grade`, `validate`, `attack` and `train` use; None
+    when it builds (it is closed again at once: nothing is called)."""
+    from kitae.graders.spec import build_grader
+
+    try:
+        build_grader(spec, path).close()
+    except KitaeError as exc:
+        return str(exc)
+    return None
 
 
 def register_lint(name: str) -> Callable:

@@ -4,6 +4,9 @@ where the spec or data is fine; --strict and --json."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -120,3 +123,30 @@ def test_cli_judge_is_policy_from_a_file(tmp_path):
     result = runner.invoke(app, ["grader", "lint", "-g", str(spec), "--policy-model", JUDGE["model"], "--strict"])
     assert result.exit_code == 1
     assert "warning (judge_is_policy): the judge grader's model 'Qwen/Qwen2.5-0.5B-Instruct' is the policy" in result.output
+
+
+KITAE = [sys.executable, "-m", "kitae.cli.main"]
+
+
+@pytest.mark.parametrize("weights", [
+    ("nan", "1"),  # NaN: the mix would score NaN
+    ("-1e400", "1"),  # beyond the largest float: reads as -infinity
+    ("0", "0"),  # every part logged only: nothing counts toward the reward
+])
+def test_lint_refuses_what_every_other_command_refuses_in_the_same_words(tmp_path, weights):
+    spec = tmp_path / "mix.yaml"
+    spec.write_text(f"type: weighted\ngraders:\n  a: {{type: numeric, weight: {weights[0]}}}\n"
+                    f"  b: {{type: string_check, operation: eq, weight: {weights[1]}}}\n")
+    data = str(EXAMPLES / "finance_labeled.jsonl")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    run = lambda *args: subprocess.run([*KITAE, *args], capture_output=True, text=True, timeout=120, env=env)  # noqa: E731
+    linted = run("grader", "lint", "-g", str(spec), "-d", data)
+    validated = run("grader", "validate", "-g", str(spec), "-d", data)
+    graded = run("grade", "-g", str(spec), "-d", data)
+    refusal = validated.stderr.strip()
+    assert validated.returncode == 2 and refusal.startswith("error: --grader.graders"), validated.stderr
+    assert graded.returncode == 2 and graded.stderr.strip() == refusal
+    assert linted.returncode == 2 and "Traceback" not in linted.stderr, linted.stdout + linted.stderr
+    assert linted.stderr.splitlines()[0] == refusal  # one validator, one wording
+    as_json = json.loads(run("grader", "lint", "-g", str(spec), "--json").stdout)
+    assert as_json["errors"] == [refusal.removeprefix("error: ")] and as_json["warnings"] == []
