@@ -15,7 +15,8 @@ in :data:`LINTS` (``check(ctx) -> list[str]``), so more can be added without tou
                              answers are free-form (the median reference has 4+ words or 20+ characters):
                              paraphrases score low and wrong answers in the reference's words score high
     small_validation_set     labelled data (samples with ``human_score``, as ``kitae grader validate`` reads)
-                             with fewer than :data:`MIN_LABELLED` samples: see :func:`agreement_half_width`
+                             with fewer than :data:`kitae.graders.agreement.MIN_LABELS` samples, in the words
+                             of ``kitae grader validate``'s verdict ("too few labels to trust: N, need 30")
 
 ``judge_is_policy`` compares names loosely: equal after case folding, or the same last path part (the Hub id
 ``Qwen/Qwen2.5-0.5B-Instruct`` and a local folder ``/models/Qwen2.5-0.5B-Instruct``), or the same folder.
@@ -23,14 +24,13 @@ in :data:`LINTS` (``check(ctx) -> list[str]``), so more can be added without tou
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from kitae.errors import KitaeError
-from kitae.graders.agreement import GOOD, WEAK, leaf_specs
+from kitae.graders.agreement import GOOD, MIN_LABELS, WEAK, agreement_interval, leaf_specs
 from kitae.graders.base import Grader
 from kitae.graders.rows import Row
 from kitae.graders.template import as_text
@@ -38,7 +38,6 @@ from kitae.registry import Registry
 
 LINTS = Registry("grader lint")
 JUDGE_TYPES = ("judge", "score_model", "label_model")
-MIN_LABELLED = 30  # labelled samples below which agreement is too uncertain to act on
 FREE_FORM_WORDS, FREE_FORM_CHARS = 4, 20
 MODEL_ALIASES = {"bundled": "kitae-tiny-base"}  # what `model: {path: bundled}` loads
 
@@ -186,19 +185,12 @@ def _small_validation_set(ctx: LintContext) -> list[str]:
     if not ctx.rows:
         return []
     labelled = sum(1 for row in ctx.rows for s in row.samples if _is_score(s.get("human_score")))
-    if labelled == 0 or labelled >= MIN_LABELLED:
+    if labelled == 0 or labelled >= MIN_LABELS:
         return []
-    return [f"only {labelled} labelled samples: a 95% interval on an agreement near {GOOD} is about "
-            f"±{agreement_half_width(labelled):.2f}, wider than the gap between GOOD ({GOOD}) and WEAK ({WEAK}); "
-            f"label at least {MIN_LABELLED} (±{agreement_half_width(MIN_LABELLED):.2f}) before trusting "
-            "kitae grader validate's verdict"]
-
-
-def agreement_half_width(n: int, p: float = GOOD) -> float:
-    """Half-width of the normal-approximation 95% interval of a proportion ``p`` measured on ``n`` samples,
-    ``1.96 * sqrt(p (1 - p) / n)``: 0.14 at n = 30 for p = 0.8, about the 0.15 between the GOOD and WEAK
-    verdicts of :mod:`kitae.graders.agreement`, which is why :data:`MIN_LABELLED` is 30."""
-    return 1.96 * math.sqrt(p * (1 - p) / n)
+    (lo, hi), (lo_min, hi_min) = agreement_interval(GOOD, labelled), agreement_interval(GOOD, MIN_LABELS)
+    return [f"too few labels to trust: {labelled}, need {MIN_LABELS}: an agreement of {GOOD} on {labelled} labels "
+            f"has a 95% interval of {lo:.2f} to {hi:.2f}, wider than the gap between GOOD ({GOOD}) and WEAK "
+            f"({WEAK}) (on {MIN_LABELS}: {lo_min:.2f} to {hi_min:.2f}); kitae grader validate's verdict says the same"]
 
 
 def _is_score(value: Any) -> bool:

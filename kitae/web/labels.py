@@ -1,5 +1,5 @@
 """Your own scores for a run's samples, and how well the grader agrees with them (the hosted RFT grader guide's advice:
-score 5-10 answers yourself before trusting a grader for a long run).
+score answers yourself before trusting a grader for a long run; the verdict needs MIN_LABELS, 30, to give a grade).
 
 Labels live in a sidecar file, ``runs/NAME/labels.jsonl``, never in run.db (the trainer owns run.db).
 One JSON object per line, appended; a later line for the same sample replaces an earlier one, and a line
