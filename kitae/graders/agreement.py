@@ -1,5 +1,5 @@
-"""Does the grader rank answers the way you do? (the hosted RFT grader guide: "score 5–10 answers yourself and compare";
-kitae asks for 30 before it gives a grade, see MIN_LABELS).
+"""Does the grader rank answers the way you do? (the hosted RFT grader guide: "score 5–10 answers yourself and
+compare"; kitae asks for 30 before it gives a grade, see MIN_LABELS).
 
 :func:`agreement` is the pure computation (the web page's labeling page reuses it); :func:`validate` grades
 labeled rows and adds warnings and a one-line verdict (``kitae grader validate``).

@@ -157,7 +157,8 @@ class RunReader:
         """The one-line summary that `kitae runs list` shows."""
         with self._read() as db:
             row = self._run_row(db)
-            reward = db.execute("SELECT step, value FROM metrics WHERE key = 'reward' ORDER BY step DESC LIMIT 1").fetchone()
+            reward = db.execute(
+                "SELECT step, value FROM metrics WHERE key = 'reward' ORDER BY step DESC LIMIT 1").fetchone()
             last_eval = db.execute("SELECT step, metrics FROM evals ORDER BY step DESC LIMIT 1").fetchone()
             return RunSummary(
                 name=row["name"],
@@ -386,7 +387,8 @@ class RunReader:
         sql = "SELECT sample_index, data FROM eval_samples WHERE step = ? ORDER BY sample_index LIMIT ? OFFSET ?"
         with self._read() as db:
             rows = db.execute(sql, (step, -1 if limit is None else limit, offset))
-            return [self._json(r, "eval_samples", "data", {"step": step, "sample_index": r["sample_index"]}) for r in rows]
+            return [self._json(r, "eval_samples", "data", {"step": step, "sample_index": r["sample_index"]})
+                    for r in rows]
 
 
 def _group_where(step: int | None, prompt: str | None, filter: str) -> tuple[str, tuple]:

@@ -131,9 +131,10 @@ def dispatch(runs_dir: Path, method: str, path: str, query: Query, body: Any = N
             continue
         if "run" not in params:
             return r.handler(runs_dir, query)
+        args = (body,) if method == "POST" else ()
         try:
             with open_named_run(runs_dir, params.pop("run")) as store:
-                return r.handler(store, query, body, **params) if method == "POST" else r.handler(store, query, **params)
+                return r.handler(store, query, *args, **params)
         except StoreDamaged as exc:  # the run's stored state, not the request, is at fault: 409, with the repair
             raise ApiError(409, str(exc)) from None
     raise ApiError(404, f"no API endpoint {method} /api{path}")

@@ -581,8 +581,8 @@
       ["reward", ...components].map((c) => h("option", {value: c, selected: c === grader},
         c === "reward" ? "total reward" : `component ${c}`)));
     put(app, runHeader(run, summary, "label"),
-      h("p", {class: "intro"}, "Score at least 30 answers yourself, then see whether the grader ranks them as you do (with fewer, the "
-        + "verdict says they are too few to trust). "
+      h("p", {class: "intro"}, "Score at least 30 answers yourself, then see whether the grader ranks them as "
+        + "you do (with fewer, the verdict says they are too few to trust). "
         + "A grader that disagrees with you teaches the model its opinion, not yours. Grader scores stay hidden "
         + "until you save, so they cannot sway you. Your labels go to labels.jsonl in the run folder."),
       agreementBox, groupBox);
