@@ -18,7 +18,7 @@ from typing import Any, Iterable, Iterator
 from kitae.errors import ConfigError
 from kitae.registry import unknown_name_message
 from kitae.sandbox import unsandboxed
-from kitae.store.failures import damaged_cell, missing_run_row, sqlite_failure
+from kitae.store.failures import StoreDamaged, damaged_cell, missing_run_row, sqlite_failure
 from kitae.store.records import (
     EvalRow,
     GroupRow,
@@ -230,6 +230,15 @@ class RunReader:
                              "WHERE typeof(value) NOT IN ('real', 'integer', 'null') LIMIT 1").fetchone()
             if bad is not None:
                 self._number(bad["value"], {"key": bad["key"], "step": bad["step"]})
+
+    def damage(self) -> str | None:
+        """What :meth:`check_cells` would raise, as text (None for a sound run.db): `kitae runs show` prints it
+        beside what it can show."""
+        try:
+            self.check_cells()
+        except StoreDamaged as exc:
+            return str(exc)
+        return None
 
     def _check_column(self, db: sqlite3.Connection, table: str, keys: tuple[str, ...], column: str, kind: str) -> None:
         bad = db.execute(

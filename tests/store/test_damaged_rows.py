@@ -45,8 +45,9 @@ def test_runs_show_and_list_name_the_damaged_cell(clean_runs, tmp_path, case):
         assert shown.returncode == 2 and len(shown.stderr.strip().splitlines()) == 1, shown.stderr
         assert shown.stderr.startswith(f"error: {db}: {where}"), shown.stderr
         assert "restore run.db from a copy" in shown.stderr
-    else:  # the damaged cell is not part of the summary: the run is shown
+    else:  # the damaged cell is not part of the summary: the run is shown, and the damage named beside it
         assert shown.returncode == 0 and "steps     30" in shown.stdout, shown.stderr
+        assert f"damaged   {db}: {where}" in shown.stdout, shown.stdout
     assert listed.returncode == 0, listed.stderr
     row = listed.stdout.splitlines()[1].split()
     if "list" in case.shown_by:
