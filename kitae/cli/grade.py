@@ -270,7 +270,9 @@ def lint(
 ) -> None:
     """Warn about the hosted RFT grader guide's common mistakes in a grader spec.
 
-    The judge is the policy model; numeric grading where most references hold
+    A spec every other command refuses (a NaN, infinite or negative weight,
+    every weight 0) is an error here too, in the same words: exit 2.
+    Warnings: the judge is the policy model; numeric grading where most references hold
     no number; similarity alone on free-form answers; under 30 labelled
     samples. No judge is called. Details: docs/reward_hacking.md.
     """
@@ -281,12 +283,19 @@ def lint(
 
     spec = load_spec(grader, "--grader")
     rows = load_attack_rows(resolve_data_path(data)) if data is not None else None
-    report = run_lint(spec, rows, policy_model, reference_field)
+    report = run_lint(spec, rows, policy_model, reference_field, path="--grader")
     if as_json:
         typer.echo(json.dumps(report.to_dict(), ensure_ascii=False, indent=2))
+    elif report.errors:
+        for e in report.errors:
+            typer.echo(f"error: {e}", err=True)
+        typer.echo(f"{len(report.errors)} error(s): the spec is refused by every command; the checks did not run",
+                   err=True)
     else:
         for w in report.warnings:
             typer.echo(f"warning ({w.kind}): {w.message}")
         typer.echo(f"{len(report.warnings)} warning(s) from {len(report.checks)} checks: {', '.join(report.checks)}")
+    if report.errors:
+        raise typer.Exit(2)
     if strict and report.warnings:
         raise typer.Exit(1)

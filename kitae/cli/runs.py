@@ -41,7 +41,10 @@ def show_command(
                                  "metrics under all_evals), for scripts."),
     config: bool = typer.Option(False, "--config", help="Also print the run's config."),
 ) -> None:
-    """A run's status, latest metrics and every evaluation; its config with --config."""
+    """A run's status, latest metrics and every evaluation; its config with --config.
+
+    A run.db edited by hand is named down to the cell: an error when the summary needs that cell, otherwise a
+    `damaged` line (and "damaged" in --json) beside what can be shown."""
     from kitae.store import open_run
 
     with open_run(runs, name) as store:
@@ -49,6 +52,7 @@ def show_command(
             summary = store.summary()
             evals = [{"step": e.step, "score": e.score, "metrics": e.metrics, "n_samples": e.n_samples,
                       "logged_at": e.logged_at} for e in store.evals()]
+            summary["damaged"] = store.damage()  # a hand-edited cell the summary does not read (a sample's)
     if as_json:
         typer.echo(json.dumps({**summary, "all_evals": evals}, indent=2, ensure_ascii=False))
     else:
@@ -81,6 +85,7 @@ def format_summary(summary: dict[str, Any], evals: list[dict[str, Any]], with_co
         f"started   {fmt_time(summary['started_at'])}   updated {fmt_time(summary['updated_at'])}"
         + (f"   finished {fmt_time(summary['finished_at'])}" if summary["finished_at"] else ""),
         f"steps     {'-' if summary['steps'] is None else summary['steps']}",
+        *([f"damaged   {summary['damaged']}"] if summary.get("damaged") else []),
         *_sandbox_lines(summary.get("unsandboxed") or []),
         "",
         *_metric_lines(summary["metrics"], summary["steps"]),

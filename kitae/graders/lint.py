@@ -1,8 +1,10 @@
 """Static checks of a grader spec (``kitae grader lint``): the hosted RFT grader guide's common mistakes.
 
-No judge is called and nothing is trained; each check reads the spec (its leaf graders, mixes looked
-through), and the data when it is given. Checks are registered by name in :data:`LINTS`
-(``check(ctx) -> list[str]``), so more can be added without touching this module:
+First the spec is built as every other command builds it (:func:`kitae.graders.spec.build_grader`, one
+validator): what it refuses (a NaN, infinite or negative weight, every weight 0, an unknown type) is the report's
+error, in the same words, and the checks do not run. No judge is called and nothing is trained; each check reads
+the spec (its leaf graders, mixes looked through), and the data when it is given. Checks are registered by name
+in :data:`LINTS` (``check(ctx) -> list[str]``), so more can be added without touching this module:
 
     judge_is_policy          a judge (``judge``, ``score_model``, ``label_model``) whose ``model`` is the
                              policy model: a model grading its own answers favours them, and the policy learns
@@ -13,7 +15,8 @@ through), and the data when it is given. Checks are registered by name in :data:
                              answers are free-form (the median reference has 4+ words or 20+ characters):
                              paraphrases score low and wrong answers in the reference's words score high
     small_validation_set     labelled data (samples with ``human_score``, as ``kitae grader validate`` reads)
-                             with fewer than :data:`MIN_LABELLED` samples: see :func:`agreement_half_width`
+                             with fewer than :data:`kitae.graders.agreement.MIN_LABELS` samples, in the words
+                             of ``kitae grader validate``'s verdict ("too few labels to trust: N, need 30")
 
 ``judge_is_policy`` compares names loosely: equal after case folding, or the same last path part (the Hub id
 ``Qwen/Qwen2.5-0.5B-Instruct`` and a local folder ``/models/Qwen2.5-0.5B-Instruct``), or the same folder.
@@ -21,13 +24,13 @@ through), and the data when it is given. Checks are registered by name in :data:
 
 from __future__ import annotations
 
-import math
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from kitae.graders.agreement import GOOD, WEAK, leaf_specs
+from kitae.errors import KitaeError
+from kitae.graders.agreement import GOOD, MIN_LABELS, WEAK, agreement_interval, leaf_specs
 from kitae.graders.base import Grader
 from kitae.graders.rows import Row
 from kitae.graders.template import as_text
@@ -35,7 +38,6 @@ from kitae.registry import Registry
 
 LINTS = Registry("grader lint")
 JUDGE_TYPES = ("judge", "score_model", "label_model")
-MIN_LABELLED = 30  # labelled samples below which agreement is too uncertain to act on
 FREE_FORM_WORDS, FREE_FORM_CHARS = 4, 20
 MODEL_ALIASES = {"bundled": "kitae-tiny-base"}  # what `model: {path: bundled}` loads
 
@@ -50,6 +52,7 @@ class LintWarning:
 class LintReport:
     warnings: list[LintWarning]
     checks: list[str]  # the checks that ran
+    errors: list[str] = field(default_factory=list)  # what building the grader refused; then no check ran
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -68,10 +71,26 @@ class LintContext:
 
 
 def lint(spec: dict[str, Any], rows: list[Row] | None = None, policy_model: str | None = None,
-         reference_field: str = "reference_answer") -> LintReport:
+         reference_field: str = "reference_answer", path: str = "grader") -> LintReport:
+    """Errors (what every command refuses, named from `path`) or else the warnings of every check."""
+    error = spec_error(spec, path)
+    if error is not None:
+        return LintReport([], [], [error])
     ctx = LintContext(spec, rows, policy_model, reference_field)
     names = LINTS.names()
     return LintReport([LintWarning(name, m) for name in names for m in LINTS.get(name)(ctx)], names)
+
+
+def spec_error(spec: dict[str, Any], path: str) -> str | None:
+    """What building the grader refuses, in the words `kitae grade`, `validate`, `attack` and `train` use; None
+    when it builds (it is closed again at once: nothing is called)."""
+    from kitae.graders.spec import build_grader
+
+    try:
+        build_grader(spec, path).close()
+    except KitaeError as exc:
+        return str(exc)
+    return None
 
 
 def register_lint(name: str) -> Callable:
@@ -166,19 +185,12 @@ def _small_validation_set(ctx: LintContext) -> list[str]:
     if not ctx.rows:
         return []
     labelled = sum(1 for row in ctx.rows for s in row.samples if _is_score(s.get("human_score")))
-    if labelled == 0 or labelled >= MIN_LABELLED:
+    if labelled == 0 or labelled >= MIN_LABELS:
         return []
-    return [f"only {labelled} labelled samples: a 95% interval on an agreement near {GOOD} is about "
-            f"±{agreement_half_width(labelled):.2f}, wider than the gap between GOOD ({GOOD}) and WEAK ({WEAK}); "
-            f"label at least {MIN_LABELLED} (±{agreement_half_width(MIN_LABELLED):.2f}) before trusting "
-            "kitae grader validate's verdict"]
-
-
-def agreement_half_width(n: int, p: float = GOOD) -> float:
-    """Half-width of the normal-approximation 95% interval of a proportion ``p`` measured on ``n`` samples,
-    ``1.96 * sqrt(p (1 - p) / n)``: 0.14 at n = 30 for p = 0.8, about the 0.15 between the GOOD and WEAK
-    verdicts of :mod:`kitae.graders.agreement`, which is why :data:`MIN_LABELLED` is 30."""
-    return 1.96 * math.sqrt(p * (1 - p) / n)
+    (lo, hi), (lo_min, hi_min) = agreement_interval(GOOD, labelled), agreement_interval(GOOD, MIN_LABELS)
+    return [f"too few labels to trust: {labelled}, need {MIN_LABELS}: an agreement of {GOOD} on {labelled} labels "
+            f"has a 95% interval of {lo:.2f} to {hi:.2f}, wider than the gap between GOOD ({GOOD}) and WEAK "
+            f"({WEAK}) (on {MIN_LABELS}: {lo_min:.2f} to {hi_min:.2f}); kitae grader validate's verdict says the same"]
 
 
 def _is_score(value: Any) -> bool:

@@ -110,6 +110,29 @@ def sqlite_failure(exc: sqlite3.Error, db_path: Path) -> KitaeError:
     return KitaeError(f"{db_path}: SQLite: {text}")
 
 
+class StoreDamaged(KitaeError):
+    """A run.db that SQLite reads but kitae cannot: a row it needs is gone, or a cell is not what kitae wrote
+    (hand-edited JSON, text where a number goes). The message names the file, table, row, column and the fix."""
+
+
+def missing_run_row(db_path: Path) -> StoreDamaged:
+    return StoreDamaged(f"{db_path}: table run has no row (id 1): the run's own record (its name, config and "
+                        f"status) was deleted outside kitae; restore {db_path.name} from a copy (a restart keeps one "
+                        f"under {db_path.parent / 'restarts'}/), or move the run folder aside and start the run again")
+
+
+def damaged_cell(db_path: Path, table: str, key: dict[str, object], column: str, problem: str,
+                 fix_value: str) -> StoreDamaged:
+    """Cell `column` of the `table` row whose key columns are `key` holds `problem`; `fix_value` is an SQL
+    literal kitae would accept there (e.g. ``'{}'``), for the one-line repair the message offers."""
+    where = " AND ".join(f"{k} = {v!r}" for k, v in key.items())
+    row = ", ".join(f"{k} {v}" for k, v in key.items())
+    repair = f'sqlite3 {db_path} "UPDATE {table} SET {column} = {fix_value} WHERE {where}"'
+    return StoreDamaged(f"{db_path}: table {table}, row {row}, column {column}: {problem}; the run store was edited "
+                        f"or damaged outside kitae: restore {db_path.name} from a copy, or repair that cell "
+                        f"({repair})")
+
+
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     line = text.splitlines()[0] if text else ""

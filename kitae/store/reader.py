@@ -8,6 +8,7 @@ calls share one inside ``with store.snapshot():``.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 from contextlib import contextmanager
@@ -17,7 +18,7 @@ from typing import Any, Iterable, Iterator
 from kitae.errors import ConfigError
 from kitae.registry import unknown_name_message
 from kitae.sandbox import unsandboxed
-from kitae.store.failures import sqlite_failure
+from kitae.store.failures import StoreDamaged, damaged_cell, missing_run_row, sqlite_failure
 from kitae.store.records import (
     EvalRow,
     GroupRow,
@@ -45,6 +46,16 @@ GROUP_COLUMNS = (
     "id, step, group_index, prompt, messages, reference, item, n_samples, n_scored, n_truncated, reward_mean, "
     "reward_std"
 )
+
+# table -> (its key columns, {JSON column: the JSON type kitae writes there}): what check_cells looks through
+JSON_CELLS = {
+    "run": (("id",), {"config": "object", "summary": "object"}),
+    "groups": (("id",), {"messages": "array", "item": "object"}),
+    "samples": (("group_id", "sample_index"), {c: "object" for c in ("scores", "reasons", "sub_scores", "errors")}),
+    "evals": (("step",), {"metrics": "object"}),
+    "eval_samples": (("step", "sample_index"), {"data": "object"}),
+    "events": (("id",), {"data": "object"}),
+}
 
 
 class RunReader:
@@ -90,7 +101,30 @@ class RunReader:
 
     # ---- the run ------------------------------------------------------------------------------
     def _run_row(self, db: sqlite3.Connection) -> sqlite3.Row:
-        return db.execute("SELECT * FROM run WHERE id = 1").fetchone()
+        row = db.execute("SELECT * FROM run WHERE id = 1").fetchone()
+        if row is None:
+            raise missing_run_row(self.db_path)
+        return row
+
+    def _json(self, row: sqlite3.Row, table: str, column: str, key: dict[str, Any], kind: type = dict) -> Any:
+        """The JSON in `row[column]`, which kitae wrote as a `kind` (dict or list). Anything else there (a
+        hand-edited ``{not json``) is StoreDamaged naming the file, table, row (`key`), column and a repair."""
+        text = row[column]
+        try:
+            value = from_json(text) if isinstance(text, str) else text
+        except json.JSONDecodeError as exc:
+            problem = f"not JSON ({exc.msg} at character {exc.pos}: {text[:40]!r})"
+        else:
+            if isinstance(value, kind):
+                return value
+            problem = f"expected a JSON {'object' if kind is dict else 'array'}, got {text!r:.40}"
+        raise damaged_cell(self.db_path, table, key, column, problem, "'{}'" if kind is dict else "'[]'")
+
+    def _number(self, value: Any, key: dict[str, Any], table: str = "metrics", column: str = "value") -> Any:
+        """A stored metric value: a number or NULL; text there (hand-edited) is StoreDamaged naming the cell."""
+        if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+            return value
+        raise damaged_cell(self.db_path, table, key, column, f"expected a number or NULL, got {value!r:.40}", "NULL")
 
     def _status(self, row: sqlite3.Row) -> str:
         return effective_status(row["status"], row["pid"], row["host"], row["heartbeat_at"], self.stale_after)
@@ -104,7 +138,7 @@ class RunReader:
     @property
     def config(self) -> dict:
         with self._read() as db:
-            return from_json(self._run_row(db)["config"])
+            return self._json(self._run_row(db), "run", "config", {"id": 1})
 
     def last_step(self) -> int | None:
         """The highest step with logged metrics; None before the first."""
@@ -123,16 +157,17 @@ class RunReader:
         """The one-line summary that `kitae runs list` shows."""
         with self._read() as db:
             row = self._run_row(db)
-            reward = db.execute("SELECT value FROM metrics WHERE key = 'reward' ORDER BY step DESC LIMIT 1").fetchone()
-            last_eval = db.execute("SELECT metrics FROM evals ORDER BY step DESC LIMIT 1").fetchone()
+            reward = db.execute(
+                "SELECT step, value FROM metrics WHERE key = 'reward' ORDER BY step DESC LIMIT 1").fetchone()
+            last_eval = db.execute("SELECT step, metrics FROM evals ORDER BY step DESC LIMIT 1").fetchone()
             return RunSummary(
                 name=row["name"],
                 path=str(self.run_dir),
                 status=self._status(row),
                 model=row["model"],
                 steps=db.execute("SELECT max(step) FROM metrics").fetchone()[0],
-                reward=reward[0] if reward else None,
-                eval_score=eval_score(from_json(last_eval[0])) if last_eval else None,
+                reward=self._number(reward["value"], {"key": "reward", "step": reward["step"]}) if reward else None,
+                eval_score=eval_score(self._eval_metrics(last_eval)) if last_eval else None,
                 started_at=row["started_at"],
                 updated_at=row["heartbeat_at"],
             )
@@ -142,7 +177,7 @@ class RunReader:
         with self._read() as db:
             row = self._run_row(db)
             evals = db.execute("SELECT count(*) FROM evals").fetchone()[0]
-            config = from_json(row["config"])
+            config = self._json(row, "run", "config", {"id": 1})
             return {
                 "schema_version": self.version,
                 "name": row["name"],
@@ -159,7 +194,7 @@ class RunReader:
                 "evals": evals,
                 "first_eval": self._eval_dict(db, "ASC"),
                 "latest_eval": self._eval_dict(db, "DESC"),
-                "final": from_json(row["summary"]),
+                "final": None if row["summary"] is None else self._json(row, "run", "summary", {"id": 1}),
                 "config": config,
                 # where the config ran code without isolation (`sandbox: none`): shown wherever the run is
                 "unsandboxed": unsandboxed(config),
@@ -170,14 +205,48 @@ class RunReader:
     def _latest_metrics(self, db: sqlite3.Connection) -> dict[str, dict[str, Any]]:
         # SQLite takes the bare columns of an aggregate query from the row that holds the max()
         rows = db.execute("SELECT key, max(step) AS step, value FROM metrics GROUP BY key ORDER BY key")
-        return {r["key"]: {"step": r["step"], "value": r["value"]} for r in rows}
+        return {r["key"]: {"step": r["step"], "value": self._number(r["value"], {"key": r["key"], "step": r["step"]})}
+                for r in rows}
 
     def _eval_dict(self, db: sqlite3.Connection, direction: str) -> dict[str, Any] | None:
         row = db.execute(f"SELECT * FROM evals ORDER BY step {direction} LIMIT 1").fetchone()
         if row is None:
             return None
-        metrics = from_json(row["metrics"])
+        metrics = self._eval_metrics(row)
         return {"step": row["step"], "score": eval_score(metrics), "metrics": metrics, "n_samples": row["n_samples"]}
+
+    def check_cells(self) -> None:
+        """Raise StoreDamaged naming the first cell kitae cannot read back (the run row gone, a JSON column that is
+        not JSON of its type, text among the metrics), before a resume builds on the run's history. One pass with
+        SQLite's own JSON functions, so it costs a scan, not a parse of every row in Python."""
+        with self._read() as db:
+            self._run_row(db)
+            for table, (keys, columns) in JSON_CELLS.items():
+                if table == "events" and self.version < 2:
+                    continue
+                for column, kind in columns.items():
+                    self._check_column(db, table, keys, column, kind)
+            bad = db.execute("SELECT key, step, value FROM metrics "
+                             "WHERE typeof(value) NOT IN ('real', 'integer', 'null') LIMIT 1").fetchone()
+            if bad is not None:
+                self._number(bad["value"], {"key": bad["key"], "step": bad["step"]})
+
+    def damage(self) -> str | None:
+        """What :meth:`check_cells` would raise, as text (None for a sound run.db): `kitae runs show` prints it
+        beside what it can show."""
+        try:
+            self.check_cells()
+        except StoreDamaged as exc:
+            return str(exc)
+        return None
+
+    def _check_column(self, db: sqlite3.Connection, table: str, keys: tuple[str, ...], column: str, kind: str) -> None:
+        bad = db.execute(
+            f"SELECT {', '.join(keys)}, {column} FROM {table} WHERE {column} IS NOT NULL "
+            f"AND (CASE WHEN json_valid({column}) THEN json_type({column}) END) IS NOT ? LIMIT 1", (kind,)
+        ).fetchone()
+        if bad is not None:  # _json says what is wrong with it (and lets pass what Python reads as kitae wrote it)
+            self._json(bad, table, column, {k: bad[k] for k in keys}, dict if kind == "object" else list)
 
     # ---- metrics ------------------------------------------------------------------------------
     def metric_keys(self) -> list[str]:
@@ -200,7 +269,7 @@ class RunReader:
                     "SELECT step, value FROM metrics WHERE key = ? AND step BETWEEN ? AND ? ORDER BY step",
                     (key, since_step, until),
                 )
-                out[key] = [(r[0], r[1]) for r in rows]
+                out[key] = [(r[0], self._number(r[1], {"key": key, "step": r[0]})) for r in rows]
             return out
 
     # ---- groups and samples -------------------------------------------------------------------
@@ -255,14 +324,15 @@ class RunReader:
             return [self._group(db, r, with_samples) for r in rows.fetchall()]
 
     def _group(self, db: sqlite3.Connection, row: sqlite3.Row, with_samples: bool) -> GroupRow:
+        key = {"id": row["id"]}
         return GroupRow(
             id=row["id"],
             step=row["step"],
             group_index=row["group_index"],
             prompt=row["prompt"],
-            messages=from_json(row["messages"]),
+            messages=self._json(row, "groups", "messages", key, list),
             reference=row["reference"],
-            item=from_json(row["item"]),
+            item=self._json(row, "groups", "item", key),
             n_samples=row["n_samples"],
             n_scored=row["n_scored"],
             n_truncated=row["n_truncated"],
@@ -273,22 +343,23 @@ class RunReader:
 
     def _samples(self, db: sqlite3.Connection, group_id: int) -> list[SampleRecord]:
         rows = db.execute("SELECT * FROM samples WHERE group_id = ? ORDER BY sample_index", (group_id,))
-        return [
-            SampleRecord(
-                text=r["text"],
-                completion_tokens=r["completion_tokens"],
-                finish_reason=r["finish_reason"],
-                reward=r["reward"],
-                advantage=r["advantage"],
-                scores=from_json(r["scores"]),
-                reasons=from_json(r["reasons"]),
-                sub_scores=from_json(r["sub_scores"]),
-                errors=from_json(r["errors"]),
-                policy_version=r["policy_version"] if "policy_version" in r.keys() else None,  # (before version 3)
-                thinking_open=bool(r["thinking_open"]) if "thinking_open" in r.keys() else False,  # (before 4)
-            )
-            for r in rows
-        ]
+        return [self._sample(r) for r in rows]
+
+    def _sample(self, r: sqlite3.Row) -> SampleRecord:
+        key = {"group_id": r["group_id"], "sample_index": r["sample_index"]}
+        return SampleRecord(
+            text=r["text"],
+            completion_tokens=r["completion_tokens"],
+            finish_reason=r["finish_reason"],
+            reward=self._number(r["reward"], key, "samples", "reward"),
+            advantage=r["advantage"],
+            scores=self._json(r, "samples", "scores", key),
+            reasons=self._json(r, "samples", "reasons", key),
+            sub_scores=self._json(r, "samples", "sub_scores", key),
+            errors=self._json(r, "samples", "errors", key),
+            policy_version=r["policy_version"] if "policy_version" in r.keys() else None,  # (before version 3)
+            thinking_open=bool(r["thinking_open"]) if "thinking_open" in r.keys() else False,  # (before 4)
+        )
 
     # ---- events --------------------------------------------------------------------------------
     def meta_value(self, key: str) -> str | None:
@@ -306,8 +377,9 @@ class RunReader:
     def _events(self, db: sqlite3.Connection) -> list[dict[str, Any]]:
         if self.version < 2:  # written by an older kitae, read as it is: no events table
             return []
-        rows = db.execute("SELECT step, kind, message, data, logged_at FROM events ORDER BY id")
-        return [{"step": r[0], "kind": r[1], "message": r[2], "data": from_json(r[3]), "logged_at": r[4]} for r in rows]
+        rows = db.execute("SELECT id, step, kind, message, data, logged_at FROM events ORDER BY id")
+        return [{"step": r["step"], "kind": r["kind"], "message": r["message"],
+                 "data": self._json(r, "events", "data", {"id": r["id"]}), "logged_at": r["logged_at"]} for r in rows]
 
     # ---- evals --------------------------------------------------------------------------------
     def evals(self, limit: int | None = None, offset: int = 0) -> list[EvalRow]:
@@ -315,13 +387,18 @@ class RunReader:
         sql = "SELECT * FROM evals ORDER BY step LIMIT ? OFFSET ?"
         with self._read() as db:
             rows = db.execute(sql, (-1 if limit is None else limit, offset))
-            return [EvalRow(r["step"], from_json(r["metrics"]), r["n_samples"], r["logged_at"]) for r in rows]
+            return [EvalRow(r["step"], self._eval_metrics(r), r["n_samples"], r["logged_at"]) for r in rows]
+
+    def _eval_metrics(self, row: sqlite3.Row) -> dict[str, float | None]:
+        return self._json(row, "evals", "metrics", {"step": row["step"]})
 
     def eval_samples(self, step: int, limit: int | None = None, offset: int = 0) -> list[dict]:
         """The samples logged with the evaluation at `step`, in order."""
-        sql = "SELECT data FROM eval_samples WHERE step = ? ORDER BY sample_index LIMIT ? OFFSET ?"
+        sql = "SELECT sample_index, data FROM eval_samples WHERE step = ? ORDER BY sample_index LIMIT ? OFFSET ?"
         with self._read() as db:
-            return [from_json(r[0]) for r in db.execute(sql, (step, -1 if limit is None else limit, offset))]
+            rows = db.execute(sql, (step, -1 if limit is None else limit, offset))
+            return [self._json(r, "eval_samples", "data", {"step": step, "sample_index": r["sample_index"]})
+                    for r in rows]
 
 
 def _group_where(step: int | None, prompt: str | None, filter: str) -> tuple[str, tuple]:

@@ -94,6 +94,7 @@ def plan_resume(cfg: Any, allow_config_change: bool = False, from_scratch: bool 
         raise KitaeError(f"{run_dir / DB_NAME} is missing: there is no run history here to resume "
                          f"(start a new run with `kitae train CONFIG`)")
     with RunStore.open(run_dir, read_only=True) as store:
+        store.check_cells()  # a damaged history is refused here, not after the model loaded or mid-run
         saved, last = store.config, store.last_logged_step()
     changes = config_changes(_normalized(saved), cfg.to_dict())
     check_config_changes(changes, allow_config_change, run_dir)

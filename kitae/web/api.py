@@ -35,6 +35,7 @@ from urllib.parse import parse_qs
 from kitae.errors import DataError, KitaeError
 from kitae.registry import Registry, close_names
 from kitae.store import DB_NAME, GROUP_FILTERS, GROUP_ORDERS, GroupRow, RunStore, list_runs
+from kitae.store.failures import StoreDamaged
 from kitae.store.images import content_type, image_file
 from kitae.store.records import prompt_key
 from kitae.store.store import run_not_found
@@ -130,8 +131,12 @@ def dispatch(runs_dir: Path, method: str, path: str, query: Query, body: Any = N
             continue
         if "run" not in params:
             return r.handler(runs_dir, query)
-        with open_named_run(runs_dir, params.pop("run")) as store:
-            return r.handler(store, query, body, **params) if method == "POST" else r.handler(store, query, **params)
+        args = (body,) if method == "POST" else ()
+        try:
+            with open_named_run(runs_dir, params.pop("run")) as store:
+                return r.handler(store, query, *args, **params)
+        except StoreDamaged as exc:  # the run's stored state, not the request, is at fault: 409, with the repair
+            raise ApiError(409, str(exc)) from None
     raise ApiError(404, f"no API endpoint {method} /api{path}")
 
 
@@ -284,7 +289,10 @@ def save_labels(store: RunStore, query: Query, body: Any) -> dict[str, Any]:
     if not isinstance(items, list) or not items:
         raise DataError("request body", None, "labels", 'expected {"labels": [{"group_id", "sample_index", "score"}]}')
     new = [_label_for(store, item, i) for i, item in enumerate(items)]
-    label_store.append_labels(store.run_dir, new)
+    try:
+        label_store.append_labels(store.run_dir, new)
+    except label_store.LabelsNotSaved as exc:  # the server cannot store them, whatever the request: 503
+        raise ApiError(503, str(exc)) from None
     return {"saved": len(new), "file": str(store.run_dir / label_store.LABELS_FILE)}
 
 

@@ -1,5 +1,5 @@
 """Your own scores for a run's samples, and how well the grader agrees with them (the hosted RFT grader guide's advice:
-score 5-10 answers yourself before trusting a grader for a long run).
+score answers yourself before trusting a grader for a long run; the verdict needs MIN_LABELS, 30, to give a grade).
 
 Labels live in a sidecar file, ``runs/NAME/labels.jsonl``, never in run.db (the trainer owns run.db).
 One JSON object per line, appended; a later line for the same sample replaces an earlier one, and a line
@@ -28,9 +28,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from kitae.errors import DataError
+from kitae.errors import DataError, KitaeError
 from kitae.graders.agreement import MIN_LABELS, agreement, verdict
 from kitae.store import GroupRow, RunStore
+from kitae.store.failures import NO_SPACE, READ_ONLY
 from kitae.store.records import prompt_key
 
 LABELS_FILE = "labels.jsonl"
@@ -101,11 +102,31 @@ def append_labels(run_dir: str | Path, labels: list[Label]) -> None:
     now = time.time()
     lines = "".join(json.dumps({**asdict(l), "labeled_at": l.labeled_at or now}, ensure_ascii=False) + "\n"
                     for l in labels)
-    fd = os.open(Path(run_dir) / LABELS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    path = Path(run_dir) / LABELS_FILE
     try:
-        os.write(fd, lines.encode("utf-8"))
-    finally:
-        os.close(fd)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, lines.encode("utf-8"))
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise labels_not_saved(path, exc) from exc
+
+
+class LabelsNotSaved(KitaeError):
+    """labels.jsonl could not be written (a read-only run folder, a full disk); the message says which and why."""
+
+
+def labels_not_saved(path: Path, exc: OSError) -> LabelsNotSaved:
+    reason = exc.strerror or str(exc)
+    if exc.errno in READ_ONLY:
+        fix = ("this run folder is read-only (a read-only mount, an archive, another user's folder); copy the run "
+               "folder to writable storage and label it there (kitae ui --runs FOLDER)")
+    elif exc.errno in NO_SPACE:
+        fix = "the disk is full, or a quota or file-size limit was hit; free space there and save again"
+    else:
+        fix = "check the run folder and its disk, then save again"
+    return LabelsNotSaved(f"cannot save your labels: {path} ({reason}): {fix}")
 
 
 # ---- agreement with the grader ------------------------------------------------------------------

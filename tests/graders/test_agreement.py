@@ -72,12 +72,13 @@ def test_worst_disagreements_are_sorted_and_capped():
 @pytest.mark.parametrize(
     "pairwise, spearman_, n, starts",
     [
-        (0.9, 0.8, 10, "GOOD"),
-        (0.7, 0.6, 10, "WEAK"),
-        (0.4, 0.1, 10, "BAD"),
-        (0.9, 0.9, 3, "INCONCLUSIVE"),
-        (None, 0.85, 10, "GOOD"),  # no groups: Spearman decides
-        (None, None, 10, "INCONCLUSIVE"),
+        (0.9, 0.8, 30, "GOOD"),
+        (0.7, 0.6, 30, "WEAK"),
+        (0.4, 0.1, 30, "BAD"),
+        (0.9, 0.9, 3, "INCONCLUSIVE: too few labels to trust: 3, need 30"),
+        (1.0, 1.0, 29, "INCONCLUSIVE: too few labels to trust: 29, need 30"),  # perfect, but on too few labels
+        (None, 0.85, 30, "GOOD"),  # no groups: Spearman decides
+        (None, None, 30, "INCONCLUSIVE: the scores do not vary"),
     ],
 )
 def test_verdict_thresholds(pairwise, spearman_, n, starts):
@@ -92,19 +93,31 @@ def rows_of(groups: list[tuple[str, list[tuple[str, float]]]]) -> list:
                       "data.jsonl", i + 1) for i, (ref, samples) in enumerate(groups)]
 
 
-def test_validate_a_numeric_grader_that_agrees():
-    rows = rows_of([
-        ("WACC 9.91%", [("9.9%", 5), ("9.5%", 3), ("12%", 1)]),
-        ("EV $1,705M", [("1.7B", 5), ("1.6B", 3), ("2B", 1)]),
-        ("growth 4%", [("4%", 4), ("7%", 1)]),
-        ("margin 20%", [("20%", 5), ("19.5%", 4), ("30%", 2)]),
-    ])
+AGREEING = [
+    ("WACC 9.91%", [("9.9%", 5), ("9.5%", 3), ("12%", 1)]),
+    ("EV $1,705M", [("1.7B", 5), ("1.6B", 3), ("2B", 1)]),
+    ("growth 4%", [("4%", 4), ("7%", 1)]),
+    ("margin 20%", [("20%", 5), ("19.5%", 4), ("30%", 2)]),
+]
+
+
+def test_validate_a_numeric_grader_that_agrees_on_too_few_labels():
     spec = {"type": "numeric"}
-    report = validate(build_grader(spec), rows, spec=spec)
+    report = validate(build_grader(spec), rows_of(AGREEING), spec=spec)
     # 10 ordered pairs; the grader ties 1.6B and 2B (both beyond 5%: 0) -> (9 + 0.5) / 10
     assert report.agreement.pairwise == 0.95 and report.agreement.grader_ties == 1
-    assert report.verdict.startswith("GOOD")
     assert report.scored == 11 and report.errors == 0
+    # Wilson's 95% interval of 0.95 on 11 labels: 0.67 to 0.99, from WEAK to GOOD: no grade can be given yet
+    assert report.verdict.startswith("INCONCLUSIVE: too few labels to trust: 11, need 30 (pairwise agreement 0.95, "
+                                     "95% interval 0.67 to 0.99 from 11 labels"), report.verdict
+
+
+def test_validate_a_numeric_grader_that_agrees_on_enough_labels():
+    spec = {"type": "numeric"}
+    report = validate(build_grader(spec), rows_of(AGREEING * 3), spec=spec)  # 33 labels, the same agreement
+    assert report.agreement.pairwise == 0.95 and report.agreement.n_samples == 33
+    assert report.verdict.startswith("GOOD: the grader ranks answers like you (pairwise agreement 0.95, 95% interval "
+                                     "0.82 to 0.99 from 33 labels"), report.verdict
 
 
 def test_validate_warns_about_the_seeds_common_mistakes():
@@ -116,7 +129,7 @@ def test_validate_warns_about_the_seeds_common_mistakes():
     spec = {"type": "weighted", "graders": {"sim": {"type": "text_similarity"}, "num": {"type": "numeric"}}}
     report = validate(build_grader(spec), rows, spec=spec)
     text = "\n".join(report.warnings)
-    assert "only 4 samples" in text  # few labels
+    assert "too few labels to trust: 4, need 30" in report.verdict  # one verdict, no warning beside it
     assert "numeric grading where 2 of 2 references have no number" in text
     assert "nothing checks length or repetition" in text
     assert report.verdict.startswith("INCONCLUSIVE")

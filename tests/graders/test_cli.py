@@ -133,7 +133,9 @@ def test_validate_report_and_verdict():
     assert lines[0].startswith("samples with both scores: 12")
     assert "Spearman rho: " in lines[1] and "Kendall tau-b: " in lines[1]
     assert "within-group pairwise agreement: 0.958  over 12 pairs (1 tied by the grader)" in lines[2]
-    assert lines[-1].startswith("GOOD: ")
+    # 12 labels: the same verdict as kitae grader lint's, with the interval (Wilson, 0.958 on 12: 0.70 to 1.00)
+    assert lines[-1] == ("INCONCLUSIVE: too few labels to trust: 12, need 30 (pairwise agreement 0.96, 95% interval "
+                         "0.70 to 1.00 from 12 labels; Spearman 0.94); label more before a long run")
 
 
 def test_validate_shows_the_worst_disagreements_with_both_scores():
@@ -147,7 +149,8 @@ def test_validate_shows_the_worst_disagreements_with_both_scores():
 def test_validate_json_output():
     result = runner.invoke(app, ["grader", "validate", "-g", "numeric", "-d", str(EXAMPLES / "finance_labeled.jsonl"), "--json"])
     report = json.loads(result.output)
-    assert report["agreement"]["pairs"] == 12 and report["verdict"].startswith("GOOD")
+    assert report["agreement"]["pairs"] == 12
+    assert report["verdict"].startswith("INCONCLUSIVE: too few labels to trust: 12, need 30")
 
 
 def test_list_names_every_type_on_one_plain_line():
@@ -174,3 +177,32 @@ def test_summary_and_distribution_by_hand():
     assert distribution([0.0, 1.0, 1.0], width=10) == [("0", 1, "#####"), ("1", 2, "##########")]
     bins = distribution([0.05, 0.15, 0.25, 0.35, 0.45, 0.55, 0.65, 0.95], bins=2, width=4)
     assert [(label, n) for label, n, _ in bins] == [("[0.05,0.50)", 5), ("[0.50,0.95]", 3)]
+
+
+def test_validate_and_lint_give_one_verdict_on_few_and_on_enough_labels(tmp_path):
+    """The example's 12 labels, then the same rows three times (36): validate's verdict and lint's warning agree."""
+    import os
+
+    few = EXAMPLES / "finance_labeled.jsonl"
+    enough = tmp_path / "labeled36.jsonl"
+    enough.write_text(few.read_text() * 3)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+
+    def kitae(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "kitae.cli.main", *args], capture_output=True, text=True,
+                              timeout=120, env=env)
+
+    spec = str(EXAMPLES / "numeric.yaml")
+    on_few, lint_few = kitae("grader", "validate", "-g", spec, "-d", str(few)), kitae("grader", "lint", "-g", spec,
+                                                                                       "-d", str(few))
+    assert on_few.returncode == 0 and lint_few.returncode == 0, on_few.stderr + lint_few.stderr
+    assert on_few.stdout.splitlines()[-1].startswith("INCONCLUSIVE: too few labels to trust: 12, need 30 (")
+    assert "95% interval 0.70 to 1.00 from 12 labels" in on_few.stdout and "fine for a long run" not in on_few.stdout
+    assert "too few labels to trust: 12, need 30" in lint_few.stdout
+    on_enough = kitae("grader", "validate", "-g", spec, "-d", str(enough))
+    lint_enough = kitae("grader", "lint", "-g", spec, "-d", str(enough), "--strict")
+    assert on_enough.returncode == 0, on_enough.stderr
+    # Wilson's interval of 23/24 on 36 labels: 0.84 to 0.99
+    assert on_enough.stdout.splitlines()[-1].startswith(
+        "GOOD: the grader ranks answers like you (pairwise agreement 0.96, 95% interval 0.84 to 0.99 from 36 labels")
+    assert lint_enough.returncode == 0 and "too few labels" not in lint_enough.stdout, lint_enough.stdout

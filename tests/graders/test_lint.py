@@ -4,13 +4,17 @@ where the spec or data is fine; --strict and --json."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from kitae.cli.main import app
-from kitae.graders.lint import agreement_half_width, lint, same_model
+from kitae.graders.agreement import agreement_interval
+from kitae.graders.lint import lint, same_model
 from kitae.graders.rows import Row, parse_row
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "graders"
@@ -86,10 +90,13 @@ def labelled(n: int) -> list[Row]:
 def test_small_validation_set():
     (warning,) = lint({"type": "answer"}, labelled(6)).warnings  # 12 labelled samples
     assert warning.kind == "small_validation_set"
-    assert "only 12 labelled samples" in warning.message and "±0.23" in warning.message
+    # the words of kitae grader validate's verdict; Wilson's interval of 0.8 on 12: (0.8 + z²/24 ± z·sqrt(0.16/12 +
+    # z²/576)) / (1 + z²/12) with z = 1.96: 0.52 to 0.94
+    assert warning.message.startswith("too few labels to trust: 12, need 30: an agreement of 0.8 on 12 labels has a "
+                                      "95% interval of 0.52 to 0.94"), warning.message
     assert kinds({"type": "answer"}, labelled(15)) == []  # 30
     assert kinds({"type": "answer"}, prompts("47")) == []  # not labelled data
-    assert round(agreement_half_width(30), 2) == 0.14  # 1.96 * sqrt(0.16 / 30)
+    assert [round(x, 2) for x in agreement_interval(0.8, 30)] == [0.63, 0.90]  # about ±0.14: the GOOD-WEAK gap
 
 
 def test_cli_warns_exits_0_and_strict_exits_1():
@@ -99,7 +106,7 @@ def test_cli_warns_exits_0_and_strict_exits_1():
     as_json = runner.invoke(app, args + ["--json"])
     assert plain.exit_code == 0, plain.output
     assert strict.exit_code == 1
-    assert "warning (small_validation_set): only 12 labelled samples" in plain.output
+    assert "warning (small_validation_set): too few labels to trust: 12, need 30" in plain.output
     report = json.loads(as_json.output)
     assert [w["kind"] for w in report["warnings"]] == ["small_validation_set"]
     assert "judge_is_policy" in report["checks"]
@@ -120,3 +127,30 @@ def test_cli_judge_is_policy_from_a_file(tmp_path):
     result = runner.invoke(app, ["grader", "lint", "-g", str(spec), "--policy-model", JUDGE["model"], "--strict"])
     assert result.exit_code == 1
     assert "warning (judge_is_policy): the judge grader's model 'Qwen/Qwen2.5-0.5B-Instruct' is the policy" in result.output
+
+
+KITAE = [sys.executable, "-m", "kitae.cli.main"]
+
+
+@pytest.mark.parametrize("weights", [
+    ("nan", "1"),  # NaN: the mix would score NaN
+    ("-1e400", "1"),  # beyond the largest float: reads as -infinity
+    ("0", "0"),  # every part logged only: nothing counts toward the reward
+])
+def test_lint_refuses_what_every_other_command_refuses_in_the_same_words(tmp_path, weights):
+    spec = tmp_path / "mix.yaml"
+    spec.write_text(f"type: weighted\ngraders:\n  a: {{type: numeric, weight: {weights[0]}}}\n"
+                    f"  b: {{type: string_check, operation: eq, weight: {weights[1]}}}\n")
+    data = str(EXAMPLES / "finance_labeled.jsonl")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    run = lambda *args: subprocess.run([*KITAE, *args], capture_output=True, text=True, timeout=120, env=env)  # noqa: E731
+    linted = run("grader", "lint", "-g", str(spec), "-d", data)
+    validated = run("grader", "validate", "-g", str(spec), "-d", data)
+    graded = run("grade", "-g", str(spec), "-d", data)
+    refusal = validated.stderr.strip()
+    assert validated.returncode == 2 and refusal.startswith("error: --grader.graders"), validated.stderr
+    assert graded.returncode == 2 and graded.stderr.strip() == refusal
+    assert linted.returncode == 2 and "Traceback" not in linted.stderr, linted.stdout + linted.stderr
+    assert linted.stderr.splitlines()[0] == refusal  # one validator, one wording
+    as_json = json.loads(run("grader", "lint", "-g", str(spec), "--json").stdout)
+    assert as_json["errors"] == [refusal.removeprefix("error: ")] and as_json["warnings"] == []

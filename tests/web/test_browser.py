@@ -202,7 +202,7 @@ def test_label_samples_and_see_the_agreement(serve, fresh_runs, page):
     page.wait_for_selector(".agreement .stat >> text=0.9167")  # pairwise (5 + 0.5) / 6
     stats = page.locator(".agreement .stat b").all_inner_texts()
     assert stats[0] == "4" and stats[1] == "0.9167" and stats[4] == "6"  # labels, pairwise, pairs
-    assert page.locator(".verdict").inner_text().startswith("INCONCLUSIVE: only 4 samples")
+    assert page.locator(".verdict").inner_text().startswith("INCONCLUSIVE: too few labels to trust: 4, need 30 (")
     saved = [json.loads(line) for line in (fresh_runs / "finished-run" / "labels.jsonl").read_text().splitlines()]
     assert [(r["step"], r["group_index"], r["sample_index"], r["score"]) for r in saved] == [
         (30, 0, i, v) for i, v in enumerate([1, 4, 5, 3])]

@@ -57,3 +57,26 @@ def test_ui_serves_the_runs_until_ctrl_c(runs_dir):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_ui_on_a_damaged_run_answers_409_and_prints_no_traceback(fresh_runs):
+    from tests.store.damaged import DAMAGES, damage
+
+    where = damage(fresh_runs / "finished-run", next(c for c in DAMAGES if c.id == "run-row-deleted"))
+    proc = subprocess.Popen([*KITAE, "ui", "--runs", str(fresh_runs), "--port", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=sigint_as_in_a_terminal)
+    try:
+        lines = [proc.stdout.readline() for _ in range(2)]
+        url = re.search(r"open (http://127\.0\.0\.1:\d+/)", lines[1]).group(1)
+        runs = {r["name"]: r for r in httpx.get(url + "api/runs", timeout=10).json()["runs"]}
+        assert runs["finished-run"]["status"] == "unreadable" and where in runs["finished-run"]["error"]
+        assert runs["crashed-run"]["status"] == "crashed"  # one damaged run hides no other
+        shown = httpx.get(url + "api/runs/finished-run", timeout=10)
+        assert shown.status_code == 409 and where in shown.json()["error"], shown.text
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0 and "Traceback" not in err, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

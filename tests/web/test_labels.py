@@ -43,10 +43,13 @@ def test_one_group_with_one_swapped_pair(serve, fresh_runs):
     assert (worst["step"], worst["better"]["sample_index"], worst["worse"]["sample_index"]) == (1, 0, 1)
     assert worst["severity"] == pytest.approx((2 - 1) / 4 + (1 / 30 - 0) / 1)  # rescaled human gap + grader gap
     assert worst["better"]["text"] == "step 1: 2+2 is 3"
-    assert r["verdict"].startswith("INCONCLUSIVE: only 4 samples")
+    assert r["verdict"].startswith("INCONCLUSIVE: too few labels to trust: 4, need 30 (pairwise agreement 0.83, "
+                                   "95% interval 0.36 to 0.98 from 4 labels")  # Wilson's interval of 5/6 on 4
 
 
-def test_two_agreeing_groups_are_good(serve, fresh_runs):
+def test_two_agreeing_groups_are_too_few_to_trust(serve, fresh_runs):
+    """8 labels in perfect agreement were called GOOD, "fine for a long run", while `kitae grader lint` called them
+    too few to trust: one verdict now, with its interval."""
     http = serve(fresh_runs).http
     label_group(http, 1, [1, 2, 5, 3])
     label_group(http, 2, [1, 2, 5, 3])
@@ -55,8 +58,21 @@ def test_two_agreeing_groups_are_good(serve, fresh_runs):
     # Spearman 40 / sqrt(40 * 40.5)
     assert r["agreement"]["pairwise"] == 1.0
     assert r["agreement"]["spearman"] == pytest.approx(40 / (40 * 40.5) ** 0.5)
-    assert r["verdict"] == ("GOOD: the grader ranks answers like you (pairwise agreement 1.00, Spearman 0.99); "
-                            "fine for a long run")
+    # Wilson's interval of 1.0 on 8 labels: 8 / (8 + z²) = 0.68 to 1
+    assert r["verdict"] == ("INCONCLUSIVE: too few labels to trust: 8, need 30 (pairwise agreement 1.00, 95% interval "
+                            "0.68 to 1.00 from 8 labels; Spearman 0.99); label more before a long run")
+    assert r["min_labels"] == 30
+
+
+def test_eight_agreeing_groups_are_good(serve, fresh_runs):
+    http = serve(fresh_runs).http
+    for step in range(1, 9):
+        label_group(http, step, [1, 2, 5, 3])
+    r = http.get("/api/runs/finished-run/agreement").json()
+    assert r["labels"] == 32 and r["agreement"]["pairwise"] == 1.0
+    # Wilson's interval of 1.0 on 32 labels: 32 / (32 + z²) = 0.89 to 1
+    assert r["verdict"].startswith("GOOD: the grader ranks answers like you (pairwise agreement 1.00, 95% interval "
+                                   "0.89 to 1.00 from 32 labels"), r["verdict"]
 
 
 def test_a_component_can_stand_for_the_grader(serve, fresh_runs):

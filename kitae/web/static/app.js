@@ -584,7 +584,8 @@
       ["reward", ...components].map((c) => h("option", {value: c, selected: c === grader},
         c === "reward" ? "total reward" : `component ${c}`)));
     put(app, runHeader(run, summary, "label"),
-      h("p", {class: "intro"}, "Score 5–10 answers yourself, then see whether the grader ranks them as you do. "
+      h("p", {class: "intro"}, "Score at least 30 answers yourself, then see whether the grader ranks them as "
+        + "you do (with fewer, the verdict says they are too few to trust). "
         + "A grader that disagrees with you teaches the model its opinion, not yours. Grader scores stay hidden "
         + "until you save, so they cannot sway you. Your labels go to labels.jsonl in the run folder."),
       agreementBox, groupBox);
@@ -643,7 +644,7 @@
   function labelGroup(run, g, mine, box, on) {
     let revealed = false;
     const cards = h("div", {class: "samples"});
-    const status = h("span", {class: "muted"});
+    const status = h("span", {class: "muted save-status"});
     const choose = (i, v) => { mine[i] = v; draw(); };
     const buttons = (i) => h("div", {class: "label-row"}, "your score: ",
       LABEL_SCALE.map((v) => h("button", {type: "button", class: "score-button" + (mine[i] === v ? " chosen" : ""),
@@ -653,7 +654,15 @@
     const save = async () => {
       const items = Object.entries(mine).map(([i, score]) => ({group_id: g.id, sample_index: Number(i), score}));
       if (!items.length) { status.textContent = "score at least one sample first"; return; }
-      const r = await post(`/runs/${enc(run)}/labels`, {labels: items});
+      let r;
+      try {
+        r = await post(`/runs/${enc(run)}/labels`, {labels: items});
+      } catch (e) {  // not saved (a read-only run folder, a full disk): say why, keep the scores to try again
+        status.className = "save-status error";
+        status.textContent = `not saved: ${e.message}`;
+        return;
+      }
+      status.className = "muted save-status";
       status.textContent = `saved ${r.saved} labels to ${r.file}`;
       revealed = true;
       draw();

@@ -1,0 +1,44 @@
+"""Run stores damaged by hand, as a person with a sqlite3 shell can leave them: a row deleted, a JSON column
+edited to ``{not json``, text where a number goes. Each case starts from a real small run written by the run
+store's own writer (tests/web/runs.py: 30 steps, evals every 10, groups 0-2 each step) and says which table,
+row and column a reader must name."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Damage:
+    id: str
+    sql: str  # what the person ran on run.db
+    where: str  # what the error must name: table, row and column
+    shown_by: frozenset  # which readers meet it: "show" (`kitae runs show`), "list" (`kitae runs list`)
+
+
+DAMAGES = [
+    Damage("run-row-deleted", "DELETE FROM run", "table run has no row", frozenset({"show", "list"})),
+    Damage("config-not-json", "UPDATE run SET config = '{not json'", "table run, row id 1, column config: not JSON",
+           frozenset({"show"})),
+    Damage("eval-metrics-not-json", "UPDATE evals SET metrics = '{not json' WHERE step = 30",
+           "table evals, row step 30, column metrics: not JSON", frozenset({"show", "list"})),
+    Damage("metric-value-text", "UPDATE metrics SET value = '{not json' WHERE key = 'reward' AND step = 30",
+           "table metrics, row key reward, step 30, column value: expected a number", frozenset({"show", "list"})),
+    Damage("sample-scores-not-json",
+           "UPDATE samples SET scores = '{not json' WHERE step = 3 AND sample_index = 1 AND group_id = "
+           "(SELECT id FROM groups WHERE step = 3 AND group_index = 0)",
+           "table samples, row group_id {group}, sample_index 1, column scores: not JSON", frozenset()),
+    Damage("group-messages-not-an-array", "UPDATE groups SET messages = '{}' WHERE step = 3 AND group_index = 0",
+           "table groups, row id {group}, column messages: expected a JSON array", frozenset()),
+]
+
+
+def damage(run: Path, case: Damage) -> str:
+    """Apply `case` to run/run.db; returns what its error must say (the damaged group's id filled in)."""
+    with sqlite3.connect(run / "run.db") as db:
+        group = db.execute("SELECT id FROM groups WHERE step = 3 AND group_index = 0").fetchone()[0]
+        db.execute(case.sql)
+    db.close()
+    return case.where.format(group=group)
