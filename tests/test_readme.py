@@ -29,6 +29,7 @@ TRAINING = "test_minimal_config_as_written"
 GRADERS = "test_grader_commands_as_written"
 # Each README command -> the test here that runs it, or why none does.
 COVERED = {
+    "python3 -m venv .venv && . .venv/bin/activate": "CI's (.ci/run makes its fresh venv the same way, under /tmp)",
     "pip install -c constraints.txt -e . && kitae train examples/zero.yaml":
         f"the install is CI's (.ci/run); the training run is {QUICK_START}'s",
     "pip install -c constraints.txt -e '.[dev,ja,embed]' && python -m pytest -q": "the test suite itself (.ci/run)",

@@ -18,9 +18,9 @@
     names, dtypes and shapes, empty after the first push, while the tensors are broadcast, /finish_weight_update
     ``{"weight_version": "V"}``), then /resume. The weights come from a ``WeightSource`` (:func:`policy_source`)
     and the routes are spoken by :class:`VllmClient` (kitae's timeout and access token; vLLM's own HTTP client
-    sends neither). Needs vllm 0.33 and CUDA in the trainer's process; a replica that misses a push sits out
-    until the next one. tests/contracts checks the calls, payloads and routes against vLLM 0.33's modules; the
-    NCCL broadcast itself is untested here (no GPU).
+    sends neither). Needs vllm 0.33 or 0.34 and CUDA in the trainer's process; a replica that misses a push sits out
+    until the next one. tests/contracts checks the calls, payloads, routes and the broadcast weights against vLLM
+    0.34's modules; the NCCL transport itself is untested here (no GPU).
 ``none``
     Nothing is pushed: a frozen server (off-policy runs, evaluation). Versions are not tracked.
 

@@ -1,6 +1,7 @@
-"""The contract environment for these tests (tests/contracts/env.py): found, waited for or built once per
-machine; the tests skip, saying why, where it cannot be built (no package index). ``KITAE_CONTRACTS_BUILD=0``:
-use an environment already built, never build one."""
+"""The contract environment for these tests (tests/contracts/env.py): found and checked, waited for, or built once
+per machine and Python; the tests skip, saying why, where it cannot be built (no package index), and error where
+a fresh build does not work (env.BrokenEnvironment: the pins need fixing). ``KITAE_CONTRACTS_BUILD=0``: use an
+environment already built, never build one."""
 
 from __future__ import annotations
 

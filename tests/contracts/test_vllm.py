@@ -1,6 +1,6 @@
-"""kitae against vLLM 0.33 as released (its modules, in the contract environment): the /v1/completions bodies
-kitae sends, the reply fields it reads, and the vllm weight sync (calls, payloads, routes). The NCCL broadcast
-itself is not run: no GPU here."""
+"""kitae against vLLM 0.34 as released (its modules, in the contract environment): the /v1/completions bodies
+kitae sends, the reply fields it reads, and the vllm weight sync (calls, payloads, routes, and the weights a worker
+unpacks from the broadcast). The NCCL transport itself is not run: no GPU here (vllm_checks.without_nccl)."""
 
 from __future__ import annotations
 
@@ -71,9 +71,10 @@ def test_a_reply_sampled_partly_by_old_weights_is_stale(vllm_says):
 
 def test_kitae_weight_source_and_client_implement_vllms_interfaces(vllm_says):
     got = vllm_says["protocols"]
-    assert got["source_is_weight_source"] and got["implements_iter_full"] and got["client_is_sync_client"]
+    assert got["source_is_weight_source"] and got["implements_iter_full"]
     assert got["metadata"] == [["weight", "torch.float32", [2, 3]], ["bias", "torch.float32", [2]]]
-    for name, (kitae_params, vllm_params) in got["signatures"].items():
+    assert {"init_weight_transfer_engine", "update_weights", "finish_weight_update"} <= set(got["signatures"])
+    for name, (kitae_params, vllm_params) in got["signatures"].items():  # every method of vLLM's client protocol
         assert kitae_params == vllm_params, name
 
 
@@ -82,16 +83,16 @@ def test_the_weight_sync_speaks_vllms_routes_and_payloads(vllm_says):
     served = {path: methods for path, methods in got["routes"]}
     for method, route in VLLM_ROUTES.values():
         assert method in served.get(route, []), route
-    calls, names = got["calls"], ["0.weight", "0.bias", "1.weight", "1.bias"]
-    init = calls[1]
-    assert calls[0] == ["trainer endpoint", 3, True] and init[0] == "init"
-    assert {k: init[1][k] for k in ("rank_offset", "world_size", "packed")} == {
-        "rank_offset": 1, "world_size": 3, "packed": True}  # packing agreed at init; workers default to unpacked
-    shapes = [[2, 3], [2], [1, 2], [1]]
-    first = [["pause", "wait"], ["start"], ["broadcast", [list(x) for x in zip(names, shapes)]],
-             ["update", names, ["bfloat16"] * 4, shapes], ["finish", "5"], ["resume"]]
-    second = [*first[:3], ["update", [], [], []], ["finish", "6"], ["resume"]]  # metadata sent once
-    assert calls[2:] == first + second
+    assert got["endpoints"] == [{"world_size": 3, "rank": 0, "packed": True}]  # one NCCL group for both pushes
+    # packing is agreed at init: vLLM's workers unpack only when the trainer's init says so
+    init = ["init", {"rank_offset": 1, "world_size": 3, "packed": True}]
+    names, shapes = ["0.weight", "0.bias", "1.weight", "1.bias"], [[2, 3], [2], [1, 2], [1]]
+    first = [["pause", "wait"], ["start"], ["update", names, ["bfloat16"] * 4, shapes, 0], ["finish", "5"],
+             ["resume"]]
+    second = [*first[:2], ["update", [], [], [], 0], ["finish", "6"], ["resume"]]  # metadata sent once
+    assert got["calls"] == [init, *first, *second]
+    pushed = [[name, "torch.bfloat16", shape, True] for name, shape in zip(names, shapes)]
+    assert got["received"] == [pushed, pushed]  # each push's weights, as a worker unpacks them
     assert got["loaded"] == [[5, 5], [6, 6]] and got["down"] == []
 
 

@@ -63,29 +63,97 @@ def reply(spec: dict) -> dict:
 
 
 def protocols(_: dict) -> dict:
-    """kitae's WeightSource and client against vLLM's abstract classes and client protocol."""
+    """kitae's WeightSource and client against vLLM's public abstract class and client protocol (structural: every
+    method it declares, with the same parameters)."""
     import torch
-    from vllm.distributed.weight_transfer import base
+    from vllm.distributed.weight_transfer import VLLMWeightSyncClient, WeightSource
 
     from kitae.rollout.sync import VllmClient, policy_source
 
     source = policy_source(torch.nn.Linear(3, 2))
     client = VllmClient("http://127.0.0.1:9", 1.0, None)
-    wanted = {name: inspect.signature(getattr(base.VLLMWeightSyncClient, name))
-              for name in ("init_weight_transfer_engine", "start_weight_update", "update_weights",
-                           "finish_weight_update")}
-    return {"source_is_weight_source": isinstance(source, base.WeightSource),
+    wanted = {name: inspect.signature(member) for name, member in vars(VLLMWeightSyncClient).items()
+              if inspect.isfunction(member) and not name.startswith("_")}
+    return {"source_is_weight_source": isinstance(source, WeightSource),
             "implements_iter_full": source.implements_iter_full(),
             "metadata": [[m.name, str(m.dtype), list(m.shape)] for m in source.metadata],
-            "client_is_sync_client": isinstance(client, base.VLLMWeightSyncClient),
-            "signatures": {name: [list(inspect.signature(getattr(client, name)).parameters),
+            "signatures": {name: [list(inspect.signature(getattr(client, name)).parameters)
+                                  if hasattr(client, name) else None,
                                   [p for p in sig.parameters if p != "self"]] for name, sig in wanted.items()}}
 
 
+class Communicator:
+    """vLLM's NCCL communicator (PyNcclCommunicator) as its trainer engine uses it: ``rank``, ``broadcast``,
+    ``destroy``. It keeps what it is given to broadcast instead of sending it: no GPU here."""
+
+    def __init__(self, rank: int):
+        self.rank, self.sent = rank, []
+
+    def broadcast(self, tensor, src, stream=None):
+        self.sent.append(tensor.clone())
+
+    def destroy(self):
+        pass
+
+
+def packed_broadcast_on_cpu(iterator, group, src, post_iter_func, buffer_size_bytes, **_):
+    """vLLM's packed_nccl_broadcast_producer without its CUDA streams: the same chunks (vLLM's pack_tensors),
+    broadcast in order."""
+    from vllm.distributed.weight_transfer.packed_tensor import pack_tensors
+
+    while (chunk := pack_tensors(iterator, post_iter_func, buffer_size_bytes)) is not None:
+        group.broadcast(chunk.packed_tensor, src=src)
+
+
+def without_nccl(opened: list) -> None:
+    """vLLM's NCCL trainer engine, as released, with its two GPU-only calls (open the NCCL group, broadcast on
+    CUDA streams) replaced: the trainer endpoint is a Communicator, appended to ``opened``."""
+    import torch
+    from vllm.distributed.weight_transfer import nccl_engine
+
+    def open_trainer_endpoint(init_info, rank=0):
+        opened.append(Communicator(rank))
+        opened[-1].init = {"world_size": init_info.world_size, "rank": rank, "packed": init_info.packed}
+        return opened[-1]
+
+    for name, stand_in in [("open_trainer_endpoint", open_trainer_endpoint),
+                           ("packed_nccl_broadcast_producer", packed_broadcast_on_cpu)]:
+        assert callable(getattr(nccl_engine, name, None)), \
+            f"vLLM's NCCL trainer engine no longer calls {name}: change this stand-in to what it calls now"
+        setattr(nccl_engine, name, stand_in)
+    assert not torch.accelerator.is_available()  # else the engine's stream sync would wait on a real device
+
+
+def unpacked(sent: list, update, buffer_size_bytes: int) -> list:
+    """What a vLLM worker unpacks from the broadcast ``sent`` with the update info's names, dtypes and shapes
+    (packed_nccl_broadcast_consumer's chunking and vLLM's unpack_tensor; its receive itself needs CUDA)."""
+    import math
+
+    import torch
+    from vllm.distributed.weight_transfer.packed_tensor import unpack_tensor
+
+    chunks, chunk, size = [], [], 0
+    for name, dtype_name, shape in zip(update.names, update.dtype_names, update.shapes):
+        dtype = getattr(torch, dtype_name)
+        chunk.append((name, shape, dtype, math.prod(shape) * dtype.itemsize))
+        size += chunk[-1][3]
+        if size > buffer_size_bytes:
+            chunks, chunk, size = chunks + [chunk], [], 0
+    chunks += [chunk] if chunk else []
+    assert len(sent) == len(chunks), f"{len(sent)} broadcasts for {len(chunks)} chunks"
+    out = []
+    for packed, meta in zip(sent, chunks):
+        names, shapes, dtypes, sizes = (list(x) for x in zip(*meta))
+        assert packed.numel() == sum(sizes), f"a chunk of {packed.numel()} bytes for {sum(sizes)}"
+        out += unpack_tensor(packed, names, shapes, dtypes, sizes)
+    return out
+
+
 def sync(spec: dict) -> dict:
-    """kitae's vllm sync, pushing twice to vLLM's own RL router (a real server on loopback) whose engine client
-    records every call and parses the payloads with vLLM's worker-side classes; vLLM's trainer engine runs as
-    released except its two NCCL calls."""
+    """kitae's vllm sync, pushing to vLLM's own RL router (a real server on loopback) whose engine client records
+    every call and parses the payloads with vLLM's worker-side classes. kitae drives vLLM's trainer engine as
+    released, its NCCL group and CUDA-stream broadcast replaced (without_nccl); what it broadcast is unpacked as a
+    vLLM worker would and compared with the model's weights. The weights change between pushes."""
     import torch
     import uvicorn
     from fastapi import FastAPI
@@ -98,6 +166,7 @@ def sync(spec: dict) -> dict:
     from kitae.rollout.sync import VllmSync
 
     calls: list[list] = []
+    worker: dict = {"init": None, "updates": []}
 
     class Recorder:  # the engine client of vllm serve, as far as the RL routes use it
         vllm_config = SimpleNamespace(parallel_config=SimpleNamespace(world_size_across_dp=spec["world_size"],
@@ -110,28 +179,22 @@ def sync(spec: dict) -> dict:
             calls.append(["resume"])
 
         async def init_weight_transfer_engine(self, request):
-            info = NCCLWeightTransferInitInfo(**request.init_info)
-            calls.append(["init", {k: getattr(info, k) for k in ("rank_offset", "world_size", "packed",
-                                                                  "master_port")}])
+            worker["init"] = NCCLWeightTransferInitInfo(**request.init_info)
+            calls.append(["init", {k: getattr(worker["init"], k) for k in ("rank_offset", "world_size", "packed")}])
 
         async def start_weight_update(self):
             calls.append(["start"])
 
         async def update_weights(self, request):
             info = NCCLWeightTransferUpdateInfo(**request.update_info)
-            calls.append(["update", info.names, info.dtype_names, info.shapes])
+            worker["updates"].append(info)
+            calls.append(["update", info.names, info.dtype_names, info.shapes, info.src])
 
         async def finish_weight_update(self, weight_version):
             calls.append(["finish", weight_version])
 
-    class WithoutNccl(NCCLTrainerWeightTransferEngine):
-        def _open_trainer_endpoint(self, init_info):
-            calls.append(["trainer endpoint", init_info.world_size, init_info.packed])
-
-        def _broadcast(self, source, meta):
-            sent = [[n, list(t.shape)] for n, t in self._checked_iter(source, meta)]  # vLLM's own check
-            calls.append(["broadcast", sent])
-
+    opened: list[Communicator] = []
+    without_nccl(opened)
     app = FastAPI()
     app.include_router(router)
     app.state.engine_client = Recorder()
@@ -143,16 +206,28 @@ def sync(spec: dict) -> dict:
     while not server.started:
         time.sleep(0.05)
     replica = Replica(f"http://127.0.0.1:{port}", 0)
-    loaded, down = [], []
+    loaded, down, received = [], [], []
     engine = SimpleNamespace(replicas=[replica], mark_loaded=lambda r, v, s: loaded.append([v, s]),
                              mark_down=lambda r, why: down.append(why))
-    push = VllmSync(SimpleNamespace(server_timeout=30.0, api_key_env=None), None, engine_cls=WithoutNccl)
+    push = VllmSync(SimpleNamespace(server_timeout=30.0, api_key_env=None), None,
+                    engine_cls=NCCLTrainerWeightTransferEngine)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1)).to(torch.bfloat16)
+    update = None
     for version in spec["versions"]:
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(1.0)  # new weights for each push: the worker must get these, not the first push's
         push.push(engine, model, version)
+        latest = worker["updates"][-1]
+        update = latest if latest.names else update  # vLLM's worker: empty lists reuse the previous metadata
+        sent, opened[-1].sent = opened[-1].sent, []
+        weights = model.state_dict()
+        received.append([[name, str(t.dtype), list(t.shape), torch.equal(t, weights[name])]
+                         for name, t in unpacked(sent, update, worker["init"].packed_buffer_size_bytes)])
     server.should_exit = True
-    return {"calls": calls, "loaded": loaded, "down": down,
+    return {"calls": calls, "loaded": loaded, "down": down, "received": received,
+            "endpoints": [c.init for c in opened],
             "routes": sorted([r.path, sorted(r.methods)] for r in router.routes)}
 
 

@@ -3,9 +3,9 @@ of its own, which must not hide the interpreter it runs."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
+
+from tests.venvs import make_venv
 
 
 def venv_under_tmp(folder: Path) -> str:
@@ -13,5 +13,4 @@ def venv_under_tmp(folder: Path) -> str:
     assert str(folder).startswith("/tmp/"), folder
     folder.mkdir(exist_ok=True)
     folder.chmod(0o755)  # as venvs are made; pytest's are 0700, and nobody (the code, when kitae is root) could not enter
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(folder)], check=True)
-    return str(folder / "bin" / "python")
+    return str(make_venv(folder, pip=False))
