@@ -24,30 +24,6 @@ def threads_option() -> Any:
     return typer.Option(None, "--threads", min=1, help=THREADS_HELP)
 
 
-def template_kwargs_option(help: str) -> Any:
-    """--chat-template-kwargs JSON: the chat template's variables (`kitae serve`, `kitae chat`), read with
-    :func:`template_kwargs_of`."""
-    return typer.Option(None, "--chat-template-kwargs", metavar="JSON", show_default=False, help=help)
-
-
-def template_kwargs_of(text: str | None) -> dict | None:
-    """--chat-template-kwargs read as `kitae serve` reads a request's (a JSON object of template variables)."""
-    import json
-
-    from kitae.http.requests import RequestError
-    from kitae.serving.server import template_kwargs
-
-    if text is None:
-        return None
-    try:
-        return template_kwargs(json.loads(text), "--chat-template-kwargs")
-    except ValueError as exc:
-        raise typer.BadParameter(f"not JSON ({exc}); write it like '{{\"enable_thinking\": false}}'",
-                                 param_hint="--chat-template-kwargs") from None
-    except RequestError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--chat-template-kwargs") from None
-
-
 def prompt_rows(data: str, limit: Optional[int]) -> list[dict]:
     """The rows of a prompt set (a file, a datasets folder or ``bundled:arith/test``), the first `limit` only."""
     from kitae.trainer.config import load_data
@@ -84,8 +60,21 @@ def system_option() -> Any:
     return typer.Option(None, "--system", help=SYSTEM_HELP)
 
 
-def template_kwargs_option() -> Any:
-    return typer.Option(None, "--chat-template-kwargs", metavar="JSON", help=TEMPLATE_KWARGS_HELP)
+def template_kwargs_option(help: str = TEMPLATE_KWARGS_HELP) -> Any:
+    """--chat-template-kwargs JSON: the chat template's variables (`kitae eval`, `kitae chat`, `kitae serve`), read
+    with :func:`template_kwargs_of`."""
+    return typer.Option(None, "--chat-template-kwargs", metavar="JSON", show_default=False, help=help)
+
+
+def template_kwargs_of(text: str | None) -> dict | None:
+    """--chat-template-kwargs read as a command line option (None: not given); bad JSON is a typer error naming it."""
+    if text is None:
+        return None
+    try:
+        return parse_template_kwargs(text)
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc).removeprefix("--chat-template-kwargs: "),
+                                 param_hint="--chat-template-kwargs") from None
 
 
 @dataclass
