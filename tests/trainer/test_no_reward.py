@@ -156,3 +156,21 @@ def test_a_function_giving_every_sample_one_score_is_warned_about_at_the_first_s
                     "tell completions apart, so it adds nothing to the advantages. Check what it reads: here "
                     'completions are lists of chat messages, [{"role": "assistant", "content": TEXT}] (TRL\'s '
                     'conversational format): read completion[0]["content"].']
+
+
+def test_a_huge_finite_reward_is_a_grader_error_not_a_crash(tiny_assets, tmp_path, rewards_on_path):
+    """A reward function returning 1e308 crashed the step (OverflowError in the mean of the step's rewards); now
+    each such score is a grader error, counted in the component's error rate and shown with the sample."""
+    cfg = load_train_config(write_config(tiny_assets, tmp_path, **{
+        "optim.steps": 2, "data.eval": None, "rewards": [{"name": "huge", "function": "tiny_rewards:huge"}],
+    }))
+    assert Trainer(cfg).train()["status"] == "finished"
+    store = RunStore.open(tmp_path / "t")
+    metrics = store.metrics(["reward", "invalid_rate", "grader/huge/error_rate", "reward/huge"])
+    assert [v for _, v in metrics["grader/huge/error_rate"]] == [0.5, 0.5]  # every other sample
+    assert [v for _, v in metrics["invalid_rate"]] == [0.5, 0.5]
+    assert all(math.isfinite(v) and abs(v) < 1e3 for name in ("reward", "reward/huge") for _, v in metrics[name])
+    samples = store.groups(step=2, with_samples=True)[0].samples
+    assert [s.reward is None for s in samples] == [False, True, False, True]
+    assert samples[1].errors["huge"].startswith("score 1e+308 is past the reward limit of ±1e+15")
+    store.close()
