@@ -30,7 +30,8 @@ def train(
     stop_on_alarm: list[str] = typer.Option(
         [], "--stop-on-alarm", metavar="KIND", help="Stop the run at a checkpoint when this alarm is raised "
         "(repeatable; `all` for every kind): reward_vs_eval, component_dominance, answer_shape, length_jump, "
-        "length_collapse, entropy_collapse, kl_blowup, zero_spread, mismatch_growth (docs/reward_hacking.md). "
+        "length_collapse, entropy_collapse, kl_blowup, zero_spread, eval_collapse, mismatch_growth "
+        "(docs/reward_hacking.md). "
         "The step finishes, a checkpoint is saved, and the run exits with status 3 and the resume command. "
         "Adds to alarms.stop_on."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
