@@ -174,3 +174,26 @@ def test_a_huge_finite_reward_is_a_grader_error_not_a_crash(tiny_assets, tmp_pat
     assert [s.reward is None for s in samples] == [False, True, False, True]
     assert samples[1].errors["huge"].startswith("score 1e+308 is past the reward limit of ±1e+15")
     store.close()
+
+
+def test_an_eval_grader_that_abstains_on_every_sample_scores_nothing(tiny_assets, tmp_path, rewards_on_path):
+    """The eval grader skips every row (numeric with a reference without a number): pass@1 was stored and printed
+    as 0.000, as if every answer were wrong; now it is null, printed as n/a, and `kitae runs show` shows it."""
+    from kitae.cli.train import eval_line
+
+    cfg = load_train_config(write_config(tiny_assets, tmp_path, **{
+        "optim.steps": 1, "eval.every": 1, "eval.grader": {"type": "numeric", "reference": "none"},
+    }))
+    printed = []
+    trainer = Trainer(cfg)
+    trainer.on_eval = lambda step, metrics, seconds: printed.append(eval_line(step, metrics))
+    assert trainer.train()["status"] == "finished"
+    assert printed and all("pass@1 n/a (the eval grader abstained on every sample)" in line for line in printed)
+    store = RunStore.open(tmp_path / "t")
+    evals = store.evals()
+    assert evals and all(e.metrics["pass@1"] is None and e.metrics["abstain_rate"] == 1.0 for e in evals)
+    store.close()
+    shown = subprocess.run([sys.executable, "-m", "kitae", "runs", "show", str(tmp_path / "t")],
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert "evals (" in shown.stdout and "Traceback" not in shown.stderr
