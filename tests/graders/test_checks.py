@@ -277,6 +277,9 @@ def test_ignore_prompt_echo(spec, output, expected):
     assert score(spec, output, reference="12", messages=LARGER) == expected
 
 
+TOKYO = {"messages": [{"role": "user", "content": "日本の首都は東京と大阪のどちらですか？東京ですか？"}]}
+
+
 @pytest.mark.parametrize(
     "item, output, reference, expected",
     [
@@ -287,6 +290,12 @@ def test_ignore_prompt_echo(spec, output, expected):
          "7 or 12", "12", 0.0),  # the system turn is prompt too
         ({"messages": [{"role": "assistant", "content": "7 or 12"}]}, "7 or 12", "12", 1.0),  # not prompt
         ({}, "7 or 12", "12", 1.0),  # no prompt: nothing is an echo
+        # a particle (one hiragana) beside the answer says little: the word past it must come from the prompt too
+        (TOKYO, "東京と思います", "東京", 1.0),  # was 0: "東京と" is in the prompt, "東京と思" is not
+        (TOKYO, "たぶん東京だと思う", "東京", 1.0),  # (already so)
+        (TOKYO, "東京と大阪のどちら", "東京", 0.0),  # the echo: "東京と大" is in the prompt
+        (TOKYO, "東京と", "東京", 0.0),  # nothing past the particle: "東京と" decides, copied
+        (TOKYO, "東京ですか", "東京", 0.0),  # the cost that stays: "東京です" is copied from the prompt too
     ],
 )
 def test_ignore_prompt_echo_reads_the_rows_prompt(item, output, reference, expected):
