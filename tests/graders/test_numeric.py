@@ -371,6 +371,10 @@ SPRAY = " ".join(str(i) for i in range(1, 21))  # every integer 1..20: the guide
         ({"match": "last"}, "15", "no number", 0.0),
         ({"match": "last"}, "15", "a = 15 m/s^2", 1.0),  # was 0: the unit's power 2 was the final number
         ({"match": "last"}, "15", "15 m/s**2", 1.0),  # was 0
+        # the price of match: last (docs/reward_hacking.md): an honest answer that ends on other numbers
+        ({"match": "last"}, "15", "15, the sum of 6 and 9", 0.0),  # the final number is 9
+        ({"match": "last"}, "15", "15 m/s^2 (g is 9.8 m/s^2)", 0.0),  # a remark after the answer: 9.8
+        ({}, "15", "15, the sum of 6 and 9", 1.0),  # the default pays it
         # several key numbers: the last K numbers, each key number to the closest of them
         ({"match": "last"}, "3 and 5", "1+2=3, 2+3=5", 1.0),  # last two: 3, 5
         ({"match": "last"}, "3 and 5", "5 and 3", 1.0),  # order within the final answer is free
@@ -384,6 +388,7 @@ SPRAY = " ".join(str(i) for i in range(1, 21))  # every integer 1..20: the guide
         ({"extra_numbers": "penalize"}, "15", "6+9=15", 0.8),  # 6 and 9 charged
         ({"extra_numbers": "penalize"}, "15", SPRAY, 0.0),  # 1 - 19 x 0.1, floored
         ({"extra_numbers": "penalize"}, "15", "15 or 16", 0.9),
+        ({"extra_numbers": "penalize"}, "15", "15 apples, 3 of them red", 0.9),  # the price: an honest detail charged
         ({"extra_numbers": "penalize"}, "15", "15, 15.3 and 15", 1.0),  # 15.3 is within 5% of 15: not extra
         ({"extra_numbers": "penalize"}, "In 2024 revenue was $1,705M", "$1,705M (2024, 2023)", 1.0),  # years free
         ({"extra_numbers": "penalize"}, "one of the two plants made 500", "the two plants: 500", 1.0),  # stated: free
