@@ -197,3 +197,10 @@ def test_an_eval_grader_that_abstains_on_every_sample_scores_nothing(tiny_assets
                            capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0, shown.stderr
     assert "evals (" in shown.stdout and "Traceback" not in shown.stderr
+    from kitae.web.api import Query, dispatch  # the run page's API: the null eval reaches the page as null
+
+    page = dispatch(tmp_path, "GET", "/runs/t/metrics", Query(""))
+    assert page["evals"]["eval/pass@1"] and all(v is None for _, v in page["evals"]["eval/pass@1"])
+    listed = dispatch(tmp_path, "GET", "/runs/t/evals", Query(""))["evals"]
+    assert all(e["score"] is None and e["metrics"]["pass@1"] is None for e in listed)
+    assert dispatch(tmp_path, "GET", "/runs", Query(""))["runs"][0]["eval_score"] is None
