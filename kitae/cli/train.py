@@ -30,7 +30,8 @@ def train(
     stop_on_alarm: list[str] = typer.Option(
         [], "--stop-on-alarm", metavar="KIND", help="Stop the run at a checkpoint when this alarm is raised "
         "(repeatable; `all` for every kind): reward_vs_eval, component_dominance, answer_shape, length_jump, "
-        "length_collapse, entropy_collapse, kl_blowup, zero_spread, mismatch_growth (docs/reward_hacking.md). "
+        "length_collapse, entropy_collapse, kl_blowup, zero_spread, eval_collapse, mismatch_growth "
+        "(docs/reward_hacking.md). "
         "The step finishes, a checkpoint is saved, and the run exits with status 3 and the resume command. "
         "Adds to alarms.stop_on."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
@@ -237,8 +238,11 @@ EVAL_KEYS = ("pass@1", "compliance", "len_mean", "trunc_rate")
 
 
 def eval_line(step: int, metrics: dict, seconds: float | None = None) -> str:
-    """`eval step 100  pass@1 0.239  compliance 0.996  len_mean 3.4  trunc_rate 0.000  (12 s)`"""
+    """`eval step 100  pass@1 0.239  compliance 0.996  len_mean 3.4  trunc_rate 0.000  (12 s)`; pass@1 is
+    `n/a (the eval grader abstained on every sample)` when nothing was scored."""
     parts = [f"{k} {_fmt(metrics[k], 1 if k == 'len_mean' else 3)}" for k in EVAL_KEYS if k in metrics]
+    if "pass@1" in metrics and metrics["pass@1"] is None and metrics.get("abstain_rate") == 1.0:
+        parts[0] = "pass@1 n/a (the eval grader abstained on every sample)"
     took = f"  ({seconds:.0f} s)" if seconds is not None else ""
     return f"eval step {step:<5} " + "  ".join(parts) + took
 

@@ -3,7 +3,7 @@
 ``answer``: 1.0 when :func:`kitae.graders.answer_match.answers_match` accepts the completion's final answer for the
 reference (numbers exactly, text normalized), else 0.0. The bundled arithmetic task's correctness reward.
 A numeric reference is matched by the completion's last number. A text reference is matched by the whole
-normalized completion or by any one word of it (``text_match: any_word``, the default: "Paris is the
+normalized completion or by any one word of it (markdown emphasis and punctuation stripped: ``**Paris**,``) (``text_match: any_word``, the default: "Paris is the
 capital" passes), so a list of candidates ("London Paris Berlin", "Lyon or Paris") passes too;
 ``text_match: whole`` accepts only the whole completion, normalized (NFKC, casefold, surrounding
 punctuation, "the answer is"-style prefixes and polite endings stripped: "The capital is Paris." still
@@ -15,7 +15,8 @@ comparison runs in a worker process (see :mod:`kitae.sandbox.worker`) with a wal
 (default 5 s); a timeout or parse failure abstains with an error instead of hanging or crashing the caller.
 A bare reference with a decimal comma (``1,22``, ``-0,5``: one comma, one or two digits after it) is read
 as math-verify reads that text, 1.22, not as the set {1, 22} that ``$1,22$`` would be; ``1,234`` stays 1234
-and ``1,2,3`` a set.
+and ``1,2,3`` a set. A bare reference grouped by spaces (``1 000``, ``12 500``, ``1 234 567.5``: groups of three
+digits) is read as math-verify reads that text too, 12500, not as ``$12 500$`` (512).
 
     {type: math}                             # sample vs item.reference_answer
     {type: math, reference: "{{item.solution}}", timeout: 10}
@@ -42,11 +43,19 @@ from kitae.sandbox.worker import SandboxError, Worker
 
 
 _DECIMAL_COMMA = re.compile(r"\s*[-−]?\d+,\d{1,2}\s*")  # 1,22 and 12,5; not 1,234 nor 1,2,3
+_GROUP_SPACE = "[ \u00a0\u2009\u202f]"  # a space, no-break, thin or narrow no-break space between digit groups
+_SPACE_GROUPS = re.compile(rf"\s*[-−]?\d{{1,3}}(?:{_GROUP_SPACE}\d{{3}})+(?:\.\d+)?\s*")  # 1 000, 12 500
 
 
 def _math_reference(text: str) -> str:
-    """``1,22`` -> ``1.22``: math-verify reads the bare text so, but a set once it is wrapped in $...$."""
-    return text.replace(",", ".") if _DECIMAL_COMMA.fullmatch(text) else text
+    """A bare number as math-verify reads the bare text, not as it reads it wrapped in $...$ (how the worker
+    parses a bare reference): ``1,22`` -> ``1.22`` (a set once wrapped), ``12 500`` -> ``12500`` (a product or
+    a sum once wrapped: ``$12 500$`` is 512)."""
+    if _DECIMAL_COMMA.fullmatch(text):
+        return text.replace(",", ".")
+    if _SPACE_GROUPS.fullmatch(text):
+        return re.sub(_GROUP_SPACE, "", text)
+    return text
 
 
 @dataclass

@@ -6,13 +6,16 @@ the model's (its :class:`kitae.chat.EndMarker`, or its text: Llama 3's ``<|eot_i
 Mistral's ``</s>``; with several, the first one in the text ends the content). For a numeric reference it is the last
 number in the content (NFKC-normalized, so full-width digits count; thousands commas dropped: 1,234 is 1234;
 a single comma before one or two digits is a decimal comma: 1,22 is 1.22, as math-verify reads it); otherwise
-the whole content, normalized (NFKC, casefold, surrounding punctuation and polite endings stripped).
+the whole content, normalized (NFKC, casefold, markdown emphasis (``**Paris**``, ``*Paris*``, ```Paris```), surrounding
+punctuation and polite endings stripped), or one word of it with its punctuation and emphasis stripped.
 
     >>> answers_match("12+35=47です。<|im_end|>", "47")
     True
     >>> answers_match("The capital is Paris.", "Paris")
     True
     >>> answers_match("Paris.<|eot_id|>", "Paris", end="<|eot_id|>")
+    True
+    >>> answers_match("The answer is **Paris**.", "Paris")
     True
 """
 
@@ -33,7 +36,8 @@ _NUMBER = re.compile(
     r"|[-−]?\d+(?:\.\d+)?"
 )
 _DECIMAL_COMMA = re.compile(r"[-−]?\d+,\d{1,2}")
-_STRIP = " \t\n。、．.,!！?？「」『』\"'"
+_STRIP = " \t\n。、．.,!！?？「」『』\"'*_`:;"
+_EMPHASIS = re.compile(r"\*\*|__|`+")  # markdown bold and inline code: **Paris**, __Paris__, `Paris`
 _ENDINGS = ("です", "でした", "だ")
 _PREFIXES = ("答えは", "答え:", "the answer is", "answer:", "it is", "the capital is")
 
@@ -68,7 +72,7 @@ def extract_number(text: str, end: End = IM_END) -> float | None:
 
 
 def normalize_answer(text: str, end: End = IM_END) -> str:
-    content = content_before(text, end)
+    content = _EMPHASIS.sub("", content_before(text, end))
     s = normalize_text(content).strip(_STRIP)
     for prefix in _PREFIXES:
         if s.startswith(prefix):
@@ -88,4 +92,4 @@ def answers_match(completion: str, reference: str, end: End = IM_END) -> bool:
         return got is not None and abs(got - ref_num) <= 1e-9 * max(1.0, abs(ref_num))
     ref = normalize_answer(str(reference))
     answer = normalize_answer(completion, end)
-    return bool(ref) and (answer == ref or ref in answer.split())
+    return bool(ref) and (answer == ref or ref in (word.strip(_STRIP) for word in answer.split()))

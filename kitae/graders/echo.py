@@ -6,7 +6,10 @@ surroundings: the word just before it, or the word just after it, in the answer 
 prompt. ``7 or 12`` echoes "Which is larger, 7 or 12?" (``or 12`` is in the prompt); ``12``, ``The answer is
 12`` and the whole prompt followed by ``12`` do not (nothing around that last 12 comes from the prompt). Words
 are runs of letters and digits, and each kana or kanji alone (Japanese has no spaces), compared casefolded;
-punctuation and spacing do not count.
+punctuation and spacing do not count. A particle (one hiragana: は, と, で) says too little alone, so the word
+past it counts too: ``東京と思います`` is no echo of "東京と大阪のどちら？" (``東京と思`` is not in the prompt),
+``東京と大阪`` is. What stays refused is an answer whose neighbours the prompt has too: ``東京です`` after
+"東京ですか？".
 
 The prompt is the row's user and system turns (``item.messages``; a TRL-style ``item.prompt`` string or message
 list too: kitae.chat.prompt_of); a row without one has nothing to echo.
@@ -20,6 +23,11 @@ import re
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f"
 _WORD = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+")
 _SEP = "\x00"
+
+
+def _particle(token: str) -> bool:
+    """One hiragana (は, と, が, で, ...): a particle beside the answer is too short to show it was copied."""
+    return len(token) == 1 and "\u3040" <= token <= "\u309f"
 
 
 def words(text: str) -> list[re.Match]:
@@ -42,7 +50,10 @@ def found_outside_echo(text: str, expected: str, prompt: str) -> bool:
         first = bisect.bisect_right(ends, start)  # the first word ending after the occurrence starts
         stop = bisect.bisect_left(starts, start + len(expected))  # ... and the first starting at its end or later
         inside = tokens[first:stop]
-        around = (tokens[max(0, first - 1) : stop], tokens[first : stop + 1])  # with the word before, after
+        before, after = first - 1, stop + 1  # with the word before, after ...
+        before -= before > 0 and _particle(tokens[before])  # ... and the one past a particle (東京と思います)
+        after += after < len(tokens) and _particle(tokens[after - 1])
+        around = (tokens[max(0, before) : stop], tokens[first:after])
         if not any(len(run) > len(inside) and _SEP + _SEP.join(run) + _SEP in prompt_words for run in around):
             return True
         start = text.find(expected, start + 1)

@@ -24,10 +24,13 @@ _DENOMINATORS = {"half": 2, "halves": 2, "third": 3, "quarter": 4, "fourth": 4, 
 _ORDINAL_UNITS = "first|second|third|fourth|fifth|sixth|seventh|eighth|ninth"
 
 _WORD = "|".join(sorted([*_UNITS, *_TENS, "hundred", *_SCALES], key=len, reverse=True))
+_SMALL_WORD = "|".join(sorted([*_UNITS, *_TENS, "hundred"], key=len, reverse=True))  # no scale word
 _NUMERATOR = "|".join(["a", *list(_UNITS)[1:11]])
 _SPELLED = re.compile(
     r"\b(?=[abefhmnostz])(?:"  # the first letters of the words below: 3x faster
-    rf"\b(?P<num>{_NUMERATOR})[\s-](?P<den>{'|'.join(_DENOMINATORS)})s?\b"  # two thirds, a half, one-quarter
+    rf"\b(?P<whole>(?:{_SMALL_WORD})(?:(?:\s+and\s+|[\s-]+)(?:{_SMALL_WORD}))*)"  # two and a half (million)
+    r"[\s-]+and[\s-]+(?:a|one)[\s-]+half\b"
+    rf"|\b(?P<num>{_NUMERATOR})[\s-](?P<den>{'|'.join(_DENOMINATORS)})s?\b"  # two thirds, a half, one-quarter
     rf"|\b(?P<half>half)(?=\s+of\b)"  # half of it (not the second half)
     rf"|\b(?P<phrase>(?:a\s+(?=(?:hundred|thousand|million|billion|trillion)\b))?(?:{_WORD})"
     rf"(?:(?:\s+and\s+|[\s-]+)(?:{_WORD}))*)\b(?!-(?:{_ORDINAL_UNITS})))",  # not twenty-first
@@ -51,7 +54,12 @@ def spell_out(text: str) -> tuple[str, dict[int, bool]]:
     for m in _SPELLED.finditer(text):
         emit(text[last : m.start()])
         last = m.end()
-        if m.group("den"):
+        if m.group("whole"):  # two and a half: the last number of the run, plus a half
+            *before, (text_, value, scaled) = _cardinals(m.group("whole"))
+            for piece, number, scaled_ in before:
+                emit(piece if number is None else str(number), number=number is not None, scaled=scaled_)
+            emit(f"{value + 0.5:g}" if value is not None else text_, number=value is not None, scaled=scaled)
+        elif m.group("den"):
             numerator = 1 if m.group("num").lower() == "a" else _UNITS[m.group("num").lower()]
             emit(f"{numerator}/{_DENOMINATORS[m.group('den').lower()]}", number=True)
         elif m.group("half"):

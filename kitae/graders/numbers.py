@@ -12,15 +12,15 @@
 What is normalized: NFKC (full-width digits and signs); digit grouping and decimal marks (below); scientific
 notation (``1.5e6``, ``1.5E+06``, ``6.02 x 10^23``, ``6.02×10^23``, ``6.02 × 10²³``, ``10^6``); scale words
 and suffixes K/M/B/T (attached: ``5K``, ``1.7B``), thousand/million/billion/trillion, mn/bn/tn, 千/万/億/兆
-and their compounds (``1億2000万``, ``3千万``, ``1.5億``); percent (``%``, percent, パーセント; 割 = 10%): a
+and their compounds (``1億2000万``, ``3千万``, ``1.5億``); percent (``%``, percent, パーセント; 割 = 10%, and after it 分 = 1% and 厘 = 0.1%: ``二割五分`` is 25%): a
 percentage keeps its number (9.91% reads 9.91, marked as a percent); currency signs and words ($, ¥, €, £,
 USD, JPY, 円, ドル, yen, dollars) are dropped; negatives (``-5``, ``▲5``, and accounting parentheses
 ``(1,200)``, ``($1.5M)``: a grouped number or an amount with a currency sign, not a percentage, so ``(3)`` and
 ``(2019)`` stay positive); fractions (``1/4`` reads 0.25, ``3/4 of``, ``½``, ``4分の1``, ``四分の三``; up to
 three digits over up to four, so ``2023/24`` stays two numbers); kanji numerals (``三千五百万``, ``二十``,
 ``百二十``, ``二〇二四``, 〇 and 零) where practical: runs of two or more numeral characters, or one followed by
-a counter (円, 人, 年, ...), so words such as 一般, 統一 or 十分 stay words; English number words (``twenty``,
-``twenty-five``, ``one hundred and twelve``, ``two million``, ``a half``, ``two thirds``; ordinal words such
+a counter (円, 人, 年, 冊, 本, つ, ...), so words such as 一般, 統一 or 十分 stay words; English number words (``twenty``,
+``twenty-five``, ``one hundred and twelve``, ``two million``, ``two and a half million``, ``a half``, ``two thirds``; ordinal words such
 as ``third`` stay words, see :mod:`kitae.graders.number_words`).
 
 Digit grouping and decimal marks, read as most writers mean them:
@@ -36,7 +36,8 @@ Digit grouping and decimal marks, read as most writers mean them:
 A plain four-digit number from 1900 to 2099 without unit, sign or grouping (``2024``, ``2024年``, ``in 2024``)
 is marked as a year (:attr:`Quantity.year`); the numeric grader leaves years out of the key numbers unless
 the reference has no other number. An English number word with nothing attached (``one of``, ``two
-plants``) is prose, marked :attr:`Quantity.in_words` and never a key number; with a percent, scale or
+plants``) is prose, marked :attr:`Quantity.in_words` and not a key number unless the reference has no number in digits
+(a reference ``twenty`` asks for 20); with a percent, scale or
 currency (``twenty percent``, ``two million``, ``five dollars``) it is an amount like any other. A sample's
 number words are all read, so ``twenty`` matches a reference's 20 (see :func:`key_numbers`).
 
@@ -58,7 +59,8 @@ amounts, and these are none of them):
 - version numbers and addresses: ``v2.4.1``, ``version 3.12``, ``バージョン2``, a number after a common
   software name (``Python 3.12``, ``CUDA 12.1``, ``iOS 17``), and three or more dotted parts (``2.4.1``,
   ``192.168.0.1``; point groups such as ``1.234.567`` stay numbers). A bare ``3.12`` is a decimal;
-- numbers inside identifiers (Q3, GPT-4, H2O).
+- numbers inside identifiers (Q3, GPT-4, H2O) and the power of a unit (``m/s^2``, ``cm^{2}``, ``m**3``; ``m/s²``
+  too), so ``15 m/s^2`` states one number.
 """
 
 from __future__ import annotations
@@ -101,7 +103,7 @@ _PERCENT = re.compile(r"\s?(?P<pct>%|percent|per cent|パーセント)|(?P<wari>
 _PREFIX = re.compile(
     r"(?P<neg>[-−]|[▲△]\s?)?(?P<cur>US\$|[$¥€£]|(?:USD|JPY|EUR|GBP|CNY)\s?)?(?P<neg2>[-−])?$"
 )
-_IDENTIFIER_BEFORE = re.compile(r"[A-Za-z_]-?$")
+_IDENTIFIER_BEFORE = re.compile(r"[A-Za-z_](?:-|\^\{?|\*\*)?$")  # GPT-4, and a unit's power: m/s^2, cm^{2}, m**3
 
 _LIST_MARKER = re.compile(r"^([ \t>*#•・-]*)(?:\(\d{1,3}\)|\d{1,3}[.)、:])(?=\s|$)", re.M)
 # What is not a key number (the module docstring), blanked in this order: a date before a phone number
@@ -159,12 +161,16 @@ _ORDINAL = re.compile(
 _JA_NUMERALS = "0-9〇零一二三四五六七八九十百千"
 _JA_FRACTION = re.compile(  # the lookbehind starts it at the start of a run only: linear time on long digit runs
     rf"(?<![{_JA_NUMERALS}])(?P<den>[{_JA_NUMERALS}]+)\s?分の\s?(?P<num>[{_JA_NUMERALS}]+)")
+_JA_DIGIT = "0-9〇零一二三四五六七八九"
+# 二割五分 is 25%: 割 = 10%, 分 = 1%, 厘 = 0.1% (a 分 or 厘 counts only after a 割: 5分 alone is 5 minutes)
+_WARI = re.compile(rf"(?<![{_JA_NUMERALS}])(?P<wari>[{_JA_DIGIT}]{{1,2}}|十)割"
+                   rf"(?:\s?(?P<bu>[{_JA_DIGIT}])分)?(?:\s?(?P<rin>[{_JA_DIGIT}])厘)?")
 _WORD_CURRENCY = re.compile(r"\s?(?:dollars?|yen|euros?|pounds?|円|ドル)(?![A-Za-z])", re.I)  # five dollars
 _CIRCLED = re.compile(r"[\u2460-\u24ff\u2776-\u2793\u3251-\u325f\u32b1-\u32bf]")
 
 _KANJI_DIGITS = {c: i for i, c in enumerate("〇一二三四五六七八九")} | {"零": 0}
 _KANJI_RUN = re.compile(r"[〇零一二三四五六七八九十百千万億兆]+")
-_COUNTERS = "円ドル%パーセント割倍人個件回年歳万億兆"
+_COUNTERS = "円ドル%パーセント割倍人個件回年歳万億兆冊本枚台匹頭羽名社軒隻点歩箇ヶカつ"  # not 分: 十分 is "enough"
 _LONGEST_KANJI_NUMERAL = 30  # 九千九百九十九兆九千九百九十九億... is 24 characters
 
 
@@ -195,14 +201,16 @@ def extract_quantities(text: str) -> list[Quantity]:
 
 
 def key_numbers(reference: str) -> list[Quantity]:
-    """The numbers of a reference that the numeric grader checks: each value once, no number word alone
-    (``one of``), and no year unless the reference has no other number (``Founded in 1998.``)."""
+    """The numbers of a reference that the numeric grader checks: each value once; no number word alone
+    (``one of``) unless the reference has no number in digits (``twenty``), and no year unless the reference
+    has no other number (``Founded in 1998.``)."""
     seen, stated = set(), []
     for q in extract_quantities(reference):
-        if not q.in_words and (q.value, q.percent) not in seen:
+        if (q.value, q.percent) not in seen:
             seen.add((q.value, q.percent))
             stated.append(q)
-    return [q for q in stated if not q.year] or stated
+    amounts = [q for q in stated if not q.year]
+    return [q for q in amounts if not q.in_words] or amounts or stated
 
 
 def prepare(text: str) -> str:
@@ -216,6 +224,7 @@ def _prepare(text: str) -> tuple[str, dict[int, bool]]:
     text = _SUPERSCRIPT_POWER.sub(lambda m: "^" + m.group().translate(_SUPERSCRIPTS), text)  # NFKC: 10²³ -> 1023
     text = unicodedata.normalize("NFKC", text).replace("⁄", "/")  # NFKC: ½ -> 1⁄2 (fraction slash)
     text = _JA_FRACTION.sub(_ja_fraction, text)
+    text = _WARI.sub(_wari_as_percent, text)
     text = _KANJI_RUN.sub(_kanji_replacement, text)
     text = _DATE.sub(" ", text)
     text = _TIME.sub(" ", text)
@@ -245,7 +254,7 @@ def _read_quantity(text: str, m: re.Match, spelled: bool = False) -> tuple[Quant
         value *= 10 if pm.group("wari") else 1
     prefix = _PREFIX.search(text, max(0, start - 8), start)
     lead = start - len(prefix.group()) if prefix else start
-    if _IDENTIFIER_BEFORE.search(text[max(0, lead - 2) : lead] if not (prefix and prefix.group("cur")) else ""):
+    if _IDENTIFIER_BEFORE.search(text[max(0, lead - 3) : lead] if not (prefix and prefix.group("cur")) else ""):
         return None, end  # Q3, GPT-4, H2O: part of a name, not a stated number
     if not math.isfinite(value):
         return None, end  # 1e999: not a number anyone states
@@ -329,6 +338,16 @@ def _ja_fraction(m: re.Match) -> str:
     """4分の1 -> 1/4, 四分の三 -> 3/4 (read as a fraction by _NUMBER)."""
     den, num = (int(g) if g.isdigit() else kanji_to_int(g) for g in (m.group("den"), m.group("num")))
     return f"{num}/{den}" if den else m.group()
+
+
+def _wari_as_percent(m: re.Match) -> str:
+    """二割五分 -> 25%, 3割2分5厘 -> 32.5% (read as a percentage by _PERCENT)."""
+    tenths, hundredths, thousandths = (_ja_digits(m.group(g)) for g in ("wari", "bu", "rin"))
+    return f"{tenths * 10 + hundredths + thousandths / 10:g}%"
+
+
+def _ja_digits(run: str | None) -> int:
+    return 0 if run is None else int(run) if run.isdigit() else kanji_to_int(run)
 
 
 def _kanji_replacement(m: re.Match) -> str:

@@ -15,8 +15,9 @@ What else is not a key number, so that a right answer cannot "miss" it (details 
 :mod:`kitae.graders.numbers`): ordinals (``3rd``, ``2nd-quarter``, 第3, ``3位``: a position, not an amount;
 a reference whose only number is an ordinal is skipped), dates (``March 5, 2024``, ``3/5/2024``,
 2024年3月5日), clock times (``3 p.m.``, 午後3時), phone numbers (``555-123-4567``, ``03-1234-5678``),
-version numbers (``v2.4.1``, ``Python 3.12``) and list numbering; nor is an English number word alone in the
-reference (``one of the two plants``: prose). The sample's numbers are read the same way, and its number
+version numbers (``v2.4.1``, ``Python 3.12``), list numbering and a unit's power (``m/s^2``); nor is an English
+number word alone in the reference (``one of the two plants``: prose), unless the reference has no number in
+digits: a reference ``twenty`` or ``twenty employees`` asks for 20, as a sample's ``twenty`` answers 20. The sample's numbers are read the same way, and its number
 words and fractions count too: ``twenty``, 二十, ``3万`` match 20, 20 and 30000; ``1/4``, ``4分の1`` match 0.25;
 ``1'250'000`` is 1250000. Worked example (the hosted RFT grader guide)::
 

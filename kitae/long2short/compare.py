@@ -72,12 +72,18 @@ def evaluate_model(
 def mark_frontier(reports: list[ModelReport]) -> None:
     """frontier = no other model has pass@1 >= and mean tokens <= with one of them strictly better."""
     for r in reports:
-        s, t = r.metrics.get("pass@1", math.nan), r.metrics.get("len_mean", math.nan)
-        r.frontier = not any(
-            o is not r and o.metrics["pass@1"] >= s and o.metrics["len_mean"] <= t
-            and (o.metrics["pass@1"] > s or o.metrics["len_mean"] < t)
+        s, t = _pass_at_1(r), r.metrics.get("len_mean", math.nan)
+        r.frontier = not math.isnan(s) and not any(
+            o is not r and _pass_at_1(o) >= s and o.metrics["len_mean"] <= t
+            and (_pass_at_1(o) > s or o.metrics["len_mean"] < t)
             for o in reports
         )
+
+
+def _pass_at_1(r: ModelReport) -> float:
+    """NaN where the grader scored none of the model's samples (pass@1 None): never on the frontier."""
+    value = r.metrics.get("pass@1")
+    return math.nan if value is None else value
 
 
 def format_table(reports: list[ModelReport]) -> str:
@@ -95,11 +101,13 @@ def efficiency_plot(reports: list[ModelReport], width: int = 56, height: int = 1
     5%); each model is drawn as its table row's number ('+' where two share a cell), like the paper's
     token-efficiency figure."""
     xs = [r.metrics["len_mean"] for r in reports]
-    ys = [r.metrics["pass@1"] for r in reports]
+    ys = [_pass_at_1(r) for r in reports]
     x0, x1 = _span(xs)
     y0, y1 = 0.0, 1.0
     grid = [[" "] * width for _ in range(height)]
     for i, (x, y) in enumerate(zip(xs, ys)):
+        if math.isnan(y):
+            continue  # nothing scored: listed below, not drawn
         col = round((x - x0) / (x1 - x0) * (width - 1))
         row = height - 1 - round((y - y0) / (y1 - y0) * (height - 1))
         grid[row][col] = str(i + 1) if grid[row][col] == " " else "+"

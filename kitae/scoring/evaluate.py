@@ -1,7 +1,8 @@
 """Evaluation: pass@1 averaged over k samples, template compliance and lengths on a prompt set.
 
 pass@1 is estimated as in DeepSeek-R1 / Kimi k1.5: sample k completions per prompt at the eval temperature and
-average the per-sample pass (score >= threshold) over samples, then over prompts. The grader is the same kind of
+average the per-sample pass (score >= threshold) over samples, then over prompts. A sample the grader abstained
+on counts as a fail (``abstain_rate`` says how many); when it abstained on every sample, pass@1 is None. The grader is the same kind of
 object the trainer rewards with, so "the reward of a task is its evaluation".
 """
 
@@ -65,7 +66,14 @@ def _result(i: int, j: int, row: dict, s: dict, grade: Any, pass_threshold: floa
     }
 
 
-def summarize(results: list[dict]) -> dict[str, float]:
+def summarize(results: list[dict]) -> dict[str, float | None]:
+    """The metrics of :func:`evaluate`. pass@1 counts an abstention as a fail, but when the grader abstained on
+    every sample nothing was scored: pass@1 is None (stored as null, printed as n/a), not 0.
+
+    >>> summarize([{"prompt_index": 0, "score": None, "passed": False, "compliant": True, "completion_tokens": 3,
+    ...             "finish_reason": "stop"}])["pass@1"] is None
+    True
+    """
     if not results:
         return {}
     lens = sorted(r["completion_tokens"] for r in results)
@@ -84,7 +92,10 @@ def summarize(results: list[dict]) -> dict[str, float]:
     return metrics
 
 
-def _pass_at_1(results: list[dict]) -> float:
+def _pass_at_1(results: list[dict]) -> float | None:
+    """Pass per sample averaged over samples, then prompts; None when no sample was scored."""
+    if all(r["score"] is None for r in results):
+        return None
     per_prompt: dict[int, list[bool]] = {}
     for r in results:
         per_prompt.setdefault(r["prompt_index"], []).append(r["passed"])

@@ -3,6 +3,7 @@
     total_i = Σ_c w_c · r_{c,i}   over the components c that did not abstain on sample i
     a sample on which every component abstained has no reward: it is marked invalid and gets advantage 0.
     Only finite scores count (graders abstain on NaN and infinities), and weight-0 components only log.
+    A score (or weighted score) past ±REWARD_LIMIT (1e15) is a grader error too (:func:`within_reward_limit`).
 
 Every component's scores, reasons and errors are kept per sample, so nothing is summed away before it reaches
 the run store. Weight 0 logs a component without training on it.
@@ -33,6 +34,12 @@ from kitae.store.records import valid_text
 
 
 Think = Literal["strip", "keep"]
+
+
+# Rewards reach float32 tensors and their squares (the group's std): 1e308 is finite in Python, yet its mean
+# overflows (statistics.fmean raised OverflowError and crashed the step) and in float32 it is infinity. A sum
+# of a thousand components at this limit, squared, stays far inside float32 (3.4e38).
+REWARD_LIMIT = 1e15
 
 
 @dataclass
@@ -99,6 +106,20 @@ def combine(grades: dict[str, list[Grade]], weights: dict[str, float]) -> list[f
     return totals
 
 
+def within_reward_limit(grades: list[Grade], weight: float) -> list[Grade]:
+    """The grades, each whose score or weighted score is past ±REWARD_LIMIT an abstention with an error (as
+    the graders treat NaN: counted in the component's error rate, shown with the sample), so that no sum or
+    mean of a step's rewards overflows.
+
+    >>> [g.score for g in within_reward_limit([Grade(1e308), Grade(0.5)], 1.0)]
+    [None, 0.5]
+    """
+    return [Grade.abstain(error=f"score {g.score:g} is past the reward limit of ±{REWARD_LIMIT:g} (weight "
+                                f"{weight:g}): no step can average such rewards; scale the reward down")
+            if is_finite_number(g.score) and max(abs(g.score), abs(weight * g.score)) > REWARD_LIMIT else g
+            for g in grades]
+
+
 async def _score_all(components: list[RewardComponent], items: list[dict], groups: list[list[dict]]):
     tasks = [c.grader.agrade_group(item, graded_samples(samples, c.think))
              for item, samples in zip(items, groups) for c in components]
@@ -115,7 +136,7 @@ def score_groups(
     weights = {c.name: c.weight for c in components}
     out = []
     for g in range(len(items)):
-        per = {c.name: flat[g * len(components) + k] for k, c in enumerate(components)}
+        per = {c.name: within_reward_limit(flat[g * len(components) + k], c.weight) for k, c in enumerate(components)}
         out.append(GroupScores(per, combine(per, weights)))
     return out
 

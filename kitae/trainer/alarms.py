@@ -17,7 +17,9 @@ length_jump          the mean completion length grew ``length_jump`` times over 
 length_collapse      the mean completion length fell under ``length_floor`` tokens
 entropy_collapse     the mean token entropy fell under ``entropy_floor``
 kl_blowup            the KL to the reference passed ``kl_max``, or grew ``kl_growth`` times in one window
-zero_spread          ``zero_spread`` of the groups had one reward for every sample, over a whole window
+zero_spread          ``zero_spread`` of the groups had one reward for every sample (or none), over a whole window
+eval_collapse        a held-out metric fell ``eval_drop`` below its best (and by ``eval_drop_min``) while the
+                     training reward did not fall
 mismatch_growth      the server sampler's log-probs drift from the trainer's (``mismatch/kl``, the server engine)
 ==================== ============================================================================================
 
@@ -51,7 +53,8 @@ KINDS = {
     "length_collapse": "completions shrank to almost nothing",
     "entropy_collapse": "the policy's token entropy collapsed: every sample alike",
     "kl_blowup": "the KL to the reference model blew up",
-    "zero_spread": "most groups gave every sample one reward: nothing to learn from",
+    "zero_spread": "most groups gave every sample one reward, or none: nothing to learn from",
+    "eval_collapse": "a held-out evaluation metric collapsed while the training reward stayed flat or rose",
     "mismatch_growth": "the sampler's log-probs drift from the trainer's (server engine)",
 }
 MAX_GROUPS = 8  # group links an alarm carries
@@ -306,16 +309,68 @@ def kl_blowup(h: History, s) -> Alarm | None:
 
 
 def zero_spread(h: History, s) -> Alarm | None:
-    """Every step of the window had ``zero_spread`` of its groups without reward spread (``zero_var_frac``)."""
+    """Every step of the window had ``zero_spread`` of its groups without reward spread (``zero_var_frac``: a
+    group whose samples all got one reward, or none). When no sample of the window got a reward at all
+    (``invalid_rate`` 1), the message says so: every reward was missing, not one."""
     first, last = _window(h, s)
     values = [v for st, v in h.metrics.get("zero_var_frac", {}).items() if first <= st <= last and v is not None]
     if len(values) < s.window or min(values) < s.zero_spread:
         return None
-    flat = [g for g in h.groups if g.reward_std == 0.0]
+    missing = h.mean("invalid_rate", first, last)
+    evidence = {"zero_var_frac": _r(statistics.fmean(values)), "invalid_rate": _r(missing)}
+    if missing == 1.0:
+        return Alarm("zero_spread", h.step, f"no sample of the last {s.window} steps got a reward: every reward was "
+                     "missing (every component abstained, failed or scored NaN), so GRPO learns nothing (the run "
+                     "page shows each sample's grader errors)", evidence, _group_links(h.groups))
+    flat = [g for g in h.groups if g.reward_std in (0.0, None)]
+    also = f"; {missing:.0%} of the samples got no reward at all" if missing else ""
     return Alarm("zero_spread", h.step, f"{statistics.fmean(values):.0%} of the groups of the last {s.window} steps "
                  "gave every sample one reward: GRPO learns nothing from them (too easy, too hard, or a grader "
-                 "that cannot tell answers apart)", {"zero_var_frac": _r(statistics.fmean(values))},
-                 _group_links(flat))
+                 f"that cannot tell answers apart){also}", evidence, _group_links(flat))
+
+
+EVAL_KEYS = ("score", "reward", "pass@1", "compliance")  # held-out metrics where higher is better
+
+
+def best_evals(evals: list[Any]) -> dict[str, Any]:
+    """Per metric of :data:`EVAL_KEYS`: the evaluation before the latest one where it was highest."""
+    out = {}
+    for key in EVAL_KEYS:
+        earlier = [e for e in evals[:-1] if e.metrics.get(key) is not None]
+        if earlier and evals and evals[-1].metrics.get(key) is not None:
+            out[key] = max(earlier, key=lambda e: e.metrics[key])
+    return out
+
+
+def eval_collapse(h: History, s) -> list[Alarm]:
+    """For each held-out metric of :data:`EVAL_KEYS` (pass@1, compliance, ...): the latest evaluation's value is
+    ``eval_drop`` (relative) and ``eval_drop_min`` (absolute) below the best earlier one's, while the training
+    reward's mean over the window that ends at the latest evaluation is no lower (by more than ``flat``) than
+    over the window that ends at the best one (the baseline steps, for an evaluation before training). The
+    reward paid for something the evaluation does not check, or the policy broke (a template it no longer
+    follows) while the reward could not see it."""
+    if len(h.evals) < 2:
+        return []
+    last, out = h.evals[-1], []
+    for key, best in best_evals(h.evals).items():
+        before, now = best.metrics[key], last.metrics[key]
+        if before <= 0 or (before - now) / before < s.eval_drop or before - now < s.eval_drop_min:
+            continue
+        reward_then = h.mean("reward", *_window(h, s, best.step))
+        if reward_then is None:
+            reward_then = h.mean("reward", *_baseline(h, s))
+        reward_now = h.mean("reward", *_window(h, s, last.step))
+        if reward_then is None or reward_now is None or reward_now < reward_then - s.flat:
+            continue
+        out.append(Alarm("eval_collapse", h.step,
+                         f"held-out {key} fell {before:.3f} -> {now:.3f} ({(before - now) / before:.0%} below its best, "
+                         f"step {best.step} -> {last.step}) while the training reward did not fall ({reward_then:.3f} "
+                         f"-> {reward_now:.3f}): the reward may pay for something the evaluation does not check",
+                         {"eval_metric": key, "eval_best": _r(before), "eval_after": _r(now),
+                          "eval_steps": [best.step, last.step], "reward_before": _r(reward_then),
+                          "reward_after": _r(reward_now)},
+                         _group_links(_by_reward(h.groups)), subject=key))
+    return out
 
 
 def mismatch_growth(h: History, s) -> Alarm | None:
@@ -331,7 +386,7 @@ def mismatch_growth(h: History, s) -> Alarm | None:
 
 
 CHECKS = (reward_vs_eval, component_dominance, answer_shape, length_jump, length_collapse, entropy_collapse,
-          kl_blowup, zero_spread, mismatch_growth)
+          kl_blowup, zero_spread, eval_collapse, mismatch_growth)
 
 
 def detect(h: History, s) -> list[Alarm]:
@@ -394,9 +449,9 @@ class RunAlarms:
         with store.snapshot():
             metrics: Series = {}
             evals = store.evals()
-            eval_step = evals[-1].step if evals else step
+            eval_steps = {evals[-1].step if evals else step, *(e.step for e in best_evals(evals).values())}
             for lo, hi in ((1, s.baseline_steps), (step - 2 * s.window + 1, step),
-                           (eval_step - s.window + 1, eval_step)):
+                           *((e - s.window + 1, e) for e in eval_steps)):
                 for key, points in store.metrics(self._keys(), since_step=max(lo, 0), until_step=hi).items():
                     metrics.setdefault(key, {}).update(points)
             groups = store.groups(step=step, limit=None, with_samples=True)
@@ -405,7 +460,7 @@ class RunAlarms:
 
     def _keys(self) -> list[str]:
         known = set(self.store.metric_keys())
-        wanted = ["reward", "len_mean", "entropy", "kl", "zero_var_frac", "mismatch/kl",
+        wanted = ["reward", "len_mean", "entropy", "kl", "zero_var_frac", "invalid_rate", "mismatch/kl",
                   *(f"reward/{n}" for n in self.weights)]
         return [k for k in wanted if k in known]
 

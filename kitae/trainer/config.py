@@ -414,7 +414,7 @@ class AlarmsConfig:
     reward_rise: float = setting(0.1, above=0)  # reward_vs_eval, component_dominance: the rise of the mean training
     # reward (latest window over the baseline) that counts as rising
     flat: float = setting(0.02, minimum=0)  # reward_vs_eval, component_dominance: a held-out score or a component's
-    # mean score that rose by at most this is flat
+    # mean score that rose by at most this is flat; eval_collapse: a reward that fell by at most this did not fall
     component_share: float = setting(0.8, above=0, maximum=1)  # component_dominance: one component's share of the
     # reward's rise, while every other component stays flat or falls
     shape_share: float = setting(0.5, above=0, maximum=1)  # answer_shape: share of the latest window's samples
@@ -427,6 +427,10 @@ class AlarmsConfig:
     kl_growth: float = setting(10.0, above=1)  # ... or this many times its mean over the window before
     zero_spread: float = setting(0.9, above=0, maximum=1)  # zero_spread: share of groups whose samples all got one
     # reward, over the whole window
+    eval_drop: float = setting(0.5, above=0, maximum=1)  # eval_collapse: a held-out metric (pass@1, compliance)
+    # fell this share below its best earlier evaluation ...
+    eval_drop_min: float = setting(0.05, minimum=0)  # ... and by at least this much (0.06 -> 0.03 on a few prompts is
+    # noise), while the training reward did not fall by more than `flat`
     mismatch_kl: float = setting(0.05, above=0)  # mismatch_growth: sampler/trainer mismatch KL above this ...
     mismatch_growth: float = setting(5.0, above=1)  # ... and this many times its baseline mean
 

@@ -133,6 +133,14 @@ def test_format_spec_errors(spec, message):
         ("x = -0,5", "-0.5", 1.0),  # was 0
         ("1,234", "1234", 1.0),  # a comma before three digits still groups thousands
         ("1,2,3", "3", 1.0),  # a list: the last number is 3
+        # answers as people write them: markdown emphasis and punctuation are not part of the words
+        ("**Paris**", "Paris", 1.0),  # was 0
+        ("The answer is **Paris**.", "Paris", 1.0),  # was 0
+        ("I'd say *Paris*, of course", "Paris", 1.0),  # was 0: "*paris*," was the word
+        ("`Paris`", "Paris", 1.0),  # was 0: inline code
+        ("The answer is __New York__!", "New York", 1.0),  # was 0
+        ("**Lyon**", "Paris", 0.0),
+        ("**47**", "47", 1.0),  # numbers were read so already
     ],
 )
 def test_answer_grader(output, reference, expected):
@@ -153,6 +161,8 @@ def test_answer_grader(output, reference, expected):
         ("whole", "The capital is Paris.", "Paris", 1.0),  # prefixes and punctuation are stripped
         ("whole", "ＰＡＲＩＳ", "Paris", 1.0),  # NFKC, casefold
         ("whole", "答えは東京です。", "東京", 1.0),  # Japanese prefix and polite ending
+        ("whole", "The answer is **Paris**.", "Paris", 1.0),  # was 0: markdown emphasis
+        ("whole", "**Paris**, London", "Paris", 0.0),  # still a list, not the whole answer
         ("whole", "Lyon", "Paris", 0.0),
         # numeric references are read by the last number either way
         ("whole", "6+9=15", "15", 1.0),
@@ -209,6 +219,13 @@ def math_grader():
         (r"$\boxed{\{1, 22\}}$", "1,22", 0.0),  # was 1: the set is not the decimal
         (r"$\boxed{1234}$", "1,234", 1.0),  # a comma before three digits groups thousands (already so)
         (r"$\boxed{\{1, 2, 3\}}$", "1,2,3", 1.0),  # two commas: a set (already so)
+        # a bare reference with space-grouped thousands reads as math_verify.parse("12 500") does: 12500
+        (r"$\boxed{1000}$", "1 000", 1.0),  # was 0: $1 000$ is the product 1·0
+        (r"$\boxed{12500}$", "12 500", 1.0),  # was 0: $12 500$ read as 512
+        (r"$\boxed{12500}$", "12\u00a0500", 1.0),  # was 0: a no-break space
+        (r"$\boxed{1234567.5}$", "1 234 567.5", 1.0),  # was 0
+        (r"$\boxed{512}$", "12 500", 0.0),  # was 1
+        (r"$\boxed{0}$", "1 000", 0.0),  # was 1
     ],
 )
 def test_math_grader(math_grader, output, reference, expected):
@@ -260,6 +277,9 @@ def test_ignore_prompt_echo(spec, output, expected):
     assert score(spec, output, reference="12", messages=LARGER) == expected
 
 
+TOKYO = {"messages": [{"role": "user", "content": "日本の首都は東京と大阪のどちらですか？東京ですか？"}]}
+
+
 @pytest.mark.parametrize(
     "item, output, reference, expected",
     [
@@ -270,6 +290,12 @@ def test_ignore_prompt_echo(spec, output, expected):
          "7 or 12", "12", 0.0),  # the system turn is prompt too
         ({"messages": [{"role": "assistant", "content": "7 or 12"}]}, "7 or 12", "12", 1.0),  # not prompt
         ({}, "7 or 12", "12", 1.0),  # no prompt: nothing is an echo
+        # a particle (one hiragana) beside the answer says little: the word past it must come from the prompt too
+        (TOKYO, "東京と思います", "東京", 1.0),  # was 0: "東京と" is in the prompt, "東京と思" is not
+        (TOKYO, "たぶん東京だと思う", "東京", 1.0),  # (already so)
+        (TOKYO, "東京と大阪のどちら", "東京", 0.0),  # the echo: "東京と大" is in the prompt
+        (TOKYO, "東京と", "東京", 0.0),  # nothing past the particle: "東京と" decides, copied
+        (TOKYO, "東京ですか", "東京", 0.0),  # the cost that stays: "東京です" is copied from the prompt too
     ],
 )
 def test_ignore_prompt_echo_reads_the_rows_prompt(item, output, reference, expected):

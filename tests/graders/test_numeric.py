@@ -27,6 +27,10 @@ def values(text: str) -> list[tuple[float, bool]]:
         ("9.91 percent, 3 per cent", [(9.91, True), (3, True)]),
         ("５パーセント", [(5, True)]),
         ("3割", [(30, True)]),
+        ("二割五分", [(25, True)]),  # was 20%: 割 = 10%, 分 = 1% (the 五分 was left as words)
+        ("3割2分5厘", [(32.5, True)]),  # was 30% and 2, 5: 厘 = 0.1%
+        ("打率は三割一分", [(31, True)]),  # was 30%
+        ("1割増、5分後", [(10, True), (5, False)]),  # a 分 not after 割 is a minute, not a percent
         ("１０％", [(10, True)]),  # full-width digits and percent sign
         # English scales
         ("$1,705M", [(1.705e9, False)]),
@@ -37,6 +41,9 @@ def values(text: str) -> list[tuple[float, bool]]:
         ("$2.5bn and 4mn", [(2.5e9, False), (4e6, False)]),
         ("1.2T", [(1.2e12, False)]),
         ("3 trillion", [(3e12, False)]),
+        ("two and a half million", [(2.5e6, False)]),  # was 2 and 500000: "a half million" read alone
+        ("two and a half hours", [(2.5, False)]),  # was 2 and 0.5
+        ("one hundred and a half", [(100.5, False)]),  # was 100 and 0.5
         ("5km and 10 M", [(5, False), (10, False)]),  # a unit word is not a scale; a lone spaced letter neither
         # Japanese scales and compounds
         ("1万5000円", [(15000, False)]),
@@ -48,6 +55,7 @@ def values(text: str) -> list[tuple[float, bool]]:
         ("三千五百万円", [(3.5e7, False)]),
         ("二〇二四年", [(2024, False)]),
         ("五人", [(5, False)]),
+        ("五冊、五本、五つ、三枚", [(5, False), (5, False), (5, False), (3, False)]),  # was []: more counters
         ("百万円", [(1e6, False)]),
         ("一般的に統一された唯一の方法", []),  # words, not numbers
         ("十分な時間", []),
@@ -61,6 +69,7 @@ def values(text: str) -> list[tuple[float, bool]]:
         ("on 2024-03-15 at 10:30 it was 9", [(9, False)]),
         ("2024年3月15日に5", [(5, False)]),
         ("Q3 GPT-4 H2O COVID-19 cost 5", [(5, False)]),
+        ("9.8 m/s^2, 3 cm^{2}, 4 m**3", [(9.8, False), (3, False), (4, False)]),  # was also 2, 2, 3: a unit's power
         ("2020-2021", [(2020, False), (2021, False)]),  # a range, not a negative number
         ("no numbers here", []),
         # scientific notation
@@ -311,6 +320,12 @@ def test_what_is_a_number(text, expected):
         ("One of the two plants makes 40% of output", "40%", 1.0),  # number words are read now, but alone are prose
         ("Two million dollars", "$2M", 1.0),  # was None; a number word with a scale is an amount
         ("twenty percent", "20%", 1.0),  # was None; ... and with a percent
+        # ... unless the reference has no number in digits: then its number words are its key numbers
+        ("twenty", "20", 1.0),  # was None: skipped as having no number
+        ("twenty employees", "There are 20 employees.", 1.0),  # was None
+        ("twenty employees", "There are 25 employees.", 0.0),  # was None
+        ("One of the two plants", "1 of the 2 plants", 1.0),  # was None: words, and no digits beside them
+        ("In 2024 it had twenty employees", "20", 1.0),  # was 0 (only the year); the words come before a year
         # an answer's number words, fractions and apostrophe groups match the reference's numbers
         ("20", "twenty", 1.0),  # was 0: no number in the sample
         ("25 people", "twenty-five people", 1.0),  # was 0
@@ -354,6 +369,12 @@ SPRAY = " ".join(str(i) for i in range(1, 21))  # every integer 1..20: the guide
         ({"match": "last"}, "15", "15. Check: 15-9=6", 0.0),  # the final number is 6
         ({"match": "last"}, "100", "about 100, say 104", 0.5),  # 4%: partial credit as usual
         ({"match": "last"}, "15", "no number", 0.0),
+        ({"match": "last"}, "15", "a = 15 m/s^2", 1.0),  # was 0: the unit's power 2 was the final number
+        ({"match": "last"}, "15", "15 m/s**2", 1.0),  # was 0
+        # the price of match: last (docs/reward_hacking.md): an honest answer that ends on other numbers
+        ({"match": "last"}, "15", "15, the sum of 6 and 9", 0.0),  # the final number is 9
+        ({"match": "last"}, "15", "15 m/s^2 (g is 9.8 m/s^2)", 0.0),  # a remark after the answer: 9.8
+        ({}, "15", "15, the sum of 6 and 9", 1.0),  # the default pays it
         # several key numbers: the last K numbers, each key number to the closest of them
         ({"match": "last"}, "3 and 5", "1+2=3, 2+3=5", 1.0),  # last two: 3, 5
         ({"match": "last"}, "3 and 5", "5 and 3", 1.0),  # order within the final answer is free
@@ -367,6 +388,7 @@ SPRAY = " ".join(str(i) for i in range(1, 21))  # every integer 1..20: the guide
         ({"extra_numbers": "penalize"}, "15", "6+9=15", 0.8),  # 6 and 9 charged
         ({"extra_numbers": "penalize"}, "15", SPRAY, 0.0),  # 1 - 19 x 0.1, floored
         ({"extra_numbers": "penalize"}, "15", "15 or 16", 0.9),
+        ({"extra_numbers": "penalize"}, "15", "15 apples, 3 of them red", 0.9),  # the price: an honest detail charged
         ({"extra_numbers": "penalize"}, "15", "15, 15.3 and 15", 1.0),  # 15.3 is within 5% of 15: not extra
         ({"extra_numbers": "penalize"}, "In 2024 revenue was $1,705M", "$1,705M (2024, 2023)", 1.0),  # years free
         ({"extra_numbers": "penalize"}, "one of the two plants made 500", "the two plants: 500", 1.0),  # stated: free

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from kitae.cli.main import app
 from kitae.graders.answer_match import answers_match
 from kitae.errors import ConfigError, KitaeError
-from kitae.long2short.compare import ModelReport, efficiency_plot, mark_frontier, parse_model_arg, unique_names
+from kitae.long2short.compare import ModelReport, efficiency_plot, format_table, mark_frontier, parse_model_arg, unique_names
 from kitae.long2short.merge import average_state_dicts, merge_models, normalize_weights
 from kitae.long2short.selection import dpo_rows, group_results, rejected_for, sft_rows, shortest_correct
 from kitae.models import load_causal_lm
@@ -148,6 +148,17 @@ def test_frontier_and_plot():
     cols = {ch: line[8:].index(ch) for line in plot[1:12] for ch in line[8:] if ch.isdigit()}
     assert rows == {"1": 2, "2": 3, "3": 4, "4": 5}  # pass@1 0.8, 0.7, 0.6, 0.5 on a 0..1 axis of 11 rows
     assert cols["4"] < cols["2"] < cols["3"] < cols["1"]  # fewer tokens further left
+
+
+def test_a_model_the_grader_scored_nothing_of_is_listed_not_ranked():
+    """pass@1 is None when the grader abstained on every sample (kitae.scoring.evaluate): the comparison once
+    raised TypeError comparing None with a number."""
+    reports = [_report("long", 0.8, 100), _report("unscored", None, 50)]
+    mark_frontier(reports)
+    assert [r.frontier for r in reports] == [True, False]
+    plot = efficiency_plot(reports, width=21, height=11)
+    assert "2 = unscored" in plot and "2" not in "".join(line[8:] for line in plot.splitlines()[1:12])
+    assert "unscored" in format_table(reports)
 
 
 @pytest.mark.parametrize("arg, expected", [("runs/verbose", ("verbose", "runs/verbose")),

@@ -52,6 +52,9 @@ REWARDS = textwrap.dedent(
     def as_strings(completions, **kwargs):  # written for string completions: a chat completion is a 1-message list
         return [-abs(20 - len(c)) for c in completions]
 
+    def huge(prompts, completions, completion_ids=None, **kw):  # 1e308 on every other sample: finite, but its mean is not
+        return [1e308 if i % 2 else -len(c[0]["content"]) / 10 for i, c in enumerate(completions)]
+
     def flaky(prompts, completions, completion_ids=None, **kw):
         if "1" in prompts[0][-1]["content"]:
             raise RuntimeError("grader service down")

@@ -153,6 +153,75 @@ def test_metric_checks(check, metrics, fires):
         assert got.kind == check.__name__ and got.groups == [{"id": 50, "step": STEP, "group_index": 0}]
 
 
+@pytest.mark.parametrize("invalid, message", [
+    (0.0, "100% of the groups of the last 5 steps gave every sample one reward: GRPO learns nothing"),
+    # was "gave every sample one reward" when there was no reward at all
+    (1.0, "no sample of the last 5 steps got a reward: every reward was missing (every component abstained, "
+          "failed or scored NaN)"),
+    (0.5, "100% of the groups of the last 5 steps gave every sample one reward"),  # some missing: said after it
+])
+def test_zero_spread_says_when_every_reward_was_missing(invalid, message):
+    m = {"zero_var_frac": series(lambda s: 1.0), "invalid_rate": series(lambda s: invalid)}
+    got = A.zero_spread(history(m, groups=[group(STEP, ["7"] * 4, [1.0] * 4)]), S)
+    assert got.message.startswith(message) and got.evidence["invalid_rate"] == invalid
+    assert ("got no reward at all" in got.message) == (invalid == 0.5)
+
+
+# ---- eval_collapse -------------------------------------------------------------------------------------------
+def evm(step: int, **metrics) -> EvalRow:
+    return EvalRow(step, {k.replace("pass1", "pass@1"): v for k, v in metrics.items()}, 40, 0.0)
+
+
+NEWCOMER = [evm(0, pass1=0.125, compliance=0.565), evm(5, pass1=0.1, compliance=0.4),
+            evm(10, pass1=0.020, compliance=0.065)]  # a run that raised nothing: the reward stayed flat
+
+
+@pytest.mark.parametrize("evals, reward, subjects", [
+    (NEWCOMER, lambda s: 0.3, ["pass@1", "compliance"]),  # both collapsed, the reward flat
+    (NEWCOMER, lambda s: 0.1 + 0.05 * s, ["pass@1", "compliance"]),  # ... or rising
+    (NEWCOMER, lambda s: 0.8 if s <= 3 else 0.2, []),  # the reward fell too: the run is failing, not gamed
+    ([evm(0, pass1=0.3), evm(5, pass1=0.5), evm(10, pass1=0.2)], lambda s: 0.3, ["pass@1"]),  # 60% below the best
+    ([evm(0, pass1=0.3), evm(10, pass1=0.2)], lambda s: 0.3, []),  # 33% down: under eval_drop (0.5)
+    ([evm(0, pass1=0.06), evm(10, pass1=0.02)], lambda s: 0.3, []),  # 67% down but by 0.04: noise on few prompts
+    ([evm(0, pass1=0.1), evm(10, pass1=0.3)], lambda s: 0.3, []),  # rose
+    ([evm(10, pass1=0.3)], lambda s: 0.3, []),  # one evaluation
+    ([evm(0, pass1=0.0), evm(10, pass1=0.0)], lambda s: 0.3, []),  # never above 0
+])
+def test_eval_collapse(evals, reward, subjects):
+    got = A.eval_collapse(history({"reward": series(reward)}, evals), S)
+    assert [a.subject for a in got] == subjects
+    for a in got:
+        assert a.kind == "eval_collapse" and a.key == f"eval_collapse:{a.subject}"
+        assert a.evidence["eval_after"] == evals[-1].metrics[a.subject]
+
+
+def test_eval_collapse_message_names_the_metric_its_best_and_the_reward():
+    (a, _) = A.eval_collapse(history({"reward": series(lambda s: 0.3)}, NEWCOMER), S)
+    assert a.message.startswith("held-out pass@1 fell 0.125 -> 0.020 (84% below its best, step 0 -> 10) while the "
+                                "training reward did not fall (0.300 -> 0.300)")
+
+
+def test_eval_collapse_on_a_stored_run(tmp_path):
+    """The newcomer's run as the run store holds it: the reward flat, pass@1 and compliance collapsing."""
+    store = RunStore.create(tmp_path / "r", config={})
+    try:
+        checker = A.RunAlarms(store, AlarmsConfig(), {"numeric": 1.0})
+        raised = {}
+        for step in range(0, 31):
+            if step % 10 == 0:
+                store.log_eval(step, {"pass@1": [0.125, 0.11, 0.05, 0.02][step // 10],
+                                      "compliance": [0.565, 0.5, 0.2, 0.065][step // 10], "len_mean": 9.0})
+            if step:
+                store.log_metrics(step, {"reward": 0.3 + 0.001 * (step % 3), "zero_var_frac": 0.2})
+                raised.update({a.key: step for a in checker.check(step)})
+        assert raised == {"eval_collapse:pass@1": 20, "eval_collapse:compliance": 20}
+        alarms = store.summary()["alarms"]
+        assert [a["evidence"]["eval_best"] for a in alarms] == [0.125, 0.565]
+        assert [a["evidence"]["eval_steps"] for a in alarms] == [[0, 20], [0, 20]]
+    finally:
+        store.close()
+
+
 def test_nothing_fires_before_the_baseline_and_a_window():
     m = {"len_mean": series(lambda s: 10 if s <= 3 else 50, range(1, 7)),
          "reward/format": series(lambda s: 0.0 if s <= 3 else 1.0, range(1, 7))}

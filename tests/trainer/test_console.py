@@ -61,6 +61,9 @@ def test_summary_of_a_stopped_run_has_no_repeated_eval():
         "step 0 -> 400: pass@1 0.250 -> 0.271  compliance 0.500 -> 0.500  len_mean 3.2 -> 3.2  "
         "trunc_rate 0.000 -> 0.000")
     assert eval_line(100, {"pass@1": None}) == "eval step 100   pass@1 -"
+    # was "pass@1 0.000": an eval grader that abstained on every sample scored nothing
+    assert eval_line(100, {"pass@1": None, "compliance": 1.0, "abstain_rate": 1.0}) == (
+        "eval step 100   pass@1 n/a (the eval grader abstained on every sample)  compliance 1.000")
 
 
 @pytest.mark.parametrize("times, window, per_step", [

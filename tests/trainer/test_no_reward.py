@@ -156,3 +156,51 @@ def test_a_function_giving_every_sample_one_score_is_warned_about_at_the_first_s
                     "tell completions apart, so it adds nothing to the advantages. Check what it reads: here "
                     'completions are lists of chat messages, [{"role": "assistant", "content": TEXT}] (TRL\'s '
                     'conversational format): read completion[0]["content"].']
+
+
+def test_a_huge_finite_reward_is_a_grader_error_not_a_crash(tiny_assets, tmp_path, rewards_on_path):
+    """A reward function returning 1e308 crashed the step (OverflowError in the mean of the step's rewards); now
+    each such score is a grader error, counted in the component's error rate and shown with the sample."""
+    cfg = load_train_config(write_config(tiny_assets, tmp_path, **{
+        "optim.steps": 2, "data.eval": None, "rewards": [{"name": "huge", "function": "tiny_rewards:huge"}],
+    }))
+    assert Trainer(cfg).train()["status"] == "finished"
+    store = RunStore.open(tmp_path / "t")
+    metrics = store.metrics(["reward", "invalid_rate", "grader/huge/error_rate", "reward/huge"])
+    assert [v for _, v in metrics["grader/huge/error_rate"]] == [0.5, 0.5]  # every other sample
+    assert [v for _, v in metrics["invalid_rate"]] == [0.5, 0.5]
+    assert all(math.isfinite(v) and abs(v) < 1e3 for name in ("reward", "reward/huge") for _, v in metrics[name])
+    samples = store.groups(step=2, with_samples=True)[0].samples
+    assert [s.reward is None for s in samples] == [False, True, False, True]
+    assert samples[1].errors["huge"].startswith("score 1e+308 is past the reward limit of ±1e+15")
+    store.close()
+
+
+def test_an_eval_grader_that_abstains_on_every_sample_scores_nothing(tiny_assets, tmp_path, rewards_on_path):
+    """The eval grader skips every row (numeric with a reference without a number): pass@1 was stored and printed
+    as 0.000, as if every answer were wrong; now it is null, printed as n/a, and `kitae runs show` shows it."""
+    from kitae.cli.train import eval_line
+
+    cfg = load_train_config(write_config(tiny_assets, tmp_path, **{
+        "optim.steps": 1, "eval.every": 1, "eval.grader": {"type": "numeric", "reference": "none"},
+    }))
+    printed = []
+    trainer = Trainer(cfg)
+    trainer.on_eval = lambda step, metrics, seconds: printed.append(eval_line(step, metrics))
+    assert trainer.train()["status"] == "finished"
+    assert printed and all("pass@1 n/a (the eval grader abstained on every sample)" in line for line in printed)
+    store = RunStore.open(tmp_path / "t")
+    evals = store.evals()
+    assert evals and all(e.metrics["pass@1"] is None and e.metrics["abstain_rate"] == 1.0 for e in evals)
+    store.close()
+    shown = subprocess.run([sys.executable, "-m", "kitae", "runs", "show", str(tmp_path / "t")],
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert "evals (" in shown.stdout and "Traceback" not in shown.stderr
+    from kitae.web.api import Query, dispatch  # the run page's API: the null eval reaches the page as null
+
+    page = dispatch(tmp_path, "GET", "/runs/t/metrics", Query(""))
+    assert page["evals"]["eval/pass@1"] and all(v is None for _, v in page["evals"]["eval/pass@1"])
+    listed = dispatch(tmp_path, "GET", "/runs/t/evals", Query(""))["evals"]
+    assert all(e["score"] is None and e["metrics"]["pass@1"] is None for e in listed)
+    assert dispatch(tmp_path, "GET", "/runs", Query(""))["runs"][0]["eval_score"] is None

@@ -8,7 +8,7 @@ import torch
 
 from kitae.graders.base import Grade
 from kitae.rollout.base import Completion
-from kitae.scoring.rewards import GroupScores, RewardComponent, combine
+from kitae.scoring.rewards import REWARD_LIMIT, GroupScores, RewardComponent, combine, within_reward_limit
 from kitae.trainer.grades import reward_tensor
 from kitae.trainer.metrics import reward_metrics
 
@@ -40,6 +40,28 @@ def test_combine(a, b, total):
 )
 def test_a_weight_0_component_is_no_reward(a, logged, total):
     assert combine({"a": [Grade(a)], "log": [Grade(logged)]}, {"a": 1.0, "log": 0.0}) == [total]
+
+
+@pytest.mark.parametrize(
+    "score, weight, kept",
+    [
+        (1e308, 1.0, False),  # once an OverflowError in the step's mean (statistics.fmean): now a grader error
+        (-1e308, 1.0, False),
+        (1e15, 1.0, True),  # at the limit: kept
+        (2e15, 1.0, False),  # past it
+        (1e14, 100.0, False),  # the weighted score is past it
+        (1e308, 0.0, False),  # a weight-0 component only logs, but its mean is logged too
+        (0.5, 1.0, True),
+        (None, 1.0, True),  # an abstention stays one, without an error
+    ],
+)
+def test_a_score_past_the_reward_limit_is_a_grader_error(score, weight, kept):
+    grade = within_reward_limit([Grade(score)], weight)[0]
+    if kept:
+        assert (grade.score, grade.error) == (score, None)
+    else:
+        assert grade.score is None
+        assert grade.error.startswith(f"score {score:g} is past the reward limit of ±{REWARD_LIMIT:g}")
 
 
 def _completion(tokens: int) -> Completion:

@@ -370,3 +370,26 @@ def test_an_async_runs_samples_say_which_policy_sampled_them(serve, tmp_path, pa
     cards = page.locator("article.sample")
     assert [cards.nth(i).locator(".policy").count() for i in range(3)] == [1, 1, 0]
     assert cards.nth(0).locator(".policy").inner_text() == "sampled by policy 3"
+
+
+def test_an_evaluation_that_scored_nothing_is_shown_as_no_value(serve, tmp_path, page):
+    """pass@1 is null when the eval grader abstained on every sample (kitae.scoring.evaluate): the run page shows
+    a dash in its table and a gap in its chart, with no JavaScript error, and the runs list a dash for the score."""
+    from kitae.store import RunStore
+
+    runs = tmp_path / "runs"
+    with RunStore.create(runs / "unscored", name="unscored", config={}, model="tiny-llama") as store:
+        for step in (0, 10):
+            store.log_metrics(step or 1, {"reward": 0.5})
+            store.log_eval(step, {"pass@1": None, "compliance": 0.9, "abstain_rate": 1.0})
+        store.finish()
+    s = serve(runs)
+    page.goto(s.url + "#/run/unscored")
+    page.wait_for_selector("text=Evaluations (2, latest first)")
+    table = page.locator("section.card", has_text="Evaluations (2")
+    heads = table.locator("th").all_inner_texts()
+    cells = table.locator("tbody tr").first.locator("td").all_inner_texts()
+    assert dict(zip(heads, cells))["pass@1"] == "–" and dict(zip(heads, cells))["compliance"] == "0.9"
+    assert points(page, "eval/compliance", "eval/compliance") == 2
+    page.goto(s.url + "#/")
+    page.wait_for_selector("text=unscored")
