@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kitae.sandbox.isolation import Limits, Sandbox
+from kitae.sandbox.isolation import Limits, Sandbox, interpreter
 from kitae.sandbox.process import Completed, exit_cause, run
 
 LANGUAGES = ("python", "cpp")
@@ -202,7 +202,7 @@ def _run_chunk(sandbox: Sandbox, workdir: Path, entries: dict[int, dict], cases:
     budget = Limits(wall_seconds=limits.total_seconds * len(order) + 5, cpu_seconds=None,
                     memory_mb=limits.memory_mb + 512, processes=limits.processes,
                     file_mb=max(64, 4 * math.ceil(limits.output_kb / 1024)))
-    done = run(sandbox, [sys.executable, "-I", "-S", HARNESS.name], workdir, budget,
+    done = run(sandbox, [interpreter(), "-I", "-S", HARNESS.name], workdir, budget,
                stdin=json.dumps(job).encode(), max_output=len(order) * len(cases) * (6 * output_bytes + 8192))
     rows, ready, harness_error = [], False, None
     for line in done.stdout.decode(errors="replace").splitlines():

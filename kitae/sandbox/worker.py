@@ -16,7 +16,6 @@ import os
 import selectors
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kitae.errors import KitaeError
-from kitae.sandbox.isolation import Limits, Sandbox
+from kitae.sandbox.isolation import Limits, Sandbox, interpreter
 from kitae.sandbox.process import exit_cause, kill, returncode_of
 
 WORKER = Path(__file__).with_name("_worker.py")
@@ -82,12 +81,12 @@ class Worker:
         pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": self._stderr}
         if self.sandbox is None:
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"}
-            return subprocess.Popen([sys.executable, "-I", str(WORKER)], env=env, start_new_session=True,
+            return subprocess.Popen([interpreter(), "-I", str(WORKER)], env=env, start_new_session=True,
                                     cwd=tempfile.gettempdir(), **pipes)
         self._workdir = tempfile.mkdtemp(prefix="kitae-worker-")
         workdir = Path(self._workdir)
         shutil.copy(WORKER, workdir / WORKER.name)
-        return self.sandbox.spawn([sys.executable, "-I", WORKER.name], workdir, self.limits, **pipes)
+        return self.sandbox.spawn([interpreter(), "-I", WORKER.name], workdir, self.limits, **pipes)
 
     def _exchange(self, request: dict[str, Any]) -> Any:
         self._send(request)
