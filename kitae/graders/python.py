@@ -20,7 +20,8 @@ runs ``source`` once, then each grade in a child forked from it, so every grade 
 the source left (a model loaded at import is loaded once) and nothing one grade changes reaches the next; the
 child holds neither of the worker's channels, so a completion that a grader runs cannot answer for later
 samples (it runs in the grade's process, so it can still decide its own grade). Processes a grade starts end
-with it.
+with it; ``/tmp`` and ``/dev/shm`` are emptied after it (and after ``source`` loads), and the worker is not
+dumpable (a grade cannot write its memory), so nothing a grade leaves reaches the next.
 """
 
 from __future__ import annotations

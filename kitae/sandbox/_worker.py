@@ -19,8 +19,10 @@ import os
 import resource
 import select
 import sys
+import time
 import traceback
 
+SCRATCH = ("/tmp", "/dev/shm")  # the sandbox's writable places: $HOME and $TMPDIR are /tmp, the rest read-only
 BLOCKED_EVENTS = {
     "socket.__new__", "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "socket.getaddrinfo",
     "socket.gethostbyname", "socket.gethostbyaddr", "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn",
@@ -88,18 +90,67 @@ def _math_handler(config):
 
 
 def _reap_strays():
-    """Kill every process of the sandbox but this one and its init (a grade's daemons, setsid children).
+    """Kill every process of the sandbox but this one and its init (a grade's daemons, setsid children), and
+    return once they are gone (bubblewrap's init reaps them), so nothing of the grade writes after it.
 
     kill(-1) reaches every process this one may signal: only ever sent inside a pid namespace, where pid 1 is
     bubblewrap's init (started as /usr/bin/bwrap); anywhere else it would hit the whole machine, so it checks.
     """
+    if not _pid1_is_bwrap():
+        return
+    try:
+        os.kill(-1, 9)
+    except OSError:  # nothing left to kill
+        pass
+    deadline = time.monotonic() + 5
+    while _others() and time.monotonic() < deadline:
+        time.sleep(0.002)
+
+
+def _pid1_is_bwrap():
     try:
         with open("/proc/1/cmdline", "rb") as f:
-            if os.path.basename(f.read().split(b"\0")[0]) != b"bwrap":
-                return
-        os.kill(-1, 9)
-    except OSError:  # nothing left to kill, or no /proc
+            return os.path.basename(f.read().split(b"\0")[0]) == b"bwrap"
+    except OSError:  # no /proc
+        return False
+
+
+def _others():
+    """Processes in the sandbox besides its init and this one (dying ones included until reaped)."""
+    own = {1, os.getpid()}
+    return [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in own]
+
+
+def _wipe_scratch():
+    """Empty the sandbox's /tmp (also $HOME and $TMPDIR) and /dev/shm: the next grade finds nothing of this one."""
+    for root in SCRATCH:
+        try:
+            entries = os.listdir(root)
+        except OSError:
+            continue
+        for name in entries:
+            _remove(os.path.join(root, name))
+
+
+def _remove(path):
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            os.chmod(path, 0o700)  # a grade may have taken its own folder's permissions away
+            for name in os.listdir(path):
+                _remove(os.path.join(path, name))
+            os.rmdir(path)
+        else:
+            os.unlink(path)
+    except OSError:
         pass
+
+
+def _not_dumpable():
+    """PR_SET_DUMPABLE 0: a grade (a child of this process, the same user) cannot open this process's /proc
+    files: its memory (where it would rewrite grade() for every later grade), its fds (the reply channel)."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
 
 
 # ---- one grade, in a fork of the worker --------------------------------------------------------------
@@ -220,6 +271,7 @@ HANDLERS = {"python": _python_handler, "math": _math_handler}
 
 
 def main():
+    _not_dumpable()
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")  # the protocol; user prints go to stderr
     os.dup2(2, 1)
     config = json.loads(sys.stdin.readline())
@@ -237,6 +289,9 @@ def main():
     except BaseException as exc:  # a broken source is reported, not raised
         reply({"ok": False, "error": _error(exc)})
         return
+    isolated = config.get("reap_strays") and _pid1_is_bwrap()
+    if isolated:
+        _wipe_scratch()  # every grade starts with an empty /tmp, the first too
     reply({"ok": True})
     for line in sys.stdin:
         request = json.loads(line)
@@ -244,8 +299,9 @@ def main():
             message = _grade_in_fork(handle, request, config, (out.fileno(),), permitted)
         else:
             message = _answer(handle, request, config)
-        if config.get("reap_strays"):
+        if isolated:
             _reap_strays()
+            _wipe_scratch()
         reply(message)
 
 

@@ -11,6 +11,9 @@ runs under it, the code's children included. It is a classic-BPF program, assemb
   mounting and namespaces (``mount`` and the new mount API, ``pivot_root``, ``chroot``, ``unshare``,
   ``setns``), ``bpf``, ``perf_event_open``, ``userfaultfd``, kernel modules and ``kexec``, ``reboot``,
   swap, quotas, accounting, the clock, the kernel log, file handles (``open_by_handle_at``), ``fanotify``;
+  System V IPC (shared memory, semaphores, message queues) and POSIX message queues, whose objects outlive
+  their process (one grade could leave something there for the next; POSIX shared memory and semaphores are
+  files in ``/dev/shm``, emptied between grades);
 - ``clone`` with a CLONE_NEW* flag (a new namespace) fails; ``clone3``, whose flags a filter cannot read,
   answers ENOSYS, so the C library falls back to ``clone``.
 
@@ -53,6 +56,13 @@ SYSCALLS = {
     "open_by_handle_at": (304, 265), "name_to_handle_at": (303, 264), "fanotify_init": (300, 262),
     "lookup_dcookie": (212, 18), "nfsservctl": (180, 42), "iopl": (172, None), "ioperm": (173, None),
     "uselib": (134, None), "_sysctl": (156, None),
+    # System V IPC and POSIX message queues: objects that outlive the process that made them, shared by every
+    # process of the sandbox's IPC namespace (one grade could leave an answer there for the next)
+    "shmget": (29, 194), "shmat": (30, 196), "shmctl": (31, 195), "shmdt": (67, 197),
+    "semget": (64, 190), "semop": (65, 193), "semctl": (66, 191), "semtimedop": (220, 192),
+    "msgget": (68, 186), "msgsnd": (69, 189), "msgrcv": (70, 188), "msgctl": (71, 187),
+    "mq_open": (240, 180), "mq_unlink": (241, 181), "mq_timedsend": (242, 182), "mq_timedreceive": (243, 183),
+    "mq_notify": (244, 184), "mq_getsetattr": (245, 185),
 }
 DENIED = tuple(SYSCALLS)
 CLONE, CLONE3 = {"x86_64": 56, "aarch64": 220}, 435

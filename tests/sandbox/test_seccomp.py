@@ -53,6 +53,10 @@ CALLS = [
     ("keyctl: the session keyring's id", numbers(ARCH)["keyctl"], (0, -3, 0), "ok", "Operation not permitted"),
     ("unshare a user namespace", numbers(ARCH)["unshare"], (0x10000000,), "ok", "Operation not permitted"),
     ("ptrace(PTRACE_TRACEME)", numbers(ARCH)["ptrace"], (0, 0, 0, 0), "ok", "Operation not permitted"),
+    ("System V shared memory (a key that is not there)", numbers(ARCH)["shmget"], (0x4B17DEAD, 0, 0),
+     "No such file or directory", "Operation not permitted"),
+    ("a System V message queue (a key that is not there)", numbers(ARCH)["msgget"], (0x4B17DEAD, 0),
+     "No such file or directory", "Operation not permitted"),
     ("plain clone (a fork)", CLONE[ARCH], (17, 0, 0, 0, 0), "ok", "ok"),
     ("getpid", 39 if ARCH == "x86_64" else 172, (), "ok", "ok"),
 ]
