@@ -145,6 +145,21 @@ def _remove(path):
         pass
 
 
+def _one_process(program_hex):
+    """Load the filter of one grade's process (kitae.sandbox.seccomp.one_process_program): from here on it may
+    start threads but no processes, so its address-space limit is the memory of the whole grade."""
+    import ctypes
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+    program = bytes.fromhex(program_hex)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS, which a filter needs (bwrap has set it already)
+    if libc.prctl(22, 2, ctypes.byref(SockFprog(len(program) // 8, program)), 0, 0) != 0:  # SECCOMP_MODE_FILTER
+        raise OSError(ctypes.get_errno(), "loading the one-process seccomp filter failed")
+
+
 def _not_dumpable():
     """PR_SET_DUMPABLE 0: a grade (a child of this process, the same user) cannot open this process's /proc
     files: its memory (where it would rewrite grade() for every later grade), its fds (the reply channel)."""
@@ -195,6 +210,8 @@ def _child(handle, request, config, channels, write_end):
         if config.get("cpu_seconds"):
             seconds = max(1, round(config["cpu_seconds"]))
             resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))
+        if config.get("one_process"):
+            _one_process(config["one_process"])
         try:
             message = {"ok": True, "value": _plain(handle(request))}
         except BaseException as exc:
