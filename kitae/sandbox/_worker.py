@@ -1,7 +1,8 @@
-"""A grading worker process: JSON lines in on stdin, JSON lines out, one request at a time.
+"""A grading worker process: JSON lines in, JSON lines out, one request at a time.
 
-Started by kitae.sandbox.worker as ``python -I _worker.py`` (a standalone script: it imports nothing
-from kitae). The first line configures it; it answers {"ok": true} once ready, then one line per request:
+Started by kitae.sandbox.worker as ``python -I _worker.py REQUESTS REPLIES`` (a standalone script: it imports
+nothing from kitae), the two channels as fds of their own: its stdin and stdout, which bubblewrap's init also
+holds, are not used (stdout is the log, as stderr). The first line configures it; it answers {"ok": true} once ready, then one line per request:
 {"ok": true, "value": ...} or {"ok": false, "error": "..."}.
 
 Modes: "python" runs a user's ``grade(sample, item)`` (OpenAI's python grader), each request in a child forked
@@ -289,9 +290,9 @@ HANDLERS = {"python": _python_handler, "math": _math_handler}
 
 def main():
     _not_dumpable()
-    out = os.fdopen(os.dup(1), "w", encoding="utf-8")  # the protocol; user prints go to stderr
-    os.dup2(2, 1)
-    config = json.loads(sys.stdin.readline())
+    requests = os.fdopen(int(sys.argv[1]), "r", encoding="utf-8")  # the channels, fds of their own
+    out = os.fdopen(int(sys.argv[2]), "w", encoding="utf-8")
+    config = json.loads(requests.readline())
     permitted = set()  # audit events let through for the worker's own use (its fork per grade)
 
     def reply(message):
@@ -310,10 +311,10 @@ def main():
     if isolated:
         _wipe_scratch()  # every grade starts with an empty /tmp, the first too
     reply({"ok": True})
-    for line in sys.stdin:
+    for line in requests:
         request = json.loads(line)
         if config.get("fork_per_request"):
-            message = _grade_in_fork(handle, request, config, (out.fileno(),), permitted)
+            message = _grade_in_fork(handle, request, config, (requests.fileno(), out.fileno()), permitted)
         else:
             message = _answer(handle, request, config)
         if isolated:

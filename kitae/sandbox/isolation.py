@@ -141,7 +141,7 @@ class Sandbox:
     # ---- commands --------------------------------------------------------------------------------------
     def spawn(self, argv: list[str], workdir: Path, limits: Limits, writable: bool = False,
               **pipes) -> subprocess.Popen:
-        """Start ``argv`` in ``workdir`` under ``limits`` (``pipes``: stdin/stdout/stderr for Popen).
+        """Start ``argv`` in ``workdir`` under ``limits`` (``pipes``: stdin/stdout/stderr, pass_fds for Popen).
 
         Under bwrap the process carries ``sandbox_init``, a pidfd of the sandbox's pid 1: it becomes readable only
         once every process of the namespace is gone, so :func:`kitae.sandbox.process.kill` can wait for that.
@@ -163,8 +163,9 @@ class Sandbox:
             cmd = self._bwrap_args(workdir, limits, writable, userns)
             cmd += ["--info-fd", str(info_write), "--seccomp", str(seccomp), "--"]
             cmd += (DROP_ROOT if self.drops_root else []) + inner
+            pass_fds = tuple(passed) + tuple(pipes.pop("pass_fds", ()))  # the caller's go through to the command
             proc = _spawn(cmd, {"env": {"PATH": INSIDE_PATH}, "cwd": "/", "start_new_session": True,
-                                "pass_fds": tuple(passed), **pipes})
+                                "pass_fds": pass_fds, **pipes})
         proc.sandbox_init = _init_pidfd(info_read)
         return proc
 

@@ -7,9 +7,11 @@ the scores of the samples after it).
 
 from __future__ import annotations
 
+import os
 import textwrap
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -169,3 +171,35 @@ def test_a_grade_does_not_change_the_next_grade_s_module_state():
     finally:
         grader.close()
     assert [g.score for g in grades] == [1.0, 1.0, 1.0]  # each grade starts from the worker as the source left it
+
+
+def _pipes(pid: int | str) -> set[str]:
+    """The pipes (``pipe:[inode]``) among a process's open files."""
+    found = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("pipe:"):
+            found.add(target)
+    return found
+
+
+def test_no_process_of_the_sandbox_but_the_worker_holds_its_channels():
+    """bubblewrap's init (pid 1 of the sandbox) keeps the standard streams it was started with. Were the worker's
+    request and reply channels its stdin and stdout, a grade could open them in /proc/1/fd (when kitae runs
+    as a plain user, the sandbox's init is that user's and dumpable) and write replies for the samples after
+    it. So they are other fds, which the init closes: it holds no pipe this process holds."""
+    from kitae.sandbox import Sandbox
+    from kitae.sandbox.worker import Worker
+
+    worker = Worker("python", sandbox=Sandbox(), source="def grade(sample, item):\n    return 0.0\n",
+                    fork_per_request=True)
+    try:
+        assert worker.call({"sample": {}, "item": {}}) == 0.0
+        init = int(Path(f"/proc/{worker._proc.pid}/task/{worker._proc.pid}/children").read_text().split()[0])
+        assert os.path.basename(Path(f"/proc/{init}/cmdline").read_bytes().split(b"\0")[0]) == b"bwrap"
+        assert _pipes(init) & _pipes("self") == set(), "the sandbox's init holds the worker's channels"
+    finally:
+        worker.close()
