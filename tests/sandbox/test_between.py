@@ -64,13 +64,15 @@ DAEMONS = {
 
 @pytest.mark.parametrize("how", list(DAEMONS))
 def test_a_python_grade_s_processes_end_with_the_grade(how):
+    """A grade is one process (its seccomp filter refuses forks): the daemon does not even start (the grade
+    returns 0.5, not 1.0), and the walls behind that (the sandbox kills what a grade left) still hold."""
     marker = "kb-" + uuid.uuid4().hex[:8]
     body = textwrap.indent(textwrap.dedent(DAEMONS[how]), "    ")
     source = (f"import ctypes, os, time\nMARKER = {marker!r}\nlibc = ctypes.CDLL(None)\n\n"
-              f"def grade(sample, item):\n{body}\n    return 1.0\n")
+              f"def grade(sample, item):\n{body}\n    return 1.0 if pid > 0 else 0.5\n")
     grader = build_grader({"type": "python", "source": source, "timeout": 10})
     try:
-        assert grader.grade_group({}, [{"output_text": "x"}])[0].score == 1.0
+        assert grader.grade_group({}, [{"output_text": "x"}])[0].score == 0.5, "the grade started a process"
         assert survivors(marker) == [], "a process the grade started is alive after it, while the grader is open"
     finally:
         grader.close()
@@ -84,12 +86,13 @@ LEFTOVERS = {
         import ctypes, os, time
         libc = ctypes.CDLL(None)
         others = [p for p in os.listdir("/proc") if p.isdigit() and open(f"/proc/{p}/comm").read().strip() == MARKER]
-        if libc.fork() == 0:
+        pid = libc.fork()
+        if pid == 0:
             libc.setsid()
             libc.prctl(15, ctypes.c_char_p(MARKER.encode()), 0, 0, 0)
             time.sleep(30)
             os._exit(0)
-        print("dirty" if others else "clean")
+        print("dirty" if others or pid > 0 else "clean")  # a case is one process: the fork fails
         """,
     "a file in /tmp": """
         import os
