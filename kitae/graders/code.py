@@ -7,7 +7,7 @@
     tolerance: null           # numbers within this (absolute or relative) difference count as equal
     time_limit: 2             # CPU seconds per case (a sleeping program is stopped at 2x + 1 s wall clock)
     total_time_limit: 60      # wall clock for all cases of one sample
-    memory_mb: 512            # per case
+    memory_mb: 512            # per case, as a whole: a case is one process (threads, no forks)
     workers: 4                # cases run in parallel, across all samples being graded
     tests_field: tests        # the item field that holds the cases
     sandbox: bwrap            # `none` runs the program unisolated (trusted code only; runs say so)

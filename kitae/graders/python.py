@@ -9,8 +9,8 @@
 and the sample's other fields; ``item`` is the dataset row. The code runs in a ``python -I`` process inside
 the sandbox (:mod:`kitae.sandbox`: no network, no view of the machine's files, processes or environment,
 a private /tmp) with a wall-clock ``timeout`` per sample (default 10 s), a CPU ``cpu_seconds`` budget
-(default 5 s), an address-space limit ``memory_mb`` (default 1024), at most 32 processes, and files of at
-most 64 MB (prints count). ``sandbox: none`` runs it unisolated, for code you trust on a machine without
+(default 5 s), an address-space limit ``memory_mb`` (default 1024) for the grade as a whole (a grade is one
+process: it may start threads, not processes), and files of at most 64 MB (prints count). ``sandbox: none`` runs it unisolated, for code you trust on a machine without
 user namespaces; runs that do say so. A crash, timeout, exception, non-number, NaN or infinity becomes the
 sample's ``error`` (the grade abstains); it never stops the caller. ``image_tag`` (OpenAI's runtime image) is
 accepted and ignored: the code sees this machine's Python and its packages. ``pass_threshold`` (OpenAI's)
@@ -20,7 +20,8 @@ runs ``source`` once, then each grade in a child forked from it, so every grade 
 the source left (a model loaded at import is loaded once) and nothing one grade changes reaches the next; the
 child holds neither of the worker's channels, so a completion that a grader runs cannot answer for later
 samples (it runs in the grade's process, so it can still decide its own grade). Processes a grade starts end
-with it.
+with it; ``/tmp`` and ``/dev/shm`` are emptied after it (and after ``source`` loads), and the worker is not
+dumpable (a grade cannot write its memory), so nothing a grade leaves reaches the next.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from kitae.graders.base import Grade, Grader, Item, Sample
 from kitae.graders.spec import read_spec, register_grader
 from kitae.graders.template import TemplateError, output_json, output_text
 from kitae.sandbox import Sandbox, SandboxKind, open_sandbox
+from kitae.sandbox.seccomp import one_process_hex
 from kitae.sandbox.worker import SandboxError, Worker
 
 
@@ -63,7 +65,8 @@ class PythonGrader(Grader):
         self.source, self.pass_threshold = source, pass_threshold
         self.sandbox = sandbox if sandbox is not None else Sandbox()
         self.worker = Worker("python", timeout_s=timeout, memory_mb=memory_mb, cpu_seconds=cpu_seconds,
-                             sandbox=self.sandbox, source=source, fork_per_request=True)
+                             sandbox=self.sandbox, source=source, fork_per_request=True,
+                             one_process=one_process_hex())
 
     @classmethod
     def from_spec(cls, spec: dict, path: str) -> "PythonGrader":

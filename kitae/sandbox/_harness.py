@@ -25,6 +25,7 @@ RLIMIT_AS, RLIMIT_FSIZE on its output) and its own process group; when it ends, 
 sandbox is killed (daemons it left), so one case cannot reach into the next.
 """
 
+import ctypes  # imported once here, not in every case's child (which loads its seccomp filter through it)
 import importlib
 import json
 import math
@@ -152,6 +153,8 @@ def _child(job, program, case, code, paths):
     try:
         os.setpgid(0, 0)
         _limit(job)
+        if job.get("one_process"):
+            _one_process(job["one_process"])
         _redirect(paths)
         if program["kind"] == "exec":
             os.execv(program["path"], [program["path"]])
@@ -293,6 +296,21 @@ def _pid1_is_bwrap():
             return os.path.basename(f.read().split(b"\0")[0]) == b"bwrap"
     except OSError:
         return False
+
+
+def _one_process(program_hex):
+    """Load the filter of one grade's process (kitae.sandbox.seccomp.one_process_program): from here on it may
+    start threads but no processes, so its address-space limit is the memory of the whole grade."""
+    import ctypes
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+    program = bytes.fromhex(program_hex)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS, which a filter needs (bwrap has set it already)
+    if libc.prctl(22, 2, ctypes.byref(SockFprog(len(program) // 8, program)), 0, 0) != 0:  # SECCOMP_MODE_FILTER
+        raise OSError(ctypes.get_errno(), "loading the one-process seccomp filter failed")
 
 
 def _not_dumpable():

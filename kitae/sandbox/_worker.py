@@ -1,7 +1,8 @@
-"""A grading worker process: JSON lines in on stdin, JSON lines out, one request at a time.
+"""A grading worker process: JSON lines in, JSON lines out, one request at a time.
 
-Started by kitae.sandbox.worker as ``python -I _worker.py`` (a standalone script: it imports nothing
-from kitae). The first line configures it; it answers {"ok": true} once ready, then one line per request:
+Started by kitae.sandbox.worker as ``python -I _worker.py REQUESTS REPLIES`` (a standalone script: it imports
+nothing from kitae), the two channels as fds of their own: its stdin and stdout, which bubblewrap's init also
+holds, are not used (stdout is the log, as stderr). The first line configures it; it answers {"ok": true} once ready, then one line per request:
 {"ok": true, "value": ...} or {"ok": false, "error": "..."}.
 
 Modes: "python" runs a user's ``grade(sample, item)`` (OpenAI's python grader), each request in a child forked
@@ -19,8 +20,10 @@ import os
 import resource
 import select
 import sys
+import time
 import traceback
 
+SCRATCH = ("/tmp", "/dev/shm")  # the sandbox's writable places: $HOME and $TMPDIR are /tmp, the rest read-only
 BLOCKED_EVENTS = {
     "socket.__new__", "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "socket.getaddrinfo",
     "socket.gethostbyname", "socket.gethostbyaddr", "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn",
@@ -88,18 +91,82 @@ def _math_handler(config):
 
 
 def _reap_strays():
-    """Kill every process of the sandbox but this one and its init (a grade's daemons, setsid children).
+    """Kill every process of the sandbox but this one and its init (a grade's daemons, setsid children), and
+    return once they are gone (bubblewrap's init reaps them), so nothing of the grade writes after it.
 
     kill(-1) reaches every process this one may signal: only ever sent inside a pid namespace, where pid 1 is
     bubblewrap's init (started as /usr/bin/bwrap); anywhere else it would hit the whole machine, so it checks.
     """
+    if not _pid1_is_bwrap():
+        return
+    try:
+        os.kill(-1, 9)
+    except OSError:  # nothing left to kill
+        pass
+    deadline = time.monotonic() + 5
+    while _others() and time.monotonic() < deadline:
+        time.sleep(0.002)
+
+
+def _pid1_is_bwrap():
     try:
         with open("/proc/1/cmdline", "rb") as f:
-            if os.path.basename(f.read().split(b"\0")[0]) != b"bwrap":
-                return
-        os.kill(-1, 9)
-    except OSError:  # nothing left to kill, or no /proc
+            return os.path.basename(f.read().split(b"\0")[0]) == b"bwrap"
+    except OSError:  # no /proc
+        return False
+
+
+def _others():
+    """Processes in the sandbox besides its init and this one (dying ones included until reaped)."""
+    own = {1, os.getpid()}
+    return [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in own]
+
+
+def _wipe_scratch():
+    """Empty the sandbox's /tmp (also $HOME and $TMPDIR) and /dev/shm: the next grade finds nothing of this one."""
+    for root in SCRATCH:
+        try:
+            entries = os.listdir(root)
+        except OSError:
+            continue
+        for name in entries:
+            _remove(os.path.join(root, name))
+
+
+def _remove(path):
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            os.chmod(path, 0o700)  # a grade may have taken its own folder's permissions away
+            for name in os.listdir(path):
+                _remove(os.path.join(path, name))
+            os.rmdir(path)
+        else:
+            os.unlink(path)
+    except OSError:
         pass
+
+
+def _one_process(program_hex):
+    """Load the filter of one grade's process (kitae.sandbox.seccomp.one_process_program): from here on it may
+    start threads but no processes, so its address-space limit is the memory of the whole grade."""
+    import ctypes
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+    program = bytes.fromhex(program_hex)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS, which a filter needs (bwrap has set it already)
+    if libc.prctl(22, 2, ctypes.byref(SockFprog(len(program) // 8, program)), 0, 0) != 0:  # SECCOMP_MODE_FILTER
+        raise OSError(ctypes.get_errno(), "loading the one-process seccomp filter failed")
+
+
+def _not_dumpable():
+    """PR_SET_DUMPABLE 0: a grade (a child of this process, the same user) cannot open this process's /proc
+    files: its memory (where it would rewrite grade() for every later grade), its fds (the reply channel)."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
 
 
 # ---- one grade, in a fork of the worker --------------------------------------------------------------
@@ -144,6 +211,8 @@ def _child(handle, request, config, channels, write_end):
         if config.get("cpu_seconds"):
             seconds = max(1, round(config["cpu_seconds"]))
             resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))
+        if config.get("one_process"):
+            _one_process(config["one_process"])
         try:
             message = {"ok": True, "value": _plain(handle(request))}
         except BaseException as exc:
@@ -220,9 +289,10 @@ HANDLERS = {"python": _python_handler, "math": _math_handler}
 
 
 def main():
-    out = os.fdopen(os.dup(1), "w", encoding="utf-8")  # the protocol; user prints go to stderr
-    os.dup2(2, 1)
-    config = json.loads(sys.stdin.readline())
+    _not_dumpable()
+    requests = os.fdopen(int(sys.argv[1]), "r", encoding="utf-8")  # the channels, fds of their own
+    out = os.fdopen(int(sys.argv[2]), "w", encoding="utf-8")
+    config = json.loads(requests.readline())
     permitted = set()  # audit events let through for the worker's own use (its fork per grade)
 
     def reply(message):
@@ -237,15 +307,19 @@ def main():
     except BaseException as exc:  # a broken source is reported, not raised
         reply({"ok": False, "error": _error(exc)})
         return
+    isolated = config.get("reap_strays") and _pid1_is_bwrap()
+    if isolated:
+        _wipe_scratch()  # every grade starts with an empty /tmp, the first too
     reply({"ok": True})
-    for line in sys.stdin:
+    for line in requests:
         request = json.loads(line)
         if config.get("fork_per_request"):
-            message = _grade_in_fork(handle, request, config, (out.fileno(),), permitted)
+            message = _grade_in_fork(handle, request, config, (requests.fileno(), out.fileno()), permitted)
         else:
             message = _answer(handle, request, config)
-        if config.get("reap_strays"):
+        if isolated:
             _reap_strays()
+            _wipe_scratch()
         reply(message)
 
 

@@ -5,8 +5,9 @@ A :class:`Sandbox` turns a command into one that runs isolated (``bwrap``):
 - new user, pid, network, IPC, UTS and cgroup namespaces: no network at all (only its own loopback), no view of
   other processes (its /proc shows the sandbox alone), no signal reaches anything outside;
 - a new root holding only the system (``/usr`` and its links, the dynamic linker's files) and the Python
-  installation, read-only; the work folder at ``/work`` (read-only unless the caller asks to write, e.g. to
-  compile); a private, size-limited ``/tmp`` and ``/dev/shm``; the root itself read-only;
+  installation, read-only; the work folder at ``/work`` (``/sandbox-work`` when the Python installation lives
+  under /work), read-only unless the caller asks to write (e.g. to compile); a private, size-limited ``/tmp``
+  and ``/dev/shm``; the root itself read-only;
 - a clean, explicit environment (``PATH``, ``HOME=/tmp``, ``LANG``, one BLAS thread): nothing of the parent's;
 - rlimits set inside (``prlimit``): CPU seconds, address space, file size, no core files, and processes
   (RLIMIT_NPROC). The kernel counts processes per user namespace, so the cap holds per sandbox, and a fork
@@ -51,7 +52,9 @@ from kitae.sandbox.seccomp import SeccompUnavailable, filter_program, machine, n
 SandboxKind = typing.Literal["bwrap", "none"]  # a grader spec's `sandbox`
 KINDS = typing.get_args(SandboxKind)
 NOBODY = 65534
-INSIDE_WORKDIR = "/work"
+# Where the work folder appears inside; the second when the Python installation lives under the first (a venv
+# at /work/venv), which a work folder mounted there would cover
+INSIDE_WORKDIRS = ("/work", "/sandbox-work")
 INSIDE_PATH = "/usr/local/bin:/usr/bin:/bin"
 # The dynamic linker's configuration; the rest of /etc stays outside.
 ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime")
@@ -129,10 +132,16 @@ class Sandbox:
         """As root the code runs as nobody, so the kernel counts (and caps) its processes."""
         return self.isolated and os.geteuid() == 0
 
+    @property
+    def inside_workdir(self) -> str:
+        """The work folder's path inside the sandbox (its current directory)."""
+        bound = _outside_usr(python_roots() + list(self.extra_paths))
+        return next(path for path in INSIDE_WORKDIRS if not any(_overlaps(path, root) for root in bound))
+
     # ---- commands --------------------------------------------------------------------------------------
     def spawn(self, argv: list[str], workdir: Path, limits: Limits, writable: bool = False,
               **pipes) -> subprocess.Popen:
-        """Start ``argv`` in ``workdir`` under ``limits`` (``pipes``: stdin/stdout/stderr for Popen).
+        """Start ``argv`` in ``workdir`` under ``limits`` (``pipes``: stdin/stdout/stderr, pass_fds for Popen).
 
         Under bwrap the process carries ``sandbox_init``, a pidfd of the sandbox's pid 1: it becomes readable only
         once every process of the namespace is gone, so :func:`kitae.sandbox.process.kill` can wait for that.
@@ -154,8 +163,9 @@ class Sandbox:
             cmd = self._bwrap_args(workdir, limits, writable, userns)
             cmd += ["--info-fd", str(info_write), "--seccomp", str(seccomp), "--"]
             cmd += (DROP_ROOT if self.drops_root else []) + inner
+            pass_fds = tuple(passed) + tuple(pipes.pop("pass_fds", ()))  # the caller's go through to the command
             proc = _spawn(cmd, {"env": {"PATH": INSIDE_PATH}, "cwd": "/", "start_new_session": True,
-                                "pass_fds": tuple(passed), **pipes})
+                                "pass_fds": pass_fds, **pipes})
         proc.sandbox_init = _init_pidfd(info_read)
         return proc
 
@@ -184,8 +194,9 @@ class Sandbox:
                  "--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/tmp"]
         # After the private /tmp, which would hide a Python installed under it (a venv in a Docker build)
         args += install_binds(self.extra_paths)
-        args += ["--bind" if writable else "--ro-bind", str(Path(workdir).resolve()), INSIDE_WORKDIR,
-                 "--remount-ro", "/", "--chdir", INSIDE_WORKDIR, "--clearenv"]
+        inside = self.inside_workdir
+        args += ["--bind" if writable else "--ro-bind", str(Path(workdir).resolve()), inside,
+                 "--remount-ro", "/", "--chdir", inside, "--clearenv"]
         for key, value in clean_env(home="/tmp").items():
             args += ["--setenv", key, value]
         return args
@@ -282,9 +293,21 @@ def install_binds(extra_paths: tuple[str, ...] = ()) -> list[str]:
     return args
 
 
+def interpreter() -> str:
+    """This Python as an absolute path, for commands run in the sandbox, whose current directory is the work folder.
+
+    ``sys.executable`` can be relative (``../venv/bin/python``), meaningless there. Its folder is resolved but
+    not the file itself: a venv's ``python`` is a link to the base interpreter, and run by the link it finds its
+    ``pyvenv.cfg``, and with it the venv's site-packages.
+    """
+    path = os.path.abspath(sys.executable)
+    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+
+
 def python_roots() -> list[str]:
     """The Python installation the sandboxed interpreter needs: its prefixes (stdlib, site-packages)."""
-    roots = {sys.base_prefix, sys.prefix, sys.exec_prefix, str(Path(sys.executable).resolve().parent.parent)}
+    roots = {sys.base_prefix, sys.prefix, sys.exec_prefix, str(Path(interpreter()).resolve().parent.parent)}
+    roots = {os.path.abspath(r) for r in roots}
     return sorted(roots | {str(Path(r).resolve()) for r in roots})  # a symlinked prefix: both paths
 
 
@@ -298,6 +321,12 @@ def _outside_usr(paths: list[str]) -> list[str]:
             continue
         keep.append(path)
     return keep
+
+
+def _overlaps(a: str, b: str) -> bool:
+    """Whether one of two absolute paths is the other or lies inside it."""
+    a, b = a.rstrip("/") + "/", b.rstrip("/") + "/"
+    return a.startswith(b) or b.startswith(a)
 
 
 def root_userns() -> int:

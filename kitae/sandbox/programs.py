@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kitae.sandbox.isolation import Limits, Sandbox
+from kitae.sandbox.isolation import Limits, Sandbox, interpreter
 from kitae.sandbox.process import Completed, exit_cause, run
+from kitae.sandbox.seccomp import one_process_hex
 
 LANGUAGES = ("python", "cpp")
 HARNESS = Path(__file__).with_name("_harness.py")
@@ -198,11 +199,11 @@ def _run_chunk(sandbox: Sandbox, workdir: Path, entries: dict[int, dict], cases:
     job = {"programs": [entries[k] for k in order], "mode": mode, "cases": cases,
            "cpu_seconds": limits.seconds, "wall_seconds": limits.wall_seconds, "memory_mb": limits.memory_mb,
            "output_bytes": output_bytes, "program_seconds": limits.total_seconds, "sys_path": site_packages(),
-           "preload": list(preload), "in_sandbox": sandbox.isolated}
+           "preload": list(preload), "in_sandbox": sandbox.isolated, "one_process": one_process_hex()}
     budget = Limits(wall_seconds=limits.total_seconds * len(order) + 5, cpu_seconds=None,
                     memory_mb=limits.memory_mb + 512, processes=limits.processes,
                     file_mb=max(64, 4 * math.ceil(limits.output_kb / 1024)))
-    done = run(sandbox, [sys.executable, "-I", "-S", HARNESS.name], workdir, budget,
+    done = run(sandbox, [interpreter(), "-I", "-S", HARNESS.name], workdir, budget,
                stdin=json.dumps(job).encode(), max_output=len(order) * len(cases) * (6 * output_bytes + 8192))
     rows, ready, harness_error = [], False, None
     for line in done.stdout.decode(errors="replace").splitlines():

@@ -11,12 +11,22 @@ runs under it, the code's children included. It is a classic-BPF program, assemb
   mounting and namespaces (``mount`` and the new mount API, ``pivot_root``, ``chroot``, ``unshare``,
   ``setns``), ``bpf``, ``perf_event_open``, ``userfaultfd``, kernel modules and ``kexec``, ``reboot``,
   swap, quotas, accounting, the clock, the kernel log, file handles (``open_by_handle_at``), ``fanotify``;
+  System V IPC (shared memory, semaphores, message queues) and POSIX message queues, whose objects outlive
+  their process (one grade could leave something there for the next; POSIX shared memory and semaphores are
+  files in ``/dev/shm``, emptied between grades);
 - ``clone`` with a CLONE_NEW* flag (a new namespace) fails; ``clone3``, whose flags a filter cannot read,
   answers ENOSYS, so the C library falls back to ``clone``.
 
 Everything else is allowed: Python, g++ and compiled programs run as before.
 
     program = filter_program()            # bytes for bwrap --seccomp; SandboxUnavailable on another machine
+
+:func:`one_process_program` is a second filter, which the process that runs one grade (a python grader's grade, a
+code grader's test case) loads on top of this one before the untrusted code starts: it may start threads but
+no processes (``fork``, ``vfork`` and a ``clone`` without CLONE_THREAD fail with EAGAIN, as at a process limit)
+and no ``memfd_create`` (memory that its address-space limit would not count). Its address-space limit is then
+the memory of the whole grade: rlimits bound each process, and a grade that could fork would hold its limit
+once per process.
 """
 
 from __future__ import annotations
@@ -53,9 +63,19 @@ SYSCALLS = {
     "open_by_handle_at": (304, 265), "name_to_handle_at": (303, 264), "fanotify_init": (300, 262),
     "lookup_dcookie": (212, 18), "nfsservctl": (180, 42), "iopl": (172, None), "ioperm": (173, None),
     "uselib": (134, None), "_sysctl": (156, None),
+    # System V IPC and POSIX message queues: objects that outlive the process that made them, shared by every
+    # process of the sandbox's IPC namespace (one grade could leave an answer there for the next)
+    "shmget": (29, 194), "shmat": (30, 196), "shmctl": (31, 195), "shmdt": (67, 197),
+    "semget": (64, 190), "semop": (65, 193), "semctl": (66, 191), "semtimedop": (220, 192),
+    "msgget": (68, 186), "msgsnd": (69, 189), "msgrcv": (70, 188), "msgctl": (71, 187),
+    "mq_open": (240, 180), "mq_unlink": (241, 181), "mq_timedsend": (242, 182), "mq_timedreceive": (243, 183),
+    "mq_notify": (244, 184), "mq_getsetattr": (245, 185),
 }
 DENIED = tuple(SYSCALLS)
 CLONE, CLONE3 = {"x86_64": 56, "aarch64": 220}, 435
+CLONE_THREAD = 0x00010000
+FORKS = {"x86_64": (57, 58), "aarch64": ()}  # fork, vfork (aarch64 has only clone)
+MEMFD_CREATE = {"x86_64": 319, "aarch64": 279}
 
 # classic BPF opcodes
 LD_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS
@@ -86,15 +106,43 @@ def filter_program(arch: str | None = None) -> bytes:
     if arch not in AUDIT_ARCH:
         raise SeccompUnavailable(f"kitae's seccomp filter knows x86_64 and aarch64, not this machine's {arch}")
     denied = sorted(set(numbers(arch).values()))
-    # (code, jt, jf, k) with jumps as labels: "eperm", "enosys", "allow", or the next instruction (0)
+    # (code, jt, jf, k) with jumps as labels (see _assemble), or 0: the next instruction
     prog = [(LD_ABS, 0, 0, ARCH), (JEQ, 0, "eperm", AUDIT_ARCH[arch]), (LD_ABS, 0, 0, NR)]
     if arch == "x86_64":
         prog.append((JGE, "eperm", 0, X32_SYSCALL_BIT))
     prog += [(JEQ, "eperm", 0, nr) for nr in denied]
     prog += [(JEQ, "enosys", 0, CLONE3), (JEQ, 0, "allow", CLONE[arch]),
              (LD_ABS, 0, 0, ARG0), (JSET, "eperm", "allow", CLONE_NEW_FLAGS)]
-    labels = {"allow": len(prog), "eperm": len(prog) + 1, "enosys": len(prog) + 2}
-    prog += [(RET, 0, 0, ALLOW), (RET, 0, 0, ERRNO | errno.EPERM), (RET, 0, 0, ERRNO | errno.ENOSYS)]
+    return _assemble(prog)
+
+
+def one_process_program(arch: str | None = None) -> bytes:
+    """The filter one grade's process loads before the untrusted code runs: threads, but no new processes and
+    no memfd_create, so its address-space limit bounds the whole grade (the module docstring says why)."""
+    arch = arch or machine()
+    if arch not in AUDIT_ARCH:
+        raise SeccompUnavailable(f"kitae's seccomp filter knows x86_64 and aarch64, not this machine's {arch}")
+    prog = [(LD_ABS, 0, 0, ARCH), (JEQ, 0, "eperm", AUDIT_ARCH[arch]), (LD_ABS, 0, 0, NR)]
+    prog += [(JEQ, "eagain", 0, nr) for nr in FORKS[arch]]
+    prog += [(JEQ, "eperm", 0, MEMFD_CREATE[arch]), (JEQ, "enosys", 0, CLONE3), (JEQ, 0, "allow", CLONE[arch]),
+             (LD_ABS, 0, 0, ARG0), (JSET, "allow", "eagain", CLONE_THREAD)]
+    return _assemble(prog)
+
+
+def one_process_hex() -> str | None:
+    """:func:`one_process_program` as hex, for the scripts that run grades (JSON); None where no filter exists
+    for this machine (there only ``sandbox: none`` runs, and a grade's processes are bounded one by one)."""
+    try:
+        return one_process_program().hex()
+    except SeccompUnavailable:
+        return None
+
+
+def _assemble(prog: list[tuple]) -> bytes:
+    """struct sock_filter[] bytes; jumps to the labels "allow", "eperm", "enosys", "eagain" resolved."""
+    labels = {"allow": len(prog), "eperm": len(prog) + 1, "enosys": len(prog) + 2, "eagain": len(prog) + 3}
+    prog = prog + [(RET, 0, 0, ALLOW), (RET, 0, 0, ERRNO | errno.EPERM), (RET, 0, 0, ERRNO | errno.ENOSYS),
+                   (RET, 0, 0, ERRNO | errno.EAGAIN)]
     out = bytearray()
     for i, (code, jt, jf, k) in enumerate(prog):
         jt, jf = (labels[j] - i - 1 if isinstance(j, str) else j for j in (jt, jf))

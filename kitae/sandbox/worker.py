@@ -16,7 +16,6 @@ import os
 import selectors
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kitae.errors import KitaeError
-from kitae.sandbox.isolation import Limits, Sandbox
+from kitae.sandbox.isolation import Limits, Sandbox, interpreter
 from kitae.sandbox.process import exit_cause, kill, returncode_of
 
 WORKER = Path(__file__).with_name("_worker.py")
@@ -49,6 +48,7 @@ class Worker:
                        "block_network": block_network, "reap_strays": bool(sandbox and sandbox.isolated), **config}
         self.timeout_s = timeout_s
         self._proc: subprocess.Popen | None = None
+        self._requests = self._replies = None  # the channels: requests to the worker, its replies
         self._stderr = None
         self._workdir: str | None = None
         self._lock = threading.Lock()
@@ -79,15 +79,27 @@ class Worker:
             raise SandboxError(reply.get("error", "worker failed to start"))
 
     def _spawn(self) -> subprocess.Popen:
-        pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": self._stderr}
+        """The worker, its channels fds of their own (not its stdin and stdout, which bubblewrap's init, pid 1 of
+        the sandbox, keeps open: a grade could reach them through /proc/1/fd); its stdout and stderr the log."""
+        requests_r, requests_w = os.pipe()
+        replies_r, replies_w = os.pipe()
+        self._requests, self._replies = os.fdopen(requests_w, "wb"), os.fdopen(replies_r, "rb")
+        try:
+            return self._start_process([str(requests_r), str(replies_w)], (requests_r, replies_w))
+        finally:
+            os.close(requests_r)
+            os.close(replies_w)
+
+    def _start_process(self, channels: list[str], fds: tuple[int, ...]) -> subprocess.Popen:
+        pipes = {"stdin": subprocess.DEVNULL, "stdout": self._stderr, "stderr": self._stderr, "pass_fds": fds}
         if self.sandbox is None:
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"}
-            return subprocess.Popen([sys.executable, "-I", str(WORKER)], env=env, start_new_session=True,
+            return subprocess.Popen([interpreter(), "-I", str(WORKER), *channels], env=env, start_new_session=True,
                                     cwd=tempfile.gettempdir(), **pipes)
         self._workdir = tempfile.mkdtemp(prefix="kitae-worker-")
         workdir = Path(self._workdir)
         shutil.copy(WORKER, workdir / WORKER.name)
-        return self.sandbox.spawn([sys.executable, "-I", WORKER.name], workdir, self.limits, **pipes)
+        return self.sandbox.spawn([interpreter(), "-I", WORKER.name, *channels], workdir, self.limits, **pipes)
 
     def _exchange(self, request: dict[str, Any]) -> Any:
         self._send(request)
@@ -98,13 +110,13 @@ class Worker:
 
     def _send(self, message: dict[str, Any]) -> None:
         try:
-            self._proc.stdin.write((json.dumps(message, ensure_ascii=False, default=str) + "\n").encode())
-            self._proc.stdin.flush()
+            self._requests.write((json.dumps(message, ensure_ascii=False, default=str) + "\n").encode())
+            self._requests.flush()
         except (BrokenPipeError, OSError):
             raise self._died("while receiving the request") from None
 
     def _receive(self, timeout_s: float, doing: str) -> dict[str, Any]:
-        line = _readline(self._proc.stdout, time.monotonic() + timeout_s)
+        line = _readline(self._replies, time.monotonic() + timeout_s)
         if line is None:
             self._stop()
             raise SandboxError(f"timed out after {timeout_s:g}s while {doing} (wall-clock limit)")
@@ -136,6 +148,13 @@ class Worker:
             _cleanup([self._proc], self._workdir)
             self._proc = None
             self._workdir = None
+        for channel in (self._requests, self._replies):
+            if channel is not None:
+                try:
+                    channel.close()
+                except OSError:
+                    pass
+        self._requests = self._replies = None
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None

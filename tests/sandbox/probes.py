@@ -281,6 +281,108 @@ def attack():
 ''',
 }
 
+# ---- attacks on the samples graded after the attacker's --------------------------------------------------
+# A python grader that runs the completion (as graders of programs do) and pays 0, or 1 when the program left the
+# reference answer in an answer file. The attacker's completion comes first; after it, completions that answer
+# nothing themselves (LATER) must score 0: one sample's grade must not decide, nor reach, another's.
+ANSWER_FILES = '[os.path.join(os.environ.get("TMPDIR", "/tmp"), "answer.txt"), os.path.expanduser("~/answer.txt"), ' \
+               '"answer.txt", "/tmp/answer.txt", "/dev/shm/answer.txt", "/var/tmp/answer.txt"]'
+RUNS_COMPLETIONS = f'''
+import os
+
+
+def grade(sample, item):
+    try:
+        exec(sample["output_text"], {{}})
+    except Exception:
+        pass
+    for path in {ANSWER_FILES}:
+        try:
+            with open(path) as f:
+                if f.read().strip() == item["reference_answer"]:
+                    return 1.0
+        except OSError:
+            pass
+    return 0.0
+'''
+REFERENCE_ANSWER = "47"
+SHM_KEY, MQ_NAME = 0x4B17, b"/kitae-probe-answer"
+
+# A later completion: answers nothing itself, but copies an answer an earlier one left (in a file, SysV shared
+# memory or a POSIX message queue) to where this grade reads it
+LATER = f'''
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+found = None
+for path in {ANSWER_FILES}:
+    try:
+        found = found or open(path).read().strip()
+    except OSError:
+        pass
+shmid = libc.shmget({SHM_KEY}, 4096, 0)
+if shmid >= 0:
+    addr = libc.shmat(shmid, None, 0)
+    if addr not in (None, ctypes.c_void_p(-1).value):
+        found = found or ctypes.string_at(addr, 2).decode()
+if hasattr(libc, "mq_open"):
+    mq = libc.mq_open({MQ_NAME!r}, os.O_RDONLY | os.O_NONBLOCK)
+    buf = ctypes.create_string_buffer(8192)
+    if mq >= 0 and libc.mq_receive(mq, buf, 8192, None) > 0:
+        found = found or buf.value.decode()
+if found:
+    with open(os.path.join(os.environ.get("TMPDIR", "/tmp"), "answer.txt"), "w") as f:
+        f.write(found)
+'''
+
+LATER_SAMPLE_PROBES = {
+    # the grade runs in a child of the worker: write 1.0 over the 0.0 that grade() returns, in the worker's memory
+    # (every later grade is forked from it), then in this process's own memory
+    "patch_worker_memory": '''
+import os, struct, sys
+grade_code = sys._getframe(1).f_code
+zero = next(c for c in grade_code.co_consts if type(c) is float and c == 0.0)
+errors = []
+for pid in (os.getppid(), "self"):
+    try:
+        fd = os.open(f"/proc/{pid}/mem", os.O_RDWR)
+        os.pwrite(fd, struct.pack("d", 1.0), id(zero) + 16)  # PyFloatObject: refcount, type, then the double
+        os.close(fd)
+    except OSError as exc:
+        errors.append(repr(exc))
+''',
+    # the answer in every file a later grade might read
+    "plant_answer_files": f'''
+import os
+for path in {ANSWER_FILES}:
+    try:
+        with open(path, "w") as f:
+            f.write({REFERENCE_ANSWER!r})
+    except OSError:
+        pass
+''',
+    # the answer in SysV shared memory, which outlives its process unless removed
+    "plant_answer_sysv_shm": f'''
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+shmid = libc.shmget({SHM_KEY}, 4096, 0o1666)  # IPC_CREAT | 0666
+if shmid < 0:
+    raise OSError(ctypes.get_errno(), "shmget")
+addr = libc.shmat(shmid, None, 0)
+ctypes.memmove(addr, {REFERENCE_ANSWER.encode()!r}, 2)
+libc.shmdt(ctypes.c_void_p(addr))
+''',
+    # the answer in a POSIX message queue, which outlives its process unless unlinked
+    "plant_answer_mqueue": f'''
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+mq = libc.mq_open({MQ_NAME!r}, os.O_WRONLY | os.O_CREAT, 0o666, None)
+if mq < 0 or libc.mq_send(mq, {REFERENCE_ANSWER.encode()!r}, 2, 0) != 0:
+    raise OSError(ctypes.get_errno(), "mq_open/mq_send")
+''',
+}
+
 # Attacks whose success shows only on the host afterwards (a surviving process): the grade cannot tell.
 JUDGED_BY_HOST = {"setsid_daemon"}
 

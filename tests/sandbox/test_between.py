@@ -7,9 +7,11 @@ the scores of the samples after it).
 
 from __future__ import annotations
 
+import os
 import textwrap
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -62,13 +64,15 @@ DAEMONS = {
 
 @pytest.mark.parametrize("how", list(DAEMONS))
 def test_a_python_grade_s_processes_end_with_the_grade(how):
+    """A grade is one process (its seccomp filter refuses forks): the daemon does not even start (the grade
+    returns 0.5, not 1.0), and the walls behind that (the sandbox kills what a grade left) still hold."""
     marker = "kb-" + uuid.uuid4().hex[:8]
     body = textwrap.indent(textwrap.dedent(DAEMONS[how]), "    ")
     source = (f"import ctypes, os, time\nMARKER = {marker!r}\nlibc = ctypes.CDLL(None)\n\n"
-              f"def grade(sample, item):\n{body}\n    return 1.0\n")
+              f"def grade(sample, item):\n{body}\n    return 1.0 if pid > 0 else 0.5\n")
     grader = build_grader({"type": "python", "source": source, "timeout": 10})
     try:
-        assert grader.grade_group({}, [{"output_text": "x"}])[0].score == 1.0
+        assert grader.grade_group({}, [{"output_text": "x"}])[0].score == 0.5, "the grade started a process"
         assert survivors(marker) == [], "a process the grade started is alive after it, while the grader is open"
     finally:
         grader.close()
@@ -82,12 +86,13 @@ LEFTOVERS = {
         import ctypes, os, time
         libc = ctypes.CDLL(None)
         others = [p for p in os.listdir("/proc") if p.isdigit() and open(f"/proc/{p}/comm").read().strip() == MARKER]
-        if libc.fork() == 0:
+        pid = libc.fork()
+        if pid == 0:
             libc.setsid()
             libc.prctl(15, ctypes.c_char_p(MARKER.encode()), 0, 0, 0)
             time.sleep(30)
             os._exit(0)
-        print("dirty" if others else "clean")
+        print("dirty" if others or pid > 0 else "clean")  # a case is one process: the fork fails
         """,
     "a file in /tmp": """
         import os
@@ -169,3 +174,35 @@ def test_a_grade_does_not_change_the_next_grade_s_module_state():
     finally:
         grader.close()
     assert [g.score for g in grades] == [1.0, 1.0, 1.0]  # each grade starts from the worker as the source left it
+
+
+def _pipes(pid: int | str) -> set[str]:
+    """The pipes (``pipe:[inode]``) among a process's open files."""
+    found = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("pipe:"):
+            found.add(target)
+    return found
+
+
+def test_no_process_of_the_sandbox_but_the_worker_holds_its_channels():
+    """bubblewrap's init (pid 1 of the sandbox) keeps the standard streams it was started with. Were the worker's
+    request and reply channels its stdin and stdout, a grade could open them in /proc/1/fd (when kitae runs
+    as a plain user, the sandbox's init is that user's and dumpable) and write replies for the samples after
+    it. So they are other fds, which the init closes: it holds no pipe this process holds."""
+    from kitae.sandbox import Sandbox
+    from kitae.sandbox.worker import Worker
+
+    worker = Worker("python", sandbox=Sandbox(), source="def grade(sample, item):\n    return 0.0\n",
+                    fork_per_request=True)
+    try:
+        assert worker.call({"sample": {}, "item": {}}) == 0.0
+        init = int(Path(f"/proc/{worker._proc.pid}/task/{worker._proc.pid}/children").read_text().split()[0])
+        assert os.path.basename(Path(f"/proc/{init}/cmdline").read_bytes().split(b"\0")[0]) == b"bwrap"
+        assert _pipes(init) & _pipes("self") == set(), "the sandbox's init holds the worker's channels"
+    finally:
+        worker.close()

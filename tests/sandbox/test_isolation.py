@@ -48,21 +48,22 @@ def test_only_the_system_and_python_are_visible(sandbox, tmp_path):
         done = python(sandbox, tmp_path, f"""
             import os
             print(sorted(os.listdir("/etc")))
-            print(os.path.exists({str(secret)!r}), os.listdir("/work"), os.getcwd())
+            print(os.path.exists({str(secret)!r}), os.listdir({sandbox.inside_workdir!r}), os.getcwd())
             print(len([p for p in os.listdir("/proc") if p.isdigit()]))
             """)
     finally:
         secret.unlink()
     etc, files, processes = done.stdout.decode().splitlines()
     assert set(eval(etc)) <= {Path(p).name for p in ETC_FILES}  # the linker's files, nothing else of /etc
-    assert files == "False ['mine.txt'] /work"
+    assert files == f"False ['mine.txt'] {sandbox.inside_workdir}"
     assert int(processes) <= 3  # bwrap's init and this process (and setpriv's chain, exec'd away)
 
 
 def test_work_folder_is_read_only_unless_asked_and_tmp_is_private(sandbox, tmp_path):
     marker = f"kitae-{uuid.uuid4().hex}"
+    work = sandbox.inside_workdir
     code = f"""
-        for path in ("/work/out.txt", "/tmp/{marker}", "/usr/x", "/x"):
+        for path in ("{work}/out.txt", "/tmp/{marker}", "/usr/x", "/x"):
             try:
                 open(path, "w").write("x")
                 print(path, "written")
@@ -70,9 +71,9 @@ def test_work_folder_is_read_only_unless_asked_and_tmp_is_private(sandbox, tmp_p
                 print(path, type(exc).__name__)
         """
     read_only = python(sandbox, tmp_path, code).stdout.decode().splitlines()
-    assert read_only == ["/work/out.txt OSError", f"/tmp/{marker} written", "/usr/x OSError", "/x OSError"]
+    assert read_only == [f"{work}/out.txt OSError", f"/tmp/{marker} written", "/usr/x OSError", "/x OSError"]
     writable = python(sandbox, tmp_path, code, writable=True).stdout.decode().splitlines()
-    assert writable[0] == "/work/out.txt written" and (tmp_path / "out.txt").exists()
+    assert writable[0] == f"{work}/out.txt written" and (tmp_path / "out.txt").exists()
     assert not Path(f"/tmp/{marker}").exists()  # the sandbox's /tmp is its own
 
 

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox.probes import FORK_BOMBS, JUDGED_BY_HOST, PROBES, program_source, python_grader_source
+from tests.sandbox.probes import (FORK_BOMBS, JUDGED_BY_HOST, LATER, LATER_SAMPLE_PROBES, PROBES, REFERENCE_ANSWER,
+                                  RUNS_COMPLETIONS, program_source, python_grader_source)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -210,3 +211,21 @@ def test_fork_bomb_is_contained(processes_capped, host, target, bomb):
     assert result["score"] in (None, 0.0) and (result["error"] or result["reason"]), result
     assert host.survivors() == [], "bomb processes outlived the grade"
     assert subprocess.run(["true"]).returncode == 0  # the machine still starts processes
+
+
+# ---- attacks on the samples after the attacker's -------------------------------------------------------
+@pytest.mark.parametrize("probe", list(LATER_SAMPLE_PROBES))
+def test_a_sample_cannot_reach_the_grades_after_it(probe):
+    """The attacker's completion first, then completions that answer nothing (LATER): each of those scores 0,
+    in the same grade_group and in the next one (the same worker)."""
+    from kitae.graders import build_grader
+
+    grader = build_grader({"type": "python", "source": RUNS_COMPLETIONS, "timeout": 5})
+    item = {"reference_answer": REFERENCE_ANSWER}
+    try:
+        grades = grader.grade_group(item, [{"output_text": LATER_SAMPLE_PROBES[probe]}] + [{"output_text": LATER}] * 2)
+        later = grader.grade_group(item, [{"output_text": LATER}])
+    finally:
+        grader.close()
+    assert [g.error for g in grades + later] == [None] * 4, [g.error for g in grades + later]
+    assert [g.score for g in grades[1:] + later] == [0.0] * 3, "an earlier sample decided later grades"

@@ -10,7 +10,8 @@ import textwrap
 
 import pytest
 
-from kitae.sandbox.seccomp import CLONE, X32_SYSCALL_BIT, SeccompUnavailable, filter_program, machine, numbers
+from kitae.sandbox.seccomp import (CLONE, X32_SYSCALL_BIT, SeccompUnavailable, filter_program, machine, numbers,
+                                   one_process_program)
 
 LOAD = """
 import ctypes, os
@@ -37,8 +38,8 @@ PID = os.getpid()
 """
 
 
-def under_filter(code: str, load: bool = True) -> str:
-    script = LOAD.format(program=filter_program().hex(), load=load) + textwrap.dedent(code)
+def under_filter(code: str, load: bool = True, program: bytes | None = None) -> str:
+    script = LOAD.format(program=(program or filter_program()).hex(), load=load) + textwrap.dedent(code)
     done = subprocess.run([sys.executable, "-I", "-S", "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
@@ -53,6 +54,10 @@ CALLS = [
     ("keyctl: the session keyring's id", numbers(ARCH)["keyctl"], (0, -3, 0), "ok", "Operation not permitted"),
     ("unshare a user namespace", numbers(ARCH)["unshare"], (0x10000000,), "ok", "Operation not permitted"),
     ("ptrace(PTRACE_TRACEME)", numbers(ARCH)["ptrace"], (0, 0, 0, 0), "ok", "Operation not permitted"),
+    ("System V shared memory (a key that is not there)", numbers(ARCH)["shmget"], (0x4B17DEAD, 0, 0),
+     "No such file or directory", "Operation not permitted"),
+    ("a System V message queue (a key that is not there)", numbers(ARCH)["msgget"], (0x4B17DEAD, 0),
+     "No such file or directory", "Operation not permitted"),
     ("plain clone (a fork)", CLONE[ARCH], (17, 0, 0, 0, 0), "ok", "ok"),
     ("getpid", 39 if ARCH == "x86_64" else 172, (), "ok", "ok"),
 ]
@@ -82,14 +87,30 @@ def test_another_architecture_is_refused_with_the_reason():
         filter_program("riscv64")
 
 
+def test_one_grade_s_process_starts_threads_but_no_processes():
+    out = under_filter("""
+        import os, threading
+        t = threading.Thread(target=lambda: None); t.start(); t.join()
+        print("thread", call(CLONE, 17, 0, 0, 0, 0), end=" ")  # a plain clone: a fork
+        try:
+            os.fork()
+        except OSError as exc:
+            print(type(exc).__name__, end=" ")
+        print(call(MEMFD, id(b"x"), 0))
+        """.replace("CLONE", str(CLONE[ARCH])).replace("MEMFD", "319" if ARCH == "x86_64" else "279"),
+                       program=one_process_program())
+    assert out == "thread Resource temporarily unavailable BlockingIOError Operation not permitted"
+
+
+@pytest.mark.parametrize("build", [filter_program, one_process_program])
 @pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
-def test_every_jump_lands_inside_the_program(arch):
+def test_every_jump_lands_inside_the_program(arch, build):
     import struct
 
-    program = filter_program(arch)
+    program = build(arch)
     n = len(program) // 8
     for i in range(n):
         code, jt, jf, _ = struct.unpack_from("=HBBI", program, 8 * i)
         if code & 0x07 == 0x05:  # BPF_JMP
             assert i + 1 + max(jt, jf) < n
-    assert struct.unpack_from("=HBBI", program, 8 * (n - 3))[3] == 0x7FFF0000  # allow, then the two refusals
+    assert struct.unpack_from("=HBBI", program, 8 * (n - 4))[3] == 0x7FFF0000  # allow, then the three refusals
