@@ -52,15 +52,14 @@ as U+FFFD). Not with constrained JSON decoding (a 400).
 At temperature 0 sampling again gives the same text, so "sample and check" makes one attempt.
 
 Errors are OpenAI-shaped, ``{"error": {"message", "type", "param", "code"}}`` (the reload's also carry SGLang's
-``success: false`` and ``message``): 400 for a bad request, checked before any model work by
-kitae/http/requests.py (a field that would change results but is not implemented: ``presence_penalty``,
-``frequency_penalty``, ``logit_bias``, ``tools``, ... unless its value is a no-op; log-probs with ``stream``; a malformed
-message; a prompt longer than the context, by characters before tokenizing, then by tokens; a token id outside
-the vocabulary; a reload folder that does not fit the model), 401/408/411/413 from the HTTP layer
-(kitae/http/server.py; with a token, the reload needs it like every endpoint; on loopback a foreign Host is a 403,
-and a POST that is not ``application/json`` (415) or comes from another web origin (403) is refused, so no web
-page can swap the weights), 404 for another model name or
-path, 500 when generation fails.
+``success: false`` and ``message``): 400 for a bad request, checked before any model work by kitae/http/requests.py
+(a field that would change results but is not implemented: ``presence_penalty``, ``frequency_penalty``,
+``logit_bias``, ``tools``, ... unless its value is a no-op; log-probs with ``stream``; a malformed message; a
+prompt longer than the context, by characters before tokenizing, then by tokens; a token id outside the vocabulary;
+a reload folder that does not fit the model), 401/408/411/413 from the HTTP layer (kitae/http/server.py; with a
+token, the reload needs it like every endpoint; on loopback a foreign Host is a 403, and a POST that is not
+``application/json`` (415) or comes from another web origin (403) is refused, so no web page can swap the weights),
+404 for another model name or path, 500 when generation fails.
 """
 
 from __future__ import annotations
@@ -105,7 +104,8 @@ TEMPLATE_ARGUMENTS = {"conversation", "messages", "tools", "documents", "chat_te
 RELOAD_PATH = "/update_weights_from_disk"
 RELOAD_FIELDS = {"model_path", "load_format", "weight_version"}
 POST_PATHS = ("/v1/completions", "/v1/chat/completions", RELOAD_PATH)
-IGNORED_FIELDS = {"user", "metadata", "store", "service_tier", "parallel_tool_calls", "reasoning_effort"}  # bookkeeping, or no effect on a model without a reasoning mode
+# bookkeeping, or no effect on a model without a reasoning mode
+IGNORED_FIELDS = {"user", "metadata", "store", "service_tier", "parallel_tool_calls", "reasoning_effort"}
 CHAT_ROLES = ("system", "user", "assistant", "tool", "developer")  # OpenAI's message roles
 MODELS_PATH = "/v1/models"
 
