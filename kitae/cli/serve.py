@@ -11,8 +11,10 @@ The endpoints (kitae's /v1/score, SGLang's /classify, vLLM's /classify and /pool
 kitae/serving/reward_server.py. The first line printed is ``kitae serve rm: serving NAME on http://HOST:PORT``
 (with --port 0 the free port chosen), so scripts can wait for it.
 
-Both bind 127.0.0.1 by default; another address needs an access token (``--token`` or KITAE_SERVE_TOKEN),
-which every request then sends as ``Authorization: Bearer TOKEN``. Request bodies are limited by
+Both bind 127.0.0.1 by default; another address needs an access token (``--token``, vLLM's ``--api-key``, or
+KITAE_SERVE_TOKEN), which every request then sends as ``Authorization: Bearer TOKEN``. On loopback, a request
+whose Host is not a loopback name is refused (DNS rebinding), and every POST must be JSON
+(``Content-Type: application/json``) from no other web origin (kitae/http/server.py). Request bodies are limited by
 ``--max-body-mb``, and the work of one request by ``--max-items``/``--max-chars`` (rm) or the context (model).
 """
 
@@ -34,7 +36,7 @@ DEFAULT_MAX_BODY_MB = 8.0
 
 HOST_HELP = "Interface to listen on (loopback by default); any other address needs --token."
 TOKEN_HELP = (f"Access token every request must send as 'Authorization: Bearer TOKEN' (default: ${TOKEN_ENV}); "
-              "16 characters or more.")
+              "16 characters or more. --api-key is the same option (vLLM's name).")
 BODY_HELP = "Largest request body in MB; larger ones get HTTP 413."
 Dtype = Literal["float32", "bfloat16", "float16"]  # typer refuses any other value before the command runs
 
@@ -54,7 +56,7 @@ def serve_rm(
                               "'bundled' = kitae-tiny-rm."),
     port: int = typer.Option(8000, "--port", help="Port on HOST; 0 picks a free one (printed)."),
     host: str = typer.Option("127.0.0.1", "--host", help=HOST_HELP),
-    token: Optional[str] = typer.Option(None, "--token", help=TOKEN_HELP, show_default=False),
+    token: Optional[str] = typer.Option(None, "--token", "--api-key", help=TOKEN_HELP, show_default=False),
     batch_size: int = typer.Option(8, "--batch-size", min=1, help="Conversations per forward pass."),
     max_length: int = typer.Option(2048, "--max-length", min=8, help="Tokens; longer inputs are cut from the left."),
     max_items: int = typer.Option(256, "--max-items", min=1,
@@ -116,7 +118,7 @@ def serve_model(
     model: str = typer.Option("bundled", "--model", help="A causal LM folder or Hub id; 'bundled' = kitae-tiny-base."),
     port: int = typer.Option(8000, "--port", help="Port on HOST; 0 picks a free one (printed)."),
     host: str = typer.Option("127.0.0.1", "--host", help=HOST_HELP),
-    token: Optional[str] = typer.Option(None, "--token", help=TOKEN_HELP, show_default=False),
+    token: Optional[str] = typer.Option(None, "--token", "--api-key", help=TOKEN_HELP, show_default=False),
     name: str = typer.Option(None, "--name", help="Model name clients send and see (default: the folder name)."),
     max_context: int = typer.Option(None, "--max-context", min=16,
                                     help="Prompt + completion tokens (default: the model's max_position_embeddings)."),

@@ -151,6 +151,26 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def stream_fields(body: dict[str, Any]) -> tuple[bool, bool]:
+    """OpenAI's ``stream`` (true or false) and ``stream_options.include_usage``: (stream, include_usage)."""
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise bad(f"stream must be true or false, got {_short(stream)}", "stream")
+    options = body.get("stream_options")
+    if options is None:
+        return bool(stream), False
+    if not isinstance(options, dict) or not set(options) <= {"include_usage", "continuous_usage_stats"}:
+        raise bad("stream_options must be an object with include_usage (true or false)", "stream_options")
+    usage = options.get("include_usage")
+    if usage is not None and not isinstance(usage, bool):
+        raise bad(f"stream_options.include_usage must be true or false, got {_short(usage)}",
+                  "stream_options.include_usage")
+    if options.get("continuous_usage_stats"):
+        raise bad("stream_options.continuous_usage_stats is not supported; the usage comes in the last chunk "
+                  "(include_usage)", "stream_options.continuous_usage_stats")
+    return bool(stream), bool(usage) and bool(stream)
+
+
 # ---- texts and conversations ---------------------------------------------------------------------------
 def text(value: Any, param: str, max_chars: int, flag: str = "--max-chars") -> str:
     if not isinstance(value, str):

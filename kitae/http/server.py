@@ -1,11 +1,16 @@
 """What kitae's JSON servers share (stdlib only, cheap to import): the server class, the bind rule, the access
 token and the request handler. A service answers ``handle_get(path)`` / ``handle_post(path, body)`` with a
-JSON-able reply and turns an exception into ``error_reply(exc, method, path) -> (status, payload)``; the
-handler does the HTTP.
+JSON-able reply (or an :class:`EventStream`, sent as server-sent events) and turns an exception into
+``error_reply(exc, method, path) -> (status, payload)``; the handler does the HTTP.
 
 What the handler guarantees before a service sees a request (each refusal is a
 :class:`kitae.http.requests.RequestError` the service shapes like its other errors):
+- on a loopback address, the Host header names a loopback name or address (localhost, 127.0.0.1, [::1]): else
+  403, so a web page cannot reach the server through DNS rebinding (:func:`check_host`);
 - with a token, every request carries it (``Authorization: Bearer TOKEN``, the scheme in any case): else 401;
+- a POST says ``Content-Type: application/json`` (415) and comes from no other web origin (403): a page in the
+  user's browser cannot send one without a CORS preflight, which this server never grants
+  (:func:`check_json_post`; the run page's server, kitae/web/server.py, applies the same two checks);
 - a POST body has a Content-Length (411 otherwise; chunked bodies are refused), a whole number (400), at most
   ``max_body_bytes`` (413, before reading it; also on ``Expect: 100-continue``), and arrives within
   ``read_timeout_s`` of silence (408) or before the client closes (400);
@@ -22,7 +27,8 @@ import socket
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterable, Protocol
+from urllib.parse import urlsplit
 
 from kitae.jsonsafe import dumps as to_json
 from kitae.http.requests import RequestError, parse_json
@@ -53,6 +59,35 @@ def check_bind(host: str, token: str | None, token_env: str, exposes: str) -> No
     if not is_loopback(host) and not token:
         raise ConfigError("--host", f"binding {host} would {exposes}; give an access token with --token or the "
                           f"{token_env} environment variable, or bind 127.0.0.1 (the default) and use an SSH tunnel")
+
+
+def check_host(host_header: str | None, bound: str) -> None:
+    """Refuse (403) a request whose Host is not a loopback name or address, on a server bound to one: a page on
+    evil.example whose name an attacker points at 127.0.0.1 (DNS rebinding) sends ``Host: evil.example`` and
+    could read the replies. A server bound to a network address has its token instead."""
+    if not is_loopback(bound):
+        return
+    try:
+        host = urlsplit("//" + (host_header or "")).hostname or ""
+    except ValueError:  # "[bad": not a host
+        host = ""
+    if not is_loopback(host):
+        raise RequestError(403, f"Host '{(host_header or '')[:100]}' is not this machine; a server on a loopback "
+                           "address answers requests to localhost, 127.0.0.1 or [::1] only (http://127.0.0.1:PORT)")
+
+
+def check_json_post(headers: Any) -> None:
+    """Refuse a POST that a web page in the user's browser could send across sites: a body that is not declared
+    JSON (415; a form or ``fetch`` with ``text/plain`` needs no CORS preflight) or one with an ``Origin`` other
+    than this server's own (403). Clients outside a browser (curl, the OpenAI SDK, kitae's) send no Origin."""
+    ctype = (headers.get("Content-Type") or "").split(";")[0].strip().lower()
+    if ctype != "application/json":
+        raise RequestError(415, f"POST a JSON body with Content-Type: application/json (got "
+                           f"{(headers.get('Content-Type') or 'none')[:80]!r}; curl needs -H 'Content-Type: "
+                           "application/json')")
+    origin = headers.get("Origin")
+    if origin is not None and urlsplit(origin).netloc.lower() != (headers.get("Host") or "").lower():
+        raise RequestError(403, f"cross-site request from {origin[:100]} refused")
 
 
 def bearer_token(header: str) -> str | None:
@@ -92,6 +127,15 @@ class LoopbackServer(ThreadingHTTPServer):
         super().__init__(address, handler)
 
 
+@dataclass(frozen=True)
+class EventStream:
+    """A reply sent as server-sent events, as OpenAI's and vLLM's ``stream: true`` are: each of ``events`` (JSON
+    values, produced while the client reads) as ``data: JSON``, then ``data: [DONE]``. A service returns one
+    once the request is checked: errors before it are plain JSON replies with their status."""
+
+    events: Iterable[Any]
+
+
 class JsonService(Protocol):
     def handle_get(self, path: str) -> Any: ...
 
@@ -105,13 +149,13 @@ def json_server(service: JsonService, host: str, port: int, *, token: str | None
                 exposes: str = "let anyone on the network use this model") -> LoopbackServer:
     """A bound server for ``service`` (port 0 = a free port); refuses a network host without a token."""
     check_bind(host, token, TOKEN_ENV, exposes)
-    return LoopbackServer((host, port), json_handler(service, quiet, token or None, limits or HttpLimits()))
+    return LoopbackServer((host, port), json_handler(service, quiet, token or None, limits or HttpLimits(), host))
 
 
 def json_handler(service: JsonService, quiet: bool = True, token: str | None = None,
-                 limits: HttpLimits | None = None) -> type[BaseHTTPRequestHandler]:
-    """A handler class for ``service``: JSON in and out, the query string ignored, any exception answered
-    with ``service.error_reply`` (a failing model never stops the server)."""
+                 limits: HttpLimits | None = None, bound: str = "127.0.0.1") -> type[BaseHTTPRequestHandler]:
+    """A handler class for ``service`` on the address ``bound``: JSON in and out, the query string ignored, any
+    exception answered with ``service.error_reply`` (a failing model never stops the server)."""
     limits = limits or HttpLimits()
 
     class Handler(BaseHTTPRequestHandler):
@@ -135,9 +179,39 @@ def json_handler(service: JsonService, quiet: bool = True, token: str | None = N
 
         def _answer(self, call: Callable[[], Any]) -> None:
             try:
-                self._send(200, call())
+                reply = call()
             except Exception as exc:  # noqa: BLE001 - the service says what the client gets
                 self._send(*service.error_reply(exc, self.command, self.path))
+                return
+            if isinstance(reply, EventStream):
+                self._stream(reply)
+            else:
+                self._send(200, reply)
+
+        def _stream(self, stream: EventStream) -> None:
+            """Server-sent events in a chunked reply: ``data: JSON`` per event, an error as its last event (the
+            status is sent already), then ``data: [DONE]``."""
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+                self.send_header("Cache-Control", "no-cache")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                try:
+                    for event in stream.events:
+                        self._chunk(f"data: {to_json(event)}\n\n")
+                except OSError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - the service shapes the error
+                    self._chunk(f"data: {to_json(service.error_reply(exc, self.command, self.path)[1])}\n\n")
+                self._chunk("data: [DONE]\n\n")
+                self.wfile.write(b"0\r\n\r\n")
+            except OSError:  # the client went away
+                self.close_connection = True
+
+        def _chunk(self, text: str) -> None:
+            data = text.encode("utf-8")
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
 
         def _refuse(self, exc: RequestError) -> None:
             """Answer a request whose body was not read, then close without losing the answer."""
@@ -145,14 +219,17 @@ def json_handler(service: JsonService, quiet: bool = True, token: str | None = N
             self._send(*service.error_reply(exc, self.command, self.path))
             linger(self.connection)
 
-        def _check_token(self) -> None:
+        def _check_caller(self) -> None:
+            """The Host, then the token: what every request passes before anything else."""
+            check_host(self.headers.get("Host"), bound)
             if token is not None and not token_matches(bearer_token(self.headers.get("Authorization") or ""), token):
                 raise RequestError(401, "this server needs its access token: send 'Authorization: Bearer TOKEN' "
                                    f"(the --token or ${TOKEN_ENV} it was started with)")
 
         def handle_expect_100(self) -> bool:
             try:
-                self._check_token()
+                self._check_caller()
+                check_json_post(self.headers)
                 body_length(self.headers, limits.max_body_bytes)
             except RequestError as exc:
                 self._refuse(exc)
@@ -161,7 +238,7 @@ def json_handler(service: JsonService, quiet: bool = True, token: str | None = N
 
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
             try:
-                self._check_token()
+                self._check_caller()
             except RequestError as exc:
                 self._refuse(exc)
                 return
@@ -169,7 +246,8 @@ def json_handler(service: JsonService, quiet: bool = True, token: str | None = N
 
         def do_POST(self) -> None:  # noqa: N802
             try:
-                self._check_token()
+                self._check_caller()
+                check_json_post(self.headers)
                 raw = read_body(self.rfile, self.headers, limits)
             except RequestError as exc:
                 self._refuse(exc)

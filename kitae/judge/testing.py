@@ -42,7 +42,8 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable
 
 from kitae.judge.prompt import DEFAULT_CRITERIA, read_samples
-from kitae.http.server import LoopbackServer
+from kitae.http.requests import RequestError
+from kitae.http.server import LoopbackServer, check_host, check_json_post, linger
 
 Request = dict[str, Any]
 
@@ -170,11 +171,29 @@ class ScriptedServer:
                 except OSError:  # the client gave up (a timeout): nothing to do
                     pass
 
+            def _refused(self) -> bool:
+                """kitae's servers' checks (kitae/http/server.py): a loopback Host on every route, and a POST
+                that is JSON from no other web origin; a refused request is answered and its connection closed."""
+                try:
+                    check_host(self.headers.get("Host"), "127.0.0.1")
+                    if self.command == "POST":
+                        check_json_post(self.headers)
+                except RequestError as exc:
+                    self.close_connection = True
+                    self._send(exc.status, json.dumps({"error": {"message": str(exc)}}).encode(), {})
+                    linger(self.connection)
+                    return True
+                return False
+
             def do_GET(self) -> None:  # noqa: N802
+                if self._refused():
+                    return
                 data = json.dumps({"object": "list", "data": [{"id": owner.model, "object": "model"}]}).encode()
                 self._send(200 if self.path.endswith("/models") else 404, data, {})
 
             def do_POST(self) -> None:  # noqa: N802
+                if self._refused():
+                    return
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 body = json.loads(raw.decode("utf-8"))
                 with owner._lock:

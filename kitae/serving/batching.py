@@ -138,6 +138,8 @@ class Job:
     alternatives: list[list[list[tuple[int, float]]]] = field(default_factory=list)
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    # set after each step that gave its rows a token, and once done: a streaming reply waits on it and clears it
+    stepped: threading.Event = field(default_factory=threading.Event)
     rows: list[_Row] = field(default_factory=list, repr=False)  # its samples, also those that left the batch
 
     def wait(self, timeout: float | None = None) -> list[Completion]:
@@ -271,6 +273,8 @@ class BatchScheduler:
             elif all(r.finish for r in row.job.rows):
                 done.append(row.job)
         self.steps += 1
+        for job in {id(row.job): row.job for row in batch.rows}.values():
+            job.stepped.set()
         for job in done:
             self._complete(job)
         if len(keep) < len(batch.rows):
@@ -297,6 +301,7 @@ class BatchScheduler:
         job.finished_at = self.steps
         self.gate.leave()
         job.done.set()
+        job.stepped.set()
 
     def _fail(self, jobs: dict[int, Job], exc: BaseException) -> None:
         for job in jobs.values():
@@ -306,6 +311,7 @@ class BatchScheduler:
                 self.gate.leave()
             job.error = exc
             job.done.set()
+            job.stepped.set()
 
     # ---- the model ------------------------------------------------------------------------------
     def _prefill(self, jobs: list[Job]) -> _Batch:

@@ -7,6 +7,9 @@ The request (fields vLLM reads; the wire contract with kitae's ``server`` rollou
      "skip_special_tokens": false, "logprobs": 0, "return_tokens_as_token_ids": true, "repetition_penalty": 1.0,
      "ignore_eos": false, "add_special_tokens": true}
 
+With ``stream: true`` the reply comes as server-sent ``text_completion`` chunks while it is decoded
+(kitae/serving/streaming.py; not with ``logprobs`` or ``return_weight_versions``).
+
 One prompt per request (a list of several is refused); ``n`` samples of it, sample ``i`` seeded ``seed + i``.
 A string prompt is tokenized as vLLM does (the tokenizer's special tokens added unless ``add_special_tokens`` is
 false); token ids are taken as they are. Generation stops at a stop string (matched on tokens and on text, so a
@@ -50,13 +53,13 @@ from kitae.http.requests import SEED_MAX, SEED_MIN
 KNOWN_FIELDS = {"model", "prompt", "n", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop",
                 "stop_token_ids", "include_stop_str_in_output", "skip_special_tokens", "logprobs",
                 "return_tokens_as_token_ids", "repetition_penalty", "ignore_eos", "add_special_tokens",
-                "return_weight_versions"}
+                "return_weight_versions", "stream", "stream_options"}
 NEUTRAL_FIELDS = {  # accepted with these values (they change nothing), refused with any other
-    "stream": (False,), "echo": (False,), "best_of": (1,), "presence_penalty": (0,), "frequency_penalty": (0,),
+    "echo": (False,), "best_of": (1,), "presence_penalty": (0,), "frequency_penalty": (0,),
     "logit_bias": ({},), "min_p": (0,), "min_tokens": (0,), "use_beam_search": (False,), "length_penalty": (1,),
     "suffix": ("",), "spaces_between_special_tokens": (True,), "prompt_logprobs": (0,),
 }
-IGNORED_FIELDS = {"user", "stream_options", "priority", "request_id", "metadata"}
+IGNORED_FIELDS = {"user", "priority", "request_id", "metadata"}
 MAX_N = 256
 MAX_STOP_TOKEN_IDS = 64
 MIN_LOGPROB = -9999.0  # vLLM's stand-in for -inf, which JSON cannot carry
@@ -83,6 +86,8 @@ class CompletionRequest:
     ignore_eos: bool = False
     add_special_tokens: bool = True
     weight_versions: bool = False  # vLLM's per-choice weight_versions spans in the reply
+    stream: bool = False  # server-sent events (kitae/serving/streaming.py)
+    include_usage: bool = False  # with stream: a last chunk with the usage
 
 
 def parse_completion(body: Any, vocab_size: int, max_context: int, max_prompt_chars: int,
@@ -110,6 +115,10 @@ def parse_completion(body: Any, vocab_size: int, max_context: int, max_prompt_ch
     req.repetition_penalty = check.number(body, "repetition_penalty", 1.0, 0.0, 10.0)
     if req.repetition_penalty <= 0:
         raise check.bad("repetition_penalty must be above 0 (1 = off)", "repetition_penalty")
+    req.stream, req.include_usage = check.stream_fields(body)
+    for key, given in (("logprobs", req.logprobs is not None), ("return_weight_versions", req.weight_versions)):
+        if req.stream and given:
+            raise check.bad(f"{key} is not streamed by this server; send stream: false to get it", key)
     return req
 
 

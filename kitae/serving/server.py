@@ -6,7 +6,7 @@ http.server, loopback by default): a local judge, and a rollout server for kitae
     GET  /v1/models/NAME        that model object (OpenAI's retrieve; another name is a 404)
     POST /v1/chat/completions   {"model": NAME, "messages": [...], "temperature", "top_p", "max_tokens"
                                  (or "max_completion_tokens"), "n", "stop", "seed", "response_format",
-                                 "logprobs", "top_logprobs", "chat_template_kwargs"}
+                                 "logprobs", "top_logprobs", "chat_template_kwargs", "stream", "stream_options"}
                                 -> {"object": "chat.completion", "choices": [{"message": {"role": "assistant",
                                     "content": ...}, "logprobs": null | {"content": [...]},
                                     "finish_reason": "stop" | "length"}],
@@ -21,6 +21,9 @@ Every plain generation (completions, chat) goes through one continuous-batching 
 (kitae/serving/batching.py): requests join the running batch at the next decoding step and no request waits for
 another to finish; ``max_batch=1`` (``--max-batch 1``) gives one request at a time. Constrained JSON decoding
 runs one sample at a time on the request's own thread, its forward passes taking turns with the batch's.
+
+``stream: true`` (chat and completions) sends the reply as server-sent events while the batch decodes it,
+OpenAI's chunk shapes, the same text as without streaming (kitae/serving/streaming.py).
 
 Chat prompts are formatted with the tokenizer's chat template (ChatML without one); ``chat_template_kwargs``
 (an object, as in vLLM's and SGLang's chat API: the template's variables, e.g. Qwen3's ``{"enable_thinking":
@@ -49,13 +52,14 @@ as U+FFFD). Not with constrained JSON decoding (a 400).
 At temperature 0 sampling again gives the same text, so "sample and check" makes one attempt.
 
 Errors are OpenAI-shaped, ``{"error": {"message", "type", "param", "code"}}`` (the reload's also carry SGLang's
-``success: false`` and ``message``): 400 for a bad request, checked before any model work by
-kitae/http/requests.py (a field that would change results but is not implemented: ``presence_penalty``,
-``frequency_penalty``, ``logit_bias``, ``stream``, ``tools``, ... unless its value is a no-op; a malformed
-message; a prompt longer than the context, by characters before tokenizing, then by tokens; a token id outside
-the vocabulary; a reload folder that does not fit the model), 401/408/411/413 from the HTTP layer
-(kitae/http/server.py; with a token, the reload needs it like every endpoint), 404 for another model name or
-path, 500 when generation fails.
+``success: false`` and ``message``): 400 for a bad request, checked before any model work by kitae/http/requests.py
+(a field that would change results but is not implemented: ``presence_penalty``, ``frequency_penalty``,
+``logit_bias``, ``tools``, ... unless its value is a no-op; log-probs with ``stream``; a malformed message; a
+prompt longer than the context, by characters before tokenizing, then by tokens; a token id outside the vocabulary;
+a reload folder that does not fit the model), 401/408/411/413 from the HTTP layer (kitae/http/server.py; with a
+token, the reload needs it like every endpoint; on loopback a foreign Host is a 403, and a POST that is not
+``application/json`` (415) or comes from another web origin (403) is refused, so no web page can swap the weights),
+404 for another model name or path, 500 when generation fails.
 """
 
 from __future__ import annotations
@@ -72,22 +76,24 @@ from urllib.parse import unquote
 import jsonschema
 
 from kitae.chat import TEMPLATE_TOKENS
-from kitae.rollout.base import SamplingParams
+from kitae.rollout.base import Completion, SamplingParams
 from kitae.rollout.hf import HFEngine
 from kitae.http import requests as check
 from kitae.serving.batching import BatchScheduler, WeightGate
-from kitae.serving.completions import (MAX_LOGPROBS, MIN_LOGPROB, CompletionRequest, completion_reply,
+from kitae.serving.completions import (MAX_LOGPROBS, MIN_LOGPROB, CompletionRequest, choice_text, completion_reply,
                                        parse_completion, token_pieces)
 from kitae.serving.constrained import ConstrainedDecoder, supported
-from kitae.http.server import HttpLimits, json_server
+from kitae.http.server import EventStream, HttpLimits, json_server
 from kitae.http.requests import SEED_MAX, SEED_MIN, RequestError, cut_at_markers
+from kitae.serving.streaming import Chunks, stream_job
 from kitae.serving.weights import LOAD_FORMATS, apply_reload, plan_reload
 
 
 KNOWN_FIELDS = {"model", "messages", "temperature", "top_p", "max_tokens", "max_completion_tokens", "n", "stop",
-                "seed", "response_format", "logprobs", "top_logprobs", "chat_template_kwargs"}
+                "seed", "response_format", "logprobs", "top_logprobs", "chat_template_kwargs", "stream",
+                "stream_options"}
 NEUTRAL_FIELDS = {  # accepted with these values (they change nothing), refused with any other
-    "stream": (False,), "tools": ([],), "functions": ([],),
+    "tools": ([],), "functions": ([],),
     "tool_choice": ("none", "auto"), "presence_penalty": (0,), "frequency_penalty": (0,), "logit_bias": ({},),
 }
 # apply_chat_template's own arguments: not the template's variables (a client's chat_template would be its code)
@@ -98,8 +104,8 @@ TEMPLATE_ARGUMENTS = {"conversation", "messages", "tools", "documents", "chat_te
 RELOAD_PATH = "/update_weights_from_disk"
 RELOAD_FIELDS = {"model_path", "load_format", "weight_version"}
 POST_PATHS = ("/v1/completions", "/v1/chat/completions", RELOAD_PATH)
-IGNORED_FIELDS = {"user", "metadata", "store", "service_tier", "parallel_tool_calls", "stream_options",
-                  "reasoning_effort"}  # bookkeeping, or no effect on a model without a reasoning mode
+# bookkeeping, or no effect on a model without a reasoning mode
+IGNORED_FIELDS = {"user", "metadata", "store", "service_tier", "parallel_tool_calls", "reasoning_effort"}
 CHAT_ROLES = ("system", "user", "assistant", "tool", "developer")  # OpenAI's message roles
 MODELS_PATH = "/v1/models"
 
@@ -113,7 +119,8 @@ class ApiError(RequestError):
 
 
 def error_payload(exc: RequestError) -> dict[str, Any]:
-    kind = getattr(exc, "kind", None) or {401: "authentication_error", 404: "not_found_error"}.get(
+    kind = getattr(exc, "kind", None) or {401: "authentication_error", 403: "permission_error",
+                                                 404: "not_found_error"}.get(
         exc.status, "invalid_request_error")
     return {"error": {"message": str(exc), "type": kind, "param": exc.param, "code": exc.status}}
 
@@ -132,6 +139,8 @@ class ChatRequest:
     logprobs: bool = False
     top_logprobs: int = 0  # the most likely tokens per position, with logprobs
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # over the server's
+    stream: bool = False  # server-sent events (kitae/serving/streaming.py)
+    include_usage: bool = False  # with stream: a last chunk with the usage
 
 
 def parse_request(body: Any, max_n: int = 16, max_context: int = 1 << 20,
@@ -152,6 +161,9 @@ def parse_request(body: Any, max_n: int = 16, max_context: int = 1 << 20,
     req.format, req.schema = _response_format(body.get("response_format"))
     req.logprobs, req.top_logprobs = _chat_logprobs_fields(body, req)
     req.chat_template_kwargs = template_kwargs(body.get("chat_template_kwargs"))
+    req.stream, req.include_usage = check.stream_fields(body)
+    if req.stream and req.logprobs:
+        raise ApiError(400, "logprobs are not streamed by this server; send stream: false to get them", "logprobs")
     return req
 
 
@@ -301,9 +313,25 @@ class ChatService:
                             seed=req.seed)
         stop_ids = set(req.stop_token_ids) | (set() if req.ignore_eos else self.eos_ids)
         job = self.scheduler.submit(prompt_ids, req.n, sp, stop_ids, top_logprobs=req.logprobs or 0)
+        if req.stream:
+            return EventStream(self._stream_completion(req, job, prompt_ids, stop_ids))
         completions = job.wait()
         return completion_reply(req, completions, self.engine.tokenizer, self.name, job.version, stop_ids,
                                 job.alternatives)
+
+    def _stream_completion(self, req: CompletionRequest, job: Any, prompt_ids: list[int],
+                           stop_ids: set[int]) -> Any:
+        tokenizer = self.engine.tokenizer
+
+        def render(tokens: list[int]) -> str:
+            return choice_text(Completion("", prompt_ids, tokens, [], "length"), req, tokenizer, stop_ids)
+
+        def finals() -> list[tuple[str, str, int]]:
+            return [(choice_text(c, req, tokenizer, stop_ids), "stop" if c.finish_reason == "stop" else "length",
+                     c.num_tokens) for c in job.wait()]
+
+        return stream_job(Chunks("completion", self.name, req.include_usage), job, req.n, render, req.stop, finals,
+                          len(prompt_ids))
 
     def _room(self, prompt_ids: list[int], max_tokens: int | None, param: str) -> int:
         """``max_tokens``, else the default, capped by the context the prompt leaves; 400 when it does not fit."""
@@ -346,6 +374,8 @@ class ChatService:
         prompt_ids = self.engine.encode_prompt(req.messages,
                                                {**self.engine.chat_template_kwargs, **req.chat_template_kwargs})
         max_tokens = self._room(prompt_ids, req.max_tokens, "messages")
+        if req.stream:
+            return EventStream(self._stream_chat(req, prompt_ids, max_tokens))
         choices = [self._choice(req, prompt_ids, max_tokens, i) for i in range(req.n)] \
             if req.format != "text" else self._plain(req, prompt_ids, max_tokens, req.n)
         done = sum(c.tokens for c in choices)
@@ -359,6 +389,26 @@ class ChatService:
                       "total_tokens": len(prompt_ids) + done},
         }
 
+    def _stream_chat(self, req: ChatRequest, prompt_ids: list[int], max_tokens: int) -> Any:
+        """Plain text as the batch decodes it; a structured reply (JSON) whole, once it is made."""
+        chunks = Chunks("chat", self.name, req.include_usage)
+        if req.format != "text":
+            def structured() -> list[tuple[str, str, int]]:
+                return [(c.text, c.finish_reason, c.tokens)
+                        for c in (self._choice(req, prompt_ids, max_tokens, i) for i in range(req.n))]
+
+            return stream_job(chunks, None, req.n, str, [], structured, len(prompt_ids))
+        job = self.scheduler.submit(prompt_ids, req.n, self._sampling(req, max_tokens))
+        stops = job.sampling.stop
+
+        def render(tokens: list[int]) -> str:
+            return cut_at_markers(self.engine.decode(tokens, stops), self.markers)[0]
+
+        def finals() -> list[tuple[str, str, int]]:
+            return [(c.text, c.finish_reason, c.tokens) for c in self._plain_choices(req, job)]
+
+        return stream_job(chunks, job, req.n, render, stops, finals, len(prompt_ids))
+
     def _sampling(self, req: ChatRequest, max_tokens: int, offset: int = 0) -> SamplingParams:
         seed = None if req.seed is None else req.seed + offset
         return SamplingParams(temperature=req.temperature, top_p=req.top_p, max_new_tokens=max_tokens,
@@ -367,6 +417,10 @@ class ChatService:
     def _plain(self, req: ChatRequest, prompt_ids: list[int], max_tokens: int, n: int) -> list[Choice]:
         """``n`` samples through the batching scheduler (sample ``i`` seeded ``seed + i``)."""
         job = self.scheduler.submit(prompt_ids, n, self._sampling(req, max_tokens), top_logprobs=req.top_logprobs)
+        return self._plain_choices(req, job)
+
+    def _plain_choices(self, req: ChatRequest, job: Any) -> list[Choice]:
+        """The choices of a batch job, once done: the text cut at control markers and without the stop string."""
         completions = job.wait()
         out = []
         for c, alternatives in zip(completions, job.alternatives or [None] * len(completions)):

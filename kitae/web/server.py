@@ -28,14 +28,14 @@ from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 from kitae.errors import KitaeError
 from kitae.http.requests import RequestError, parse_json
-from kitae.http.server import HttpLimits, bearer_token, is_loopback, linger, read_body, to_json, token_matches
+from kitae.http.server import (HttpLimits, bearer_token, check_host, check_json_post, linger, read_body, to_json,
+                               token_matches)
 from kitae.http.server import check_bind as serving_check_bind
 from kitae.web.api import ApiError, Download, Query, dispatch
 
 STATIC_DIR = Path(__file__).parent / "static"
 TOKEN_ENV = "KITAE_UI_TOKEN"
 MAX_BODY_BYTES = 1 << 20
-LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
 COOKIE = "kitae_token"
 STATIC_TYPES = {  # not left to the system's mime.types: with nosniff a wrong type would block the script
     ".html": "text/html; charset=utf-8",
@@ -72,7 +72,6 @@ class UIServer(ThreadingHTTPServer):
         self.token = token or None
         self.poll_s = poll_s
         self.quiet = quiet
-        self.check_host = is_loopback(host)
         if ":" in host:
             self.address_family = socket.AF_INET6
         super().__init__((host, port), Handler)
@@ -154,11 +153,10 @@ class Handler(BaseHTTPRequestHandler):
 
     # ---- checks --------------------------------------------------------------------------------
     def _check_host(self) -> None:
-        if not self.server.check_host:
-            return
-        host = urlsplit("//" + (self.headers.get("Host") or "")).hostname or ""
-        if not is_loopback(host) and host not in LOOPBACK_NAMES:
-            raise ApiError(403, f"Host '{host}' is not this machine; open the page at http://127.0.0.1:PORT/")
+        try:  # the check every kitae server makes (kitae/http/server.py)
+            check_host(self.headers.get("Host"), self.server.server_address[0])
+        except RequestError as exc:
+            raise ApiError(exc.status, str(exc)) from None
 
     def _token_in_query(self, url: Any) -> bool:
         """``?token=T`` on a page link: set the cookie and redirect to the link without it."""
@@ -187,12 +185,8 @@ class Handler(BaseHTTPRequestHandler):
                            "printed, or send 'Authorization: Bearer TOKEN'")
 
     def _check_post(self) -> Any:
-        if (self.headers.get("Content-Type") or "").split(";")[0].strip() != "application/json":
-            raise ApiError(415, "POST a JSON body (Content-Type: application/json)")
-        origin = self.headers.get("Origin")
-        if origin and urlsplit(origin).netloc != self.headers.get("Host"):
-            raise ApiError(403, f"cross-site request from {origin} refused")
         try:
+            check_json_post(self.headers)  # JSON, from this origin (kitae/http/server.py)
             raw = read_body(self.rfile, self.headers, self.server.limits, flag=None)
             self._body_unread = False
             return parse_json(raw or b"null")  # not JSON, too deep, lone surrogates: 400

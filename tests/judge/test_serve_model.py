@@ -36,7 +36,8 @@ def served(random_lm):
 
 def post(url: str, body: dict | str) -> httpx.Response:
     content = body if isinstance(body, str) else json.dumps(body)
-    return httpx.post(url + "/v1/chat/completions", content=content, timeout=60)
+    return httpx.post(url + "/v1/chat/completions", content=content, headers={"Content-Type": "application/json"},
+                      timeout=60)
 
 
 def test_models_and_health(served):
@@ -187,7 +188,8 @@ def test_sampled_replies_are_checked(text, fmt, valid):
     "body, status, param",
     [
         ({"model": "gpt-4o", "messages": MSG}, 404, "model"),
-        ({"messages": MSG, "stream": True}, 400, "stream"),
+        ({"messages": MSG, "stream": 1}, 400, "stream"),  # stream: true is served (tests/serving/test_streaming.py)
+        ({"messages": MSG, "stream": True, "logprobs": True}, 400, "logprobs"),  # log-probs are not streamed
         ({"messages": MSG, "temperature": 3}, 400, "temperature"),
         ({"messages": MSG, "n": 0}, 400, "n"),
         ({"messages": MSG, "max_tokens": 0}, 400, "max_tokens"),

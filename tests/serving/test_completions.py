@@ -49,7 +49,8 @@ def fresh(random_lm):
 
 def complete(url: str, body: dict | str, **headers) -> httpx.Response:
     content = body if isinstance(body, str) else json.dumps(body)
-    return httpx.post(url + "/v1/completions", content=content, timeout=TIMEOUT, headers=headers)
+    return httpx.post(url + "/v1/completions", content=content, timeout=TIMEOUT,
+                      headers={"Content-Type": "application/json", **headers})
 
 
 def ids_of(service, text: str = "hello world, the answer is") -> list[int]:
@@ -209,7 +210,8 @@ def test_chat_and_completions_share_the_batch(served):
     ({"logprobs": True}, "logprobs"),
     ({"logprobs": 1.5}, "logprobs"),
     ({"echo": True}, "echo"),
-    ({"stream": True}, "stream"),
+    ({"stream": "yes"}, "stream"),  # stream: true is served (test_streaming.py)
+    ({"stream": True, "logprobs": 1}, "logprobs"),  # log-probs are not streamed
     ({"best_of": 4}, "best_of"),
     ({"min_p": 0.1}, "min_p"),
     ({"min_tokens": 4}, "min_tokens"),

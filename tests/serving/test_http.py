@@ -20,6 +20,7 @@ from tests.serving.conftest import LIMITS, TOKEN
 PATHS = {"rm": "/v1/score", "model": "/v1/chat/completions"}
 GOOD = {"rm": {"texts": ["hello"]}, "model": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}}
 SERVERS = ["rm", "model"]
+JSON = {"Content-Type": "application/json"}  # a POST of another type is refused first (test_cross_site.py)
 
 
 def raw_request(port: int, data: bytes, half_close: bool = False, timeout: float = 10.0) -> bytes:
@@ -84,10 +85,11 @@ def test_a_body_cut_short_by_the_client_is_a_400(servers, kind):
 
 @pytest.mark.parametrize("kind", SERVERS)
 def test_chunked_bodies_and_missing_lengths_are_refused(servers, kind):
-    head = (f"POST {PATHS[kind]} HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n").encode()
+    head = (f"POST {PATHS[kind]} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n").encode()
     status, payload = status_and_body(raw_request(servers[kind], head + b"5\r\n{}\r\n0\r\n\r\n"))
     assert status == 411 and "Content-Length" in message(payload)
-    head = (f"POST {PATHS[kind]} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").encode()
+    head = (f"POST {PATHS[kind]} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\r\n").encode()
     status, payload = status_and_body(raw_request(servers[kind], head))
     assert status == 411 and "Content-Length" in message(payload)
 
@@ -95,7 +97,7 @@ def test_chunked_bodies_and_missing_lengths_are_refused(servers, kind):
 @pytest.mark.parametrize("kind", SERVERS)
 def test_an_oversize_body_gets_413_and_the_reply_arrives(servers, kind):
     big = json.dumps({"texts": ["x" * (2 * LIMITS.max_body_bytes)]})
-    reply = httpx.post(f"http://127.0.0.1:{servers[kind]}{PATHS[kind]}", content=big, timeout=10)
+    reply = httpx.post(f"http://127.0.0.1:{servers[kind]}{PATHS[kind]}", content=big, headers=JSON, timeout=10)
     assert reply.status_code == 413
     assert re.search(r"the body is [\d,]+ bytes; this server takes at most 0.0625 MB \(--max-body-mb\)",
                      message(reply.json()))
@@ -120,7 +122,7 @@ def test_expect_100_continue_is_refused_before_the_body_is_sent(servers, kind):
     (b'{"\\udfff": 1}', "lone surrogate"),
 ], ids=["empty", "form", "latin-1", "nan", "deep-30000", "deep-70", "surrogate", "surrogate-key"])
 def test_bodies_that_are_not_clean_json_get_400(servers, kind, body, said):
-    reply = httpx.post(f"http://127.0.0.1:{servers[kind]}{PATHS[kind]}", content=body, timeout=10)
+    reply = httpx.post(f"http://127.0.0.1:{servers[kind]}{PATHS[kind]}", content=body, headers=JSON, timeout=10)
     assert reply.status_code == 400, reply.text
     assert said in message(reply.json())
 
@@ -128,7 +130,7 @@ def test_bodies_that_are_not_clean_json_get_400(servers, kind, body, said):
 @pytest.mark.parametrize("kind", SERVERS)
 def test_the_connection_still_serves_after_an_error(servers, kind):
     with httpx.Client(base_url=f"http://127.0.0.1:{servers[kind]}", timeout=10) as client:
-        assert client.post(PATHS[kind], content=b"{").status_code == 400
+        assert client.post(PATHS[kind], content=b"{", headers=JSON).status_code == 400
         assert client.post(PATHS[kind], json=GOOD[kind]).status_code == 200
 
 
@@ -195,3 +197,12 @@ def test_the_cli_refuses_a_network_address_without_a_token_before_loading(comman
     assert proc.returncode != 0
     assert "--host: binding 0.0.0.0" in proc.stderr and "--token" in proc.stderr, proc.stderr
     assert "no model folder" not in proc.stderr  # refused before looking at the model
+
+
+@pytest.mark.parametrize("command", ["rm", "model"])
+def test_api_key_is_vllms_name_for_the_token(command, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "kitae.cli.main", "serve", command, "--api-key", "short",
+                           "--model", str(tmp_path / "no-model"), "--port", "0"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "the access token is 5 characters" in proc.stderr, proc.stderr

@@ -148,7 +148,8 @@ def test_the_model_name_and_user_fields_are_accepted(limited):
 
 
 def test_a_body_that_is_not_json_says_so(limited):
-    reply = httpx.post(limited + "/v1/score", content=b"texts=hello", timeout=30)
+    reply = httpx.post(limited + "/v1/score", content=b"texts=hello",
+                       headers={"Content-Type": "application/json"}, timeout=30)
     assert reply.status_code == 400
     assert reply.json()["error"]["message"].startswith("the body is not JSON: Expecting value")
 
