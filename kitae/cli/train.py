@@ -41,7 +41,8 @@ def train(
     (`module:function`, found in the current folder or the config file's folder), the data, and that every
     prompt plus max_new_tokens fits the model's context.
     The run lives in runs/NAME: config.yaml, run.db (metrics, every group of samples, evals) and checkpoints/.
-    Ctrl-C saves a checkpoint, stops with exit status 130 and prints the resume command: `kitae train --resume
+    Ctrl-C (SIGTERM: 143) saves a checkpoint, stops with exit status 130 and prints the resume command (during
+    the final evaluation of a trained run it ends that evaluation and the run is finished): `kitae train --resume
     runs/NAME` continues with its history intact, from the newest complete checkpoint (a broken newer one is
     skipped and named). It refuses, before the model loads, when no checkpoint is usable or when the config
     differs from the run's saved one; `kitae runs show` lists resumes, restarts, skipped checkpoints and config
@@ -103,7 +104,9 @@ def _run(cfg, resume: bool, quiet: bool, checked=None, **resume_options: bool) -
     bar.close()
     if trainer.acc.is_main_process:
         typer.echo(format_summary(summary))
-    if trainer.stop_signal is not None:
+    if trainer.final_eval_interrupted and trainer.acc.is_main_process:
+        typer.echo(f"the final evaluation was stopped early; run it with: {resume_command(cfg)}", err=True)
+    if trainer.stop_signal is not None and summary["status"] == "stopped":
         if trainer.acc.is_main_process:
             typer.echo(interrupted_line(summary.get("steps"), cfg), err=True)
         raise typer.Exit(128 + trainer.stop_signal)
