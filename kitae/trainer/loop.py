@@ -72,7 +72,7 @@ from kitae.trainer.periodic import due
 from kitae.trainer.pipeline import RolloutPipeline, in_worker
 from kitae.trainer.preflight import Checked, preflight
 from kitae.trainer.processes import agree_to_stop, die_with_parent, gather, reduce_metrics
-from kitae.trainer.resume import ResumePlan, plan_resume
+from kitae.trainer.resume import ResumePlan, plan_resume, remove_stale_saves
 from kitae.trainer.update import PolicyUpdate
 
 
@@ -109,6 +109,8 @@ class Trainer:
         # one writer per run (kitae.store.lock), taken before a checkpoint is looked for; the store holds it
         run_lock = RunLock.acquire(self.run_dir) if self.acc.is_main_process else None
         try:
+            if resume and run_lock is not None:  # also when the resume is refused below
+                remove_stale_saves(self.run_dir)
             self._build(cfg, resume, checked, allow_config_change, resume_from_scratch, run_lock)
         except BaseException:
             if run_lock is not None:

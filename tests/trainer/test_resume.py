@@ -234,6 +234,21 @@ def test_stale_tmp_folders_of_a_failed_save_are_removed(run, tiny_assets):
     assert not stale.exists() and (run / "checkpoints" / "step-000005" / "state.pt").exists()
 
 
+@pytest.mark.parametrize("refusal", ["config change", "no usable checkpoint"])
+def test_a_refused_resume_leaves_no_temporary_checkpoint_folder(run, refusal):
+    """A save cut short (SIGKILL, a full disk) leaves step-N.tmp; a resume that is refused removes it all the
+    same: the run lock says no trainer is writing it."""
+    stale = run / "checkpoints" / "step-000005.tmp"
+    (stale / "model").mkdir(parents=True)
+    overrides = ["optim.lr=0.5"] if refusal == "config change" else []
+    if refusal == "no usable checkpoint":
+        for ckpt in (run / "checkpoints").glob("step-??????"):
+            (ckpt / "state.pt").unlink()
+    with pytest.raises(KitaeError, match="optim.lr" if overrides else "no usable checkpoint"):
+        _resume(run, *overrides)
+    assert not list((run / "checkpoints").glob("*.tmp"))
+
+
 # ---- config changes on resume --------------------------------------------------------------------------
 def _edit(run: Path, **changes) -> None:
     cfg = yaml.safe_load((run / "config.yaml").read_text())
