@@ -93,6 +93,7 @@ def _run(cfg, resume: bool, quiet: bool, checked=None, **resume_options: bool) -
     show = trainer.acc.is_main_process and not quiet
     bar = step_bar(cfg.optim.steps, trainer.start_step, cfg.name, disable=not show)
     console = Console(bar, show, trainer.acc.is_main_process)
+    console.busy = trainer.worker_has_no_core if cfg.sampling.async_ else None
     trainer.on_step, trainer.on_eval_start, trainer.on_eval = console.on_step, console.on_eval_start, console.on_eval
     trainer.on_alarm = console.on_alarm
     try:
@@ -201,13 +202,15 @@ class Console:
     def __init__(self, bar, show: bool, main: bool, write=None):
         self.bar, self.show, self.main = bar, show, main
         self.write = write or bar.write  # a line printed above the bars
+        self.busy = None  # sampling.async: () -> whether the rollout worker has no core of its own now
 
     def on_step(self, step: int, m: dict) -> None:
         if m.get("secs_per_step") is not None and hasattr(self.bar, "clock"):
             self.bar.clock.add(m["secs_per_step"])
         self.bar.update(1)
+        busy = {"async": "no free core, sync is faster"} if self.busy and self.show and self.busy() else {}
         self.bar.set_postfix(
-            reward=_fmt(m.get("reward")), kl=_fmt(m.get("kl")), len=_fmt(m.get("len_mean"), 1), refresh=False
+            reward=_fmt(m.get("reward")), kl=_fmt(m.get("kl")), len=_fmt(m.get("len_mean"), 1), **busy, refresh=False
         )
 
     def on_alarm(self, alarm) -> None:

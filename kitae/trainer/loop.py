@@ -59,7 +59,7 @@ from kitae.scoring.rewards import (
 )
 from kitae.store.images import RunImages
 from kitae.store.lock import RunLock
-from kitae.threads import set_threads
+from kitae.threads import available_cpus, load_average, set_threads, worker_core_problem
 from kitae.trainer import setup, sharded
 from kitae.trainer.advantages import batch_advantages
 from kitae.trainer.alarms import Alarm, RunAlarms
@@ -183,7 +183,26 @@ class Trainer:
         threads = max(1, torch.get_num_threads() // 2)
         if in_worker(self.engine):
             torch.set_num_threads(threads)  # the other half is the rollout worker's
-        return RolloutPipeline(self.rollouts, threads)
+        pipeline = RolloutPipeline(self.rollouts, threads)
+        if self.acc.is_main_process and (problem := self._worker_core_problem(pipeline, running=False)):
+            warnings.warn(f"sampling.async: the rollout worker has no core of its own ({problem}), so sampling "
+                          "and the update take turns: async is slower than sync here (docs/performance.md). Set "
+                          "sampling.async: false, or train on a machine with free cores", stacklevel=2)
+        return pipeline
+
+    def _worker_core_problem(self, pipeline: RolloutPipeline | None = None, running: bool = True) -> str | None:
+        """Why the rollout worker of ``sampling.async`` has no core of its own now, or None (also without one).
+        ``running``: the trainer and the worker are busy, so the load average holds their threads."""
+        pipeline = pipeline or self.rollouts.pipeline
+        if pipeline is None or not in_worker(self.engine):
+            return None
+        trainer, worker = torch.get_num_threads(), pipeline.threads
+        return worker_core_problem(available_cpus(), load_average(), trainer, worker,
+                                   own=trainer + worker if running else 1.0)
+
+    def worker_has_no_core(self) -> bool:
+        """For the step line: the rollout worker of ``sampling.async`` shares its cores now (a busy machine)."""
+        return self._worker_core_problem() is not None
 
     @property
     def policy(self):
