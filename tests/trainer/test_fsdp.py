@@ -314,6 +314,7 @@ def test_fsdp2_ranks_stop_together_on_sigterm_to_one_and_end_with_a_killed_launc
     with log.open("w") as out:  # a file, not a pipe: nobody reads a pipe while the ranks train
         launcher = subprocess.Popen(command, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True)
+    ranks: list[int] = []
     try:
         os.kill(_wait_for_step(first / "t", 2, launcher, log), signal.SIGTERM)
         _wait_for_step(second / "t", 1, launcher, log)  # the first run ended cleanly in both ranks
@@ -328,3 +329,6 @@ def test_fsdp2_ranks_stop_together_on_sigterm_to_one_and_end_with_a_killed_launc
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(launcher.pid, signal.SIGKILL)
+        for pid in ranks:  # torch's launcher starts each rank in a session of its own
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
