@@ -42,9 +42,36 @@ def threads_for(params: int | None, cpus: int | None = None, load: float | None 
     if params < ONE_THREAD_BELOW:
         return 1
     cpus = cpus if cpus is not None else available_cpus()
-    load = load if load is not None else os.getloadavg()[0]
+    load = load if load is not None else load_average()
     free = min(cpus, max(1, round(cpus - load)))
     return max(1, free // (processes if processes is not None else local_processes()))
+
+
+def load_average() -> float:
+    """This machine's 1-minute load average; ``KITAE_LOAD_AVERAGE`` where set (tests: a busy machine on demand)."""
+    given = os.environ.get("KITAE_LOAD_AVERAGE")
+    return float(given) if given else os.getloadavg()[0]
+
+
+def worker_core_problem(cpus: int, load: float, trainer_threads: int, worker_threads: int,
+                        own: float = 1.0) -> str | None:
+    """Why ``sampling.async``'s rollout worker has no core of its own, or None: fewer cores than the trainer's and
+    the worker's threads, or fewer left free by other programs (the 1-minute ``load`` average less ``own``, the
+    busy processes of this run in it). Then sampling and the update take turns instead of overlapping, and async
+    is slower than sync (docs/performance.md: 1.48x idle, 0.99x at load 2 and 0.76x at load 9 on 2 cores).
+
+    >>> worker_core_problem(2, 0.2, 1, 1) is None, worker_core_problem(2, 9.0, 1, 1) is None
+    (True, False)
+    """
+    need = trainer_threads + worker_threads
+    threads = f"the trainer's {trainer_threads} and the rollout worker's {worker_threads} torch thread(s)"
+    if cpus < need:
+        return f"{cpus} core(s) for {threads}"
+    others = max(0.0, load - own)
+    if round(cpus - others) < need:
+        return (f"the machine is busy: a 1-minute load average of {load:.1f} on {cpus} cores leaves about "
+                f"{max(0, round(cpus - others))} free for {threads}")
+    return None
 
 
 def available_cpus() -> int:

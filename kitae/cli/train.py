@@ -42,7 +42,8 @@ def train(
     (`module:function`, found in the current folder or the config file's folder), the data, and that every
     prompt plus max_new_tokens fits the model's context.
     The run lives in runs/NAME: config.yaml, run.db (metrics, every group of samples, evals) and checkpoints/.
-    Ctrl-C saves a checkpoint, stops with exit status 130 and prints the resume command: `kitae train --resume
+    Ctrl-C (SIGTERM: 143) saves a checkpoint, stops with exit status 130 and prints the resume command (during
+    the final evaluation of a trained run it ends that evaluation and the run is finished): `kitae train --resume
     runs/NAME` continues with its history intact, from the newest complete checkpoint (a broken newer one is
     skipped and named). It refuses, before the model loads, when no checkpoint is usable or when the config
     differs from the run's saved one; `kitae runs show` lists resumes, restarts, skipped checkpoints and config
@@ -94,6 +95,7 @@ def _run(cfg, resume: bool, quiet: bool, checked=None, **resume_options: bool) -
     show = trainer.acc.is_main_process and not quiet
     bar = step_bar(cfg.optim.steps, trainer.start_step, cfg.name, disable=not show)
     console = Console(bar, show, trainer.acc.is_main_process)
+    console.busy = trainer.worker_has_no_core if cfg.sampling.async_ else None
     trainer.on_step, trainer.on_eval_start, trainer.on_eval = console.on_step, console.on_eval_start, console.on_eval
     trainer.on_alarm = console.on_alarm
     try:
@@ -105,7 +107,9 @@ def _run(cfg, resume: bool, quiet: bool, checked=None, **resume_options: bool) -
     bar.close()
     if trainer.acc.is_main_process:
         typer.echo(format_summary(summary))
-    if trainer.stop_signal is not None:
+    if trainer.final_eval_interrupted and trainer.acc.is_main_process:
+        typer.echo(f"the final evaluation was stopped early; run it with: {resume_command(cfg)}", err=True)
+    if trainer.stop_signal is not None and summary["status"] == "stopped":
         if trainer.acc.is_main_process:
             typer.echo(interrupted_line(summary.get("steps"), cfg), err=True)
         raise typer.Exit(128 + trainer.stop_signal)
@@ -200,13 +204,15 @@ class Console:
     def __init__(self, bar, show: bool, main: bool, write=None):
         self.bar, self.show, self.main = bar, show, main
         self.write = write or bar.write  # a line printed above the bars
+        self.busy = None  # sampling.async: () -> whether the rollout worker has no core of its own now
 
     def on_step(self, step: int, m: dict) -> None:
         if m.get("secs_per_step") is not None and hasattr(self.bar, "clock"):
             self.bar.clock.add(m["secs_per_step"])
         self.bar.update(1)
+        busy = {"async": "no free core, sync is faster"} if self.busy and self.show and self.busy() else {}
         self.bar.set_postfix(
-            reward=_fmt(m.get("reward")), kl=_fmt(m.get("kl")), len=_fmt(m.get("len_mean"), 1), refresh=False
+            reward=_fmt(m.get("reward")), kl=_fmt(m.get("kl")), len=_fmt(m.get("len_mean"), 1), **busy, refresh=False
         )
 
     def on_alarm(self, alarm) -> None:

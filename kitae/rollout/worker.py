@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import copy
+import os
 import queue
 import signal
 import traceback
@@ -67,7 +68,7 @@ class WorkerRunner:
         device = str(next(policy.parameters()).device)
         self._proc = ctx.Process(target=_worker_main, daemon=True, name="kitae-rollout-worker",
                                  args=(model, engine.tokenizer, engine.end_marker, device, version, threads,
-                                       self._jobs, self._results))
+                                       self._jobs, self._results, os.getpid()))
         self._proc.start()
         del model
         self._tickets = 0
@@ -101,7 +102,7 @@ class WorkerRunner:
             self._jobs.put(("stop",))
             self._proc.join(timeout=10)
         if self._proc.is_alive():
-            self._proc.terminate()
+            self._proc.kill()  # SIGKILL: the worker ignores SIGTERM (see _worker_main)
             self._proc.join(timeout=5)
         for q in (self._jobs, self._results):
             q.close()
@@ -109,12 +110,17 @@ class WorkerRunner:
 
 
 def _worker_main(model: Any, tokenizer: Any, end_marker: Any, device: str, version: int, threads: int,
-                 jobs: Any, results: Any) -> None:
+                 jobs: Any, results: Any, trainer_pid: int) -> None:
     """The worker process: apply pushes and run jobs in queue order until "stop"; a failure is reported with
-    its traceback and ends the worker."""
+    its traceback and ends the worker. It ends with the trainer, however the trainer ends."""
     from kitae.rollout.hf import HFEngine
+    from kitae.trainer.processes import die_with_parent
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's: it saves, then stops the worker
+    die_with_parent(signal.SIGKILL, trainer_pid)  # a trainer killed by SIGKILL leaves no worker behind
+    # Ctrl-C and SIGTERM are the trainer's: it saves (waiting for the groups sampled ahead), then stops the worker.
+    # A shell's Ctrl-C, systemd, Slurm and `timeout` signal the whole process group, the worker with the trainer.
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_IGN)
     torch.set_num_threads(threads)
     model = model.to(device)
     engine = HFEngine(model, tokenizer, end_marker=end_marker)

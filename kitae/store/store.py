@@ -49,6 +49,8 @@ EVENT_KINDS = (
     "alarm",  # a sign of reward hacking or of a run that stopped learning (kitae.trainer.alarms; data: kind,
     # subject, evidence, groups)
     "alarm_cleared",  # an alarm's sign has been gone for alarms.clear_steps steps; it may be raised again
+    "eval_interrupted",  # a signal (Ctrl-C, SIGTERM) stopped the final evaluation of a run whose steps were all
+    # trained and saved: the run is finished, that evaluation is missing (`kitae train --resume` runs it)
 )
 
 

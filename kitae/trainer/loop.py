@@ -59,7 +59,7 @@ from kitae.scoring.rewards import (
 )
 from kitae.store.images import RunImages
 from kitae.store.lock import RunLock
-from kitae.threads import set_threads
+from kitae.threads import available_cpus, load_average, set_threads, worker_core_problem
 from kitae.trainer import setup, sharded
 from kitae.trainer.advantages import batch_advantages
 from kitae.trainer.alarms import Alarm, RunAlarms
@@ -71,8 +71,8 @@ from kitae.trainer.metrics import group_records, pass_rate_and_partial_metrics, 
 from kitae.trainer.periodic import due
 from kitae.trainer.pipeline import RolloutPipeline, in_worker
 from kitae.trainer.preflight import Checked, preflight
-from kitae.trainer.processes import gather, reduce_metrics
-from kitae.trainer.resume import ResumePlan, plan_resume
+from kitae.trainer.processes import agree_to_stop, die_with_parent, gather, reduce_metrics
+from kitae.trainer.resume import ResumePlan, plan_resume, remove_stale_saves
 from kitae.trainer.update import PolicyUpdate
 
 
@@ -101,12 +101,16 @@ class Trainer:
         self.cfg = cfg
         self.acc = setup.make_accelerator(cfg)  # on CUDA when there is one; model.dtype's mixed precision
         setup.check_distributed(self.acc, cfg)  # DeepSpeed and FSDP1 refused before the model loads
+        if self.acc.num_processes > 1:  # a rank of `accelerate launch`: it stops with the launcher (at a checkpoint)
+            die_with_parent(signal.SIGTERM)
         set_seed(cfg.seed)
         set_threads(cfg.threads, checked.model_path, option="threads")  # threads: N, else the rule for the model's size
         self.run_dir = cfg.run_dir
         # one writer per run (kitae.store.lock), taken before a checkpoint is looked for; the store holds it
         run_lock = RunLock.acquire(self.run_dir) if self.acc.is_main_process else None
         try:
+            if resume and run_lock is not None:  # also when the resume is refused below
+                remove_stale_saves(self.run_dir)
             self._build(cfg, resume, checked, allow_config_change, resume_from_scratch, run_lock)
         except BaseException:
             if run_lock is not None:
@@ -146,6 +150,7 @@ class Trainer:
         self.store = setup.create_or_trim_store(cfg, self.resume_plan, run_lock) if self.acc.is_main_process else None
         self.loggers = make_loggers(cfg.logging.report_to if self.store else [], self.run_dir, cfg.to_dict())
         self._stop_requested = False
+        self.final_eval_interrupted = False  # a signal ended the final evaluation early (see evaluate)
         self._drought = Drought([c.name for c in self.components])  # steps in a row without a finite score
         self.stop_signal: int | None = None  # the signal (SIGINT, SIGTERM) that stopped the run, if one did
         self.stop_alarm: Alarm | None = None  # the alarm (one of alarms.stop_on) that stopped the run, if one did
@@ -178,7 +183,26 @@ class Trainer:
         threads = max(1, torch.get_num_threads() // 2)
         if in_worker(self.engine):
             torch.set_num_threads(threads)  # the other half is the rollout worker's
-        return RolloutPipeline(self.rollouts, threads)
+        pipeline = RolloutPipeline(self.rollouts, threads)
+        if self.acc.is_main_process and (problem := self._worker_core_problem(pipeline, running=False)):
+            warnings.warn(f"sampling.async: the rollout worker has no core of its own ({problem}), so sampling "
+                          "and the update take turns: async is slower than sync here (docs/performance.md). Set "
+                          "sampling.async: false, or train on a machine with free cores", stacklevel=2)
+        return pipeline
+
+    def _worker_core_problem(self, pipeline: RolloutPipeline | None = None, running: bool = True) -> str | None:
+        """Why the rollout worker of ``sampling.async`` has no core of its own now, or None (also without one).
+        ``running``: the trainer and the worker are busy, so the load average holds their threads."""
+        pipeline = pipeline or self.rollouts.pipeline
+        if pipeline is None or not in_worker(self.engine):
+            return None
+        trainer, worker = torch.get_num_threads(), pipeline.threads
+        return worker_core_problem(available_cpus(), load_average(), trainer, worker,
+                                   own=trainer + worker if running else 1.0)
+
+    def worker_has_no_core(self) -> bool:
+        """For the step line: the rollout worker of ``sampling.async`` shares its cores now (a busy machine)."""
+        return self._worker_core_problem() is not None
 
     @property
     def policy(self):
@@ -208,21 +232,23 @@ class Trainer:
             self.rollouts.sync_weights(self.policy, self.start_step, force=True)  # the servers sample with our weights
             if self.start_step == 0 and self.eval_rows:
                 self.evaluate(0)
-            step = self.start_step
-            while step < self.cfg.optim.steps and not self._stop_requested:
+            step, last = self.start_step, self.cfg.optim.steps
+            stop = self._agreed_stop()
+            while step < last and not stop:
                 step += 1
                 metrics = self.train_step(step)
                 if self.on_step:
                     self.on_step(step, metrics)
-                if due(step, self.cfg.eval.every) and step != self.cfg.optim.steps and self.eval_rows:
+                stop = self._agreed_stop()  # every process decides alike, whichever got the signal
+                if due(step, self.cfg.eval.every) and step != last and self.eval_rows:
                     self.evaluate(step)
-                if due(step, self.cfg.logging.save_every) or self._stop_requested:
+                if (due(step, self.cfg.logging.save_every) or stop) and not self._complete(step):
                     self.save(step)
-            if not self._stop_requested:
+            if self._complete(step):  # the final evaluation (a signal ends it early) and checkpoint
                 if self.eval_rows:
-                    self.evaluate(step)
+                    self.evaluate(step, final=True)
                 self.save(step)
-            status = "stopped" if self._stop_requested else "finished"
+            status = "finished" if self._complete(step) else "stopped"
             return self.summary(status)
         except BaseException as exc:  # recorded with the run, so `kitae runs show` says why it crashed
             error = str(exc) if isinstance(exc, KitaeError) else f"{type(exc).__name__}: {exc}"
@@ -241,6 +267,20 @@ class Trainer:
                         raise
                 finally:
                     self.store.close()  # and lets the run's lock go
+
+    def _complete(self, step: int) -> bool:
+        """Every step is trained and no alarm stopped the run: it finishes, whatever signal comes now (a signal
+        during the final evaluation ends that evaluation early, :meth:`evaluate`)."""
+        return step >= self.cfg.optim.steps and self.stop_alarm is None
+
+    def _agreed_stop(self) -> bool:
+        """Whether to stop after this step: asked (a signal, an alarm of ``alarms.stop_on``) in any process. A
+        collective call in multi-process runs: a signal to one rank alone (``kill PID``) stops them all at the
+        same step, where each deciding alone would leave the others waiting in a collective call."""
+        stop, signum = agree_to_stop(self.acc, self.stop_signal, self._stop_requested)
+        if stop:  # a signal that came after the agreement counts at the next step
+            self._stop_requested, self.stop_signal = True, self.stop_signal or signum
+        return stop
 
     def _install_signal_handlers(self) -> dict:
         def request_stop(signum, frame):
@@ -407,15 +447,24 @@ class Trainer:
                 warnings.warn(same_score_warning(name, next(iter(seen)), step, conversational), stacklevel=2)
 
     # ---- evaluation, checkpoints, summary -------------------------------------------------------
-    def evaluate(self, step: int) -> dict[str, float] | None:
-        """Pass@1 and the eval grader's metrics on the eval rows (main process), stored and logged."""
+    def evaluate(self, step: int, final: bool = False) -> dict[str, float] | None:
+        """Pass@1 and the eval grader's metrics on the eval rows (main process), stored and logged. ``final``: the
+        evaluation after the last step, which a signal ends early (after the batch of prompts it is in): the run
+        is trained and saved, so it finishes without this evaluation, an ``eval_interrupted`` event says so, and
+        ``kitae train --resume`` runs it. Other evaluations run to their end before the run stops."""
         self.rollouts.sync_weights(self.policy, step, force=True)  # sync_every > 1: evaluate this step's policy
         with sharded.full_weights(self.acc, self.model):  # FSDP: the main process samples alone
-            metrics = self._evaluate_main(step)
+            try:
+                metrics = self._evaluate_main(step, final)
+            except _EvalInterrupted:
+                metrics = None
+                self.final_eval_interrupted = True
+                self.store.log_event(step, "eval_interrupted", f"the final evaluation at step {step} was stopped "
+                                     "by a signal; the run is trained and saved. `kitae train --resume` runs it")
         self.acc.wait_for_everyone()
         return metrics
 
-    def _evaluate_main(self, step: int) -> dict[str, float] | None:
+    def _evaluate_main(self, step: int, final: bool = False) -> dict[str, float] | None:
         metrics = None
         if self.acc.is_main_process:
             e = self.cfg.eval
@@ -423,7 +472,14 @@ class Trainer:
                 temperature=e.temperature, max_new_tokens=e.max_new_tokens or self.cfg.sampling.max_new_tokens,
                 seed=self.cfg.seed + 12345,
             )
-            progress = self.on_eval_start(step, len(self.eval_rows)) if self.on_eval_start else None
+            shown = self.on_eval_start(step, len(self.eval_rows)) if self.on_eval_start else None
+
+            def progress(done: int) -> None:
+                if shown:
+                    shown(done)
+                if final and self._stop_requested and done < len(self.eval_rows):  # a whole one is kept
+                    raise _EvalInterrupted
+
             t0 = time.perf_counter()
             metrics, samples = evaluate(self.rollouts.eval_engine(self.policy, self.tokenizer), self.eval_rows,
                                         self.eval_grader, e.k, sp, e.pass_threshold, progress=progress,
@@ -456,3 +512,7 @@ class Trainer:
             a = self.stop_alarm
             out["stopped_by"] = {"alarm": a.kind, "subject": a.subject, "step": a.step, "message": a.message}
         return out
+
+
+class _EvalInterrupted(Exception):
+    """A signal came during the final evaluation (:meth:`Trainer.evaluate`)."""

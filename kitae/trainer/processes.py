@@ -2,11 +2,17 @@
 
 Each process samples its share of a step's prompts; they agree on how many groups to train on (the fewest any
 process has, so every process runs the same micro-steps), send their sampler updates and group records to one
-another, and average their metrics. In one process every function here returns its input.
+another, and average their metrics, and stop after the same step (:func:`agree_to_stop`). In one process every function here
+returns its input. :func:`die_with_parent`: a child process (a rank of the launcher, the rollout worker of
+``sampling.async``) ends with the process that started it.
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
+import threading
+import time
 from typing import Any
 
 import torch
@@ -44,3 +50,37 @@ def reduce_metrics(acc, metrics: dict[str, float], op: str = "mean") -> dict[str
     t = torch.tensor([metrics[k] for k in keys], dtype=torch.float64, device=acc.device)
     t = acc.reduce(t, op)
     return dict(zip(keys, t.tolist()))
+
+
+def agree_to_stop(acc, stop_signal: int | None, stop: bool) -> tuple[bool, int | None]:
+    """(whether any process asked to stop, the signal that asked, if one did): every process stops after the
+    same step, whichever of them got the signal (``kill PID`` of one rank). A collective call each step."""
+    if acc.num_processes == 1:
+        return stop, stop_signal
+    asked = gather(acc, [(stop, stop_signal)])
+    signals = [s for _, s in asked if s is not None]
+    return any(s for s, _ in asked), (signals[0] if signals else None)
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+PARENT_POLL_SECS = 1.0
+
+
+def die_with_parent(sig: int, parent: int | None = None) -> None:
+    """Get ``sig`` when the process that started this one dies (a trainer killed by SIGKILL, a launcher gone),
+    so that no rollout worker or rank trains on alone under PID 1. Linux's PR_SET_PDEATHSIG where there is one,
+    and a thread that watches the parent's pid as well: the kernel's signal is tied to the parent *thread*, and
+    is missing on other systems. Called first thing in the child; ``parent``: the pid that started it, where known
+    (a parent that died before this call is caught too)."""
+    parent = os.getppid() if parent is None else parent
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux
+        pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_SECS)
+        os.kill(os.getpid(), sig)
+
+    threading.Thread(target=watch, name="kitae-parent-watch", daemon=True).start()

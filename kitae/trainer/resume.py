@@ -10,7 +10,9 @@
   are skipped and named. With none usable and steps already logged, resuming would silently retrain over the
   run's history from step 0, so it is refused unless ``from_scratch``.
 
-:func:`trim_and_record_resume` (the main process, once the model is loaded) trims the run store back to the
+:func:`remove_stale_saves` (the main process, holding the run lock, before anything else of a resume, so that a
+refused or failed resume leaves no temporary folder either) removes the ``step-N.tmp`` folders of a save that was
+cut short. :func:`trim_and_record_resume` (the main process, once the model is loaded) trims the run store back to the
 checkpoint's step (the steps logged after it are redone) and writes it all down: skipped checkpoints, the
 resume (and which logged steps are redone), a restart from scratch (after copying run.db and moving
 checkpoints/ to ``restarts/TIME/``: nothing is deleted), and the config change, in the run's events.
@@ -203,12 +205,17 @@ def write_config_yaml(path: Path, config: dict, run_dir: Path) -> None:
 
 
 # ---- recording it (main process, after the model loaded) ----------------------------------------------
-def trim_and_record_resume(store: RunStore, plan: ResumePlan, cfg: Any) -> None:
-    """Clean stale .tmp folders, move aside what a restart replaces, trim the steps to redo, and record each
-    thing in the run's events; save the new config when it changed."""
-    run_dir = store.run_dir
+def remove_stale_saves(run_dir: Path) -> None:
+    """The step-N.tmp folders of a save cut short (a SIGKILL, a full disk), removed. Only under the run lock: no
+    trainer is saving into them now."""
     for path in remove_stale_tmp(run_dir):
         log.info("removed %s, left by a checkpoint save that did not finish", path)
+
+
+def trim_and_record_resume(store: RunStore, plan: ResumePlan, cfg: Any) -> None:
+    """Move aside what a restart replaces, trim the steps to redo, and record each thing in the run's events;
+    save the new config when it changed."""
+    run_dir = store.run_dir
     if plan.restart:
         _restart(store, plan)
     else:

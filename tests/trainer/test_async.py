@@ -211,3 +211,33 @@ def test_the_server_engine_samples_the_next_batch_during_the_update_and_bounds_i
     metrics = RunStore.open(trainer.run_dir, read_only=True).metrics()
     assert [v for _, v in metrics["rollout/stale_dropped"]] == [0, 0, 0, 0]  # the server held the version asked
     assert [v for _, v in metrics["policy_lag_max"]] == [0, 1, 1, 1]
+
+
+# ---- a busy machine -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("cpus, load, trainer, worker, own, busy", [
+    (2, 0.2, 1, 1, 1.0, False),  # an idle 2-core machine at the start: a core each (1.48x sync measured)
+    (2, 2.0, 1, 1, 1.0, True),   # a core's worth of other programs: they take turns (0.99x at load 2)
+    (2, 9.0, 1, 1, 1.0, True),   # (0.76x at load 9)
+    (2, 2.1, 1, 1, 2.0, False),  # during the run the load average holds the run's own two threads
+    (2, 4.0, 1, 1, 2.0, True),   # ... and two busy programs more
+    (1, 0.0, 1, 1, 1.0, True),   # one core for two threads, however idle
+    (16, 3.0, 4, 4, 1.0, False),  # room for 8 threads beside two busy programs
+    (8, 3.0, 4, 4, 1.0, True),   # 8 cores, 8 threads, two cores' worth of other programs
+])
+def test_the_rollout_worker_has_a_core_of_its_own_where_the_cores_and_the_load_leave_one(cpus, load, trainer,
+                                                                                          worker, own, busy):
+    from kitae.threads import worker_core_problem
+
+    assert (worker_core_problem(cpus, load, trainer, worker, own) is not None) == busy
+
+
+def test_a_busy_machine_is_named_at_the_start_with_the_advice_to_sample_synchronously(tiny_assets, tmp_path,
+                                                                                      rewards_on_path, monkeypatch):
+    monkeypatch.setenv("KITAE_LOAD_AVERAGE", "9")  # what os.getloadavg() reads while 9 programs run
+    with pytest.warns(UserWarning, match=r"sampling.async: the rollout worker has no core of its own .* slower "
+                                         r"than sync here .*Set sampling.async: false"):
+        trainer = _trainer(tiny_assets, tmp_path, **{"optim.steps": 1})
+    try:
+        assert trainer.worker_has_no_core()  # and the step line says so
+    finally:
+        trainer.store.close()

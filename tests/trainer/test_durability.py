@@ -1,5 +1,6 @@
 """`kitae train` when something outside it goes wrong: a second trainer of the same run, a trainer killed with
-SIGKILL, a damaged run.db, a full disk, a read-only output folder.
+SIGKILL, SIGTERM to the whole process group (systemd, Slurm, `timeout`), a damaged run.db, a full disk, a read-only
+output folder.
 
 Each is real: two `kitae train` processes, a real SIGKILL, a run.db overwritten with garbage or with damaged
 pages, and a full disk as a small tmpfs (when this process may mount one) or a real file-size limit
@@ -9,6 +10,7 @@ failure must end as one line for people (what, which file, the fix) and exit cod
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import shutil
@@ -22,6 +24,7 @@ import pytest
 
 from kitae.errors import KitaeError
 from kitae.store import RunStore
+from kitae.store.status import pid_alive
 from tests.store.test_read_only import read_only_view  # noqa: F401  (fixture)
 from tests.trainer.conftest import write_config
 from tests.trainer.test_resume import FAST, _cli, _resume, _steps, four_steps, run  # noqa: F401  (fixtures)
@@ -75,6 +78,75 @@ def test_a_second_trainer_of_a_running_run_is_refused_and_a_killed_ones_lock_doe
     assert trainer.start_step >= 4
     events = RunStore.open(run, read_only=True).events()
     assert [e["kind"] for e in events].count("resumed") == 2  # the first's and this one; the refused one wrote none
+
+
+# ---- sampling.async: the rollout worker and the signals ------------------------------------------------------
+ASYNC_RUN = {**FAST, "sampling.async": True, "optim.steps": 100000, "logging.save_every": 0}
+
+
+def _start(config: Path) -> subprocess.Popen:
+    """`kitae train CONFIG` in a process group of its own, as systemd, Slurm and a shell's job start it."""
+    return subprocess.Popen([sys.executable, "-m", "kitae.cli.main", "train", "-q", str(config)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _children(pid: int, marker: str) -> list[int]:
+    """The pids of ``pid``'s child processes whose command line holds ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            ppid = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == pid and marker in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def _gone_within(pids: list[int], timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if not any(pid_alive(p) for p in pids):
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def test_sigterm_to_an_async_runs_process_group_saves_stops_and_resumes(tiny_assets, tmp_path, rewards_on_path):
+    config = write_config(tiny_assets, tmp_path, **ASYNC_RUN)
+    run = tmp_path / "t"
+    proc = _start(config)
+    try:
+        _wait_for_step(run, 2, proc)
+        os.killpg(proc.pid, signal.SIGTERM)  # the trainer and its rollout worker alike
+        _, err = proc.communicate(timeout=300)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # anything of the group still there
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + signal.SIGTERM, err  # a clean stop, not a crash of the worker
+    with RunStore.open(run, read_only=True) as store:
+        assert store.status == "stopped"
+        last = store.last_step()
+    assert (run / "checkpoints" / f"step-{last:06d}" / "state.pt").is_file()
+    resumed = _cli("--resume", str(run), "--set", f"optim.steps={last + 1}")
+    assert resumed.returncode == 0, resumed.stderr
+    assert _steps(run) == list(range(1, last + 2))  # the history kept, the next step trained
+
+
+def test_a_trainer_killed_with_sigkill_leaves_no_rollout_worker_behind(tiny_assets, tmp_path, rewards_on_path):
+    config = write_config(tiny_assets, tmp_path, **ASYNC_RUN)
+    proc = _start(config)
+    try:
+        _wait_for_step(tmp_path / "t", 1, proc)
+        workers = _children(proc.pid, "spawn_main")  # multiprocessing's spawned child: the rollout worker
+        assert len(workers) == 1
+        proc.send_signal(signal.SIGKILL)  # the trainer alone
+        proc.wait()
+        assert _gone_within(workers, timeout=60)  # not adopted by PID 1, sampling on
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 # ---- a damaged run.db ------------------------------------------------------------------------------------

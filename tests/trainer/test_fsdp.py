@@ -1,23 +1,30 @@
 """The trainer under accelerate's FSDP2 (torch's fully_shard) in two processes on CPU over gloo, launched with
 examples/accelerate/fsdp2.yaml: the weights really sharded, the same run as data parallel (examples/accelerate/
 ddp.yaml), a checkpoint in kitae's layout that from_pretrained loads, and a resumed run equal to an uninterrupted
-one. Skipped where torch cannot run FSDP2 over gloo."""
+one; SIGTERM to one rank stops both at a checkpoint, and ranks end with a launcher killed by SIGKILL. Skipped
+where torch cannot run FSDP2 over gloo."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
+from kitae.errors import KitaeError
+from kitae.store import RunStore
 from kitae.trainer.checkpoint import MANIFEST, checkpoint_problem
 from tests.trainer.conftest import write_config
+from tests.trainer.test_durability import _children, _gone_within
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,16 +46,19 @@ KEYS = ("loss", "reward", "grad_norm", "skipped_rows")
 LORA = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
 
 
-def launch(config_file: str, jobs: list[tuple[Path, Path, str]], tiny_assets: Path, log: Path) -> None:
-    """tests.trainer.fsdp_probe in two processes, launched with examples/accelerate/CONFIG_FILE: ``jobs``
-    (config, out, how) one after another."""
+def launch_command(config_file: str, jobs: list[tuple[Path, Path, str]], tiny_assets: Path,
+                   log: Path) -> tuple[list[str], dict[str, str]]:
+    """(the command, its environment) of tests.trainer.fsdp_probe in two processes, launched with
+    examples/accelerate/CONFIG_FILE: ``jobs`` (config, out, how) one after another."""
     log.write_text(json.dumps([[str(c), str(o), how] for c, o, how in jobs]))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{tiny_assets}{os.pathsep}{ROOT}"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ROOT / "examples/accelerate" /
-         config_file), "--num_processes", "2", "-m", "tests.trainer.fsdp_probe", str(log)],
-        capture_output=True, text=True, timeout=1200, env=env, cwd=ROOT,
-    )
+    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ROOT / "examples/accelerate" /
+            config_file), "--num_processes", "2", "-m", "tests.trainer.fsdp_probe", str(log)], env
+
+
+def launch(config_file: str, jobs: list[tuple[Path, Path, str]], tiny_assets: Path, log: Path) -> None:
+    command, env = launch_command(config_file, jobs, tiny_assets, log)
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=1200, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
@@ -262,3 +272,63 @@ def test_fsdp2_in_two_processes(fsdp_runs, tiny_assets, subtests):
     for name, check in checks:
         with subtests.test(name):
             check()
+
+
+# ---- signals -------------------------------------------------------------------------------------------------
+def endless(tiny_assets: Path, root: Path) -> Path:
+    """A run that trains until it is stopped; no evaluation, a checkpoint only when it stops."""
+    return write_config(tiny_assets, root, **{
+        "optim.steps": 100000, "optim.prompts_per_step": 4, "optim.micro_batch_size": 2, "data.eval": None,
+        "logging.save_every": 0, "rewards": [{"name": "picky", "function": "tiny_rewards:picky"}]})
+
+
+def _wait_for_step(run: Path, step: int, launcher: subprocess.Popen, log: Path, timeout: float = 600) -> int:
+    """The pid of the main process (rank 0) once the run logged ``step``."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        assert launcher.poll() is None, log.read_text()[-3000:]
+        with contextlib.suppress(KitaeError):  # not created yet, or being opened
+            with RunStore.open(run, read_only=True) as store:
+                if (store.last_step() or 0) >= step:
+                    return store.summary()["pid"]
+        time.sleep(0.5)
+    raise AssertionError(f"{run} did not reach step {step}")
+
+
+def _stopped_at_a_checkpoint(run: Path) -> None:
+    with RunStore.open(run, read_only=True) as store:
+        assert store.status == "stopped"
+        last = store.last_step()
+    assert checkpoint_problem(run / "checkpoints" / f"step-{last:06d}") is None
+
+
+def test_fsdp2_ranks_stop_together_on_sigterm_to_one_and_end_with_a_killed_launcher(tiny_assets, tmp_path):
+    """One launch, two runs: SIGTERM to rank 0 alone (the `kill PID` of the run lock's message) stops both ranks
+    after the same step, at a checkpoint, and the launch goes on to the next run; SIGKILL of the launcher then
+    ends both ranks (each gets SIGTERM: a checkpoint, then the exit)."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    command, env = launch_command("fsdp2.yaml", [(endless(tiny_assets, first), tmp_path / "first.json", ""),
+                                                 (endless(tiny_assets, second), tmp_path / "second.json", "")],
+                                  tiny_assets, tmp_path / "jobs.json")
+    log = tmp_path / "launch.log"
+    with log.open("w") as out:  # a file, not a pipe: nobody reads a pipe while the ranks train
+        launcher = subprocess.Popen(command, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+    ranks: list[int] = []
+    try:
+        os.kill(_wait_for_step(first / "t", 2, launcher, log), signal.SIGTERM)
+        _wait_for_step(second / "t", 1, launcher, log)  # the first run ended cleanly in both ranks
+        assert "Traceback" not in log.read_text()
+        _stopped_at_a_checkpoint(first / "t")
+        ranks = _children(launcher.pid, "fsdp_probe")
+        assert len(ranks) == 2
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait()
+        assert _gone_within(ranks, timeout=300)  # not training on to the end under PID 1
+        _stopped_at_a_checkpoint(second / "t")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(launcher.pid, signal.SIGKILL)
+        for pid in ranks:  # torch's launcher starts each rank in a session of its own
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -232,6 +234,21 @@ def test_stale_tmp_folders_of_a_failed_save_are_removed(run, tiny_assets):
     assert not stale.exists() and (run / "checkpoints" / "step-000005" / "state.pt").exists()
 
 
+@pytest.mark.parametrize("refusal", ["config change", "no usable checkpoint"])
+def test_a_refused_resume_leaves_no_temporary_checkpoint_folder(run, refusal):
+    """A save cut short (SIGKILL, a full disk) leaves step-N.tmp; a resume that is refused removes it all the
+    same: the run lock says no trainer is writing it."""
+    stale = run / "checkpoints" / "step-000005.tmp"
+    (stale / "model").mkdir(parents=True)
+    overrides = ["optim.lr=0.5"] if refusal == "config change" else []
+    if refusal == "no usable checkpoint":
+        for ckpt in (run / "checkpoints").glob("step-??????"):
+            (ckpt / "state.pt").unlink()
+    with pytest.raises(KitaeError, match="optim.lr" if overrides else "no usable checkpoint"):
+        _resume(run, *overrides)
+    assert not list((run / "checkpoints").glob("*.tmp"))
+
+
 # ---- config changes on resume --------------------------------------------------------------------------
 def _edit(run: Path, **changes) -> None:
     cfg = yaml.safe_load((run / "config.yaml").read_text())
@@ -329,3 +346,35 @@ def test_adaptive_kl_in_the_loss_resumes_exactly(tiny_assets, tmp_path, rewards_
     assert [v for _, v in b["loss"]] == pytest.approx([v for _, v in a["loss"]], rel=1e-5, abs=1e-8)
     wa, wb = _weights(whole / "checkpoints" / "step-000005"), _weights(cut / "checkpoints" / "step-000005")
     assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
+
+
+# ---- a signal during the final evaluation ----------------------------------------------------------------
+def test_a_signal_during_the_final_evaluation_leaves_the_run_finished_and_resume_runs_it(tiny_assets, tmp_path,
+                                                                                         rewards_on_path):
+    """Every step trained and saved: SIGTERM in the final evaluation (of two batches of prompts) ends that
+    evaluation early, the run is "finished" and says the evaluation is missing; resuming runs it."""
+    rows = [json.loads(line) for line in (tiny_assets / "train.jsonl").read_text().splitlines()]
+    eval_file = tmp_path / "eval.jsonl"
+    eval_file.write_text("".join(json.dumps(r) + "\n" for r in (rows * 3)[:40]))  # 40 prompts: 2 batches
+    cfg = load_train_config(write_config(tiny_assets, tmp_path, **{
+        "optim.steps": 1, "logging.save_every": 0, "data.eval": str(eval_file), "eval.every": 0, "eval.k": 1,
+        "eval.limit": 40}))
+    trainer = Trainer(cfg)
+
+    def signal_in_the_final_evaluation(step: int, prompts: int):
+        if step == 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # handled by the trainer, as from systemd or Slurm
+        return None
+
+    trainer.on_eval_start = signal_in_the_final_evaluation
+    assert trainer.train()["status"] == "finished"
+    run = cfg.run_dir
+    assert [e["step"] for e in _events(run) if e["kind"] == "eval_interrupted"] == [1]
+    with RunStore.open(run, read_only=True) as store:
+        assert [e.step for e in store.evals()] == [0]  # the interrupted evaluation is not stored half done
+    assert (run / "checkpoints" / "step-000001" / "state.pt").is_file()
+    resumed = _resume(run)
+    assert resumed.train()["status"] == "finished"
+    with RunStore.open(run, read_only=True) as store:
+        assert sorted(e.step for e in store.evals()) == [0, 1]
+        assert store.last_step() == 1  # nothing trained again
