@@ -101,8 +101,8 @@ class Trainer:
         self.cfg = cfg
         self.acc = setup.make_accelerator(cfg)  # on CUDA when there is one; model.dtype's mixed precision
         setup.check_distributed(self.acc, cfg)  # DeepSpeed and FSDP1 refused before the model loads
-        if self.acc.num_processes > 1:  # a rank of `accelerate launch`: it stops with the launcher (at a checkpoint)
-            die_with_parent(signal.SIGTERM)
+        if self.acc.num_processes > 1:  # a rank of `accelerate launch`: it ends with the launcher
+            die_with_parent(signal.SIGKILL)
         set_seed(cfg.seed)
         set_threads(cfg.threads, checked.model_path, option="threads")  # threads: N, else the rule for the model's size
         self.run_dir = cfg.run_dir
