@@ -44,7 +44,8 @@ answer (a request the server refuses) is an error at once: retrying elsewhere wo
 
 Weights: the trainer pushes its weights after optimizer steps (:meth:`ServerEngine.sync_weights`, strategies in
 kitae.rollout.sync); a LoRA run pushes only its adapter, and each replica's requests then name the adapter it
-loaded last (``model``, SGLang's ``lora_path``). Each replica remembers which policy version it holds; a reply whose ``weight_version`` is
+loaded last (``model``, SGLang's ``lora_path``); a 404 for that name (the server restarted and lost it) marks the
+replica down until it loads the newest adapter again. Each replica remembers which policy version it holds; a reply whose ``weight_version`` is
 not the one that replica reported when it loaded the weights, or samples older than ``sampling.max_staleness``
 steps, are dropped, counted (``rollout/stale_dropped``) and asked again, after the replica reloads the latest
 weights. ``sync: none`` (a frozen server) tracks no versions.
@@ -524,6 +525,11 @@ class ServerEngine(HFEngine, SyncsWeights, RemoteLogprobs, ReportsStats, ChecksS
                     raise ValueError(f"{len(c.token_ids)} tokens and {len(c.logprobs)} log-probs in a choice")
             return reply
         except ReplicaError as exc:
+            if exc.status == 404 and replica.adapter is not None:  # it lost the adapter (a restart): reload it
+                replica.synced = None
+                self.mark_down(replica, f"it does not know the adapter {replica.adapter} (restarted?); it loads the "
+                                        "newest adapter before its next request")
+                return None
             if exc.status is not None and 400 <= exc.status < 500 and exc.status != 429:
                 raise KitaeError(f"{exc}{_refusal_hint(exc.status)}") from None
             self.mark_down(replica, str(exc).removeprefix(f"rollout server {replica.url}: "))

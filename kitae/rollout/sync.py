@@ -118,8 +118,12 @@ def build_sync(sampling: Any, run_dir: Any, model: Any = None):
 
 
 def is_lora(model: Any) -> bool:
-    """Whether ``model`` is a PEFT model whose trained weights are LoRA adapters."""
-    return model is not None and hasattr(model, "peft_config")
+    """Whether ``model`` is a PEFT model (whose trained weights are its LoRA adapters; not the base inside it)."""
+    if model is None or importlib.util.find_spec("peft") is None:
+        return False
+    from peft import PeftModel
+
+    return isinstance(model, PeftModel)
 
 
 def full_bytes(model: Any) -> int:
