@@ -3,11 +3,13 @@ a run gets, the bytes it reports, and replicas that lose or refuse the adapter."
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 from types import SimpleNamespace
 
 import httpx
 import pytest
+import torch
 
 from kitae.rollout.base import SamplingParams
 from kitae.rollout.server import ServerEngine
@@ -100,3 +102,17 @@ def test_a_refused_adapter_marks_the_replica_down_with_the_servers_reason(policy
     sync._try_reload(engine, engine.replicas[0])
     replica = engine.replicas[0]
     assert replica.synced is None and "no adapter_config.json" in replica.last_error and loaded_adapters(served) == []
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None and torch.cuda.is_available(),
+                    reason="vllm and CUDA are here: the vllm sync is allowed anyway")
+def test_a_lora_run_against_vllm_needs_no_nccl_in_the_trainer():
+    from kitae.errors import ConfigError
+    from kitae.trainer.config import load_train_config
+
+    data = {"rewards": [{"name": "c", "grader": {"type": "answer"}}], "model": {"lora": {"r": 4}},
+            "sampling": {"engine": "server", "servers": ["http://127.0.0.1:8000"], "sync": "vllm"}}
+    assert load_train_config(data=data).sampling.lora_sync == "adapter"  # the adapter goes by HTTP, not NCCL
+    data["sampling"]["lora_sync"] = "merged"  # merged weights over vLLM's NCCL broadcast: refused here
+    with pytest.raises(ConfigError, match=r"^sampling.sync: 'vllm' broadcasts the weights over NCCL"):
+        load_train_config(data=data)

@@ -4,7 +4,6 @@ process does, and a bad folder changes nothing."""
 
 from __future__ import annotations
 
-import json
 import threading
 
 import httpx
@@ -149,7 +148,7 @@ def test_unload_of_an_unknown_adapter_is_a_404_and_full_reloads_wait_for_unload(
     assert post(served, "/update_weights_from_disk", {"model_path": random_lm}).json()["success"] is True
 
 
-def test_the_adapter_routes_take_json_posts_only(served):
-    resp = httpx.post(served + "/v1/load_lora_adapter", content=json.dumps([1]), timeout=10)
+def test_the_adapter_routes_take_json_objects_by_post_only(served):
+    resp = httpx.post(served + "/v1/load_lora_adapter", json=[1], timeout=10)
     assert resp.status_code == 400 and resp.json()["success"] is False
     assert httpx.get(served + "/v1/load_lora_adapter", timeout=10).status_code == 404
