@@ -45,10 +45,10 @@ answer (a request the server refuses) is an error at once: retrying elsewhere wo
 Weights: the trainer pushes its weights after optimizer steps (:meth:`ServerEngine.sync_weights`, strategies in
 kitae.rollout.sync); a LoRA run pushes only its adapter, and each replica's requests then name the adapter it
 loaded last (``model``, SGLang's ``lora_path``); a 404 for that name (the server restarted and lost it) marks the
-replica down until it loads the newest adapter again. Each replica remembers which policy version it holds; a reply whose ``weight_version`` is
-not the one that replica reported when it loaded the weights, or samples older than ``sampling.max_staleness``
-steps, are dropped, counted (``rollout/stale_dropped``) and asked again, after the replica reloads the latest
-weights. ``sync: none`` (a frozen server) tracks no versions.
+replica down until it loads the newest adapter again. Each replica remembers which policy version it holds; a
+reply whose ``weight_version`` is not the one that replica reported when it loaded the weights, or samples older
+than ``sampling.max_staleness`` steps, are dropped, counted (``rollout/stale_dropped``) and asked again, after the
+replica reloads the latest weights. ``sync: none`` (a frozen server) tracks no versions.
 """
 
 from __future__ import annotations

@@ -123,7 +123,8 @@ def test_the_adapter_push_speaks_vllms_lora_routes(vllm_says):
     names = [adapter_name(v) for v in (1, 2, 3)]
     folders = [f"/srv/kitae-sync/adapter-v{v:06d}" for v in (1, 2, 3)]
     loads = [body for what, body in lora["seen"] if what == "load"]
-    assert [(b["lora_name"], b["lora_path"], b["load_inplace"]) for b in loads] == list(zip(names, folders, [False] * 3))
+    assert [(b["lora_name"], b["lora_path"], b["load_inplace"]) for b in loads] == \
+        list(zip(names, folders, [False] * 3))
     unloads = [body["lora_name"] for what, body in lora["seen"] if what == "unload"]
     assert unloads == names[:2]  # each push unloads the adapter before it (max_staleness 0)
     assert lora["loaded"] == [[1, None, names[0]], [2, None, names[1]], [3, None, names[2]]]  # vLLM's text reply read

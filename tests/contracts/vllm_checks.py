@@ -295,7 +295,8 @@ def lora(spec: dict) -> dict:
         push.reload(engine, replica)
     server.should_exit = True
     source = inspect.getsource(OpenAIServingModels.load_lora_adapter)
-    return {"seen": seen, "loaded": loaded, "routes": sorted([r.path, sorted(r.methods)] for r in api_router.router.routes),
+    return {"seen": seen, "loaded": loaded,
+            "routes": sorted([r.path, sorted(r.methods)] for r in api_router.router.routes),
             "answers_text": "return f\"Success: LoRA adapter '{lora_name}' added successfully.\"" in source}
 
 

@@ -31,8 +31,8 @@ def fixed_completion_gap(trainer: Trainer, url: str, model: str | None = None) -
     """Max |server log-prob - trainer log-prob| over a greedy completion of a fixed prompt (``model``: the name
     the request gives, e.g. a LoRA adapter the server loaded)."""
     prompt = trainer.engine.encode_prompt(FIXED_PROMPT)
-    body = {**({"model": model} if model else {}), "prompt": prompt, "n": 1, "max_tokens": 6, "temperature": 0.0, "logprobs": 0,
-            "return_tokens_as_token_ids": True, "skip_special_tokens": False}
+    body = {**({"model": model} if model else {}), "prompt": prompt, "n": 1, "max_tokens": 6, "temperature": 0.0,
+            "logprobs": 0, "return_tokens_as_token_ids": True, "skip_special_tokens": False}
     got = httpx.post(url + "/v1/completions", json=body, timeout=60).json()["choices"][0]["logprobs"]
     ids = [int(t.removeprefix("token_id:")) for t in got["tokens"]]
     c = Completion("", prompt, ids, got["token_logprobs"], "length")
