@@ -301,8 +301,15 @@ class AdapterSync(WeightSync, ReloadsWeights):
             return
         version, folder = self.latest
         name = adapter_name(version)
-        reply = _post(replica.url + self.load_route, {"lora_name": name, "lora_path": str(folder)}, self.timeout,
-                      self.api_key_env)
+        try:
+            reply = _post(replica.url + self.load_route, {"lora_name": name, "lora_path": str(folder)},
+                          self.timeout, self.api_key_env)
+        except KitaeError as exc:
+            if "HTTP 404" not in str(exc):
+                raise
+            raise KitaeError(f"{exc} (the server does not load LoRA adapters at run time: start vLLM with "
+                             "--enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, SGLang with --enable-lora, "
+                             "or set sampling.lora_sync: merged)") from None
         if isinstance(reply, dict) and reply.get("success") is False:  # SGLang's and kitae's refusal
             raise KitaeError(f"{replica.url} did not load the adapter {folder}: "
                              f"{str(reply.get('error_message') or reply.get('message'))[:300]}")

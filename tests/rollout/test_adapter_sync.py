@@ -116,3 +116,15 @@ def test_a_lora_run_against_vllm_needs_no_nccl_in_the_trainer():
     data["sampling"]["lora_sync"] = "merged"  # merged weights over vLLM's NCCL broadcast: refused here
     with pytest.raises(ConfigError, match=r"^sampling.sync: 'vllm' broadcasts the weights over NCCL"):
         load_train_config(data=data)
+
+
+def test_a_server_without_the_adapter_routes_gets_the_fix_named(policy, tmp_path):
+    from tests.rollout.scripted import CompletionsServer
+
+    tok, model = policy
+    with CompletionsServer() as server:  # no /v1/load_lora_adapter: a 404, as vLLM without runtime LoRA updating
+        engine = ServerEngine(None, tok, [server.url], weight_sync=AdapterSync(sampling_cfg(tmp_path), tmp_path))
+        engine.sync_weights(model, 1)
+    why = engine.replicas[0].last_error
+    assert engine.replicas[0].synced is None and "HTTP 404" in why
+    assert "--enable-lora" in why and "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True" in why and "lora_sync: merged" in why
