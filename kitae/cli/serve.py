@@ -141,6 +141,8 @@ def serve_model(
     POST /v1/completions: vLLM's; token-id prompts, n, per-token log-probs (logprobs k: the k most likely too)
     and token ids.
     POST /update_weights_from_disk: SGLang's; {"model_path": FOLDER} loads its safetensors.
+    POST /v1/load_lora_adapter, /v1/unload_lora_adapter: vLLM's; {"lora_name", "lora_path"} loads a peft LoRA
+    adapter onto the base, which samples with it (requests name it as the model).
     GET /health (with weight_version), GET /v1/models, GET /v1/models/NAME.
 
     Concurrent requests share one continuously batched decoder (kitae/serving/server.py).

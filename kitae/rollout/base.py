@@ -159,8 +159,9 @@ class SyncsWeights(Protocol):
         the policy in the trainer's process."""
         ...
 
-    def sync_weights(self, model: Any, version: int, state: dict[str, Any] | None = None) -> None:
-        """Load ``model``'s weights as policy ``version`` (``state``: its full state dict, gathered under FSDP)."""
+    def sync_weights(self, model: Any, version: int, state: dict[str, Any] | None = None) -> dict[str, float] | None:
+        """Load ``model``'s weights as policy ``version`` (``state``: its full state dict, gathered under FSDP);
+        may return metrics of the push (the server engine: ``sync/bytes``, ``sync/full_bytes``)."""
         ...
 
     def synced_state(self) -> Any:

@@ -43,10 +43,12 @@ logging one line every few seconds, and gives up with an error after ``sampling.
 answer (a request the server refuses) is an error at once: retrying elsewhere would not help.
 
 Weights: the trainer pushes its weights after optimizer steps (:meth:`ServerEngine.sync_weights`, strategies in
-kitae.rollout.sync). Each replica remembers which policy version it holds; a reply whose ``weight_version`` is
-not the one that replica reported when it loaded the weights, or samples older than ``sampling.max_staleness``
-steps, are dropped, counted (``rollout/stale_dropped``) and asked again, after the replica reloads the latest
-weights. ``sync: none`` (a frozen server) tracks no versions.
+kitae.rollout.sync); a LoRA run pushes only its adapter, and each replica's requests then name the adapter it
+loaded last (``model``, SGLang's ``lora_path``); a 404 for that name (the server restarted and lost it) marks the
+replica down until it loads the newest adapter again. Each replica remembers which policy version it holds; a
+reply whose ``weight_version`` is not the one that replica reported when it loaded the weights, or samples older
+than ``sampling.max_staleness`` steps, are dropped, counted (``rollout/stale_dropped``) and asked again, after the
+replica reloads the latest weights. ``sync: none`` (a frozen server) tracks no versions.
 """
 
 from __future__ import annotations
@@ -175,11 +177,12 @@ class Reply:
 
 @dataclass(frozen=True)
 class ServerApi:
-    """``build(prompt_ids, n, sampling, model)`` -> JSON body for ``path``; ``parse(reply, n)`` -> Reply (raises
-    ValueError, KeyError or TypeError on a reply it cannot read)."""
+    """``build(prompt_ids, n, sampling, model, adapter=None)`` -> JSON body for ``path`` (``adapter``: the LoRA
+    adapter the replica serves the policy under, kitae.rollout.sync's adapter push); ``parse(reply, n)`` -> Reply
+    (raises ValueError, KeyError or TypeError on a reply it cannot read)."""
 
     path: str
-    build: Callable[[list[int], int, SamplingParams, str | None], dict[str, Any]]
+    build: Callable[..., dict[str, Any]]
     parse: Callable[[Any, int], Reply]
 
 
@@ -189,7 +192,10 @@ def request_stops(sp: SamplingParams) -> list[str]:
     return list(sp.stop) if sp.stop is not None else list(CHATML_STOPS)
 
 
-def _openai_body(prompt_ids: list[int], n: int, sp: SamplingParams, model: str | None) -> dict[str, Any]:
+def _openai_body(prompt_ids: list[int], n: int, sp: SamplingParams, model: str | None,
+                 adapter: str | None = None) -> dict[str, Any]:
+    """vLLM's completions body; an adapter is named as the model (vLLM serves each loaded adapter as a model)."""
+    model = adapter or model
     body = {
         "prompt": list(prompt_ids), "n": n, "max_tokens": sp.max_new_tokens, "temperature": sp.temperature,
         "top_p": sp.top_p, "top_k": sp.top_k or -1, "seed": sp.seed, "stop": request_stops(sp),
@@ -237,18 +243,21 @@ def _openai_parse(reply: Any, n: int) -> Reply:
     return Reply(out, _version(reply.get("weight_version")))
 
 
-def _sglang_body(prompt_ids: list[int], n: int, sp: SamplingParams, model: str | None) -> dict[str, Any]:
+def _sglang_body(prompt_ids: list[int], n: int, sp: SamplingParams, model: str | None,
+                 adapter: str | None = None) -> dict[str, Any]:
     """A batch of ``n`` one-sample requests of the prompt, sample ``i`` seeded ``seed + i`` (as vLLM and kitae
     serve model seed a request's samples): SGLang copies one ``sampling_seed`` to all ``n`` samples of a request,
-    which would make them one sample ``n`` times where it honours the seed."""
+    which would make them one sample ``n`` times where it honours the seed. An adapter is named by ``lora_path``
+    (SGLang's name of a loaded adapter, copied to every request of the batch)."""
     params = {
         "n": 1, "max_new_tokens": sp.max_new_tokens, "temperature": sp.temperature, "top_p": sp.top_p,
         "top_k": sp.top_k or -1, "repetition_penalty": sp.repetition_penalty, "stop": request_stops(sp),
         "no_stop_trim": True, "skip_special_tokens": False,
     }
     seeds = [None if sp.seed is None else sp.seed + i for i in range(n)]
-    return {"input_ids": [list(prompt_ids)] * n, "return_logprob": True,
+    body = {"input_ids": [list(prompt_ids)] * n, "return_logprob": True,
             "sampling_params": [{**params, "sampling_seed": seed} if seed is not None else params for seed in seeds]}
+    return {**body, "lora_path": adapter} if adapter else body
 
 
 def _sglang_parse(reply: Any, n: int) -> Reply:
@@ -300,6 +309,8 @@ class Replica:
     last_error: str = ""
     synced: int | None = None  # the policy version it holds (None: not pushed by this run, or lost)
     server_version: int | None = None  # its own weight_version when it loaded them (None: it reports none)
+    adapter: str | None = None  # the LoRA adapter its requests name (adapter push), None: its base model
+    adapters: list[str] = field(default_factory=list)  # the adapters this run loaded into it, oldest first
     retrier: Retrier | None = field(default=None, repr=False)
 
     def is_up(self, now: float) -> bool:
@@ -359,7 +370,7 @@ class ServerEngine(HFEngine, SyncsWeights, RemoteLogprobs, ReportsStats, ChecksS
         return cls(model, tokenizer, sampling.servers, api=sampling.server_api, timeout=sampling.server_timeout,
                    down_secs=sampling.server_down_secs, max_wait=sampling.server_max_wait,
                    max_staleness=sampling.max_staleness if tracked else None, api_key_env=sampling.api_key_env,
-                   weight_sync=build_sync(sampling, run_dir), served_models=names)
+                   weight_sync=build_sync(sampling, run_dir, model), served_models=names)
 
     # ---- weights ----------------------------------------------------------------------------------------
     @property
@@ -367,23 +378,27 @@ class ServerEngine(HFEngine, SyncsWeights, RemoteLogprobs, ReportsStats, ChecksS
         """``sampling.sync: none``: the servers keep the weights they started with."""
         return self.weight_sync is None
 
-    def sync_weights(self, model: Any, version: int, state: dict[str, Any] | None = None) -> None:
-        """Push ``model``'s weights (merged, for LoRA; ``state``: its gathered full state dict, under FSDP) to
-        every replica as policy ``version``."""
+    def sync_weights(self, model: Any, version: int, state: dict[str, Any] | None = None) -> dict[str, float]:
+        """Push ``model``'s weights (for LoRA its adapter, or the merged weights; ``state``: its gathered full
+        state dict, under FSDP) to every replica as policy ``version``; the bytes moved and those of a full push
+        (``sync/bytes``, ``sync/full_bytes``)."""
         if self.weight_sync is None:
-            return
-        self.weight_sync.push(self, model, version, state)
+            return {}
+        moved = self.weight_sync.push(self, model, version, state)
         self.version = version
+        return moved
 
     def synced_state(self) -> tuple[int | None, list[tuple[Any, Any, float]]]:
         """The version pushed last and what each replica holds since (its version, the server's own label, when
         it is down until)."""
-        return self.version, [(r.synced, r.server_version, r.down_until) for r in self.replicas]
+        return self.version, [(r.synced, r.server_version, r.down_until, r.adapter, list(r.adapters))
+                              for r in self.replicas]
 
-    def load_synced_state(self, state: tuple[int | None, list[tuple[Any, Any, float]]]) -> None:
+    def load_synced_state(self, state: tuple[int | None, list[tuple[Any, ...]]]) -> None:
         self.version, replicas = state
-        for r, (synced, server_version, down_until) in zip(self.replicas, replicas):
-            r.synced, r.server_version, r.down_until = synced, server_version, down_until
+        for r, (synced, server_version, down_until, adapter, adapters) in zip(self.replicas, replicas):
+            r.synced, r.server_version, r.down_until, r.adapter, r.adapters = (synced, server_version, down_until,
+                                                                              adapter, adapters)
 
     def mark_loaded(self, replica: Replica, version: int, server_version: Any) -> None:
         """A sync strategy's report: ``replica`` now holds policy ``version`` (its reply said ``server_version``)."""
@@ -499,7 +514,7 @@ class ServerEngine(HFEngine, SyncsWeights, RemoteLogprobs, ReportsStats, ChecksS
     async def _ask(self, client: httpx.AsyncClient, replica: Replica, prompt_ids: list[int], n: int,
                    sp: SamplingParams) -> Reply | None:
         """The reply of ``replica``, or None after marking it down; raises KitaeError on a refused request."""
-        body = self.api.build(prompt_ids, n, sp, replica.served_model)
+        body = self.api.build(prompt_ids, n, sp, replica.served_model, replica.adapter)
         url, headers = replica.url + self.api.path, auth_headers(self.api_key_env)
         try:
             raw = await replica.retrier.post(lambda: client.post(url, json=body, headers=headers))
@@ -511,6 +526,11 @@ class ServerEngine(HFEngine, SyncsWeights, RemoteLogprobs, ReportsStats, ChecksS
                     raise ValueError(f"{len(c.token_ids)} tokens and {len(c.logprobs)} log-probs in a choice")
             return reply
         except ReplicaError as exc:
+            if exc.status == 404 and replica.adapter is not None:  # it lost the adapter (a restart): reload it
+                replica.synced = None
+                self.mark_down(replica, f"it does not know the adapter {replica.adapter} (restarted?); it loads the "
+                                        "newest adapter before its next request")
+                return None
             if exc.status is not None and 400 <= exc.status < 500 and exc.status != 429:
                 raise KitaeError(f"{exc}{_refusal_hint(exc.status)}") from None
             self.mark_down(replica, str(exc).removeprefix(f"rollout server {replica.url}: "))

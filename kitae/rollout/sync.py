@@ -24,7 +24,26 @@
 ``none``
     Nothing is pushed: a frozen server (off-policy runs, evaluation). Versions are not tracked.
 
-LoRA runs push the merged weights (W + the adapter's delta, under the base model's names), never the adapter.
+``adapter`` (LoRA runs with ``sampling.lora_sync: adapter``, the default; chosen by :func:`build_sync`, not named
+    in ``sync``)
+    Only the adapter moves: peft's ``save_pretrained`` of the adapter weights into ``sync_dir/adapter-vNNNNNN``
+    (a plain peft adapter folder), then every replica is asked to load it under the name ``kitae-vNNNNNN`` and
+    to unload the adapters older than the ``max_staleness + 1`` newest (the previous one, in a synchronous run):
+    ``server_api: openai`` (vLLM 0.34, ``kitae serve model``): POST /v1/load_lora_adapter ``{"lora_name",
+    "lora_path"}`` -> vLLM's text "Success: ...", kitae serve model's ``{"success": true, "weight_version"}``;
+    POST /v1/unload_lora_adapter ``{"lora_name"}``. vLLM needs ``--enable-lora`` (with ``--max-lora-rank`` at
+    least the run's ``r``) and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``. ``server_api: sglang`` (SGLang 0.5):
+    POST /load_lora_adapter ``{"lora_name", "lora_path"}`` -> ``{"success", "error_message",
+    "loaded_adapters"}``, POST /unload_lora_adapter ``{"lora_name"}``; SGLang needs ``--enable-lora`` (and
+    ``--max-lora-rank``, ``--lora-target-modules``). Sampling requests then name the adapter: ``"model"`` in
+    /v1/completions, ``"lora_path"`` in SGLang's /generate. A replica that missed a push loads the newest adapter
+    before its next request. Only the newest ``max_staleness + 1`` folders are kept.
+
+Every push returns ``{"sync/bytes": B, "sync/full_bytes": F}``: the bytes it moved (the adapter folder's files;
+the written safetensors files of a disk push; the broadcast tensors of a vllm push) and the bytes a full push
+moves (every parameter of the base model, as held in memory), logged with the step's metrics.
+``lora_sync: merged`` pushes a LoRA run's merged weights (W + the adapter's delta, under the base model's names)
+with ``disk`` or ``vllm``, for servers started without LoRA support.
 Under FSDP every process gathers the full state dict first (kitae.trainer.sharded.full_model_state) and the main
 process pushes it (``state``); ``vllm`` under FSDP is untested here (no GPU).
 """
@@ -34,6 +53,8 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import importlib.util
+import logging
+import math
 import shutil
 import socket
 import time
@@ -47,16 +68,19 @@ import torch
 from kitae.errors import ConfigError, KitaeError
 from kitae.registry import Registry
 
+log = logging.getLogger("kitae.rollout.sync")
 WEIGHT_SYNCS = Registry("weight sync")
 
 
 class WeightSync(Protocol):
     """A strategy of :data:`WEIGHT_SYNCS`, built as ``cls(sampling, run_dir)``."""
 
-    def push(self, engine: Any, model: Any, version: int, state: dict[str, torch.Tensor] | None = None) -> None:
+    def push(self, engine: Any, model: Any, version: int,
+             state: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
         """``model``'s weights (``state``: its gathered full state dict, under FSDP) to every replica of
         ``engine`` (kitae.rollout.server.ServerEngine) as policy ``version``; each replica that took them is
-        reported with ``engine.mark_loaded``, each that did not with ``engine.mark_down``."""
+        reported with ``engine.mark_loaded``, each that did not with ``engine.mark_down``. Returns the bytes moved
+        and those a full push moves (``sync/bytes``, ``sync/full_bytes``)."""
         ...
 
 
@@ -82,12 +106,40 @@ def check_vllm_sync(path: str) -> None:
                           "trainer on a GPU machine with vllm installed (docs/scale.md)")
 
 
-def build_sync(sampling: Any, run_dir: Any):
-    """The strategy of ``sampling.sync`` (None for 'none')."""
+def build_sync(sampling: Any, run_dir: Any, model: Any = None):
+    """The strategy of ``sampling.sync`` (None for 'none'); for a PEFT LoRA ``model`` with ``sampling.lora_sync:
+    adapter``, the adapter push whichever server sync is named."""
     if sampling.sync == "none":
         return None
+    if is_lora(model) and sampling.lora_sync == "adapter":
+        return AdapterSync(sampling, Path(run_dir))
     cls = WEIGHT_SYNCS.get(sampling.sync, "sampling.sync")
     return cls(sampling, Path(run_dir))
+
+
+def is_lora(model: Any) -> bool:
+    """Whether ``model`` is a PEFT model (whose trained weights are its LoRA adapters; not the base inside it)."""
+    if model is None or importlib.util.find_spec("peft") is None:
+        return False
+    from peft import PeftModel
+
+    return isinstance(model, PeftModel)
+
+
+def full_bytes(model: Any) -> int:
+    """The bytes a full push moves: every parameter of the base model (a LoRA model's without its adapters), as
+    held in memory (tied weights counted once)."""
+    base = model.get_base_model() if is_lora(model) else model
+    return sum(p.numel() * p.element_size() for name, p in base.named_parameters() if ".lora_" not in name)
+
+
+def folder_bytes(folder: Path) -> int:
+    """The size of every file in ``folder`` (what a server reads from it)."""
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+def sync_metrics(moved: int, model: Any) -> dict[str, float]:
+    return {"sync/bytes": float(moved), "sync/full_bytes": float(full_bytes(model))}
 
 
 # ---- the weights ---------------------------------------------------------------------------------------------
@@ -152,7 +204,8 @@ class DiskSync(WeightSync, ReloadsWeights):
         self.api_key_env = sampling.api_key_env
         self.latest: tuple[int, Path] | None = None
 
-    def push(self, engine: Any, model: Any, version: int, state: dict[str, torch.Tensor] | None = None) -> None:
+    def push(self, engine: Any, model: Any, version: int,
+             state: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
         self.root.mkdir(parents=True, exist_ok=True)
         folder = write_weights(model, (self.root / f"v{version:06d}").resolve(), state)
         self.latest = (version, folder)
@@ -163,6 +216,7 @@ class DiskSync(WeightSync, ReloadsWeights):
         for old in self.root.glob("v*"):
             if old.is_dir() and old.resolve() != folder:
                 shutil.rmtree(old, ignore_errors=True)
+        return sync_metrics(sum(f.stat().st_size for f in folder.glob("*.safetensors")), model)
 
     def _try_reload(self, engine: Any, replica: Any) -> None:
         try:
@@ -182,6 +236,95 @@ class DiskSync(WeightSync, ReloadsWeights):
             message = reply.get("message") if isinstance(reply, dict) else reply
             raise KitaeError(f"{replica.url} did not load {folder}: {str(message)[:300]}")
         engine.mark_loaded(replica, version, reply.get("weight_version"))
+
+
+# ---- adapter ---------------------------------------------------------------------------------------------------
+ADAPTER_ROUTES = {  # server_api -> (load, unload): vLLM's and kitae serve model's, SGLang's
+    "openai": ("/v1/load_lora_adapter", "/v1/unload_lora_adapter"),
+    "sglang": ("/load_lora_adapter", "/unload_lora_adapter"),
+}
+
+
+def adapter_name(version: int) -> str:
+    """The name a replica serves policy ``version``'s adapter under (what sampling requests name)."""
+    return f"kitae-v{version:06d}"
+
+
+def write_adapter(model: Any, folder: Path, state: dict[str, torch.Tensor] | None = None) -> Path:
+    """A PEFT LoRA ``model``'s adapter (its weights and adapter_config.json, nothing of the base) as a peft adapter
+    folder at ``folder``, written aside and renamed into place. ``state``: the gathered full state dict (FSDP)."""
+    tmp = folder.with_name(f".{folder.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, state_dict=state, safe_serialization=True)
+    (tmp / "README.md").unlink(missing_ok=True)  # peft's model card: no server reads it
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.rename(folder)
+    return folder
+
+
+class AdapterSync(WeightSync, ReloadsWeights):
+    """Push only a LoRA run's adapter (see the module docstring): written once per push, loaded by every live
+    replica under :func:`adapter_name`; the replica's requests name it from then on (``replica.adapter``). A
+    replica that missed a push loads the newest adapter later (:meth:`reload`)."""
+
+    def __init__(self, sampling: Any, run_dir: Path):
+        self.root = Path(sampling.sync_dir) if sampling.sync_dir else run_dir / "sync"
+        self.load_route, self.unload_route = ADAPTER_ROUTES[sampling.server_api]
+        self.timeout, self.api_key_env = sampling.server_timeout, sampling.api_key_env
+        self.keep = (sampling.max_staleness or 0) + 1  # adapters a replica keeps: those samples may still name
+        self.latest: tuple[int, Path] | None = None
+
+    def push(self, engine: Any, model: Any, version: int,
+             state: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        folder = write_adapter(model, (self.root / f"adapter-v{version:06d}").resolve(), state)
+        self.latest = (version, folder)
+        now = time.monotonic()
+        live = [r for r in engine.replicas if r.is_up(now)]  # the others load the adapter when they are back
+        with concurrent.futures.ThreadPoolExecutor(max(1, len(live))) as pool:
+            list(pool.map(lambda r: self._try_reload(engine, r), live))
+        for old in sorted(self.root.glob("adapter-v*"))[:-self.keep]:
+            shutil.rmtree(old, ignore_errors=True)
+        return sync_metrics(folder_bytes(folder), model)
+
+    def _try_reload(self, engine: Any, replica: Any) -> None:
+        try:
+            self.reload(engine, replica)
+        except (KitaeError, OSError) as exc:
+            replica.synced = None
+            engine.mark_down(replica, f"could not load the adapter: {exc}")
+
+    def reload(self, engine: Any, replica: Any) -> None:
+        """Load the newest adapter into ``replica``, then unload its oldest beyond :attr:`keep`; raises
+        KitaeError when it does not load."""
+        if self.latest is None:
+            return
+        version, folder = self.latest
+        name = adapter_name(version)
+        try:
+            reply = _post(replica.url + self.load_route, {"lora_name": name, "lora_path": str(folder)},
+                          self.timeout, self.api_key_env)
+        except KitaeError as exc:
+            if "HTTP 404" not in str(exc):
+                raise
+            raise KitaeError(f"{exc} (the server does not load LoRA adapters at run time: start vLLM with "
+                             "--enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, SGLang with --enable-lora, "
+                             "or set sampling.lora_sync: merged)") from None
+        if isinstance(reply, dict) and reply.get("success") is False:  # SGLang's and kitae's refusal
+            raise KitaeError(f"{replica.url} did not load the adapter {folder}: "
+                             f"{str(reply.get('error_message') or reply.get('message'))[:300]}")
+        replica.adapter = name
+        replica.adapters = [*(a for a in replica.adapters if a != name), name]
+        engine.mark_loaded(replica, version, reply.get("weight_version") if isinstance(reply, dict) else None)
+        while len(replica.adapters) > self.keep:
+            self._unload(replica, replica.adapters.pop(0))
+
+    def _unload(self, replica: Any, name: str) -> None:
+        """Unload an old adapter; a failure only costs the server's memory (a restarted server lost it anyway)."""
+        try:
+            _post(replica.url + self.unload_route, {"lora_name": name}, self.timeout, self.api_key_env)
+        except KitaeError as exc:
+            log.warning("rollout server %s: could not unload the old adapter %s: %s", replica.url, name, exc)
 
 
 def _post(url: str, body: Any, timeout: float, api_key_env: str | None, params: dict | None = None) -> Any:
@@ -269,6 +412,11 @@ def policy_source(model: Any) -> Any:
         def metadata(self) -> list[Any]:
             return [ParamMeta(n, t.dtype, tuple(t.shape)) for n, t in policy_tensors(self.model, self.state)]
 
+        @functools.cached_property
+        def nbytes(self) -> int:
+            """The bytes one push broadcasts."""
+            return sum(math.prod(m.shape) * m.dtype.itemsize for m in self.metadata)
+
         def iter_full(self) -> Iterator[tuple[str, torch.Tensor]]:
             device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
             for name, t in policy_tensors(self.model, self.state):
@@ -292,7 +440,9 @@ class VllmSync(WeightSync):
         self.api_key_env = sampling.api_key_env
         self.engines: dict[str, Any] = {}  # replica URL -> vLLM's trainer engine (NCCL group, the trainer rank 0)
 
-    def push(self, engine: Any, model: Any, version: int, state: dict[str, torch.Tensor] | None = None) -> None:
+    def push(self, engine: Any, model: Any, version: int,
+             state: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
+        moved = 0
         for replica in engine.replicas:
             try:
                 self._push_one(replica, model, version, state)
@@ -302,6 +452,8 @@ class VllmSync(WeightSync):
                 engine.mark_down(replica, f"could not receive the weights: {exc}")
                 continue
             engine.mark_loaded(replica, version, version)  # finish_weight_update labelled them str(version)
+            moved += self.engines[replica.url].source.nbytes
+        return sync_metrics(moved, model)
 
     def _push_one(self, replica: Any, model: Any, version: int, state: dict[str, torch.Tensor] | None) -> None:
         transfer = self.engines.get(replica.url) or self._init_engine(replica, model)

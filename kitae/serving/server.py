@@ -16,6 +16,11 @@ http.server, loopback by default): a local judge, and a rollout server for kitae
     POST /update_weights_from_disk   SGLang's {"model_path": FOLDER, "load_format": null}: load the folder's
                                 safetensors in place once the requests in flight are done
                                 -> {"success": true, "message", "weight_version": V} (kitae/serving/weights.py)
+    POST /v1/load_lora_adapter  vLLM's {"lora_name": NAME, "lora_path": FOLDER}: load a peft LoRA adapter folder
+                                onto the served base (peft), sample with it from then on; requests name it as
+                                ``model`` -> {"success": true, "message", "weight_version": V}
+                                (kitae/serving/adapters.py: one adapter samples at a time, the one loaded last)
+    POST /v1/unload_lora_adapter  vLLM's {"lora_name": NAME} -> {"success": true, "message", "weight_version"}
 
 Every plain generation (completions, chat) goes through one continuous-batching scheduler
 (kitae/serving/batching.py): requests join the running batch at the next decoding step and no request waits for
@@ -86,6 +91,7 @@ from kitae.serving.constrained import ConstrainedDecoder, supported
 from kitae.http.server import EventStream, HttpLimits, json_server
 from kitae.http.requests import SEED_MAX, SEED_MIN, RequestError, cut_at_markers
 from kitae.serving.streaming import Chunks, stream_job
+from kitae.serving.adapters import ServedAdapters
 from kitae.serving.weights import LOAD_FORMATS, apply_reload, plan_reload
 
 
@@ -103,7 +109,10 @@ TEMPLATE_ARGUMENTS = {"conversation", "messages", "tools", "documents", "chat_te
                       "processor_kwargs"}
 RELOAD_PATH = "/update_weights_from_disk"
 RELOAD_FIELDS = {"model_path", "load_format", "weight_version"}
-POST_PATHS = ("/v1/completions", "/v1/chat/completions", RELOAD_PATH)
+LOAD_ADAPTER_PATH, UNLOAD_ADAPTER_PATH = "/v1/load_lora_adapter", "/v1/unload_lora_adapter"  # vLLM's routes
+ADAPTER_NEUTRAL = {"load_inplace": (False, True), "is_3d_lora_weight": (False,), "lora_int_id": (None,)}
+WEIGHT_PATHS = (RELOAD_PATH, LOAD_ADAPTER_PATH, UNLOAD_ADAPTER_PATH)  # replies carry SGLang's success and message
+POST_PATHS = ("/v1/completions", "/v1/chat/completions", *WEIGHT_PATHS)
 # bookkeeping, or no effect on a model without a reasoning mode
 IGNORED_FIELDS = {"user", "metadata", "store", "service_tier", "parallel_tool_calls", "reasoning_effort"}
 CHAT_ROLES = ("system", "user", "assistant", "tool", "developer")  # OpenAI's message roles
@@ -253,6 +262,7 @@ class ChatService:
         self.vocab_size = model.get_input_embeddings().weight.shape[0]
         self.eos_ids = eos_token_ids(model, tokenizer) | set(self.engine.end_marker.ids)  # every end of the model
         self._reload_lock = threading.Lock()
+        self.adapters = ServedAdapters(model)  # LoRA adapters loaded at run time (/v1/load_lora_adapter)
         self.scheduler = BatchScheduler(self.engine, self.gate, self.model_lock, max_batch)  # starts its thread
 
     def close(self) -> None:
@@ -265,15 +275,16 @@ class ChatService:
             status, payload = exc.status, error_payload(exc)
         else:  # generation failed: tell the client, keep serving
             status, payload = 500, error_payload(ApiError(500, f"{type(exc).__name__}: {exc}", kind="server_error"))
-        if path.split("?")[0] == RELOAD_PATH:  # SGLang's clients read success and message
+        if path.split("?")[0] in WEIGHT_PATHS:  # SGLang's clients read success and message
             payload = {"success": False, "message": payload["error"]["message"], **payload}
         return status, payload
 
     def handle_get(self, path: str) -> Any:
         if path == "/health":
-            return {"status": "ok", "model": self.name, "weight_version": self.gate.version}
+            return {"status": "ok", "model": self.name, "weight_version": self.gate.version,
+                    "adapter": self.adapters.active}
         if path == MODELS_PATH:
-            return {"object": "list", "data": [self.model_card()]}
+            return {"object": "list", "data": [self.model_card(), *self.adapter_cards()]}
         if path.startswith(MODELS_PATH + "/"):  # OpenAI's retrieve; an id may hold "/" (org/name), or be encoded
             wanted = unquote(path.removeprefix(MODELS_PATH + "/"))
             if wanted != self.name:
@@ -288,16 +299,23 @@ class ChatService:
         return {"id": self.name, "object": "model", "created": 0, "owned_by": "kitae",
                 "max_model_len": self.max_context}
 
+    def adapter_cards(self) -> list[dict[str, Any]]:
+        """The loaded LoRA adapters as vLLM lists them (``root`` the folder, ``parent`` the base)."""
+        return [{"id": name, "object": "model", "created": 0, "owned_by": "kitae", "root": str(folder),
+                 "parent": self.name, "max_model_len": self.max_context}
+                for name, folder in self.adapters.folders.items()]
+
     def handle_post(self, path: str, body: Any) -> Any:
         if path not in POST_PATHS:
             raise ApiError(404, f"no endpoint POST {path} (this server has {', '.join(POST_PATHS)})",
                            kind="not_found_error")
         if path == RELOAD_PATH:
             return self.reload(body)
-        model = body.get("model") if isinstance(body, dict) else None
-        if model not in (None, self.name):
-            raise ApiError(404, f"the model '{model}' does not exist; this server serves '{self.name}'", "model",
-                           "not_found_error")
+        if path == LOAD_ADAPTER_PATH:
+            return self.load_adapter(body)
+        if path == UNLOAD_ADAPTER_PATH:
+            return self.unload_adapter(body)
+        self._check_model(body.get("model") if isinstance(body, dict) else None)
         if path == "/v1/completions":
             return self.complete(parse_completion(body, self.vocab_size, self.max_context, self.max_prompt_chars))
         return self.chat(parse_request(body, max_context=self.max_context, max_prompt_chars=self.max_prompt_chars))
@@ -342,6 +360,54 @@ class ChatService:
                            param)
         return min(max_tokens or self.default_max_tokens, room)
 
+    def _check_model(self, model: Any) -> None:
+        """A request's ``model``: the served one (the base, or the LoRA adapter loaded last while one is), or
+        absent; 404 for a name this server does not know, 400 for one it cannot sample with now."""
+        active = self.adapters.active
+        if model is None or model == (active or self.name):
+            return
+        if model == self.name or model in self.adapters.folders:
+            raise ApiError(400, f"this server samples with one LoRA adapter at a time, the one loaded last "
+                           f"('{active}'); name it as the model, or unload it ({UNLOAD_ADAPTER_PATH}) to sample "
+                           f"'{model}'", "model")
+        raise ApiError(404, f"the model '{model}' does not exist; this server serves '{active or self.name}'",
+                       "model", "not_found_error")
+
+    # ---- /v1/load_lora_adapter, /v1/unload_lora_adapter -----------------------------------------
+    def load_adapter(self, body: Any) -> dict[str, Any]:
+        """Load a peft LoRA adapter folder onto the served base under ``lora_name`` and sample with it from now
+        on (kitae/serving/adapters.py), once the requests in flight have finished without it."""
+        body = check.require_object(body)
+        check.check_fields(body, {"lora_name", "lora_path"}, ADAPTER_NEUTRAL, set(),
+                           "kitae serve model's " + LOAD_ADAPTER_PATH)
+        name, folder = _adapter_field(body, "lora_name"), _adapter_field(body, "lora_path")
+        if name == self.name:
+            raise ApiError(400, f"lora_name '{name}' is the served base model's name; give the adapter another",
+                           "lora_name")
+        with self._reload_lock:  # one weight change at a time; requests keep running while it is checked
+            path = self.adapters.check(name, folder)
+            with self.gate.reload(), self.model_lock:
+                try:
+                    self.adapters.load(name, path)
+                except Exception as exc:
+                    self.gate.bump()  # partly loaded: no later sample may claim the old version
+                    raise ApiError(500, f"loading the adapter {path} failed ({type(exc).__name__}: {exc}); load "
+                                   "it again", "lora_path", "server_error") from exc
+                new = self.gate.bump()
+        return {"success": True, "message": f"Success: LoRA adapter '{name}' added successfully.",
+                "weight_version": new}
+
+    def unload_adapter(self, body: Any) -> dict[str, Any]:
+        """Unload adapter ``lora_name``: the newest remaining one (or the base) samples when it was active."""
+        body = check.require_object(body)
+        check.check_fields(body, {"lora_name"}, ADAPTER_NEUTRAL, set(), "kitae serve model's " + UNLOAD_ADAPTER_PATH)
+        name = _adapter_field(body, "lora_name")
+        with self._reload_lock, self.gate.reload(), self.model_lock:
+            changed = self.adapters.unload(name)
+            version = self.gate.bump() if changed else self.gate.version
+        return {"success": True, "message": f"Success: LoRA adapter '{name}' removed successfully.",
+                "weight_version": version}
+
     # ---- /update_weights_from_disk ----------------------------------------------------------------
     def reload(self, body: Any) -> dict[str, Any]:
         """Load a model folder's safetensors in place (kitae/serving/weights.py), once the requests in flight
@@ -356,6 +422,9 @@ class ChatService:
             raise ApiError(400, f"load_format must be null, 'auto' or 'safetensors', got {body['load_format']!r}",
                            "load_format")
         version = check.integer(body, "weight_version", None, 0, SEED_MAX)
+        if self.adapters.active is not None:
+            raise ApiError(400, f"LoRA adapters are loaded ({', '.join(self.adapters.folders)}); unload them "
+                           f"({UNLOAD_ADAPTER_PATH}) before loading full weights", "model_path")
         with self._reload_lock:  # one reload at a time; requests keep running while it is checked
             plan = plan_reload(self.engine.model, folder)
             with self.gate.reload(), self.model_lock:
@@ -462,6 +531,14 @@ class ChatService:
         if req.schema is None:
             return isinstance(value, dict)
         return jsonschema.validators.validator_for(req.schema)(req.schema).is_valid(value)
+
+
+def _adapter_field(body: dict[str, Any], key: str) -> str:
+    value = body.get(key)
+    if not isinstance(value, str) or not value.strip():
+        what = "the adapter's name" if key == "lora_name" else "the adapter folder's path (as the server sees it)"
+        raise ApiError(400, f"{key} must be {what}, a non-empty string", key)
+    return value
 
 
 def chat_logprobs(choice: Choice, tokenizer: Any) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 The endpoint and its body are SGLang's (``{"model_path": FOLDER, "load_format": null}``), so a trainer that
 syncs SGLang by disk syncs kitae serve model the same way. The folder is what ``save_pretrained`` writes for
 the served architecture: a full model, e.g. a LoRA run's merged one (``merge_and_unload`` then
-``save_pretrained``); a LoRA adapter folder alone is refused (merge it first).
+``save_pretrained``); a LoRA adapter folder alone is refused here (merge it first, or load it with
+``POST /v1/load_lora_adapter``: kitae/serving/adapters.py).
 
     plan = plan_reload(model, folder)    # safetensors headers only: every tensor's name and shape checked
     apply_reload(model, plan)            # then the tensors are copied in, one file at a time
@@ -51,7 +52,8 @@ def plan_reload(model: Any, folder: str) -> ReloadPlan:
     files = sorted(f for f in path.glob("*.safetensors") if f.name != "adapter_model.safetensors")
     if not files:
         if (path / "adapter_config.json").exists():
-            raise _bad(f"model_path: {path} holds a LoRA adapter; merge it into its base model "
+            raise _bad(f"model_path: {path} holds a LoRA adapter; load it with POST /v1/load_lora_adapter "
+                       '{"lora_name": NAME, "lora_path": FOLDER}, or merge it into its base model '
                        "(merge_and_unload) and save the merged model with save_pretrained")
         raise _bad(f"model_path: no .safetensors files in {path} (save_pretrained writes model.safetensors)")
     state = model.state_dict()

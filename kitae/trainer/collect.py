@@ -154,7 +154,8 @@ class Rollouts:
 
     def push_to_servers(self, policy, version: int, force: bool = True) -> dict[str, float]:
         """Push the policy to an engine that syncs weights (the rollout servers) every ``sampling.sync_every``
-        steps (or now, with ``force``) unless it holds ``version`` already; returns ``sync_secs`` when it pushed."""
+        steps (or now, with ``force``) unless it holds ``version`` already; returns ``sync_secs`` when it pushed, and
+        the bytes it moved against a full push's (``sync/bytes``, ``sync/full_bytes``; the main process's)."""
         engine = self.engine
         if not isinstance(engine, SyncsWeights) or engine.frozen or engine.version == version:
             return {}
@@ -162,15 +163,17 @@ class Rollouts:
             return {}
         t0 = time.perf_counter()
         state = sharded.full_model_state(self.acc, policy)  # FSDP: every process gathers, the main one pushes
+        moved: dict[str, float] = {}
         if self.acc.is_main_process:
-            engine.sync_weights(policy, version, state)
+            moved = engine.sync_weights(policy, version, state) or {}  # sync/bytes, sync/full_bytes
         if self.acc.num_processes > 1:  # every process's engine learns what the replicas now hold
             from accelerate.utils import broadcast_object_list
 
-            synced = [engine.synced_state()]
+            synced = [engine.synced_state(), moved]  # the bytes too: every process logs the same metric keys
             broadcast_object_list(synced)
             engine.load_synced_state(synced[0])
-        return {"sync_secs": time.perf_counter() - t0}
+            moved = synced[1]
+        return {"sync_secs": time.perf_counter() - t0, **moved}
 
     def eval_engine(self, policy, tokenizer):
         """The engine that samples evaluations: the run's, unless it keeps weights of its own that never take the

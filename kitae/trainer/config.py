@@ -276,7 +276,9 @@ class SamplingConfig:
     server_max_wait: float = 1800.0  # every replica down this long stops the run with an error (0 = wait forever)
     sync: Literal["disk", "vllm", "none"] = "disk"  # how the trainer's weights reach the servers
     sync_every: int = setting(1, minimum=1)  # optimizer steps between weight pushes
-    sync_dir: str | None = None  # disk sync: a folder both sides see (default: RUN_DIR/sync)
+    sync_dir: str | None = None  # disk and adapter sync: a folder both sides see (default: RUN_DIR/sync)
+    lora_sync: Literal["adapter", "merged"] = "adapter"  # LoRA runs: adapter = push only the adapter (the servers
+    # load it: vLLM --enable-lora, SGLang --enable-lora, kitae serve model), merged = the merged weights by sync
     max_staleness: int | None = setting(None, minimum=0)  # how many policy versions old a sample may be: with
     # async, the most steps the rollouts run ahead of the update (default 1); server: replies from weights older
     # than this are dropped (and counted) (default 0, sync); reading the config fills it in. An async run's resume
@@ -324,10 +326,6 @@ class SamplingConfig:
             raise ConfigError(f"{path}.max_staleness", f"is {self.max_staleness}, but with sync_every "
                               f"{self.sync_every} samples are up to {self.sync_every - 1} steps old and would all be "
                               f"dropped; set max_staleness to at least {self.sync_every - 1}")
-        if self.sync == "vllm":
-            from kitae.rollout.sync import check_vllm_sync
-
-            check_vllm_sync(f"{path}.sync")
 
     def check_async(self, path: str) -> None:
         """What ``async: true`` cannot run with, refused with the fix."""
@@ -481,6 +479,11 @@ class TrainConfig:
             raise ConfigError("sampling.group_size", "GRPO compares samples of one prompt: use at least 2")
         if self.sampling.partial is not None and self.algorithm.dynamic_sampling.enabled:
             raise ConfigError("sampling.partial", "partial rollouts do not combine with algorithm.dynamic_sampling")
+        s = self.sampling
+        if s.engine == "server" and s.sync == "vllm" and not (self.model.lora and s.lora_sync == "adapter"):
+            from kitae.rollout.sync import check_vllm_sync  # a LoRA run's adapter push needs no NCCL
+
+            check_vllm_sync("sampling.sync")
         names = [r.name for r in self.rewards]
         dup = {n for n in names if names.count(n) > 1}
         if dup:

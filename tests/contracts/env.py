@@ -34,20 +34,22 @@ if __name__ == "__main__" and str(ROOT) not in sys.path:  # run as a script: tes
 from tests.venvs import make_venv  # noqa: E402
 
 SERVERS = ["vllm==0.34.0", "sglang==0.5.23"]
-# what vllm's completion protocol, its RL HTTP routes and its NCCL weight-transfer modules import, pinned
+# what vllm's completion protocol, its RL and LoRA HTTP routes and its NCCL weight-transfer modules import, pinned
 IMPORT_DEPS = [
     "aiohappyeyeballs==2.7.1", "aiohttp==3.14.5", "aiosignal==1.4.0", "apache-tvm-ffi==0.1.15.post2",
     "cachetools==8.0.2", "cbor2==6.3.0", "fastapi==0.165.0", "frozenlist==1.8.0", "jiter==0.19.0",
     "llguidance==1.9.1", "msgspec==0.23.0", "multidict==7.2.1", "openai==3.57.0", "openai-harmony==0.0.8",
-    "opentelemetry-api==1.45.2", "partial-json-parser==0.2.1.1.post7", "prometheus_client==0.26.0",
-    "propcache==0.5.4", "py-cpuinfo==9.0.0", "pybase64==1.5.1", "pyzmq==27.3.0", "sniffio==1.3.1",
+    "opentelemetry-api==1.45.2", "orjson==3.13.0", "partial-json-parser==0.2.1.1.post7",
+    "prometheus_client==0.26.0", "propcache==0.5.4", "py-cpuinfo==9.0.0", "pybase64==1.5.1", "pyzmq==27.3.0",
+    "sniffio==1.3.1",
     "starlette==1.10.0", "uvicorn==0.54.0", "uvloop==0.23.0", "watchfiles==1.3.0", "xgrammar==0.2.9", "yarl==1.25.1",
 ]
 # what vllm_checks.py imports (vllm's modules, kitae's with its dependencies); SGLang's are read as source
 CHECKED_MODULES = [
     "vllm.entrypoints.openai.completion.protocol", "vllm.entrypoints.openai.chat_completion.protocol",
     "vllm.entrypoints.serve.engine.protocol", "vllm.outputs", "vllm.distributed.weight_transfer.base",
-    "vllm.distributed.weight_transfer.nccl_engine", "vllm.entrypoints.rl.online.api_router", "uvicorn",
+    "vllm.distributed.weight_transfer.nccl_engine", "vllm.entrypoints.rl.online.api_router",
+    "vllm.entrypoints.serve.lora.api_router", "vllm.entrypoints.serve.utils.api_utils", "uvicorn",
     "kitae.rollout.sync", "kitae.rollout.server", "kitae.serving.server",
 ]
 SGLANG_SOURCES = ["srt/managers/io_struct.py", "srt/sampling/sampling_params.py", "srt/entrypoints/http_server.py"]

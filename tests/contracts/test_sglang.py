@@ -13,7 +13,7 @@ import pytest
 
 from kitae.rollout.base import SamplingParams
 from kitae.rollout.server import SERVER_APIS, Replica
-from kitae.rollout.sync import DiskSync
+from kitae.rollout.sync import ADAPTER_ROUTES, AdapterSync, DiskSync, adapter_name
 from tests.rollout.scripted import CompletionsServer
 
 
@@ -64,3 +64,31 @@ def test_disk_reload_body_and_reply_are_sglangs(sglang_source, tmp_path):
     reply = fields(io, "UpdateWeightFromDiskReqOutput")
     assert {"success", "message"} <= reply and "weight_version" not in reply  # kitae reads no version from SGLang
     assert "POST" in routes(sglang_source / "srt/entrypoints/http_server.py")["/update_weights_from_disk"]
+
+
+def test_the_adapter_push_speaks_sglangs_lora_routes(sglang_source, tmp_path):
+    io = sglang_source / "srt/managers/io_struct.py"
+    sampling = SimpleNamespace(sync_dir=str(tmp_path), server_api="sglang", server_timeout=10.0, api_key_env=None,
+                               max_staleness=0)
+    with CompletionsServer() as server:  # answers SGLang's LoRAUpdateOutput
+        sync, replica, loaded = AdapterSync(sampling, tmp_path), Replica(server.url, 0), []
+        for version in (1, 2):
+            sync.latest = (version, tmp_path / f"adapter-v{version:06d}")
+            sync.reload(SimpleNamespace(mark_loaded=lambda r, v, s: loaded.append(v)), replica)
+        sent = [(r["path"], r["body"]) for r in server.requests]
+    load, unload = ADAPTER_ROUTES["sglang"]
+    assert [path for path, _ in sent] == [load, load, unload]  # the second push unloads the first adapter
+    assert sent[1][1] == {"lora_name": adapter_name(2), "lora_path": str(tmp_path / "adapter-v000002")}
+    assert set(sent[1][1]) <= fields(io, "LoadLoRAAdapterReqInput") and {"lora_name", "lora_path"} <= \
+        fields(io, "LoadLoRAAdapterReqInput")
+    assert sent[2][1] == {"lora_name": adapter_name(1)} and set(sent[2][1]) <= fields(io, "UnloadLoRAAdapterReqInput")
+    assert loaded == [1, 2] and replica.adapter == adapter_name(2)
+    assert {"success", "error_message"} <= fields(io, "LoRAUpdateOutput")  # kitae reads success, error_message
+    registered = routes(sglang_source / "srt/entrypoints/http_server.py")
+    assert "POST" in registered[load] and "POST" in registered[unload]
+
+
+def test_a_generate_request_names_the_adapter_by_lora_path(sglang_source):
+    body = SERVER_APIS.get("sglang").build([1, 2], 3, SamplingParams(), "policy", adapter_name(4))
+    assert body["lora_path"] == adapter_name(4)  # SGLang copies one name to every request of the batch
+    assert set(body) <= fields(sglang_source / "srt/managers/io_struct.py", "GenerateReqInput")

@@ -8,7 +8,8 @@ import pytest
 
 from kitae.rollout.base import SamplingParams
 from kitae.rollout.server import SERVER_APIS, Replica, ServerEngine, request_stops
-from kitae.rollout.sync import VLLM_ROUTES
+from kitae.rollout.sync import ADAPTER_ROUTES, VLLM_ROUTES, adapter_name
+from kitae.serving.server import LOAD_ADAPTER_PATH, UNLOAD_ADAPTER_PATH
 from tests.contracts.conftest import run_checks
 
 CONFIGS = [  # (sampling settings, n, served model name)
@@ -35,7 +36,10 @@ def vllm_says(contract_python) -> dict:
     return run_checks(contract_python, {
         "requests": ["requests", bodies], "chat": ["chat", CHAT_BODIES], "changed": ["reply", {"choices": CHANGED}],
         "fresh": ["reply", {"choices": [[[5], [-1.0], "stop", [["5", 0, 1]]]]}],
-        "protocols": ["protocols", {}], "sync": ["sync", {"world_size": 2, "versions": [5, 6]}]})
+        "protocols": ["protocols", {}], "sync": ["sync", {"world_size": 2, "versions": [5, 6]}],
+        "adapter_request": ["requests", [SERVER_APIS.get("openai").build([1, 2, 3], 2, SamplingParams(), "base",
+                                                                         adapter_name(7))]],
+        "lora": ["lora", {"folder": "/srv/kitae-sync", "versions": [1, 2, 3]}]})
 
 
 def test_completion_bodies_are_what_vllm_reads(vllm_says):
@@ -109,3 +113,25 @@ def test_chat_template_kwargs_are_vllm_s_chat_field_and_no_completions_field(vll
     assert said["completions_field"] is False
     for sp, n, model in CONFIGS:
         assert "chat_template_kwargs" not in SERVER_APIS.get("openai").build([1], n, sp, model)
+
+
+def test_the_adapter_push_speaks_vllms_lora_routes(vllm_says):
+    lora = vllm_says["lora"]
+    load, unload = ADAPTER_ROUTES["openai"]
+    assert [load, ["POST"]] in lora["routes"] and [unload, ["POST"]] in lora["routes"]
+    assert (LOAD_ADAPTER_PATH, UNLOAD_ADAPTER_PATH) == (load, unload)  # kitae serve model's are vLLM's: one client
+    names = [adapter_name(v) for v in (1, 2, 3)]
+    folders = [f"/srv/kitae-sync/adapter-v{v:06d}" for v in (1, 2, 3)]
+    loads = [body for what, body in lora["seen"] if what == "load"]
+    assert [(b["lora_name"], b["lora_path"], b["load_inplace"]) for b in loads] == \
+        list(zip(names, folders, [False] * 3))
+    unloads = [body["lora_name"] for what, body in lora["seen"] if what == "unload"]
+    assert unloads == names[:2]  # each push unloads the adapter before it (max_staleness 0)
+    assert lora["loaded"] == [[1, None, names[0]], [2, None, names[1]], [3, None, names[2]]]  # vLLM's text reply read
+    assert lora["answers_text"]  # vLLM 0.34 answers a load with text, not JSON: kitae reads either
+
+
+def test_a_request_names_the_adapter_as_vllms_model(vllm_says):
+    read = vllm_says["adapter_request"]["requests"][0]
+    body = SERVER_APIS.get("openai").build([1, 2, 3], 2, SamplingParams(), "base", adapter_name(7))
+    assert read["undeclared"] == [] and body["model"] == adapter_name(7)  # vLLM serves each loaded adapter by name

@@ -231,7 +231,76 @@ def sync(spec: dict) -> dict:
             "routes": sorted([r.path, sorted(r.methods)] for r in router.routes)}
 
 
-CHECKS = {"requests": requests, "chat": chat, "reply": reply, "protocols": protocols, "sync": sync}
+def without_sagemaker() -> None:
+    """SageMaker's adapter-handler registry (model_hosting_container_standards, a vllm dependency the contract
+    environment does not install; vLLM's LoRA routes register themselves there too) as decorators that register
+    nothing: the routes themselves stay vLLM's."""
+    import types
+
+    sagemaker = types.ModuleType("model_hosting_container_standards.sagemaker")
+    sagemaker.register_load_adapter_handler = lambda **_: (lambda f: f)
+    sagemaker.register_unload_adapter_handler = lambda **_: (lambda f: f)
+    package = types.ModuleType("model_hosting_container_standards")
+    package.sagemaker = sagemaker
+    sys.modules.update({package.__name__: package, sagemaker.__name__: sagemaker})
+
+
+def lora(spec: dict) -> dict:
+    """kitae's adapter push against vLLM's LoRA routes as released (vllm.entrypoints.serve.lora.api_router, attached
+    as ``vllm serve`` attaches it with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True), served by uvicorn: vLLM's request
+    models read kitae's bodies, and kitae reads the text vLLM's handler answers. The handler (OpenAIServingModels,
+    which needs a running engine) is replaced by one that records the requests and answers with the strings vLLM's
+    gives; so is SageMaker's registry (:func:`without_sagemaker`)."""
+    import os
+    from pathlib import Path
+
+    import uvicorn
+    from fastapi import FastAPI
+
+    os.environ["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+    without_sagemaker()
+    from vllm.entrypoints.openai.models.serving import OpenAIServingModels
+    from vllm.entrypoints.serve.lora import api_router
+
+    from kitae.rollout.server import Replica
+    from kitae.rollout.sync import AdapterSync
+
+    seen = []
+
+    class Models:  # OpenAIServingModels' two LoRA methods, answering as vLLM's do on success
+        async def load_lora_adapter(self, request, base_model_name=None):
+            seen.append(["load", request.model_dump()])
+            return f"Success: LoRA adapter '{request.lora_name}' added successfully."
+
+        async def unload_lora_adapter(self, request):
+            seen.append(["unload", request.model_dump()])
+            return f"Success: LoRA adapter '{request.lora_name}' removed successfully."
+
+    app = FastAPI()
+    api_router.attach_router(app)
+    app.state.openai_serving_models = Models()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    threading.Thread(target=server.run, daemon=True).start()
+    while not server.started:
+        time.sleep(0.05)
+    replica, loaded = Replica(f"http://127.0.0.1:{port}", 0), []
+    engine = SimpleNamespace(mark_loaded=lambda r, v, s: loaded.append([v, s, r.adapter]))
+    push = AdapterSync(SimpleNamespace(sync_dir=spec["folder"], server_api="openai", server_timeout=30.0,
+                                       api_key_env=None, max_staleness=0), Path(spec["folder"]))
+    for version in spec["versions"]:
+        push.latest = (version, Path(spec["folder"]) / f"adapter-v{version:06d}")
+        push.reload(engine, replica)
+    server.should_exit = True
+    source = inspect.getsource(OpenAIServingModels.load_lora_adapter)
+    return {"seen": seen, "loaded": loaded,
+            "routes": sorted([r.path, sorted(r.methods)] for r in api_router.router.routes),
+            "answers_text": "return f\"Success: LoRA adapter '{lora_name}' added successfully.\"" in source}
+
+
+CHECKS = {"requests": requests, "chat": chat, "reply": reply, "protocols": protocols, "sync": sync, "lora": lora}
 
 if __name__ == "__main__":  # one process for every check: importing vllm takes most of the time
     print(json.dumps({key: CHECKS[name](data) for key, (name, data) in json.load(sys.stdin).items()}))

@@ -94,6 +94,8 @@ class CompletionsServer:
             self.requests.append({"path": path, "body": body})
         if path == "/update_weights_from_disk":
             return self._reload(body["model_path"])
+        if path in ("/load_lora_adapter", "/unload_lora_adapter"):  # SGLang's adapter routes, answered as SGLang's
+            return {"success": True, "error_message": None, "loaded_adapters": {}}  # LoRAUpdateOutput
         if path != "/v1/completions":
             raise RequestError(404, f"no endpoint POST {path}")
         if self.delay:

@@ -27,11 +27,12 @@ def server_config(tiny_assets, tmp_path, urls, **over):
         "sampling.server_max_wait": 120.0, **over}))  # a server that misbehaves fails the test, not hangs it
 
 
-def fixed_completion_gap(trainer: Trainer, url: str) -> float:
-    """Max |server log-prob - trainer log-prob| over a greedy completion of a fixed prompt."""
+def fixed_completion_gap(trainer: Trainer, url: str, model: str | None = None) -> float:
+    """Max |server log-prob - trainer log-prob| over a greedy completion of a fixed prompt (``model``: the name
+    the request gives, e.g. a LoRA adapter the server loaded)."""
     prompt = trainer.engine.encode_prompt(FIXED_PROMPT)
-    body = {"prompt": prompt, "n": 1, "max_tokens": 6, "temperature": 0.0, "logprobs": 0,
-            "return_tokens_as_token_ids": True, "skip_special_tokens": False}
+    body = {**({"model": model} if model else {}), "prompt": prompt, "n": 1, "max_tokens": 6, "temperature": 0.0,
+            "logprobs": 0, "return_tokens_as_token_ids": True, "skip_special_tokens": False}
     got = httpx.post(url + "/v1/completions", json=body, timeout=60).json()["choices"][0]["logprobs"]
     ids = [int(t.removeprefix("token_id:")) for t in got["tokens"]]
     c = Completion("", prompt, ids, got["token_logprobs"], "length")
@@ -68,11 +69,12 @@ def test_two_replicas_weights_in_step_and_one_killed_mid_run(tiny_assets, tmp_pa
 
 
 @pytest.mark.slow
-def test_lora_pushes_merged_weights_every_other_step(tiny_assets, tmp_path, rewards_on_path):
+def test_lora_merged_sync_pushes_merged_weights_every_other_step(tiny_assets, tmp_path, rewards_on_path):
     with Replicas(str(tiny_assets / "model"), 1, log_dir=tmp_path) as replicas:
         cfg = server_config(tiny_assets, tmp_path, replicas.urls, **{
             "model.lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}, "optim.lr": 0.05,
-            "sampling.sync_every": 2, "sampling.max_staleness": 1, "eval.every": 0})
+            "sampling.sync_every": 2, "sampling.max_staleness": 1, "sampling.lora_sync": "merged",
+            "eval.every": 0})
         trainer = Trainer(cfg)
         seen = []
         trainer.on_step = lambda step, m: seen.append(m)
@@ -83,6 +85,43 @@ def test_lora_pushes_merged_weights_every_other_step(tiny_assets, tmp_path, rewa
     assert seen[0]["mismatch/logp_abs_diff_max"] < 1e-4 and seen[2]["mismatch/logp_abs_diff_max"] < 1e-4
     assert seen[1]["mismatch/logp_abs_diff"] > 1e-3  # one update behind: the gap TIS corrects
     assert gap < 1e-4  # the merged adapter, after the last push
+
+
+@pytest.mark.slow
+def test_lora_pushes_only_the_adapter_and_the_server_samples_with_it(tiny_assets, tmp_path, rewards_on_path):
+    from transformers import AutoModelForCausalLM
+
+    full = sum(p.numel() * p.element_size() for p in AutoModelForCausalLM.from_pretrained(tiny_assets / "model")
+               .parameters())  # what a full push moves: every weight of the base
+    with Replicas(str(tiny_assets / "model"), 1, log_dir=tmp_path) as replicas:
+        url = replicas.urls[0]
+        cfg = server_config(tiny_assets, tmp_path, replicas.urls, **{
+            "model.lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}, "optim.lr": 0.05,
+            "optim.steps": 3, "eval.every": 0})
+        trainer = Trainer(cfg)
+        sync_dir = trainer.cfg.run_dir / "sync"
+        seen, gaps, base_gaps, served = [], [], [], []
+
+        def on_step(step, metrics):
+            seen.append(metrics)
+            folder = sync_dir / f"adapter-v{step:06d}"  # this step's push
+            assert metrics["sync/bytes"] == sum(f.stat().st_size for f in folder.iterdir())
+            assert sorted(f.name for f in sync_dir.iterdir()) == [folder.name]  # old adapters cleaned up
+            served.append([m["id"] for m in httpx.get(url + "/v1/models", timeout=30).json()["data"]])
+            gaps.append(fixed_completion_gap(trainer, url, model=f"kitae-v{step:06d}"))
+            with trainer.policy.disable_adapter():  # the base alone: the server must not sample like it
+                base_gaps.append(fixed_completion_gap(trainer, url, model=f"kitae-v{step:06d}"))
+
+        trainer.on_step = on_step
+        summary = trainer.train()
+    assert summary["status"] == "finished" and summary["steps"] == 3
+    for step, m in enumerate(seen, start=1):
+        assert m["sync/full_bytes"] == full and m["sync/bytes"] < full / 20  # only the adapter moved
+        assert m["policy_version"] == step - 1 and m["rollout/stale_dropped"] == 0
+        assert m["mismatch/logp_abs_diff_max"] < 1e-4  # sampled by the adapter of the step before, exactly
+    assert served == [["model", f"kitae-v{s:06d}"] for s in (1, 2, 3)]  # the previous adapter unloaded
+    assert max(gaps) < 1e-4  # fp32: the server samples with exactly the trainer's adapter
+    assert base_gaps[-1] > 1e-3  # ... which changed the base's outputs
 
 
 def broken_model(tiny_assets, tmp_path):
