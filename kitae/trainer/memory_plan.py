@@ -350,7 +350,7 @@ def update_rows(s: Setup, trained: int, each: int) -> list[Row]:
     tokens = micro_batch_tokens(s)
     per_token_layer = (ACT_HIDDEN * sh.hidden + ACT_MLP * sh.intermediate) * _compute_bytes(s)
     if s.cfg.model.gradient_checkpointing:
-        act = tokens * (sh.layers * sh.hidden + per_token_layer) * 1.0
+        act = tokens * (sh.layers * sh.hidden * _compute_bytes(s) + per_token_layer)
         how = f"{mb} rows, {tokens} positions, checkpointed (one layer recomputed at a time)"
     else:
         act = tokens * sh.layers * per_token_layer
