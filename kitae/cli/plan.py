@@ -22,7 +22,8 @@ def plan(
                                        "server)."),
     set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Override a config value, as in "
                                    "kitae train (repeatable)."),
-    prompt_tokens: int = typer.Option(256, "--prompt-tokens", min=1, help="Prompt length, in tokens, to plan for."),
+    prompt_tokens: Optional[int] = typer.Option(None, "--prompt-tokens", min=1, help="Prompt length, in tokens, to "
+                                                "plan for (default: 256, or what the model's context leaves)."),
     cpu: bool = typer.Option(False, "--cpu", help="Plan a CPU run (weights as kitae holds them on CPU, no CUDA "
                              "overhead); the default plans for CUDA."),
 ) -> None:
@@ -46,7 +47,7 @@ def plan(
         setup = load_setup(config, list(set_), cuda=not cpu, prompt_tokens=prompt_tokens)
         the_plan = make_plan(setup, sizes)
         typer.echo(f"memory plan for {config} (model {setup.cfg.model.path}, {'CPU' if cpu else 'CUDA'}; "
-                   f"prompts of {prompt_tokens} tokens)")
+                   f"prompts of {setup.prompt_tokens} tokens)")
         typer.echo(format_plan(the_plan))
         fits = the_plan.fits()
         if fits is not False:

@@ -46,7 +46,7 @@ CPU_OVERHEAD = 240 * 1024**2
 # few % at 2M and 14M parameters); under bf16 autocast on a GPU the casts add copies this does not count
 # (benchmarks/gpu_qlora.py measures that on a GPU). Gradient checkpointing keeps one hidden vector per layer
 # (its input) and recomputes one layer's activations at a time in the backward.
-ACT_HIDDEN, ACT_MLP = 6, 2
+ACT_HIDDEN, ACT_MLP = 7, 2
 # Float32 copies of the [positions x vocab] logits alive at once in the update: the model's logits, their float32
 # copy (or the temperature-scaled one), the softmax for the entropy and log-sum-exp, and their gradient.
 LOGIT_COPIES = 4
@@ -183,19 +183,30 @@ PENDING_KEYS = {("model", "quantization"), ("optim", "logprob_chunk_size")}
 
 
 def load_setup(config: str | Path, overrides: list[str] | None = None, cuda: bool = True,
-               prompt_tokens: int = PROMPT_TOKENS) -> Setup:
+               prompt_tokens: int | None = None) -> Setup:
     """The plan's inputs from a config file and ``--set`` overrides (ConfigError names a bad value)."""
     from kitae.trainer.config import TrainConfig
 
     raw = read_yaml(config)
     apply_overrides(raw, overrides or [])
     pending = _take_pending(raw, TrainConfig)
-    cfg = from_dict(TrainConfig, raw)
+    return setup_of(from_dict(TrainConfig, raw), cuda, prompt_tokens, pending)
+
+
+def setup_of(cfg: Any, cuda: bool, prompt_tokens: int | None = None,
+             pending: dict[tuple[str, str], Any] | None = None) -> Setup:
+    """The plan's inputs from a read TrainConfig (`pending`: PENDING_KEYS taken from its raw config).
+    `prompt_tokens` None: PROMPT_TOKENS, or less where the model's context leaves less room."""
+    pending = pending or {}
     quant = Quantization.read(pending.get(("model", "quantization"), getattr(cfg.model, "quantization", None)))
     chunk = pending.get(("optim", "logprob_chunk_size"), getattr(cfg.optim, "logprob_chunk_size", 0))
-    if not isinstance(chunk, int) or chunk < 0:
+    if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 0:
         raise ConfigError("optim.logprob_chunk_size", f"must be a whole number >= 0, got {chunk!r}")
     config_json, _ = read_model_config(cfg.model.path, cfg.model.revision)
+    if prompt_tokens is None:
+        context = (config_json.get("text_config") or config_json).get("max_position_embeddings")
+        room = context - cfg.sampling.max_new_tokens if isinstance(context, int) else PROMPT_TOKENS
+        prompt_tokens = max(1, min(PROMPT_TOKENS, room))
     setup = Setup(cfg, ModelShape.from_config(config_json, f"{cfg.model.path}: config.json"), quant, chunk, cuda,
                   prompt_tokens)
     _add_reward_model(setup)
@@ -433,7 +444,7 @@ def fixes(s: Setup) -> list[tuple[str, str]]:
 
 
 def first_fit(config: str | Path, overrides: list[str], sizes: list[float | None], cuda: bool,
-              prompt_tokens: int = PROMPT_TOKENS) -> tuple[list[str], Plan] | None:
+              prompt_tokens: int | None = None) -> tuple[list[str], Plan] | None:
     """The shortest run of :func:`fixes`, tried in order, after which the plan fits (None if none does)."""
     tried: list[str] = []
     s = load_setup(config, overrides, cuda, prompt_tokens)
@@ -443,6 +454,11 @@ def first_fit(config: str | Path, overrides: list[str], sizes: list[float | None
         if plan.fits():
             return tried, plan
     return None
+
+
+def first_fit_hint() -> str:
+    return ("the memory plan says this run does not fit its GPU (an estimate: the run goes on); `kitae plan CONFIG "
+            "--gpu SIZE` names the settings that would make it fit")
 
 
 # ---- sizes and the table -------------------------------------------------------------------------------------------

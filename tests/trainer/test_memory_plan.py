@@ -114,8 +114,8 @@ def test_each_setting_moves_its_own_row(tmp_path, hub13b, monkeypatch):
     chunked = rows(setup_of(tmp_path, hub13b, monkeypatch, "optim.logprob_chunk_size=64"))
     eight_bit = rows(setup_of(tmp_path, hub13b, monkeypatch, "model.quantization.bits=8"))
     full_kl = rows(setup_of(tmp_path, hub13b, monkeypatch, "model.lora=null", "model.quantization=null"))
-    # 40 layers' activations against 40 layer inputs and one layer's: (6h + 2i) x 40 over (h x 40 + 6h + 2i)
-    assert no_ckpt["activations"] / base["activations"] == pytest.approx(40 * 58368 / (40 * 5120 + 58368))
+    # 40 layers' activations against 40 layer inputs and one layer's: (7h + 2i) x 40 over (h x 40 + 7h + 2i)
+    assert no_ckpt["activations"] / base["activations"] == pytest.approx(40 * 63488 / (40 * 5120 + 63488))
     assert chunked["log-prob logits"] == base["log-prob logits"] * 64 / 512  # 64 positions of 512
     assert 1.8 < eight_bit["weights"] / base["weights"] < 2.0  # 1 byte against about 0.52 (the rest bf16 both)
     assert full_kl["reference model"] == full_kl["weights"] and base["reference model"] == 0
