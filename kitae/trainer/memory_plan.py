@@ -434,8 +434,8 @@ def fixes(s: Setup) -> list[tuple[str, str]]:
         out.append(("optim.micro_batch_size=1", "one sequence per forward/backward"))
     if not cfg.model.gradient_checkpointing:
         out.append(("model.gradient_checkpointing=true", "recompute activations in the backward"))
-    if cfg.optim.prompts_per_step * cfg.sampling.group_size > cfg.sampling.group_size:
-        out.append(("optim.prompts_per_step=1", "the engine decodes one group at a time"))
+    if cfg.optim.prompts_per_step > 1:
+        out.append((f"optim.prompts_per_step={cfg.optim.prompts_per_step // 2}", "half the groups decoded at once"))
     if cfg.sampling.group_size > 4:
         out.append(("sampling.group_size=4", "fewer samples per prompt"))
     if cfg.sampling.max_new_tokens > 256:
@@ -445,14 +445,19 @@ def fixes(s: Setup) -> list[tuple[str, str]]:
 
 def first_fit(config: str | Path, overrides: list[str], sizes: list[float | None], cuda: bool,
               prompt_tokens: int | None = None) -> tuple[list[str], Plan] | None:
-    """The shortest run of :func:`fixes`, tried in order, after which the plan fits (None if none does)."""
+    """The settings of :func:`fixes`, tried in order and each on top of the ones before, up to the first after
+    which the plan fits, less any earlier one it fits without (None if none fits)."""
+    def plan_with(extra: list[str]) -> Plan:
+        return make_plan(load_setup(config, [*overrides, *extra], cuda, prompt_tokens), sizes)
+
     tried: list[str] = []
-    s = load_setup(config, overrides, cuda, prompt_tokens)
-    for override, _ in fixes(s):
+    for override, _ in fixes(load_setup(config, overrides, cuda, prompt_tokens)):
         tried.append(override)
-        plan = make_plan(load_setup(config, [*overrides, *tried], cuda, prompt_tokens), sizes)
-        if plan.fits():
-            return tried, plan
+        if plan_with(tried).fits():
+            for earlier in tried[:-1]:
+                if plan_with([o for o in tried if o != earlier]).fits():
+                    tried.remove(earlier)
+            return tried, plan_with(tried)
     return None
 
 
