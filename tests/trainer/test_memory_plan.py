@@ -190,3 +190,22 @@ def test_plan_covers_the_measured_peak_on_cpu(tmp_path, name):
     assert measured <= planned
     if name in WITHIN_15:
         assert planned <= 1.15 * measured
+
+
+def test_kitae_train_prints_the_plan_only_when_asked_on_cpu(tmp_path, capsys):
+    """`kitae train --plan` prints the table before the model loads; on CPU without it, nothing (zero.yaml's
+    output unchanged). Pre-flight as `kitae train` runs it, on the bundled model."""
+    from kitae.cli.train import show_memory_plan
+    from kitae.trainer.config import load_train_config
+    from kitae.trainer.preflight import preflight
+
+    cfg = load_train_config(ROOT / "examples" / "zero.yaml", [f"output_dir={tmp_path}"])
+    checked = preflight(cfg)
+    try:
+        show_memory_plan(cfg, checked)
+        assert capsys.readouterr().out == ""
+        show_memory_plan(cfg, checked, full=True)
+        out = capsys.readouterr().out
+    finally:
+        checked.close()
+    assert out.startswith("memory plan: trainer: peak") and "activations [update]" in out
