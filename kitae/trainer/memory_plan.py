@@ -140,14 +140,14 @@ class Quantization:
     bits: int = 4
     type: str = "nf4"
     double_quant: bool = True
-    compute_dtype: str = "bfloat16"
+    compute_dtype: str = "auto"  # auto: model.dtype
 
     @classmethod
     def read(cls, raw: Any) -> "Quantization | None":
         if raw is None:
             return None
-        if dataclasses.is_dataclass(raw):
-            raw = dataclasses.asdict(raw)
+        if dataclasses.is_dataclass(raw):  # the config class's own field (kitae.quantization): the keys read here
+            raw = {k: v for k, v in dataclasses.asdict(raw).items() if k in {f.name for f in dataclasses.fields(cls)}}
         if not isinstance(raw, dict):
             raise ConfigError("model.quantization", f"expected a mapping {{bits: 4, type: nf4}}, got {raw!r}")
         known = {f.name for f in dataclasses.fields(cls)}
@@ -157,6 +157,11 @@ class Quantization:
         q = cls(**raw)
         if q.bits not in (4, 8):
             raise ConfigError("model.quantization.bits", f"must be 4 or 8, got {q.bits!r}")
+        if q.type not in ("nf4", "fp4"):
+            raise ConfigError("model.quantization.type", f"must be nf4 or fp4, got {q.type!r}")
+        if q.compute_dtype != "auto" and q.compute_dtype not in DTYPE_BYTES:
+            raise ConfigError("model.quantization.compute_dtype", f"must be auto, {', '.join(DTYPE_BYTES)}; got "
+                              f"{q.compute_dtype!r}")
         return q
 
     def bytes_per_weight(self) -> float:
@@ -268,10 +273,10 @@ def weights_row(s: Setup, shape: ModelShape, what: str = "weights") -> Row:
     if s.quantization is None:
         return Row(what, shape.params * DTYPE_BYTES[dtype], f"{count(shape.params)} params in {dtype}")
     q = s.quantization
-    rest = shape.params - shape.quantizable
-    size = shape.quantizable * q.bytes_per_weight() + rest * DTYPE_BYTES[q.compute_dtype]
+    rest = shape.params - shape.quantizable  # embeddings, norms, head: loaded in the weight dtype
+    size = shape.quantizable * q.bytes_per_weight() + rest * DTYPE_BYTES[dtype]
     return Row(what, size, f"{count(shape.params)} params: linear layers {q.bits}-bit {q.type}"
-               f"{' (double quant)' if q.double_quant and q.bits == 4 else ''}, the rest in {q.compute_dtype}")
+               f"{' (double quant)' if q.double_quant and q.bits == 4 else ''}, the rest in {dtype}")
 
 
 def count(n: float) -> str:
@@ -286,7 +291,9 @@ def _weight_dtype(s: Setup) -> str:
 
 
 def _compute_bytes(s: Setup) -> int:
-    return DTYPE_BYTES[s.quantization.compute_dtype if s.quantization else s.cfg.model.dtype]
+    """Bytes of an activation or KV value: the 4-bit layers' compute dtype ("auto": model.dtype), else model.dtype."""
+    q = s.quantization
+    return DTYPE_BYTES[q.compute_dtype if q and q.compute_dtype != "auto" else s.cfg.model.dtype]
 
 
 def trained_params(s: Setup) -> tuple[int, int]:
