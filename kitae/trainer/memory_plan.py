@@ -420,6 +420,9 @@ def make_plan(s: Setup, sizes: list[float | None] | None = None) -> Plan:
     sizes = list(sizes or [])
     if len(sizes) == 1 and len(devices) == 2:
         notes.append("one device size given for a trainer and a rollout server: the server's device is not sized")
+    if len(sizes) > len(devices):
+        notes.append(f"{len(sizes)} device sizes given, {len(devices)} device(s) used: the rest hold nothing kitae "
+                     "plans (a reward model served there, say)")
     sizes = (sizes + [None] * len(devices))[: len(devices)]
     return Plan(devices, sizes, notes)
 
