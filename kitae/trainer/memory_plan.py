@@ -51,8 +51,9 @@ ACT_HIDDEN, ACT_MLP = 7, 2
 # copy (or the temperature-scaled one), the softmax for the entropy and log-sum-exp, and their gradient.
 LOGIT_COPIES = 4
 # The chunk of positions the chunked log-prob path holds full-vocabulary logits for at once
-# (``optim.logprob_chunk_size``'s default where that field exists; 0 there means not chunked). A config read on
-# a kitae without the field takes log-probs of a micro-batch at once, and the plan counts that.
+# (``optim.logprob_chunk_size``'s default where that field exists; 0 there means not chunked), the chunk the
+# plan suggests for a run that turned chunking off. A kitae without the field takes log-probs of a whole
+# micro-batch at once, and the plan counts that.
 LOGPROB_CHUNK = 512
 # bitsandbytes' quantization constants per weight: one float32 absmax per block of 64 (4-bit), or with double
 # quantization an 8-bit absmax per 64 and a float32 per 256 blocks; LLM.int8: one float32 per row (ignored).
@@ -442,6 +443,8 @@ def fixes(s: Setup) -> list[tuple[str, str]]:
         out.append(("model.lora.r=8", "a smaller adapter rank"))
     if cfg.optim.micro_batch_size > 1:
         out.append(("optim.micro_batch_size=1", "one sequence per forward/backward"))
+    if s.logprob_chunk == 0 and hasattr(cfg.optim, "logprob_chunk_size"):  # a kitae with chunked log-probs
+        out.append((f"optim.logprob_chunk_size={LOGPROB_CHUNK}", "log-probs a chunk of positions at a time"))
     if not cfg.model.gradient_checkpointing:
         out.append(("model.gradient_checkpointing=true", "recompute activations in the backward"))
     if cfg.optim.prompts_per_step > 1:
