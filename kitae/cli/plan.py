@@ -33,8 +33,8 @@ def plan(
     gradients, one micro-batch's activations (with or without gradient checkpointing), the log-prob logits,
     the in-process rollout engine's KV cache, the reference and reward models, and the framework's overhead;
     the peak, whether it fits the --gpu size, and if not, the first of these settings, tried in order, after
-    which it fits: a 4-bit base, LoRA rank, micro-batch size, chunked log-probs, gradient checkpointing, prompts per step, group
-    size, completion length. Exit status 0: it fits (or no size was given); 1: it does not; 2: bad input.
+    which it fits: a 4-bit base, LoRA rank, micro-batch size, chunked log-probs, gradient checkpointing,
+    prompts per step, group size, completion length. Exit status 0: it fits (or no size was given); 1: it does not; 2: bad input.
     The numbers are estimates checked against peaks measured on CPU (docs/scale.md#memory-plan).
     """
     from kitae.errors import KitaeError
