@@ -274,10 +274,12 @@ def weights_row(s: Setup, shape: ModelShape, what: str = "weights") -> Row:
     if s.quantization is None:
         return Row(what, shape.params * DTYPE_BYTES[dtype], f"{count(shape.params)} params in {dtype}")
     q = s.quantization
-    rest = shape.params - shape.quantizable  # embeddings, norms, head: loaded in the weight dtype
-    size = shape.quantizable * q.bytes_per_weight() + rest * DTYPE_BYTES[dtype]
+    # the embeddings, norms and head: float32, as peft's prepare_model_for_kbit_training (which kitae's QLoRA
+    # loading calls) casts every weight that is not quantized
+    rest = shape.params - shape.quantizable
+    size = shape.quantizable * q.bytes_per_weight() + rest * 4
     return Row(what, size, f"{count(shape.params)} params: linear layers {q.bits}-bit {q.type}"
-               f"{' (double quant)' if q.double_quant and q.bits == 4 else ''}, the rest in {dtype}")
+               f"{' (double quant)' if q.double_quant and q.bits == 4 else ''}, the rest in float32")
 
 
 def count(n: float) -> str:
