@@ -35,7 +35,7 @@ def test_the_constants_the_cli_writes_out_are_the_servers():
 
 
 COMMANDS = [[], ["chat"], ["generate"], ["grade"], ["grader", "validate"], ["train"], ["runs", "show"],
-            ["serve", "rm"], ["serve", "model"], ["ui"], ["curate"], ["eval"], ["merge"], ["long2short", "dpo-pairs"]]
+            ["serve", "rm"], ["serve", "model"], ["plan"], ["ui"], ["curate"], ["eval"], ["merge"], ["long2short", "dpo-pairs"]]
 
 
 def _help(*command: str) -> str:

@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "kitae.cli.inference",  # chat, generate
     "kitae.cli.grade",  # grade, grader validate
     "kitae.cli.train",  # train
+    "kitae.cli.plan",  # plan (memory before a run)
     "kitae.cli.runs",  # runs list/show
     "kitae.cli.serve",  # serve rm, serve model
     "kitae.cli.ui",  # ui (the run page)

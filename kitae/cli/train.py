@@ -35,6 +35,9 @@ def train(
         "The step finishes, a checkpoint is saved, and the run exits with status 3 and the resume command. "
         "Adds to alarms.stop_on."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    plan: bool = typer.Option(False, "--plan", help="Print the memory plan's full table (`kitae plan`) before the "
+                              "model loads. On a CUDA device its peak against the device's size is printed anyway "
+                              "(the table too when it does not fit); on CPU nothing unless asked."),
 ) -> None:
     """Train with GRPO (or a variant) on the rewards in CONFIG; progress bar, run store, checkpoints, evals.
 
@@ -74,6 +77,8 @@ def train(
         kinds = check_kinds(list(stop_on_alarm), "--stop-on-alarm")
         cfg.alarms.stop_on = list(dict.fromkeys([*cfg.alarms.stop_on, *kinds]))
     checked = preflight(cfg, config.parent)  # every check that does not need the weights, before they load
+    if resume is None:
+        show_memory_plan(cfg, checked, full=plan)
     try:
         _run(cfg, resume is not None, quiet, checked, allow_config_change=allow_config_change,
              resume_from_scratch=resume_from_scratch)
@@ -81,6 +86,39 @@ def train(
         if exc.errno not in NO_SPACE + READ_ONLY:
             raise
         raise write_failure(exc, exc.filename or cfg.run_dir, cfg.run_dir) from exc
+
+
+def show_memory_plan(cfg, checked, full: bool = False) -> None:
+    """The memory plan at the top of a run (kitae.trainer.memory_plan): on CUDA, one line per device with its
+    peak against the GPU's size (the whole table when it does not fit: the run goes on, the plan is an estimate);
+    anywhere, the whole table with --plan. The prompt length is the longest of the first PLAN_ROWS prompts."""
+    import torch
+
+    from kitae.trainer.memory_plan import first_fit_hint, format_plan, make_plan, setup_of
+
+    cuda = torch.cuda.is_available()
+    if not (cuda or full):
+        return
+    sizes = [torch.cuda.get_device_properties(0).total_memory] if cuda else []
+    memory = make_plan(setup_of(cfg, cuda, longest_prompt(cfg, checked)), sizes)
+    short = not full and memory.fits() is not False
+    typer.echo("memory plan: " + format_plan(memory, concise=short).replace("\n", "\n  "))
+    if memory.fits() is False:
+        typer.echo(first_fit_hint(), err=True)
+
+
+PLAN_ROWS = 512  # prompts measured for the memory plan's prompt length (pre-flight checked them all)
+
+
+def longest_prompt(cfg, checked) -> int | None:
+    """Tokens of the longest of the first PLAN_ROWS training prompts (None for image prompts: the plan's default)."""
+    from kitae.chat import format_prompt
+
+    rows, tok = checked.train_rows[:PLAN_ROWS], checked.tokenizer
+    if tok is None or checked.processor is not None or not rows:
+        return None
+    kwargs = cfg.model.chat_template_kwargs
+    return max(len(tok(format_prompt(tok, r["messages"], kwargs), add_special_tokens=False)["input_ids"]) for r in rows)
 
 
 def _run(cfg, resume: bool, quiet: bool, checked=None, **resume_options: bool) -> None:
