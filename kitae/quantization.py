@@ -102,18 +102,35 @@ def compute_dtype(q: Any, dtype: str) -> str:
     return dtype if q.compute_dtype == "auto" else q.compute_dtype
 
 
-def bitsandbytes_config(q: Any, dtype: str, device: Any, key: str = "model.quantization") -> Any:
+def bitsandbytes_config(q: Any, dtype: str, device: Any, key: str = "model.quantization",
+                        skip: list[str] | None = None) -> Any:
     """transformers' BitsAndBytesConfig for `q` (bits, type, double_quant, compute_dtype), after
-    :func:`check_supported` on `device`."""
+    :func:`check_supported` on `device`; `skip`: modules kept in `dtype` (a reward model's score head)."""
     import torch
     from transformers import BitsAndBytesConfig
 
     check_supported(q.bits, q.type, str(device), key)
     if q.bits == 8:
-        return BitsAndBytesConfig(load_in_8bit=True)
+        return BitsAndBytesConfig(load_in_8bit=True, llm_int8_skip_modules=skip)
     return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=q.type,
-                              bnb_4bit_use_double_quant=q.double_quant,
+                              bnb_4bit_use_double_quant=q.double_quant, llm_int8_skip_modules=skip,
                               bnb_4bit_compute_dtype=getattr(torch, compute_dtype(q, dtype)))
+
+
+# --quantize of `kitae serve model` and `kitae serve rm`: a name for each model.quantization they can ask for
+QUANTIZE_FLAG = {"nf4": {"bits": 4, "type": "nf4"}, "fp4": {"bits": 4, "type": "fp4"}, "int8": {"bits": 8}}
+QUANTIZE_HELP = ("Hold the model's linear layers in 4 bits (nf4, fp4: QLoRA's, with double quantization) or 8 "
+                 "(int8: LLM.int8) through bitsandbytes (pip install 'kitae[quant]'); computed in --dtype. An "
+                 "adapter folder's base is quantized as it was trained without this.")
+
+
+def from_flag(name: str | None) -> QuantizationConfig | None:
+    """The quantization a --quantize value names (:data:`QUANTIZE_FLAG`), or None for none."""
+    if name is None or name == "none":
+        return None
+    if name not in QUANTIZE_FLAG:
+        raise ConfigError("--quantize", f"expected one of {', '.join(QUANTIZE_FLAG)} or none, got {name!r}")
+    return QuantizationConfig(**QUANTIZE_FLAG[name])
 
 
 def check_supported(bits: int, kind: str, device: str, key: str = "model.quantization") -> None:

@@ -47,7 +47,7 @@ def eval_models(
 
     parsed = [parse_model_arg(m) for m in model]
     for _, path in parsed:  # every model before any work, so the third one's typo does not waste the first's
-        resolve_model_path(path, "--model")
+        resolve_model_path(path, "--model", adapter=True)
     g = build_grader(grader, "--grader")
     rows = prompt_rows(data, limit)
     reports = []

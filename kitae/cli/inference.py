@@ -33,7 +33,7 @@ def chat(
     when it has none), stop at its end of turn (<|im_end|>, <|eot_id|>, <end_of_turn>, ...)."""
     from kitae.models import resolve_model_path
 
-    path = resolve_model_path(model, "--model")  # before torch is imported: a wrong path fails at once
+    path = resolve_model_path(model, "--model", adapter=True)  # before torch: a wrong path fails at once
     from kitae.rollout.base import SamplingParams
     from kitae.rollout.vision import load_engine
     from kitae.threads import set_threads
@@ -68,7 +68,7 @@ def generate(
     """Sample K completions per prompt. Output rows are {"item": row, "samples": [...]}, ready for `kitae grade`."""
     from kitae.models import resolve_model_path
 
-    model_path = resolve_model_path(model, "--model")  # before torch is imported: a wrong path fails at once
+    model_path = resolve_model_path(model, "--model", adapter=True)  # before torch: a wrong path fails at once
     from tqdm import tqdm
 
     from kitae.data.loader import load_prompts, write_jsonl

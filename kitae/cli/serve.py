@@ -25,6 +25,7 @@ from typing import Literal, Optional
 import typer
 
 from kitae.cli.options import threads_option
+from kitae.quantization import QUANTIZE_HELP, from_flag
 from kitae.threads import set_threads
 
 # kitae.http.server's TOKEN_ENV and DEFAULT_MAX_BODY_MB, written out so `kitae --help` does not import the HTTP
@@ -37,6 +38,7 @@ TOKEN_HELP = (f"Access token every request must send as 'Authorization: Bearer T
               "16 characters or more.")
 BODY_HELP = "Largest request body in MB; larger ones get HTTP 413."
 Dtype = Literal["float32", "bfloat16", "float16"]  # typer refuses any other value before the command runs
+Quantize = Literal["none", "nf4", "fp4", "int8"]  # kitae.quantization.QUANTIZE_FLAG
 
 
 serve_app = typer.Typer(help="Serve models over HTTP: `serve rm` (a reward model), `serve model` (a judge or a "
@@ -64,6 +66,7 @@ def serve_rm(
     max_body_mb: float = typer.Option(DEFAULT_MAX_BODY_MB, "--max-body-mb", min=0.001, help=BODY_HELP),
     device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu or cuda:1."),
     dtype: Dtype = typer.Option("float32", "--dtype", help="The weights' dtype."),
+    quantize: Quantize = typer.Option("none", "--quantize", help=QUANTIZE_HELP),
     name: str = typer.Option(None, "--name", help="Model name reported to clients (default: the folder name)."),
     verbose: bool = typer.Option(False, "--verbose", help="Log every request to stderr."),
     threads: int = threads_option(),
@@ -77,7 +80,8 @@ def serve_rm(
     token = _token(token, host, "let anyone on the network use this reward model")
     path = model_folder(resolve_rm_path(model), "--model")
     set_threads(threads, path)
-    scorer = LocalRewardModel(path, batch_size=batch_size, max_length=max_length, device=device, dtype=dtype)
+    scorer = LocalRewardModel(path, batch_size=batch_size, max_length=max_length, device=device, dtype=dtype,
+                              quantization=from_flag(quantize))
     server = make_server(scorer, host, port, name, quiet=not verbose, token=token,
                          limits=HttpLimits.from_mb(max_body_mb), max_items=max_items, max_chars=max_chars)
     _serve(server, "rm", name or scorer.name)
@@ -127,6 +131,7 @@ def serve_model(
     max_body_mb: float = typer.Option(DEFAULT_MAX_BODY_MB, "--max-body-mb", min=0.001, help=BODY_HELP),
     device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu or cuda:1."),
     dtype: Dtype = typer.Option("float32", "--dtype", help="The weights' dtype."),
+    quantize: Quantize = typer.Option("none", "--quantize", help=QUANTIZE_HELP),
     verbose: bool = typer.Option(False, "--verbose", help="Log every request to stderr."),
     chat_template_kwargs: str = typer.Option(None, "--chat-template-kwargs", show_default=False,
                                              help="The chat template's variables for chat requests, a JSON object "
@@ -147,13 +152,13 @@ def serve_model(
     from kitae.models import resolve_model_path
 
     token = _token(token, host, "let anyone on the network use this model")
-    path = resolve_model_path(model, "--model")  # before torch is imported: a wrong path fails at once
+    path = resolve_model_path(model, "--model", adapter=True)  # before torch: a wrong path fails at once
     from kitae.http.server import HttpLimits
     from kitae.serving.server import load_service, make_server
 
     kwargs = _template_kwargs(chat_template_kwargs)
     set_threads(threads, path)
-    service = load_service(path, name, device, dtype, max_context=max_context,
+    service = load_service(path, name, device, dtype, from_flag(quantize), max_context=max_context,
                            default_max_tokens=max_tokens, max_batch=max_batch, chat_template_kwargs=kwargs)
     server = make_server(service, host, port, quiet=not verbose, token=token, limits=HttpLimits.from_mb(max_body_mb))
     try:
