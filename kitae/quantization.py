@@ -34,7 +34,7 @@ class QuantizationConfig:
     type: Literal["nf4", "fp4"] = "nf4"  # 4-bit only: the data type of the quantized weights (NF4 is QLoRA's)
     double_quant: bool = True  # 4-bit only: quantize the quantization constants too (about 0.4 bits a weight less)
     compute_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # 4-bit only: the dtype the
-    # dequantized weights multiply in; auto: model.dtype
+    # dequantized weights multiply in; auto: model.dtype (served: --dtype)
 
 
 # What bitsandbytes and the kernels package log when, offline, the Hub kernel cannot be fetched (nothing is wrong)

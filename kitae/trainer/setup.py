@@ -9,6 +9,7 @@ calls them in order (the order matters for the random state: a new LoRA adapter 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.util
 import math
@@ -127,6 +128,8 @@ def load_policy(cfg: ModelConfig, path: str, checkpoint_model: Path | None = Non
     ``model.quantization`` the base is loaded in 4 or 8 bits straight onto `device` (the accelerator's) and
     made ready for a LoRA adapter by peft's prepare_model_for_kbit_training (QLoRA)."""
     lora, q = cfg.lora, cfg.quantization
+    if q is not None and q.compute_dtype == "auto":  # model.dtype is what the forward computes in (precision)
+        q = dataclasses.replace(q, compute_dtype=cfg.dtype)
     folder = checkpoint_model if checkpoint_model is not None and lora is None else path
     where = device if device is not None else ("cuda" if cuda else "cpu")
     model = load_causal_lm(folder, precision(cfg, cuda).weights, where if q is not None else "cpu",
@@ -135,8 +138,8 @@ def load_policy(cfg: ModelConfig, path: str, checkpoint_model: Path | None = Non
         quiet_offline_kernel_warnings()  # peft imports bitsandbytes
         import peft
 
-        if q is not None:  # layer norms in float32, input gradients on for checkpointing; kitae enables that below
-            model = peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+        if q is not None:  # layer norms in float32; with checkpointing, the input embeddings' output needs a grad
+            model = peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.gradient_checkpointing)
         if checkpoint_model is not None:
             model = peft.PeftModel.from_pretrained(model, str(checkpoint_model), is_trainable=True)
         else:
