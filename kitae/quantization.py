@@ -162,3 +162,8 @@ def _layer_problem(bits: int, kind: str, device: str, key: str) -> str | None:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         return f"{type(exc).__name__}: {first}"
     return None
+
+
+# At import (kitae.models imports this module): a script that imports peft (which imports bitsandbytes when it is
+# installed) after kitae gets the filter too, whether or not it quantizes anything.
+quiet_offline_kernel_warnings()
