@@ -158,3 +158,27 @@ def test_no_hub_kernel_warning_offline(qlora_assets):
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "True"
     assert "kernels-community" not in out.stderr, out.stderr
+
+
+def test_preflight_refuses_a_quantization_the_device_lacks_before_reading_data(tiny_assets, tmp_path, monkeypatch):
+    """No bitsandbytes here (its import fails): pre-flight says how to install it, before the data is read."""
+    import builtins
+
+    from kitae.quantization import _layer_problem
+    from kitae.trainer.preflight import preflight
+
+    real_import = builtins.__import__
+
+    def no_bitsandbytes(name, *args, **kw):
+        if name == "bitsandbytes":
+            raise ImportError("No module named 'bitsandbytes'")
+        return real_import(name, *args, **kw)
+
+    _layer_problem.cache_clear()
+    monkeypatch.setattr(builtins, "__import__", no_bitsandbytes)
+    cfg = load_train_config(write_config(tiny_assets, tmp_path, **{**QLORA, "data.train": str(tmp_path / "none.jsonl")}))
+    try:
+        with pytest.raises(ConfigError, match=r"pip install 'kitae\[quant\]'"):
+            preflight(cfg)
+    finally:
+        _layer_problem.cache_clear()
