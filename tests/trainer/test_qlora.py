@@ -182,3 +182,19 @@ def test_preflight_refuses_a_quantization_the_device_lacks_before_reading_data(t
             preflight(cfg)
     finally:
         _layer_problem.cache_clear()
+
+
+def test_a_qlora_run_resumes_from_its_adapter_checkpoint(qlora_assets, tmp_path, rewards_on_path):
+    over = {**QLORA, "optim.steps": 1, "data.eval": None, "logging.save_every": 1}
+    Trainer(load_train_config(write_config(qlora_assets, tmp_path, **over))).train()
+    saved = tmp_path / "t" / "checkpoints" / "step-000001" / "model" / "adapter_model.safetensors"
+    from safetensors.torch import load_file
+
+    adapter = load_file(saved)
+    resumed = Trainer(load_train_config(write_config(qlora_assets, tmp_path, **{**over, "optim.steps": 2})),
+                      resume=True)
+    assert resumed.start_step == 1 and _4bit_layers(resumed.policy)
+    state = {k: v for k, v in resumed.policy.state_dict().items() if "lora_" in k}
+    assert {k.replace(".default", ""): v for k, v in state.items()}.keys() == adapter.keys()
+    assert all(torch.equal(state[k], adapter[k.replace(".default", "")]) for k in state if "lora_" in k)
+    assert resumed.train()["steps"] == 2
