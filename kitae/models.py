@@ -233,7 +233,8 @@ def load_adapter_model(folder: str | Path, dtype: str = "float32", device: str =
     """A peft model: the base named by the adapter folder (:func:`adapter_base`: kitae's
     kitae_adapter.json, else adapter_config.json's base_model_name_or_path and revision), quantized as the
     adapter was trained (kitae_adapter.json's quantization) unless `quantization` is given, with the adapter
-    of `folder` on it. What ``kitae chat/eval/serve model -m ADAPTER`` and an adapter push to a server load."""
+    of `folder` on it. What ``kitae chat -m ADAPTER``, ``kitae eval -m ADAPTER``, ``kitae serve model --model
+    ADAPTER`` and an adapter push to a server load; ``trainable``: the adapter's weights require gradients."""
     quiet_offline_kernel_warnings()  # peft imports bitsandbytes
     import peft
 

@@ -22,7 +22,7 @@ def register(app: typer.Typer) -> None:
 
 
 def eval_models(
-    model: list[str] = typer.Option(..., "--model", "-m", help="Model folder or Hub id, or NAME=MODEL (repeatable)."),
+    model: list[str] = typer.Option(..., "--model", "-m", help="Model folder, Hub id or LoRA adapter folder, or NAME=MODEL (repeatable)."),
     data: str = typer.Option("bundled:arith/test", "--data", "-d", help=DATA_HELP),
     grader: str = typer.Option("answer", "--grader", "-g", help=GRADER_HELP),
     k: int = typer.Option(8, "-k", help="Samples per prompt; pass@1 is averaged over them."),

@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
 def chat(
     prompt: str = typer.Argument(..., help="The user message."),
     model: Optional[str] = typer.Option(None, "--model", "-m",
-                                        help="Model folder or Hub id; default: the bundled tiny base model."),
+                                        help="Model folder, Hub id or LoRA adapter folder (a checkpoint's model/); default: the bundled tiny base model."),
     system: Optional[str] = typer.Option(None, "--system", help="A system message put before the user turn."),
     temperature: float = typer.Option(0.5, help="Sampling temperature (0 = greedy)."),
     top_p: float = typer.Option(0.95, help="Nucleus sampling mass."),
@@ -53,7 +53,7 @@ def generate(
     data: Path = typer.Option(..., "--data", "-d", help="Prompt set (.jsonl, .parquet or a datasets folder)."),
     out: Path = typer.Option(..., "--out", "-o", help="Where to write one JSON row per prompt with its samples."),
     model: Optional[str] = typer.Option(None, "--model", "-m",
-                                        help="Model folder or Hub id; default: the bundled model."),
+                                        help="Model folder, Hub id or LoRA adapter folder; default: the bundled model."),
     n: int = typer.Option(4, "-n", help="Completions per prompt."),
     temperature: float = typer.Option(1.0, help="Sampling temperature (0 = greedy)."),
     top_p: float = typer.Option(1.0, help="Nucleus sampling mass."),

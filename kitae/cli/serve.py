@@ -117,7 +117,7 @@ def _stop(*_: object) -> None:
 
 @serve_app.command("model")
 def serve_model(
-    model: str = typer.Option("bundled", "--model", help="A causal LM folder or Hub id; 'bundled' = kitae-tiny-base."),
+    model: str = typer.Option("bundled", "--model", help="A causal LM folder, Hub id or LoRA adapter folder (its base, quantized as trained, + the adapter); 'bundled' = kitae-tiny-base."),
     port: int = typer.Option(8000, "--port", help="Port on HOST; 0 picks a free one (printed)."),
     host: str = typer.Option("127.0.0.1", "--host", help=HOST_HELP),
     token: Optional[str] = typer.Option(None, "--token", help=TOKEN_HELP, show_default=False),
