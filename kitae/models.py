@@ -201,7 +201,8 @@ def adapter_base(folder: str | Path) -> AdapterBase:
         key = "adapter_config.json"
     key = f"{folder / key} base"
     if not isinstance(name, str) or not name:
-        raise ConfigError(key, "names no base model; pass a folder with both adapter_config.json and its base")
+        raise ConfigError(key, "names no base model; set base_model_name_or_path in adapter_config.json to the base's "
+                          "Hub id or folder")
     if Path(name).is_absolute() and not Path(name).exists():
         hub = _snapshot_id(Path(name))
         if hub is not None:
@@ -214,7 +215,9 @@ def _quantization(q: Any, key: str) -> Any:
         return None
     from kitae.config import from_dict
 
-    return from_dict(QuantizationConfig, q, f"{key} quantization") if isinstance(q, dict) else None
+    if not isinstance(q, dict):
+        raise ConfigError(f"{key} quantization", f"expected a mapping such as {{bits: 4, type: nf4}} or null, got {q!r}")
+    return from_dict(QuantizationConfig, q, f"{key} quantization")
 
 
 def _read_json(file: Path) -> dict:

@@ -107,3 +107,37 @@ def test_a_local_base_stays_a_path(tiny_assets, tmp_path, rewards_on_path):
     Trainer(cfg).train()
     config = json.loads((tmp_path / "t" / "checkpoints" / "step-000001" / "model" / "adapter_config.json").read_text())
     assert (config["base_model_name_or_path"], config["revision"]) == (str((tiny_assets / "model").resolve()), None)
+
+
+@pytest.mark.parametrize("folder, name", [
+    ("/x/hub/models--Qwen--Qwen3-0.6B/snapshots/" + COMMIT, ("Qwen/Qwen3-0.6B", COMMIT)),  # Hub cache: id, commit
+    ("/x/models/my-model", ("/x/models/my-model", None)),  # a local folder: its path
+])
+def test_base_name(folder, name):
+    from kitae.models import base_name
+
+    got = base_name(folder)
+    assert (got.name, got.revision) == name
+
+
+def test_the_bundled_base_is_named_by_its_bundled_name():
+    from kitae.models import BUNDLED_MODEL, base_name, resolve_model_path
+
+    assert base_name(BUNDLED_MODEL).name == "kitae-tiny-base"
+    assert resolve_model_path("kitae-tiny-base") == str(BUNDLED_MODEL)  # what loads it on any machine
+
+
+@pytest.mark.parametrize("meta, message", [
+    ({"base": None}, "names no base model"),
+    ({"base": "kitae-tiny-base", "quantization": "nf4"}, "expected a mapping"),
+    ({"base": "kitae-tiny-base", "quantization": {"bits": 2}}, "bits"),
+])
+def test_a_bad_kitae_adapter_json_is_named(tmp_path, meta, message):
+    from kitae.errors import ConfigError
+    from kitae.models import adapter_base
+
+    (tmp_path / "adapter_config.json").write_text("{}")
+    (tmp_path / "kitae_adapter.json").write_text(json.dumps(meta))
+    with pytest.raises(ConfigError, match=message) as err:
+        adapter_base(tmp_path)
+    assert "kitae_adapter.json" in str(err.value)
