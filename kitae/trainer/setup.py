@@ -23,7 +23,7 @@ from kitae.errors import ConfigError
 from kitae.models import language_targets, load_causal_lm
 from kitae.quantization import quiet_offline_kernel_warnings
 from kitae.rewards.graders import RepeatPenalty
-from kitae.rollout.base import ENGINES, BuiltFromConfig, ContinuesTokens, EncodesPrompts
+from kitae.rollout.base import ENGINES, BuiltFromConfig, ContinuesTokens, EncodesPrompts, SyncsWeights
 from kitae.rollout.partial import PartialRollouts
 from kitae.scoring.rewards import RewardComponent
 from kitae.store import RunStore
@@ -246,6 +246,11 @@ def make_engine(cfg: TrainConfig, policy, tokenizer, processor, servers: dict | 
         engine = cls.from_config(policy, tokenizer, cfg.sampling, cfg.run_dir, servers)
     else:
         engine = cls(policy, tokenizer)
+    if cfg.model.quantization is not None and isinstance(engine, SyncsWeights) and not engine.frozen:
+        raise ConfigError("sampling.engine", f"the {cfg.sampling.engine} engine's servers take the policy's full "
+                          "weights after each step, and a quantized base's weights are packed 4/8-bit tensors a "
+                          "server cannot load; sample in this process (sampling.engine: hf) or set sampling.sync: "
+                          "none (the servers keep their weights)")
     if isinstance(engine, EncodesPrompts):
         engine.set_chat(cfg.model.chat_template_kwargs, cfg.model.end_marker)
     else:  # it would sample without them, and say nothing

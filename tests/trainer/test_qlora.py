@@ -198,3 +198,15 @@ def test_a_qlora_run_resumes_from_its_adapter_checkpoint(qlora_assets, tmp_path,
     assert {k.replace(".default", ""): v for k, v in state.items()}.keys() == adapter.keys()
     assert all(torch.equal(state[k], adapter[k.replace(".default", "")]) for k in state if "lora_" in k)
     assert resumed.train()["steps"] == 2
+
+
+def test_a_server_engine_that_takes_full_weights_is_refused_for_a_quantized_base(tiny_assets, tmp_path):
+    """Until adapters are pushed alone, a push would send packed 4-bit tensors the server cannot load."""
+    from kitae.models import load_tokenizer
+    from kitae.trainer.setup import make_engine
+
+    url = "http://127.0.0.1:9"
+    cfg = load_train_config(write_config(tiny_assets, tmp_path, **{
+        **QLORA, "sampling.engine": "server", "sampling.servers": [url]}))
+    with pytest.raises(ConfigError, match="sampling.engine"):
+        make_engine(cfg, None, load_tokenizer(str(tiny_assets / "model")), None, {url: "tiny"})
