@@ -1,6 +1,8 @@
 """Checkpoints: runs/NAME/checkpoints/step-000123/{model/, state.pt}.
 
-`model/` is HF `save_pretrained` (the LoRA adapter alone for LoRA runs) plus the tokenizer; `state.pt` holds the
+`model/` is HF `save_pretrained` (the LoRA adapter alone for LoRA runs, naming its base by Hub id and commit,
+with kitae_adapter.json and the base's generation config: kitae.adapters) plus the base's tokenizer files as they
+were (:func:`save_model`); `state.pt` holds the
 optimizer, scheduler, KL controller, prompt sampler, partial-rollout buffer and RNG states, the rollout engine's
 own (an engine that SavesState, kitae.rollout.base) and the step. A checkpoint is written to a
 temporary folder (step-000123.tmp) and renamed into place, so a run killed mid-save never leaves a half
