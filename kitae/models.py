@@ -11,12 +11,15 @@ so is a folder without tokenizer files or with a tokenizer file that is not JSON
 
 from __future__ import annotations
 
+import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kitae.errors import ConfigError
 from kitae.hub import hub_id_snapshot
+from kitae.quantization import QuantizationConfig, quiet_offline_kernel_warnings
 
 ASSETS = Path(__file__).parent / "assets"
 BUNDLED_MODEL = ASSETS / "models" / "kitae-tiny-base"
@@ -105,10 +108,16 @@ def load_tokenizer(path: str | Path | None, key: str = "model") -> Any:
 
 
 def load_causal_lm(path: str | Path | None, dtype: str = "float32", device: str = "cpu",
-                   attn_implementation: str | None = None) -> Any:
+                   attn_implementation: str | None = None, quantization: Any = None) -> Any:
     """The model at `path`: a causal LM, or a vision-language model (:func:`is_vision_model`) through
     ``AutoModelForImageTextToText``, which is a causal LM over text and image tokens. ``attn_implementation``
-    ("eager", "sdpa", "flash_attention_2"; None: transformers' default for the model) reaches its config."""
+    ("eager", "sdpa", "flash_attention_2"; None: transformers' default for the model) reaches its config.
+    ``quantization`` (kitae.trainer.config.QuantizationConfig, or None): its linear layers in 4 or 8 bits by
+    bitsandbytes (kitae.quantization), loaded straight onto `device`. A LoRA adapter folder (adapter_config.json,
+    no config.json) is loaded by :func:`load_adapter_model`: its base, then the adapter."""
+    if is_adapter_folder(path):
+        return load_adapter_model(path, dtype, device, attn_implementation, quantization)
+    quiet_offline_kernel_warnings()  # transformers' bitsandbytes integration imports it
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
@@ -117,10 +126,128 @@ def load_causal_lm(path: str | Path | None, dtype: str = "float32", device: str 
     vision = is_vision_model(folder)
     auto = AutoModelForImageTextToText if vision else AutoModelForCausalLM
     extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    if quantization is not None:
+        from kitae.quantization import bitsandbytes_config
+
+        extra.update(quantization_config=bitsandbytes_config(quantization, dtype, device),
+                     device_map={"": str(device)})
     model = auto.from_pretrained(folder, dtype=torch_dtype, **extra)
     if vision:
         mask_placeholder_tokens(model)
-    return model.to(device)
+    if quantization is None:
+        return model.to(device)
+    from kitae.quantization import keep_trainable_layout
+
+    return keep_trainable_layout(model)
+
+
+def is_adapter_folder(path: str | Path | None) -> bool:
+    """Whether `path` is a local LoRA adapter folder: adapter_config.json and no config.json."""
+    folder = Path(path) if path is not None else None
+    return (folder is not None and folder.is_dir() and (folder / "adapter_config.json").is_file()
+            and not (folder / "config.json").is_file())
+
+
+# ---- LoRA adapter folders ----------------------------------------------------------------------------
+# kitae's record of an adapter's base and quantization, beside peft's adapter_config.json (kitae.adapters writes it)
+ADAPTER_METADATA = "kitae_adapter.json"
+
+
+@dataclass(frozen=True)
+class BaseName:
+    """How an adapter names its base: a Hub id (with the snapshot's commit), a local path, or a bundled name."""
+
+    name: str
+    revision: str | None = None
+
+
+def base_name(folder: str | Path) -> BaseName:
+    """The name that finds the model folder `folder` on another machine: ``ORG/NAME`` at the commit for a Hub
+    cache snapshot (``.../models--ORG--NAME/snapshots/COMMIT``), the bundled model's name for a bundled one,
+    else the folder's absolute path (a local folder stays a local folder)."""
+    folder = Path(folder).resolve()
+    bundled = {BUNDLED_MODEL.resolve(): "kitae-tiny-base", BUNDLED_VL.resolve(): "kitae-tiny-vl",
+               BUNDLED_CODE.resolve(): "kitae-tiny-code"}
+    if folder in bundled:
+        return BaseName(bundled[folder])
+    hub = _snapshot_id(folder)
+    return hub if hub is not None else BaseName(str(folder))
+
+
+def _snapshot_id(folder: Path) -> BaseName | None:
+    repo = folder.parent.parent.name
+    if folder.parent.name == "snapshots" and repo.startswith("models--"):
+        return BaseName(repo.removeprefix("models--").replace("--", "/"), folder.name)
+    return None
+
+
+@dataclass(frozen=True)
+class AdapterBase:
+    """An adapter folder's base: its model folder here, and the quantization it was trained over."""
+
+    folder: str
+    quantization: Any
+
+
+def adapter_base(folder: str | Path) -> AdapterBase:
+    """The base of adapter `folder`: kitae_adapter.json's when it has one, else adapter_config.json's
+    base_model_name_or_path and revision; a missing absolute Hub-cache snapshot path (an adapter saved before
+    kitae named bases) is read as the Hub id at that commit. Resolved as any model path (kitae.models), under the
+    key naming the file it came from."""
+    folder = Path(folder)
+    meta = _read_json(folder / ADAPTER_METADATA) if (folder / ADAPTER_METADATA).is_file() else None
+    if meta is not None:
+        name, revision, q, key = meta.get("base"), meta.get("revision"), meta.get("quantization"), ADAPTER_METADATA
+    else:
+        config = _read_json(folder / "adapter_config.json")
+        name, revision, q = config.get("base_model_name_or_path"), config.get("revision"), None
+        key = "adapter_config.json"
+    key = f"{folder / key} base"
+    if not isinstance(name, str) or not name:
+        raise ConfigError(key, "names no base model; set base_model_name_or_path in adapter_config.json to the base's "
+                          "Hub id or folder")
+    if Path(name).is_absolute() and not Path(name).exists():
+        hub = _snapshot_id(Path(name))
+        if hub is not None:
+            name, revision = hub.name, revision or hub.revision
+    return AdapterBase(resolve_model_path(name, key, revision=revision), _quantization(q, key))
+
+
+def _quantization(q: Any, key: str) -> Any:
+    if q is None:
+        return None
+    from kitae.config import from_dict
+
+    if not isinstance(q, dict):
+        raise ConfigError(f"{key} quantization", f"expected a mapping such as {{bits: 4, type: nf4}} or null, got {q!r}")
+    return from_dict(QuantizationConfig, q, f"{key} quantization")
+
+
+def _read_json(file: Path) -> dict:
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(str(file), f"cannot be read ({type(exc).__name__}: {exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(str(file), "is not a JSON object")
+    return data
+
+
+def load_adapter_model(folder: str | Path, dtype: str = "float32", device: str = "cpu",
+                       attn_implementation: str | None = None, quantization: Any = None,
+                       trainable: bool = False) -> Any:
+    """A peft model: the base named by the adapter folder (:func:`adapter_base`: kitae's
+    kitae_adapter.json, else adapter_config.json's base_model_name_or_path and revision), quantized as the
+    adapter was trained (kitae_adapter.json's quantization) unless `quantization` is given, with the adapter
+    of `folder` on it. What ``kitae chat -m ADAPTER``, ``kitae eval -m ADAPTER``, ``kitae serve model --model
+    ADAPTER`` and an adapter push to a server load; ``trainable``: the adapter's weights require gradients."""
+    quiet_offline_kernel_warnings()  # peft imports bitsandbytes
+    import peft
+
+    base = adapter_base(folder)
+    model = load_causal_lm(base.folder, dtype, device, attn_implementation,
+                           quantization if quantization is not None else base.quantization)
+    return peft.PeftModel.from_pretrained(model, str(folder), is_trainable=trainable)
 
 
 # ---- tokenizer files ---------------------------------------------------------------------------------------

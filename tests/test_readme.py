@@ -71,6 +71,10 @@ COVERED = {
     "    --set 'sampling.servers=[http://127.0.0.1:8001, http://127.0.0.1:8002]'": "the line above's continuation",
     "kitae serve model --port 8000": "tests/judge/test_serve_model.py::test_cli_process_end_to_end (on a free port)",
     "kitae serve rm --port 8001": "tests/serving/test_serve_rm.py (the same command on a free port)",
+    "kitae serve rm --quantize nf4": "tests/serving/test_quantized_serving.py::"
+        "test_serve_rm_quantize_scores_as_the_full_model_does (the same command on a free port)",
+    "kitae serve model --model runs/NAME/checkpoints/step-000100/model": "tests/serving/test_quantized_serving.py::"
+        "test_serve_model_serves_a_qlora_adapter_folder (an adapter folder saved as a checkpoint's, on a free port)",
     "KITAE_SERVE_TOKEN=$(python -c 'import secrets; print(secrets.token_urlsafe())') kitae serve rm --host 0.0.0.0":
         "binds the network: tests/serving/test_http.py tests the token rule on loopback",
     "kitae curate testcases --data kitae/assets/data/code/problems.jsonl --out curated/code.jsonl":

@@ -24,7 +24,8 @@ def register(app: typer.Typer) -> None:
 
 
 def eval_models(
-    model: list[str] = typer.Option(..., "--model", "-m", help="Model folder or Hub id, or NAME=MODEL (repeatable)."),
+    model: list[str] = typer.Option(..., "--model", "-m",
+                                    help="Model folder, Hub id or LoRA adapter folder, or NAME=MODEL (repeatable)."),
     data: Optional[str] = typer.Option(None, "--data", "-d", show_default=False,
                                        help=DATA_HELP + " Default: the --config's data.eval, else bundled:arith/test."),
     config: Optional[Path] = config_option(),
@@ -62,7 +63,7 @@ def eval_models(
 
     parsed = [parse_model_arg(m) for m in model]
     for _, path in parsed:  # every model before any work, so the third one's typo does not waste the first's
-        check_tokenizer_files(resolve_model_path(path, "--model"), "--model")
+        check_tokenizer_files(resolve_model_path(path, "--model", adapter=True), "--model")
     prompts = read_prompt_set(data, limit, config, field, answer_pattern, system, chat_template_kwargs)
     rows = prompts.rows
     g = build_grader(grader, "--grader")

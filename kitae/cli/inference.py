@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
 def chat(
     prompt: str = typer.Argument(..., help="The user message."),
     model: Optional[str] = typer.Option(None, "--model", "-m",
-                                        help="Model folder or Hub id; default: the bundled tiny base model."),
+                                        help="Model folder, Hub id or LoRA adapter folder (a checkpoint's model/); default: the bundled tiny base model."),
     system: Optional[str] = typer.Option(None, "--system", help="A system message put before the user turn."),
     temperature: float = typer.Option(0.5, help="Sampling temperature (0 = greedy)."),
     top_p: float = typer.Option(0.95, help="Nucleus sampling mass."),
@@ -40,7 +40,7 @@ def chat(
     the prompt (Qwen3-4B-Thinking-2507, QwQ, the DeepSeek-R1 distills) the opening <think> is printed too."""
     from kitae.models import resolve_model_path
 
-    path = resolve_model_path(model, "--model")  # before torch is imported: a wrong path fails at once
+    path = resolve_model_path(model, "--model", adapter=True)  # before torch: a wrong path fails at once
     from kitae.rollout.base import SamplingParams
     from kitae.rollout.vision import load_engine
     from kitae.threads import set_threads
@@ -72,7 +72,7 @@ def generate(
     data: Path = typer.Option(..., "--data", "-d", help="Prompt set (.jsonl, .parquet or a datasets folder)."),
     out: Path = typer.Option(..., "--out", "-o", help="Where to write one JSON row per prompt with its samples."),
     model: Optional[str] = typer.Option(None, "--model", "-m",
-                                        help="Model folder or Hub id; default: the bundled model."),
+                                        help="Model folder, Hub id or LoRA adapter folder; default: the bundled model."),
     n: int = typer.Option(4, "-n", help="Completions per prompt."),
     temperature: float = typer.Option(1.0, help="Sampling temperature (0 = greedy)."),
     top_p: float = typer.Option(1.0, help="Nucleus sampling mass."),
@@ -87,7 +87,7 @@ def generate(
     """Sample K completions per prompt. Output rows are {"item": row, "samples": [...]}, ready for `kitae grade`."""
     from kitae.models import resolve_model_path
 
-    model_path = resolve_model_path(model, "--model")  # before torch is imported: a wrong path fails at once
+    model_path = resolve_model_path(model, "--model", adapter=True)  # before torch: a wrong path fails at once
     from tqdm import tqdm
 
     from kitae.data.loader import load_prompts, write_jsonl

@@ -27,6 +27,7 @@ from typing import Literal, Optional
 import typer
 
 from kitae.cli.options import template_kwargs_option, template_kwargs_of, threads_option
+from kitae.quantization import QUANTIZE_HELP, from_flag
 from kitae.threads import set_threads
 
 # kitae.http.server's TOKEN_ENV and DEFAULT_MAX_BODY_MB, written out so `kitae --help` does not import the HTTP
@@ -39,6 +40,7 @@ TOKEN_HELP = (f"Access token every request must send as 'Authorization: Bearer T
               "16 characters or more. --api-key is the same option (vLLM's name).")
 BODY_HELP = "Largest request body in MB; larger ones get HTTP 413."
 Dtype = Literal["float32", "bfloat16", "float16"]  # typer refuses any other value before the command runs
+Quantize = Literal["none", "nf4", "fp4", "int8"]  # kitae.quantization.QUANTIZE_FLAG
 
 
 serve_app = typer.Typer(help="Serve models over HTTP: `serve rm` (a reward model), `serve model` (a judge or a "
@@ -66,6 +68,7 @@ def serve_rm(
     max_body_mb: float = typer.Option(DEFAULT_MAX_BODY_MB, "--max-body-mb", min=0.001, help=BODY_HELP),
     device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu or cuda:1."),
     dtype: Dtype = typer.Option("float32", "--dtype", help="The weights' dtype."),
+    quantize: Quantize = typer.Option("none", "--quantize", help=QUANTIZE_HELP),
     name: str = typer.Option(None, "--name", help="Model name reported to clients (default: the folder name)."),
     verbose: bool = typer.Option(False, "--verbose", help="Log every request to stderr."),
     threads: int = threads_option(),
@@ -79,7 +82,8 @@ def serve_rm(
     token = _token(token, host, "let anyone on the network use this reward model")
     path = model_folder(resolve_rm_path(model), "--model")
     set_threads(threads, path)
-    scorer = LocalRewardModel(path, batch_size=batch_size, max_length=max_length, device=device, dtype=dtype)
+    scorer = LocalRewardModel(path, batch_size=batch_size, max_length=max_length, device=device, dtype=dtype,
+                              quantization=from_flag(quantize))
     server = make_server(scorer, host, port, name, quiet=not verbose, token=token,
                          limits=HttpLimits.from_mb(max_body_mb), max_items=max_items, max_chars=max_chars)
     _serve(server, "rm", name or scorer.name)
@@ -115,7 +119,7 @@ def _stop(*_: object) -> None:
 
 @serve_app.command("model")
 def serve_model(
-    model: str = typer.Option("bundled", "--model", help="A causal LM folder or Hub id; 'bundled' = kitae-tiny-base."),
+    model: str = typer.Option("bundled", "--model", help="A causal LM folder, Hub id or LoRA adapter folder (its base, quantized as trained, + the adapter); 'bundled' = kitae-tiny-base."),
     port: int = typer.Option(8000, "--port", help="Port on HOST; 0 picks a free one (printed)."),
     host: str = typer.Option("127.0.0.1", "--host", help=HOST_HELP),
     token: Optional[str] = typer.Option(None, "--token", "--api-key", help=TOKEN_HELP, show_default=False),
@@ -129,6 +133,7 @@ def serve_model(
     max_body_mb: float = typer.Option(DEFAULT_MAX_BODY_MB, "--max-body-mb", min=0.001, help=BODY_HELP),
     device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu or cuda:1."),
     dtype: Dtype = typer.Option("float32", "--dtype", help="The weights' dtype."),
+    quantize: Quantize = typer.Option("none", "--quantize", help=QUANTIZE_HELP),
     verbose: bool = typer.Option(False, "--verbose", help="Log every request to stderr."),
     chat_template_kwargs: str = template_kwargs_option(
         "The chat template's variables for chat requests, a JSON object (e.g. '{\"enable_thinking\": false}' for "
@@ -150,13 +155,13 @@ def serve_model(
     from kitae.models import resolve_model_path
 
     token = _token(token, host, "let anyone on the network use this model")
-    path = resolve_model_path(model, "--model")  # before torch is imported: a wrong path fails at once
+    path = resolve_model_path(model, "--model", adapter=True)  # before torch: a wrong path fails at once
     from kitae.http.server import HttpLimits
     from kitae.serving.server import load_service, make_server
 
     kwargs = template_kwargs_of(chat_template_kwargs)
     set_threads(threads, path)
-    service = load_service(path, name, device, dtype, max_context=max_context,
+    service = load_service(path, name, device, dtype, from_flag(quantize), max_context=max_context,
                            default_max_tokens=max_tokens, max_batch=max_batch, chat_template_kwargs=kwargs)
     server = make_server(service, host, port, quiet=not verbose, token=token, limits=HttpLimits.from_mb(max_body_mb))
     try:

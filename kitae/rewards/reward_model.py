@@ -58,6 +58,17 @@ def format_conversation(tokenizer: Any, messages: list[Message]) -> str:
     return chatml(messages, add_generation_prompt=False)
 
 
+def _quantized(quantization: Any, dtype: str, device: str) -> dict[str, Any]:
+    """from_pretrained's arguments for a reward model in 4 or 8 bits (kitae.quantization); its score head stays
+    in `dtype` (one output per class: nothing to save, and its precision is the reward's)."""
+    if quantization is None:
+        return {}
+    from kitae.quantization import bitsandbytes_config
+
+    config = bitsandbytes_config(quantization, dtype, device, "--quantize", skip=["score", "classifier"])
+    return {"quantization_config": config, "device_map": {"": str(device)}}
+
+
 class LocalRewardModel:
     """Scores conversations (or already formatted texts) with a sequence classifier on one device.
 
@@ -65,7 +76,7 @@ class LocalRewardModel:
     """
 
     def __init__(self, path: str | Path, batch_size: int = 8, max_length: int = 2048, device: str = "cpu",
-                 dtype: str = "float32", label_index: int = 0):
+                 dtype: str = "float32", label_index: int = 0, quantization: Any = None):
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -78,9 +89,10 @@ class LocalRewardModel:
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
-        self.model = AutoModelForSequenceClassification.from_pretrained(self.path, dtype=torch_dtype)
+        self.model = AutoModelForSequenceClassification.from_pretrained(
+            self.path, dtype=torch_dtype, **_quantized(quantization, dtype, device))
         self.model.config.pad_token_id = self.tokenizer.pad_token_id
-        self.model.to(device).eval()
+        (self.model if quantization is not None else self.model.to(device)).eval()
         self.device = device
         self._lock = threading.Lock()
 

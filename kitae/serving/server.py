@@ -588,14 +588,16 @@ def make_server(service: ChatService, host: str = "127.0.0.1", port: int = 0, qu
 
 
 def load_service(model: str | None, name: str | None = None, device: str = "cpu", dtype: str = "float32",
-                 **kw: Any) -> ChatService:
-    """A ChatService for a model folder or Hub id (None or "bundled": kitae-tiny-base)."""
+                 quantization: Any = None, **kw: Any) -> ChatService:
+    """A ChatService for a model folder, Hub id (None or "bundled": kitae-tiny-base) or LoRA adapter folder (its
+    base, quantized as trained, and the adapter: kitae.models.load_adapter_model); ``quantization``
+    (kitae.quantization.QuantizationConfig) holds the base in 4 or 8 bits."""
     from kitae.errors import ConfigError
     from kitae.models import load_causal_lm, load_tokenizer, model_name, resolve_model_path
 
-    path = resolve_model_path(model, "--model")
+    path = resolve_model_path(model, "--model", adapter=True)
     if dtype not in ("float32", "bfloat16", "float16"):
         raise ConfigError("--dtype", f"expected float32, bfloat16 or float16, got {dtype!r}")
-    loaded = load_causal_lm(path, dtype, device)
+    loaded = load_causal_lm(path, dtype, device, quantization=quantization)
     loaded.eval()
     return ChatService(loaded, load_tokenizer(path), name or model_name(path), **kw)

@@ -1,6 +1,8 @@
 """Checkpoints: runs/NAME/checkpoints/step-000123/{model/, state.pt}.
 
-`model/` is HF `save_pretrained` (the LoRA adapter alone for LoRA runs) plus the tokenizer; `state.pt` holds the
+`model/` is HF `save_pretrained` (the LoRA adapter alone for LoRA runs, naming its base by Hub id and commit,
+with kitae_adapter.json and the base's generation config: kitae.adapters) plus the base's tokenizer files as they
+were (:func:`save_model`); `state.pt` holds the
 optimizer, scheduler, KL controller, prompt sampler, partial-rollout buffer and RNG states, the rollout engine's
 own (an engine that SavesState, kitae.rollout.base) and the step. A checkpoint is written to a
 temporary folder (step-000123.tmp) and renamed into place, so a run killed mid-save never leaves a half
@@ -218,17 +220,19 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(run_dir: Path, step: int, model: Any, tokenizer: Any, state: dict[str, Any], keep: int,
-                    weights: dict[str, Any] | None = None) -> Path:
+                    weights: dict[str, Any] | None = None, base_folder: str | Path | None = None,
+                    quantization: Any = None) -> Path:
     """Write checkpoints/step-N (through step-N.tmp), then keep the newest `keep`. A failed write (a full disk,
     a read-only folder) removes the .tmp folder and raises a KitaeError that names the file and the fix.
-    ``weights``: the model's full state dict where the model holds a shard of it (FSDP, kitae.trainer.sharded)."""
+    ``weights``: the model's full state dict where the model holds a shard of it (FSDP, kitae.trainer.sharded).
+    ``base_folder``: the model folder the run started from (its tokenizer files are kept as they were; an
+    adapter names it and carries its generation config, kitae.adapters); ``quantization``: model.quantization."""
     final = checkpoint_dir(run_dir, step)
     tmp = final.with_name(final.name + ".tmp")
     remove_stale_tmp(run_dir)  # this step's own, and any an earlier failed save left
     try:
         tmp.mkdir(parents=True)
-        model.save_pretrained(tmp / "model", **({"state_dict": weights} if weights is not None else {}))
-        tokenizer.save_pretrained(tmp / "model")
+        save_model(tmp / "model", model, tokenizer, weights, base_folder, quantization)
         torch.save({**state, "step": step, "rng": rng_state()}, tmp / "state.pt")
         write_manifest(tmp)
     except Exception as exc:
@@ -244,6 +248,22 @@ def save_checkpoint(run_dir: Path, step: int, model: Any, tokenizer: Any, state:
     for _, old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def save_model(dest: Path, model: Any, tokenizer: Any, weights: dict[str, Any] | None = None,
+               base_folder: str | Path | None = None, quantization: Any = None) -> None:
+    """`model` (a peft model: its adapter, kitae.adapters' additions) and the tokenizer files into `dest`."""
+    from kitae.adapters import finish_adapter_folder, keep_base_files, name_base
+
+    adapter = hasattr(model, "peft_config") and base_folder is not None
+    if adapter:
+        name_base(model, base_folder)
+    model.save_pretrained(dest, **({"state_dict": weights} if weights is not None else {}))
+    before = set(os.listdir(dest))
+    tokenizer.save_pretrained(dest)
+    keep_base_files(dest, sorted(set(os.listdir(dest)) - before), base_folder)
+    if adapter:
+        finish_adapter_folder(dest, base_folder, quantization)
 
 
 def load_state(path: Path) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from kitae.config import apply_overrides, from_dict, read_yaml, setting, to_dict
 from kitae.data.sources import DatasetSource, RowMap
 from kitae.errors import ConfigError
 from kitae.models import BUNDLED_DATA
+from kitae.quantization import QuantizationConfig
 
 if TYPE_CHECKING:
     from kitae.algorithms.losses import LossConfig
@@ -45,10 +46,18 @@ class ModelConfig:
     attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2"] = "auto"  # auto: flash_attention_2
     # on CUDA in bf16/fp16 when flash_attn imports, else transformers' default (sdpa)
     lora: LoraConfig | None = None
+    quantization: QuantizationConfig | None = None  # the base's weights in 4 or 8 bits (QLoRA); needs lora: a
+    # quantized model's own weights cannot be trained
     gradient_checkpointing: bool = False  # recompute activations in the backward pass: less memory, more time
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # the chat template's variables for every
     # prompt, e.g. {enable_thinking: false} for Qwen3
     end_marker: str | None = None  # the model's end of turn; default: found from its chat template (kitae.chat)
+
+    def validate(self, path: str) -> None:
+        if self.quantization is not None and self.lora is None:
+            raise ConfigError(f"{path}.quantization", f"a {self.quantization.bits}-bit model's weights cannot be "
+                              "trained (full fine-tuning needs real-valued weights); add model.lora to train a LoRA "
+                              "adapter over the quantized base (QLoRA), or remove model.quantization")
 
 
 @dataclass

@@ -126,8 +126,9 @@ class Trainer:
         self.tokenizer = checked.tokenizer
         self.processor = checked.processor  # vision-language models; None for text
         self._run_images = RunImages(self.run_dir)
+        self.model_path = checked.model_path  # the base: checkpoints keep its tokenizer files and name it
         model = setup.load_policy(cfg.model, checked.model_path, ckpt.path / "model" if ckpt else None,
-                                  cuda=self.acc.device.type == "cuda")
+                                  cuda=self.acc.device.type == "cuda", device=self.acc.device)
         self.ref_model = setup.load_reference(cfg, checked.model_path, self.acc.device)
         optimizer, self.scheduler = setup.make_optimizer(model, cfg.optim)
         self.model, self.optimizer = self.acc.prepare(model, optimizer)
@@ -498,7 +499,7 @@ class Trainer:
             state = {"optimizer": optimizer, "scheduler": self.scheduler.state_dict(),
                      **self.rollouts.state_dict(), "kl": self.kl_ctl.state_dict()}
             save_checkpoint(self.run_dir, step, self.policy, self.processor or self.tokenizer, state,
-                            self.cfg.logging.keep_checkpoints, weights)
+                            self.cfg.logging.keep_checkpoints, weights, self.model_path, self.cfg.model.quantization)
         self.acc.wait_for_everyone()
 
     def summary(self, status: str) -> dict[str, Any]:

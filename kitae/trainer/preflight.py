@@ -5,7 +5,8 @@ for it. :func:`preflight` checks, in this order, and raises ConfigError or DataE
 
 0. the config's numbers (:func:`kitae.config.check_numbers`): bounds, and no NaN or infinity, for a config
    changed in Python after it was read (one read from YAML was checked as it was read);
-1. the model path: a local folder, or a Hub id found in the Hub cache or downloaded (kitae.hub);
+1. the model path: a local folder, or a Hub id found in the Hub cache or downloaded (kitae.hub); and
+   ``model.quantization``: bitsandbytes installed and able to run that layer on this machine's device;
 2. every reward component: grader specs built, ``module:function`` reward functions imported (the current folder
    and the config file's folder are on the import path, see :func:`add_import_paths`); the eval grader;
    the sampler's pass component;
@@ -65,6 +66,7 @@ def preflight(cfg: TrainConfig, config_dir: str | Path | None = None) -> Checked
 
     check_numbers(cfg)
     model_path = resolve_model_path(cfg.model.path, "model.path", revision=cfg.model.revision)
+    check_quantization(cfg)
     add_import_paths(config_dir)
     components = build_components(cfg.rewards)
     built = [c.grader for c in components]
@@ -94,6 +96,19 @@ def preflight(cfg: TrainConfig, config_dir: str | Path | None = None) -> Checked
         raise
     return Checked(model_path, tokenizer, components, eval_grader, pass_name, train_rows, eval_rows, servers,
                    processor)
+
+
+def check_quantization(cfg: TrainConfig) -> None:
+    """``model.quantization`` that bitsandbytes cannot run on this machine's training device (or bitsandbytes
+    missing) fails here, in seconds, not after the data and graders are read (kitae.quantization)."""
+    q = cfg.model.quantization
+    if q is None:
+        return
+    import torch
+
+    from kitae.quantization import check_supported
+
+    check_supported(q.bits, q.type, "cuda" if torch.cuda.is_available() else "cpu")
 
 
 def check_images(cfg: TrainConfig, processor: Any, sets: list[tuple[str, list[dict]]]) -> None:

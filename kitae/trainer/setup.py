@@ -9,6 +9,7 @@ calls them in order (the order matters for the random state: a new LoRA adapter 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.util
 import math
@@ -20,8 +21,9 @@ import torch
 from kitae.algorithms.kl import KL_CONTROLLERS
 from kitae.errors import ConfigError
 from kitae.models import language_targets, load_causal_lm
+from kitae.quantization import quiet_offline_kernel_warnings
 from kitae.rewards.graders import RepeatPenalty
-from kitae.rollout.base import ENGINES, BuiltFromConfig, ContinuesTokens, EncodesPrompts
+from kitae.rollout.base import ENGINES, BuiltFromConfig, ContinuesTokens, EncodesPrompts, SyncsWeights
 from kitae.rollout.partial import PartialRollouts
 from kitae.scoring.rewards import RewardComponent
 from kitae.store import RunStore
@@ -117,17 +119,27 @@ def check_distributed(acc, cfg: TrainConfig | None = None) -> None:
 
 
 # ---- models -----------------------------------------------------------------------------------------------
-def load_policy(cfg: ModelConfig, path: str, checkpoint_model: Path | None = None, cuda: bool = False):
+def load_policy(cfg: ModelConfig, path: str, checkpoint_model: Path | None = None, cuda: bool = False,
+                device=None):
     """The model to train: the one at `path` (``model.path`` as pre-flight resolved it: a local folder) or a
     checkpoint's model/, with a LoRA adapter when ``model.lora`` is set (a checkpoint's adapter, else a new one
     on the language model's ``target_modules``). Its weights are in :func:`precision`'s dtype for the device
-    (``cuda``: the accelerator's device is a GPU), its attention :func:`attention`'s."""
-    lora = cfg.lora
+    (``cuda``: the accelerator's device is a GPU), its attention :func:`attention`'s. With
+    ``model.quantization`` the base is loaded in 4 or 8 bits straight onto `device` (the accelerator's) and
+    made ready for a LoRA adapter by peft's prepare_model_for_kbit_training (QLoRA)."""
+    lora, q = cfg.lora, cfg.quantization
+    if q is not None and q.compute_dtype == "auto":  # model.dtype is what the forward computes in (precision)
+        q = dataclasses.replace(q, compute_dtype=cfg.dtype)
     folder = checkpoint_model if checkpoint_model is not None and lora is None else path
-    model = load_causal_lm(folder, precision(cfg, cuda).weights, attn_implementation=attention(cfg, cuda))
+    where = device if device is not None else ("cuda" if cuda else "cpu")
+    model = load_causal_lm(folder, precision(cfg, cuda).weights, where if q is not None else "cpu",
+                           attn_implementation=attention(cfg, cuda), quantization=q)
     if lora is not None:
+        quiet_offline_kernel_warnings()  # peft imports bitsandbytes
         import peft
 
+        if q is not None:  # layer norms in float32; with checkpointing, the input embeddings' output needs a grad
+            model = peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.gradient_checkpointing)
         if checkpoint_model is not None:
             model = peft.PeftModel.from_pretrained(model, str(checkpoint_model), is_trainable=True)
         else:
@@ -234,6 +246,11 @@ def make_engine(cfg: TrainConfig, policy, tokenizer, processor, servers: dict | 
         engine = cls.from_config(policy, tokenizer, cfg.sampling, cfg.run_dir, servers)
     else:
         engine = cls(policy, tokenizer)
+    if cfg.model.quantization is not None and isinstance(engine, SyncsWeights) and not engine.frozen:
+        raise ConfigError("sampling.engine", f"the {cfg.sampling.engine} engine's servers take the policy's full "
+                          "weights after each step, and a quantized base's weights are packed 4/8-bit tensors a "
+                          "server cannot load; sample in this process (sampling.engine: hf) or set sampling.sync: "
+                          "none (the servers keep their weights)")
     if isinstance(engine, EncodesPrompts):
         engine.set_chat(cfg.model.chat_template_kwargs, cfg.model.end_marker)
     else:  # it would sample without them, and say nothing

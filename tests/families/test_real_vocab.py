@@ -64,3 +64,31 @@ def test_end_marker_and_stops_of_the_real_tokenizer(llama3_folder):
         assert (c.completion_ids, c.finish_reason) == ([*word, end_id], "stop")
         compliant = TemplateGrader(TemplateConfig(min_chars=1)).grade_sample({}, sample_dict(c, 6))
         assert compliant.sub_scores["compliant"] == (1.0 if end_id == 128009 else 0.0)
+
+
+def test_checkpoints_keep_the_tokenizer_files_and_the_end_ids(llama3_folder, tmp_path):
+    """A full checkpoint's tokenizer files are the base's (kitae batches with pad_token <|eot_id|>; saved, a later
+    SFT collator that masks padding would mask every end of turn); an adapter folder carries the base's
+    generation_config.json (without it Llama 3's three end ids shrink to config.json's one)."""
+    import json
+
+    import peft
+
+    from kitae.trainer.checkpoint import save_model
+
+    tok = load_tokenizer(llama3_folder)
+    assert tok.pad_token == "<|eot_id|>"  # what kitae batches with
+    source = json.loads((llama3_folder / "tokenizer_config.json").read_text())
+    full = tmp_path / "full"
+    save_model(full, load_causal_lm(llama3_folder), tok, base_folder=llama3_folder)
+    saved = json.loads((full / "tokenizer_config.json").read_text())
+    assert saved.get("pad_token") == source.get("pad_token")
+    assert load_tokenizer(full).pad_token_id == tok.pad_token_id  # kitae's own loader still pads the same
+
+    adapter = tmp_path / "adapter"
+    model = peft.get_peft_model(load_causal_lm(llama3_folder), peft.LoraConfig(r=2, target_modules=["q_proj"]))
+    save_model(adapter, model, tok, base_folder=llama3_folder)
+    assert not (adapter / "config.json").exists()
+    assert GenerationConfig.from_pretrained(adapter).eos_token_id == EOS
+    assert json.loads((adapter / "tokenizer_config.json").read_text()).get("pad_token") == source.get("pad_token")
+    assert set(end_marker_of(load_tokenizer(adapter)).ids) == set(EOS)
