@@ -246,11 +246,12 @@ def make_engine(cfg: TrainConfig, policy, tokenizer, processor, servers: dict | 
         engine = cls.from_config(policy, tokenizer, cfg.sampling, cfg.run_dir, servers)
     else:
         engine = cls(policy, tokenizer)
-    if cfg.model.quantization is not None and isinstance(engine, SyncsWeights) and not engine.frozen:
-        raise ConfigError("sampling.engine", f"the {cfg.sampling.engine} engine's servers take the policy's full "
-                          "weights after each step, and a quantized base's weights are packed 4/8-bit tensors a "
-                          "server cannot load; sample in this process (sampling.engine: hf) or set sampling.sync: "
-                          "none (the servers keep their weights)")
+    merged = cfg.sampling.lora_sync == "merged"  # a quantized base always trains an adapter (validated)
+    if cfg.model.quantization is not None and isinstance(engine, SyncsWeights) and not engine.frozen and merged:
+        raise ConfigError("sampling.lora_sync", f"merged: the {cfg.sampling.engine} engine's servers would take the "
+                          "policy's full weights after each step, and a quantized base's weights are packed 4/8-bit "
+                          "tensors a server cannot load; push only the adapter (sampling.lora_sync: adapter, the "
+                          "default), sample in this process (sampling.engine: hf) or set sampling.sync: none")
     if isinstance(engine, EncodesPrompts):
         engine.set_chat(cfg.model.chat_template_kwargs, cfg.model.end_marker)
     else:  # it would sample without them, and say nothing

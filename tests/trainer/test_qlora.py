@@ -201,12 +201,15 @@ def test_a_qlora_run_resumes_from_its_adapter_checkpoint(qlora_assets, tmp_path,
 
 
 def test_a_server_engine_that_takes_full_weights_is_refused_for_a_quantized_base(tiny_assets, tmp_path):
-    """Until adapters are pushed alone, a push would send packed 4-bit tensors the server cannot load."""
+    """A merged push would send packed 4-bit tensors the server cannot load; an adapter push sends the adapter."""
     from kitae.models import load_tokenizer
     from kitae.trainer.setup import make_engine
 
     url = "http://127.0.0.1:9"
-    cfg = load_train_config(write_config(tiny_assets, tmp_path, **{
-        **QLORA, "sampling.engine": "server", "sampling.servers": [url]}))
-    with pytest.raises(ConfigError, match="sampling.engine"):
-        make_engine(cfg, None, load_tokenizer(str(tiny_assets / "model")), None, {url: "tiny"})
+    settings = {**QLORA, "sampling.engine": "server", "sampling.servers": [url]}
+    merged = load_train_config(write_config(tiny_assets, tmp_path, **settings, **{"sampling.lora_sync": "merged"}))
+    with pytest.raises(ConfigError, match="sampling.lora_sync"):
+        make_engine(merged, None, load_tokenizer(str(tiny_assets / "model")), None, {url: "tiny"})
+    adapter = load_train_config(write_config(tiny_assets, tmp_path / "adapter", **settings))
+    assert adapter.sampling.lora_sync == "adapter"
+    assert make_engine(adapter, None, load_tokenizer(str(tiny_assets / "model")), None, {url: "tiny"}) is not None
