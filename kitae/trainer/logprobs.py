@@ -8,7 +8,10 @@ forward pre-hook on ``get_output_embeddings()`` takes the hidden states and hand
 position), and the output layer, the logit soft-capping of Gemma 2/3 and the fp32 log-softmax run
 ``chunk_size`` positions at a time. In training each chunk runs under activation checkpointing
 (``torch.utils.checkpoint``), so the backward recomputes one chunk's logits at a time instead of keeping every
-chunk's alive. The numbers are today's: the same matmul and the same fp32 reductions, per position.
+chunk's alive. The numbers are the full computation's: the same matmul and the same fp32 reductions, per position, to float
+rounding (tests/trainer/test_logprobs.py: 1e-6, gradients included). The log-softmax and entropy of a chunk are one
+autograd Function (:func:`chunk_stats`) that keeps one [chunk x vocabulary] fp32 temporary beside the logits in
+the forward and one in the backward.
 
 The forward itself is the model's own (autocast, DDP, LoRA, a vision model's image merging, the hook that masks a
 vision model's placeholder tokens all run as before). Where the model cannot be split this way, the whole logits
@@ -33,8 +36,8 @@ from torch.utils.checkpoint import checkpoint
 
 from kitae.trainer.config import OptimConfig
 
-# Positions whose full-vocabulary logits exist at once: 512 x 151,936 x 4 bytes = 311 MB of fp32 logits (and a
-# few temporaries of that size) for a Qwen vocabulary, however long the micro-batch.
+# Positions whose full-vocabulary logits exist at once: 256 x 151,936 x 4 bytes = 156 MB of fp32 logits, and one
+# temporary of that size, for a Qwen vocabulary, however long the micro-batch (docs/performance.md measures it).
 DEFAULT_CHUNK_SIZE: int = OptimConfig.logprob_chunk_size
 
 
@@ -115,22 +118,51 @@ def hidden_or_logits(model, inputs: dict[str, Any]) -> tuple[torch.Tensor | None
     return hidden, logits
 
 
+class _LogpEntropy(torch.autograd.Function):
+    """log softmax(logits / T) at ``targets`` and the entropy, with at most one [c, V] fp32 temporary beside the
+    logits in the forward and one in the backward (log_softmax + gather through autograd keeps three or four)."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, temperature: float):
+        x = _scaled(logits, temperature)  # [c, V] fp32 (the logits themselves when fp32 at T 1)
+        top = x.max(dim=-1).values  # [c]
+        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))  # a row of -inf: no nan from -inf - -inf
+        e = (x - top[:, None]).exp_()  # [c, V] the one temporary
+        total = e.sum(dim=-1)  # [c]
+        norm = top + total.log()  # [c] logsumexp
+        logp = x.gather(-1, targets[:, None]).squeeze(-1) - norm  # [c]
+        # H = logsumexp - sum p * x; a -inf logit gives 0 * -inf = nan, a term of 0 (nansum)
+        entropy = norm - e.mul_(x).nansum(dim=-1) / total  # [c]
+        ctx.save_for_backward(logits, targets, norm)
+        ctx.temperature = temperature
+        ctx.mark_non_differentiable(entropy)
+        return logp, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logp: torch.Tensor, _grad_entropy):
+        logits, targets, norm = ctx.saved_tensors
+        T = ctx.temperature
+        x = _scaled(logits, T)
+        p = x.sub_(norm[:, None]).exp_() if x is not logits else (x - norm[:, None]).exp_()  # [c, V] softmax
+        grad = p.mul_(-grad_logp[:, None])  # d logp / d x = onehot - softmax
+        grad.scatter_add_(-1, targets[:, None], grad_logp[:, None].to(grad.dtype))
+        if T > 0 and T != 1.0:
+            grad.div_(T)
+        return grad.to(logits.dtype), None, None
+
+
+def _scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    x = logits.float()
+    return x / temperature if temperature > 0 and temperature != 1.0 else x
+
+
 def chunk_stats(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log-prob of ``targets`` [c], entropy [c] (no gradient)) under softmax(logits / T), logits [c, V] in fp32.
+    """(log-prob of ``targets`` [c], entropy [c] (no gradient)) under softmax(logits / T), in fp32; logits [c, V].
 
     -inf logits (banned tokens) are allowed: their probability and entropy term are 0.
     Example: logits [[0, 0]], target [1] -> (log 1/2, ln 2) = (-0.6931, 0.6931).
     """
-    logits = logits.float()  # [c, V]
-    if temperature > 0 and temperature != 1.0:
-        logits = logits / temperature
-    norm = torch.logsumexp(logits, dim=-1)  # [c]
-    logp = logits.gather(-1, targets[:, None]).squeeze(-1) - norm  # [c]
-    with torch.no_grad():
-        probs = torch.softmax(logits, dim=-1)  # [c, V]
-        finite = torch.where(torch.isfinite(logits), logits, torch.zeros_like(logits))
-        entropy = norm - (probs * finite).sum(dim=-1)  # [c]
-    return logp, entropy
+    return _LogpEntropy.apply(logits, targets, temperature)
 
 
 def chosen_logps(model, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,

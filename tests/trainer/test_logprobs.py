@@ -8,7 +8,7 @@ import torch
 
 from kitae.rollout.base import Completion
 from kitae.trainer.batch import build_batch, pack, packed_logps, token_logps
-from kitae.trainer.logprobs import chosen_logps
+from kitae.trainer.logprobs import chosen_logps, chunk_stats
 from tests.tiny import tiny_llama
 
 V = 64
@@ -47,6 +47,18 @@ class Widest:
 
     def seen(self, _module, _inputs, logits):
         self.most = max(self.most, logits[..., 0].numel())
+
+
+@pytest.mark.parametrize("logits, target, temperature, logp, entropy", [
+    ([0.0, 0.0], 1, 1.0, -0.693147, 0.693147),  # a fair coin: ln 2 both
+    ([0.0, 0.0, float("-inf")], 0, 1.0, -0.693147, 0.693147),  # a banned token (-inf) adds nothing
+    ([2.0, 0.0], 0, 2.0, -0.313262, 0.582203),  # T 2: the coin of [1, 0], p = 0.7311
+    ([0.0, 0.0, 0.0, 0.0], 3, 0.5, -1.386294, 1.386294),  # uniform stays uniform at any T: ln 4
+])
+def test_chunk_stats_by_hand(logits, target, temperature, logp, entropy):
+    got_logp, got_entropy = chunk_stats(torch.tensor([logits]), torch.tensor([target]), temperature)
+    assert got_logp.item() == pytest.approx(logp, abs=1e-6)
+    assert got_entropy.item() == pytest.approx(entropy, abs=1e-6)
 
 
 @pytest.mark.parametrize("chunk_size", [1, 3, 7, 0])  # 0: all 10 positions at once
