@@ -1,7 +1,7 @@
 """Peak memory of one GRPO step, kitae against TRL's GRPOTrainer on equal work, printed as a ratio kitae / TRL.
 
     python benchmarks/memory.py [--models qwen-vocab,bundled] [--prompts 4] [--group 4] [--new 128] [--micro 8]
-                                [--chunk N] [--device cpu|cuda] [--threads 1] [--tiny]
+                                [--chunk N] [--device cpu|cuda] [--threads 1] [--checkpointing] [--tiny]
 
 Models: `qwen-vocab`, a random-weight Qwen2 with Qwen's 151,936-token vocabulary and a tiny body (hidden 64,
 2 layers, tied embeddings; built once under --model-dir), where the output layer's logits dominate a step's memory;
@@ -14,7 +14,7 @@ The same work on both sides (`side_settings`, checked by tests/test_memory_bench
 --prompts prompts x --group samples in file order, at most --new new tokens at temperature 1, forward and backward in
 micro-batches of --micro rows (TRL: per_device_train_batch_size = --micro, gradient_accumulation_steps = rows /
 --micro, so it generates all rows at once and takes no separate old-log-prob pass, as kitae), the GRPO loss with no
-KL term, AdamW, fp32, gradient checkpointing off, every row trained (kitae's `optim.skip_zero_advantage: false`).
+KL term, AdamW, fp32, gradient checkpointing off (on for both with --checkpointing), every row trained (kitae's `optim.skip_zero_advantage: false`).
 The random-weight qwen-vocab model almost never samples an end token, so both sides' completions are --new tokens
 long; the bundled model stops where it likes, and the completion tokens each side generated are printed.
 
@@ -88,7 +88,8 @@ def side_settings(side: str, model: str, work: dict, out_dir: str) -> dict:
             top_p=1.0, top_k=0, repetition_penalty=1.0, beta=0.0, loss_type="grpo", num_iterations=1, max_steps=1,
             logging_steps=1, save_strategy="no", report_to=[], bf16=False, use_cpu=work["device"] == "cpu", seed=0,
             lr_scheduler_type="constant", max_grad_norm=1.0, weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.99,
-            disable_tqdm=True, shuffle_dataset=False, gradient_checkpointing=False, mask_truncated_completions=False,
+            disable_tqdm=True, shuffle_dataset=False, gradient_checkpointing=work.get("checkpointing", False),
+            mask_truncated_completions=False,
             scale_rewards="group",
         )
     optim = {"steps": 1, "prompts_per_step": work["prompts"], "lr": LR, "micro_batch_size": work["micro"],
@@ -96,7 +97,7 @@ def side_settings(side: str, model: str, work: dict, out_dir: str) -> dict:
     if work["chunk"] is not None:
         optim["logprob_chunk_size"] = work["chunk"]
     return {"name": "memory", "output_dir": out_dir, "seed": 0, "threads": work["threads"],
-            "model": {"path": model, "gradient_checkpointing": False},
+            "model": {"path": model, "gradient_checkpointing": work.get("checkpointing", False)},
             "data": {"train": "bundled:arith/train", "eval": None, "shuffle": False},
             "rewards": [{"name": "odd", "function": "memory:odd_share"}],
             "sampling": {"group_size": work["group"], "temperature": 1.0, "top_p": 1.0, "top_k": 0,
@@ -150,7 +151,8 @@ def run_kitae(args, work: dict) -> dict:
     peak, seen = Peak(work["device"]), {}
 
     def on_step(step, m):
-        seen.update(peak_mb=peak.read(), tokens=m["len_mean"] * work["prompts"] * work["group"])
+        seen.update(peak_mb=peak.read(), tokens=m["len_mean"] * work["prompts"] * work["group"],
+                    secs=m["secs_per_step"])
 
     trainer.on_step = on_step
     peak.start()
@@ -178,9 +180,13 @@ def run_trl(args, work: dict) -> dict:
     peak, seen = Peak(work["device"]), {}
 
     class AtStepEnd(TrainerCallback):
+        def on_step_begin(self, a, state, control, **kw):
+            self.t0 = time.perf_counter()
+
         def on_step_end(self, a, state, control, **kw):
             lengths = trainer._metrics["train"]["completions/mean_length"]
-            seen.update(peak_mb=peak.read(), tokens=lengths[-1] * work["prompts"] * work["group"])
+            seen.update(peak_mb=peak.read(), tokens=lengths[-1] * work["prompts"] * work["group"],
+                        secs=time.perf_counter() - self.t0)
 
     config = GRPOConfig(**side_settings("trl", args.model, work, tempfile.mkdtemp(prefix="trl-memory-")))
     trainer = GRPOTrainer(model=model, reward_funcs=[odd_share], args=config, train_dataset=ds, processing_class=tok,
@@ -217,7 +223,7 @@ def work_of(args) -> dict:
     if (args.prompts * args.group) % args.micro:
         raise SystemExit(f"--micro {args.micro} must divide the rows ({args.prompts} x {args.group})")
     return {"prompts": args.prompts, "group": args.group, "new": args.new, "micro": args.micro, "chunk": args.chunk,
-            "device": args.device, "threads": args.threads}
+            "device": args.device, "threads": args.threads, "checkpointing": args.checkpointing}
 
 
 def bench_model(name: str, work: dict, args) -> dict:
@@ -234,10 +240,11 @@ def report(name: str, work: dict, sides: dict) -> None:
     vocab = QWEN_VOCAB if name == "qwen-vocab" else 1024
     rows = work["prompts"] * work["group"]
     print(f"\n{name} (vocabulary {vocab:,}): {work['prompts']} prompts x {work['group']} samples, <= {work['new']} new "
-          f"tokens, micro-batches of {work['micro']} rows, GRPO, fp32, {work['device']}, {work['threads']} thread(s)")
-    print(f"{'':8}{'peak MB':>9}{'tokens':>8}  what it did")
+          f"tokens, micro-batches of {work['micro']} rows, GRPO, fp32, {work['device']}, {work['threads']} thread(s), "
+          f"gradient checkpointing {'on' if work.get('checkpointing') else 'off'} on both")
+    print(f"{'':8}{'peak MB':>9}{'tokens':>8}{'step s':>8}  what it did")
     for side, r in sides.items():
-        print(f"{side:8}{r['peak_mb']:>9.0f}{r['tokens']:>8.0f}  {r['did']}")
+        print(f"{side:8}{r['peak_mb']:>9.0f}{r['tokens']:>8.0f}{r['secs']:>8.1f}  {r['did']}")
     k, t = sides["kitae"], sides["trl"]
     print(f"measured as: {k['how']}")
     print(f"kitae / TRL peak memory ({name}): {k['peak_mb'] / t['peak_mb']:.2f}x "
@@ -254,6 +261,7 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=None, help="kitae's optim.logprob_chunk_size (default: its default)")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--threads", type=int, default=1, help="torch threads for each side")
+    ap.add_argument("--checkpointing", action="store_true", help="gradient checkpointing on for both sides")
     ap.add_argument("--tiny", action="store_true", help="2 prompts x 2 samples, 8 new tokens (the test's mode)")
     ap.add_argument("--model-dir", default=str(Path(tempfile.gettempdir()) / "kitae-memory-models"),
                     help="where the qwen-vocab model is built and kept")
