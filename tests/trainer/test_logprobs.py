@@ -182,3 +182,15 @@ def test_lora_with_an_adapted_output_layer():
     with torch.no_grad(), model.disable_adapter():  # the reference policy: the base without the adapter
         torch.testing.assert_close(token_logps(model, batch, chunk_size=4)[0] * batch.mask,
                                    full_forward_logps(model, batch) * batch.mask, atol=1e-6, rtol=0)
+
+
+def test_a_vision_model_splits_and_keeps_its_placeholder_mask():
+    from kitae.models import BUNDLED_VL, load_causal_lm
+
+    model = load_causal_lm(BUNDLED_VL)  # its output layer's hook sets the image placeholder's logit to -1e4
+    widest = Widest(model.get_output_embeddings())
+    batch = a_batch()
+    logp, _ = token_logps(model, batch, chunk_size=4)
+    assert widest.most == 4  # split at the output layer; the hook runs on each chunk (else the log-probs differ)
+    # log-probs near -20 here: fp32 rounding of the matmul is 2e-6 of them, so 1e-6 relative as well as absolute
+    torch.testing.assert_close(logp * batch.mask, full_forward_logps(model, batch) * batch.mask, atol=1e-6, rtol=1e-6)
