@@ -14,7 +14,8 @@ The same work on both sides (`side_settings`, checked by tests/test_memory_bench
 --prompts prompts x --group samples in file order, at most --new new tokens at temperature 1, forward and backward in
 micro-batches of --micro rows (TRL: per_device_train_batch_size = --micro, gradient_accumulation_steps = rows /
 --micro, so it generates all rows at once and takes no separate old-log-prob pass, as kitae), the GRPO loss with no
-KL term, AdamW, fp32, gradient checkpointing off (on for both with --checkpointing), every row trained (kitae's `optim.skip_zero_advantage: false`).
+KL term, AdamW, fp32, gradient checkpointing off (on for both with --checkpointing), every row trained (kitae's
+`optim.skip_zero_advantage: false`).
 The random-weight qwen-vocab model almost never samples an end token, so both sides' completions are --new tokens
 long; the bundled model stops where it likes, and the completion tokens each side generated are printed.
 
@@ -83,7 +84,8 @@ def side_settings(side: str, model: str, work: dict, out_dir: str) -> dict:
     rows = work["prompts"] * work["group"]
     if side == "trl":
         return dict(
-            output_dir=out_dir, per_device_train_batch_size=work["micro"], gradient_accumulation_steps=rows // work["micro"],
+            output_dir=out_dir, per_device_train_batch_size=work["micro"],
+            gradient_accumulation_steps=rows // work["micro"],
             num_generations=work["group"], max_completion_length=work["new"], learning_rate=LR, temperature=1.0,
             top_p=1.0, top_k=0, repetition_penalty=1.0, beta=0.0, loss_type="grpo", num_iterations=1, max_steps=1,
             logging_steps=1, save_strategy="no", report_to=[], bf16=False, use_cpu=work["device"] == "cpu", seed=0,
@@ -193,7 +195,8 @@ def run_trl(args, work: dict) -> dict:
                           callbacks=[AtStepEnd()])
     peak.start()
     trainer.train()
-    return {**seen, "how": peak.how, "did": "full logits of each micro-batch (TRL's _get_per_token_logps_and_entropies)"}
+    did = "full logits of each micro-batch (TRL's _get_per_token_logps_and_entropies)"
+    return {**seen, "how": peak.how, "did": did}
 
 
 def child(args) -> None:

@@ -8,10 +8,11 @@ forward pre-hook on ``get_output_embeddings()`` takes the hidden states and hand
 position), and the output layer, the logit soft-capping of Gemma 2/3 and the fp32 log-softmax run
 ``chunk_size`` positions at a time. In training each chunk runs under activation checkpointing
 (``torch.utils.checkpoint``), so the backward recomputes one chunk's logits at a time instead of keeping every
-chunk's alive. The numbers are the full computation's: the same matmul and the same fp32 reductions, per position, to float
-rounding (tests/trainer/test_logprobs.py: 1e-6, gradients included). The log-softmax and entropy of a chunk are one
-autograd Function (:func:`chunk_stats`) that keeps one [chunk x vocabulary] fp32 temporary beside the logits in
-the forward and one in the backward.
+chunk's alive. The numbers are the full computation's: the same matmul and the same fp32 reductions, per
+position, to float rounding (tests/trainer/test_logprobs.py: 1e-6, gradients included). The log-softmax and entropy
+of a chunk are one autograd Function (:func:`chunk_stats`) that keeps one [chunk x vocabulary] fp32 temporary beside
+the logits in the forward and one in the backward (plus an fp32 copy of the logits when they are not fp32 or T is
+not 1): at most chunk x vocabulary x (8 + 2 x the logits' bytes) bytes at once.
 
 The forward itself is the model's own (autocast, DDP, LoRA, a vision model's image merging, the hook that masks a
 vision model's placeholder tokens all run as before). Where the model cannot be split this way, the whole logits
@@ -176,7 +177,7 @@ def chosen_logps(model, hidden: torch.Tensor, targets: torch.Tensor, temperature
         return chunk_stats(capped(head(h), softcap), t, temperature)  # [c, V] logits, gone on return
 
     step = chunk_size if chunk_size > 0 else max(1, hidden.shape[0])
-    checkpointed = torch.is_grad_enabled() and chunk_size > 0 and hidden.requires_grad
+    checkpointed = torch.is_grad_enabled() and chunk_size > 0  # also when only the output layer is trained
     parts = [checkpoint(stats, hidden[i : i + step], targets[i : i + step], use_reentrant=False) if checkpointed
              else stats(hidden[i : i + step], targets[i : i + step]) for i in range(0, hidden.shape[0], step)]
     return _cat(parts, hidden)
