@@ -19,6 +19,7 @@ import torch
 
 from kitae.rollout.base import Completion
 from kitae.rollout.hf import batch_image_inputs
+from kitae.trainer.logprobs import DEFAULT_CHUNK_SIZE, chosen_logps, hidden_or_logits, logits_logps
 
 
 @dataclass
@@ -311,45 +312,55 @@ def pack(batch: TrainBatch, families: Sequence[Sequence[int]]) -> PackedBatch:
                        [batch.image_inputs[fam[0]] for fam in families] if batch.image_inputs is not None else None)
 
 
-def packed_logps(model, pb: PackedBatch, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log-probs [b, L-1] of the packed rows, in their TrainBatch columns (0 where not counted), logits [N, V] of
-    the N counted tokens), from one forward over the packed sequences."""
+def packed_logps(model, pb: PackedBatch, temperature: float = 1.0,
+                 chunk_size: int = DEFAULT_CHUNK_SIZE) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log-probs [b, L-1] of the packed rows, entropies [b, L-1], in their TrainBatch columns (0 where not
+    counted)), from one forward over the packed sequences; the output layer and the log-softmax run on the
+    counted positions only, ``chunk_size`` at a time (kitae.trainer.logprobs)."""
     P = pb.input_ids.shape[1]
     fam, pos = pb.where
     first = int(pos.min()) if len(pos) else P - 1
     images = batch_image_inputs(pb.image_inputs, pb.input_ids.device) if pb.image_inputs is not None else {}
-    out = model(input_ids=pb.input_ids, attention_mask=pb.attention_mask, position_ids=pb.position_ids,
-                use_cache=False, logits_to_keep=P - first, **images)
-    logits = out.logits[fam, pos - first].float()  # [N, V]
-    if temperature > 0 and temperature != 1.0:
-        logits = logits / temperature
-    part = logits.gather(-1, pb.targets[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)  # [N]
+    hidden, logits = hidden_or_logits(model, dict(
+        input_ids=pb.input_ids, attention_mask=pb.attention_mask, position_ids=pb.position_ids, use_cache=False,
+        logits_to_keep=P - first, **images))
+    if hidden is not None:
+        part, entropy = chosen_logps(model, hidden[fam, pos - first], pb.targets, temperature, chunk_size)  # [N]
+    else:
+        part, entropy = logits_logps(logits[fam, pos - first], pb.targets, temperature, chunk_size)  # [N]
     logp = part.new_zeros(pb.rows.mask.shape).index_put(pb.cols, part)  # [b, L-1]
-    return logp, logits
+    return logp, entropy.new_zeros(pb.rows.mask.shape).index_put(pb.cols, entropy)
 
 
-def token_logps(model, batch: TrainBatch, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log-probs [B, L-1] of each next token under logits / T, logits [B, K, V] of the last K of those positions).
+def token_logps(model, batch: TrainBatch, temperature: float = 1.0,
+                chunk_size: int = DEFAULT_CHUNK_SIZE) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log-probs [B, L-1] of each next token under logits / T, entropies [B, L-1] of those distributions).
 
     The temperature matches the rollout engine's log-probs, so old and new form a proper ratio. Only positions
-    from the first counted token on get logits (``logits_to_keep``, as TRL does): the prompt-only columns to
-    the left cost no LM-head activations and are 0 in the log-probs (the mask drops them anyway). Callers
-    align the logits with ``mask[:, -K:]``. No KV cache is built (``use_cache=False``).
+    from the first counted token on are computed (``logits_to_keep``, as TRL does): the prompt-only columns to
+    the left cost no LM-head activations and are 0 in both outputs (the mask drops them anyway). The output layer
+    and the log-softmax run ``chunk_size`` positions at a time (kitae.trainer.logprobs), never on the whole
+    micro-batch's [B, K, V] logits. No KV cache is built (``use_cache=False``).
     """
     L = batch.input_ids.shape[1]
     counted = batch.mask.any(0).nonzero()
     start = int(counted[0]) if len(counted) else L - 2  # the first position that predicts a counted token
     keep = L - start  # positions start .. L-1; the last one (predicting past the end) is dropped below
+    inputs = dict(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False,
+                  logits_to_keep=keep, **batch.model_inputs())
     try:
-        out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False,
-                    logits_to_keep=keep, **batch.model_inputs())
+        hidden, logits = hidden_or_logits(model, inputs)
     except TypeError:  # a model without logits_to_keep: all positions
-        out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, **batch.model_inputs())
-    logits = out.logits[:, :-1].float()  # [B, K, V]
-    if temperature > 0 and temperature != 1.0:
-        logits = logits / temperature
-    K = logits.shape[1]
-    targets = batch.input_ids[:, L - K :]  # [B, K]: the token each kept position predicts
-    part = logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)  # [B, K]
-    logp = torch.cat([part.new_zeros(part.shape[0], L - 1 - K), part], dim=1)  # [B, L-1]
-    return logp, logits
+        inputs.pop("use_cache"), inputs.pop("logits_to_keep")
+        hidden, logits = hidden_or_logits(model, inputs)
+    states = hidden if hidden is not None else logits
+    K = states.shape[1] - 1  # [B, K+1, .] -> the K positions that predict a token of the row
+    targets = batch.input_ids[:, L - K :].reshape(-1)  # [B*K]: the token each kept position predicts
+    flat = states[:, :-1].reshape(-1, states.shape[-1])  # [B*K, H] hidden states or [B*K, V] logits
+    if hidden is not None:
+        part, entropy = chosen_logps(model, flat, targets, temperature, chunk_size)  # [B*K]
+    else:
+        part, entropy = logits_logps(flat, targets, temperature, chunk_size)  # [B*K]
+    left = part.new_zeros(len(batch), L - 1 - K)  # [B, L-1-K] prompt-only columns
+    return (torch.cat([left, part.reshape(-1, K)], dim=1),  # [B, L-1]
+            torch.cat([left, entropy.reshape(-1, K)], dim=1))

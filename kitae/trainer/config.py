@@ -359,6 +359,8 @@ class OptimConfig:
     prompts_per_step: int = setting(8, minimum=1)  # prompts per step (each gets group_size samples)
     micro_batch_size: int = setting(32, minimum=1)  # at most this many sequences per forward/backward (rows of
     # similar length go together, kitae.trainer.batch.micro_batches)
+    logprob_chunk_size: int = setting(256, minimum=0)  # positions whose full-vocabulary logits exist at once when
+    # the update and the reference pass take log-probs (kitae.trainer.logprobs); 0: a micro-batch's all at once
     skip_zero_advantage: bool = True  # leave rows that cannot change the gradient out of the forward/backward
     # (advantage 0 with no KL term in the loss; no counted token): same gradient, less work
     lr: float = setting(1e-4, above=0)  # AdamW's learning rate

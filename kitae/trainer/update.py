@@ -33,7 +33,6 @@ from dataclasses import dataclass
 
 import torch
 
-from kitae.algorithms.kl import masked_entropy
 from kitae.algorithms.losses import (
     LossConfig,
     LossInputs,
@@ -127,7 +126,7 @@ class PolicyUpdate:
     @torch.no_grad()
     def reference_logps(self, batch: TrainBatch) -> torch.Tensor:
         """Log-probs [B, L-1] of the batch's tokens under the reference policy."""
-        temp = self.cfg.sampling.temperature
+        temp, chunk = self.cfg.sampling.temperature, self.cfg.optim.logprob_chunk_size
         out = torch.zeros_like(batch.old_logp)  # [B, L-1]
         runs = micro_batch_rows(batch, self.cfg.optim.micro_batch_size)
         if self.ref_model == BASE_UNDER_ADAPTER:  # FSDP: the policy's forwards, as many as every process runs
@@ -135,23 +134,22 @@ class PolicyUpdate:
         for rows in runs:
             mb = batch.select(torch.tensor(rows, device=out.device)).trimmed()
             if self.ref_model == BASE_UNDER_ADAPTER:
-                with self.policy.disable_adapter():
-                    logp = token_logps(self.model, mb, temp)[0]
+                with self.policy.disable_adapter(), self.acc.autocast():  # autocast: as in logps
+                    logp = token_logps(self.model, mb, temp, chunk)[0]
             else:  # under the policy's autocast (accelerate wraps only the prepared model's forward)
                 with self.acc.autocast():
-                    logp = token_logps(self.ref_model, mb, temp)[0]
+                    logp = token_logps(self.ref_model, mb, temp, chunk)[0]
             out[rows, : logp.shape[1]] = logp  # [b, w-1] of the trimmed rows
         return out
 
-    def logps(self, mb: PackedBatch | TrainBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Log-probs [b, L-1] of the micro-batch's rows under the policy, and logits with the mask of the
-        tokens they predict (for the entropy)."""
-        temp = self.cfg.sampling.temperature
-        if isinstance(mb, PackedBatch):
-            logp, logits = packed_logps(self.model, mb, temp)  # logits [N, V] of the counted tokens
-            return logp, logits, logits.new_ones(logits.shape[0])
-        logp, logits = token_logps(self.model, mb, temp)  # logits [b, K, V] of the last K columns
-        return logp, logits, mb.mask[:, -logits.shape[1] :]
+    def logps(self, mb: PackedBatch | TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probs [b, L-1] of the micro-batch's rows under the policy, and the entropies [b, L-1] of the
+        distributions they come from (0 where not computed; the mask picks the counted ones)."""
+        temp, chunk = self.cfg.sampling.temperature, self.cfg.optim.logprob_chunk_size
+        with self.acc.autocast():  # the output layer runs after the prepared forward, under its precision too
+            if isinstance(mb, PackedBatch):
+                return packed_logps(self.model, mb, temp, chunk)
+            return token_logps(self.model, mb, temp, chunk)
 
     # ---- the optimizer steps -------------------------------------------------------------------------------
     def optimize(self, batch: TrainBatch, loss_cfg: LossConfig) -> dict[str, float]:
@@ -189,7 +187,7 @@ class PolicyUpdate:
         """Forward and backward of one micro-batch, its loss times ``weight``: (its loss, its metrics, its
         counted tokens). DDP all-reduces the gradients once (FSDP reduce-scatters them), after the ``last``."""
         with nullcontext() if last else self.acc.no_sync(self.model):
-            logp, logits, logits_mask = self.logps(mb)
+            logp, entropy = self.logps(mb)
             rows = mb.rows if isinstance(mb, PackedBatch) else mb
             old, is_weight, mismatch = rows.old_logp, rows.is_weight, {}
             if self.in_pass_correction:
@@ -198,7 +196,7 @@ class PolicyUpdate:
             loss, m = policy_loss(self.cfg.algorithm.loss, inp, loss_cfg, norm)
             m.update(mismatch)
             self.acc.backward(loss * weight if weight != 1.0 else loss)
-        m["entropy"] = float(masked_entropy(logits.detach(), logits_mask))
+        m["entropy"] = float((entropy * rows.mask).sum() / rows.mask.sum().clamp(min=1.0))  # over counted tokens
         metrics = {k: float(v) for k, v in m.items() if k != "num_tokens"}
         return float(loss.detach()), metrics, float(rows.mask.sum())
 

@@ -35,16 +35,16 @@ def test_logps_match_a_full_forward_where_tokens_count():
     rows = [completion([1, 2, 3, 4, 5, 6], [7, 8]), completion([1, 2, 3, 4], [9, 10, 11, 12]),
             completion([5, 6, 7, 8, 9], [])]  # prompts of 6, 4 and 5 tokens; the last has no completion
     batch = build_batch(rows, [0.0] * 3, pad_id=0)
-    logp, logits = token_logps(model, batch)
+    logp, entropy = token_logps(model, batch)
     want, want_logits = full_forward_logps(model, batch)
-    assert logp.shape == want.shape == (3, 7)
-    # the first counted token is row 1's first completion token, predicted at position 3: logits from there on
-    assert logits.shape[1] == 7 - 3
+    assert logp.shape == entropy.shape == want.shape == (3, 7)
     torch.testing.assert_close(logp * batch.mask, want * batch.mask, atol=1e-5, rtol=1e-5)
-    assert torch.all(logp[:, :3] == 0)  # prompt-only columns: no logits, log-prob 0 (masked out anyway)
-    torch.testing.assert_close(logits, want_logits[:, 3:], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(masked_entropy(logits, batch.mask[:, -logits.shape[1]:]),
-                               masked_entropy(want_logits, batch.mask), atol=1e-5, rtol=1e-5)
+    # the first counted token is row 1's first completion token, predicted at position 3: nothing left of it
+    assert torch.all(logp[:, :3] == 0) and torch.all(entropy[:, :3] == 0)  # prompt-only columns (masked out anyway)
+    want_entropy = torch.logsumexp(want_logits, -1) - (want_logits.softmax(-1) * want_logits).sum(-1)  # [B, L-1]
+    torch.testing.assert_close(entropy[:, 3:], want_entropy[:, 3:], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close((entropy * batch.mask).sum() / batch.mask.sum(), masked_entropy(want_logits, batch.mask),
+                               atol=1e-5, rtol=1e-5)
 
 
 def test_gradients_match_a_full_forward():
@@ -108,10 +108,12 @@ def test_packed_logps_equal_each_row_alone():
     assert packed.input_ids[0].tolist() == [1, 2, 3, 4, 5, 6, 7, 8, 7, 9, 10, 7, 8]
     assert packed.position_ids[0].tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 6, 7, 8, 6, 7]
     assert packed.padded_tokens() == (26, 26 - 19)
-    logp, logits = packed_logps(model, packed)
-    want, _ = token_logps(model, batch)
-    torch.testing.assert_close(logp * packed.rows.mask, want[:, : logp.shape[1]] * packed.rows.mask, atol=1e-5, rtol=0)
-    assert logits.shape == (int(batch.mask.sum()), 64)
+    logp, entropy = packed_logps(model, packed)
+    want, want_entropy = token_logps(model, batch)
+    mask = packed.rows.mask
+    torch.testing.assert_close(logp * mask, want[:, : logp.shape[1]] * mask, atol=1e-5, rtol=0)
+    torch.testing.assert_close(entropy * mask, want_entropy[:, : logp.shape[1]] * mask, atol=1e-5, rtol=0)
+    assert torch.all(entropy[mask == 0] == 0)  # computed at the counted tokens only
 
 
 def test_a_packed_row_never_sees_the_other_rows():
