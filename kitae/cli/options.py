@@ -131,6 +131,12 @@ def parse_template_kwargs(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError("--chat-template-kwargs", f"expected a JSON object of the template's variables, got "
                           f"{type(value).__name__}; e.g. '{{\"enable_thinking\": false}}'")
+    from kitae.serving.server import TEMPLATE_ARGUMENTS
+
+    for key in value:
+        if key in TEMPLATE_ARGUMENTS:
+            raise ConfigError(f"--chat-template-kwargs.{key}", "an argument of apply_chat_template, not a variable "
+                              "of the chat template; remove it")
     return value
 
 

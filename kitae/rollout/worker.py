@@ -114,7 +114,7 @@ def _worker_main(model: Any, tokenizer: Any, end_marker: Any, device: str, versi
     """The worker process: apply pushes and run jobs in queue order until "stop"; a failure is reported with
     its traceback and ends the worker. It ends with the trainer, however the trainer ends."""
     from kitae.rollout.hf import HFEngine
-    from kitae.trainer.processes import die_with_parent
+    from kitae.lifetime import die_with_parent
 
     die_with_parent(signal.SIGKILL, trainer_pid)  # a trainer killed by SIGKILL leaves no worker behind
     # Ctrl-C and SIGTERM are the trainer's: it saves (waiting for the groups sampled ahead), then stops the worker.

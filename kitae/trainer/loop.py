@@ -43,6 +43,7 @@ import torch
 
 from kitae.algorithms.losses import LossConfig
 from kitae.errors import ConfigError, KitaeError
+from kitae.lifetime import die_with_parent
 from kitae.rollout.base import ContinuesTokens, RemoteLogprobs, ReportsStats, SamplingParams
 from kitae.scoring.evaluate import evaluate
 from kitae.scoring.rewards import (
@@ -71,7 +72,7 @@ from kitae.trainer.metrics import group_records, pass_rate_and_partial_metrics, 
 from kitae.trainer.periodic import due
 from kitae.trainer.pipeline import RolloutPipeline, in_worker
 from kitae.trainer.preflight import Checked, preflight
-from kitae.trainer.processes import agree_to_stop, die_with_parent, gather, reduce_metrics
+from kitae.trainer.processes import agree_to_stop, gather, reduce_metrics
 from kitae.trainer.resume import ResumePlan, plan_resume, remove_stale_saves
 from kitae.trainer.update import PolicyUpdate
 

@@ -3,16 +3,11 @@
 Each process samples its share of a step's prompts; they agree on how many groups to train on (the fewest any
 process has, so every process runs the same micro-steps), send their sampler updates and group records to one
 another, and average their metrics, and stop after the same step (:func:`agree_to_stop`). In one process every function here
-returns its input. :func:`die_with_parent`: a child process (a rank of the launcher, the rollout worker of
-``sampling.async``) ends with the process that started it.
+returns its input. A rank ends with the launcher that started it: kitae.lifetime.die_with_parent.
 """
 
 from __future__ import annotations
 
-import ctypes
-import os
-import threading
-import time
 from typing import Any
 
 import torch
@@ -60,31 +55,3 @@ def agree_to_stop(acc, stop_signal: int | None, stop: bool) -> tuple[bool, int |
     asked = gather(acc, [(stop, stop_signal)])
     signals = [s for _, s in asked if s is not None]
     return any(s for s, _ in asked), (signals[0] if signals else None)
-
-
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
-PARENT_POLL_SECS = 1.0
-
-
-def die_with_parent(sig: int, parent: int | None = None) -> None:
-    """Get ``sig`` when the process that started this one dies (a trainer killed by SIGKILL, a launcher gone),
-    so that no rollout worker or rank trains on alone under PID 1: Linux's PR_SET_PDEATHSIG, else (another
-    system) a thread that watches the parent's pid. One of them only: a second SIGTERM would stop the run at
-    once instead of at a checkpoint. Called first thing in the child; ``parent``: the pid that started it, where
-    known (a parent that died before this call is caught too)."""
-    parent = os.getppid() if parent is None else parent
-    try:
-        asked = ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
-    except (OSError, AttributeError):  # not Linux
-        asked = False
-    if asked:
-        if os.getppid() != parent:  # died before the kernel was asked
-            os.kill(os.getpid(), sig)
-        return
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(PARENT_POLL_SECS)
-        os.kill(os.getpid(), sig)
-
-    threading.Thread(target=watch, name="kitae-parent-watch", daemon=True).start()
