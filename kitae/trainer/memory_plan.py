@@ -54,7 +54,7 @@ LOGIT_COPIES = 4
 # (``optim.logprob_chunk_size``'s default where that field exists; 0 there means not chunked), the chunk the
 # plan suggests for a run that turned chunking off. A kitae without the field takes log-probs of a whole
 # micro-batch at once, and the plan counts that.
-LOGPROB_CHUNK = 512
+LOGPROB_CHUNK = 256  # kitae.trainer.logprobs.DEFAULT_CHUNK_SIZE (a test holds them equal; this module imports no torch)
 # bitsandbytes' quantization constants per weight: one float32 absmax per block of 64 (4-bit), or with double
 # quantization an 8-bit absmax per 64 and a float32 per 256 blocks; LLM.int8: one float32 per row (ignored).
 QUANT_CONSTANTS = {(4, False): 4 / 64, (4, True): 1 / 64 + 4 / (64 * 256), (8, False): 0.0, (8, True): 0.0}
@@ -465,12 +465,18 @@ def first_fit(config: str | Path, overrides: list[str], sizes: list[float | None
     def plan_with(extra: list[str]) -> Plan:
         return make_plan(load_setup(config, [*overrides, *extra], cuda, prompt_tokens), sizes)
 
+    def fits(extra: list[str]) -> bool:
+        try:
+            return plan_with(extra).fits()
+        except ConfigError:  # e.g. a 4-bit base left without the LoRA adapter it needs
+            return False
+
     tried: list[str] = []
     for override, _ in fixes(load_setup(config, overrides, cuda, prompt_tokens)):
         tried.append(override)
-        if plan_with(tried).fits():
+        if fits(tried):
             for earlier in tried[:-1]:
-                if plan_with([o for o in tried if o != earlier]).fits():
+                if fits([o for o in tried if o != earlier]):
                     tried.remove(earlier)
             return tried, plan_with(tried)
     return None

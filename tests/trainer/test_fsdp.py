@@ -221,7 +221,8 @@ def server_logp_gap(model, tokenizer, url: str) -> float:
 
 def fsdp2_pushes_the_full_weights_to_a_rollout_server(fsdp_runs, tiny_assets, lora):
     """sampling.engine: server, sync: disk under FSDP2: every process gathers, the main process pushes the whole
-    policy (merged, for LoRA) after each step; the server then holds exactly the trainer's weights of that step."""
+    policy (for LoRA only the adapter) after each step; the server then samples with exactly the trainer's weights
+    of that step."""
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -238,14 +239,21 @@ def fsdp2_pushes_the_full_weights_to_a_rollout_server(fsdp_runs, tiny_assets, lo
     tokenizer = AutoTokenizer.from_pretrained(tiny_assets / "model")
     gap = server_logp_gap(trained.eval(), tokenizer, urls[1 if lora else 0])
     assert gap < 1e-4  # fp32: the server holds the trainer's weights after the last step
-    # what was pushed: the whole model of step 2 (every weight at its full shape), not a shard nor step 1's
-    pushed = load_file(run / "sync" / "v000002" / "model.safetensors")
-    full = trained.state_dict()
-    assert sorted(pushed) == sorted(k for k in full if k != "lm_head.weight")  # the tied copy: not written
-    for name, t in pushed.items():
-        torch.testing.assert_close(t, full[name], atol=1e-6, rtol=1e-5, msg=name)
-    base = load_file(tiny_assets / "model" / "model.safetensors")
-    assert any(not torch.equal(t, base[k]) for k, t in pushed.items())  # it trained: not the initial weights
+    if lora:  # sampling.lora_sync: adapter (the default): the adapter of step 2, gathered whole, and nothing else
+        pushed = load_file(run / "sync" / "adapter-v000002" / "adapter_model.safetensors")
+        saved = load_file(folder / "adapter_model.safetensors")
+        assert sorted(pushed) == sorted(saved) and all("lora_" in k for k in pushed)
+        for name, t in pushed.items():
+            torch.testing.assert_close(t, saved[name], atol=0, rtol=0, msg=name)
+        assert not (run / "sync" / "adapter-v000001").exists()  # the previous adapter unloaded and removed
+    else:  # the whole model of step 2 (every weight at its full shape), not a shard nor step 1's
+        pushed = load_file(run / "sync" / "v000002" / "model.safetensors")
+        full = trained.state_dict()
+        assert sorted(pushed) == sorted(k for k in full if k != "lm_head.weight")  # the tied copy: not written
+        for name, t in pushed.items():
+            torch.testing.assert_close(t, full[name], atol=1e-6, rtol=1e-5, msg=name)
+        base = load_file(tiny_assets / "model" / "model.safetensors")
+        assert any(not torch.equal(t, base[k]) for k, t in pushed.items())  # it trained: not the initial weights
     con = sqlite3.connect(run / "run.db")
     try:
         seen = dict(con.execute("SELECT step || ' ' || key, value FROM metrics WHERE key IN "
@@ -267,7 +275,7 @@ def test_fsdp2_in_two_processes(fsdp_runs, tiny_assets, subtests):
                lambda: fsdp2_lora_with_kl_to_the_base_trains_as_data_parallel_does(fsdp_runs)),
               ("pushes the full weights to a rollout server",
                lambda: fsdp2_pushes_the_full_weights_to_a_rollout_server(fsdp_runs, tiny_assets, False)),
-              ("pushes the merged LoRA weights to a rollout server",
+              ("pushes only the LoRA adapter to a rollout server",
                lambda: fsdp2_pushes_the_full_weights_to_a_rollout_server(fsdp_runs, tiny_assets, True))]
     for name, check in checks:
         with subtests.test(name):

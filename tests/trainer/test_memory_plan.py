@@ -14,7 +14,7 @@ import yaml
 
 from kitae.errors import ConfigError
 from kitae.trainer.memory_plan import (
-    GIB, ModelShape, Quantization, load_setup, make_plan, parse_gpus, parse_size,
+    GIB, LOGPROB_CHUNK, ModelShape, Quantization, load_setup, make_plan, parse_gpus, parse_size,
 )
 from tests.hub_cache import lay_out
 
@@ -81,7 +81,7 @@ def test_full_bf16_13b_does_not_fit_and_the_fix_is_named(hub13b):
 @pytest.mark.parametrize("args, message", [
     (["--gpu", "lots"], "expected a size"),                       # not a size
     (["--gpu", "32GB", "--gpus", "2x80GB"], "not both"),          # two answers to one question
-    (["--set", "model.quantization={bits: 3}"], "must be 4 or 8"),  # a quantization bitsandbytes lacks
+    (["--set", "model.quantization={bits: 3}"], "expected one of 4, 8"),  # a quantization bitsandbytes lacks
     (["--set", "optim.micro_batch_size=0"], "micro_batch_size"),  # a bad config value
 ])
 def test_bad_input_exits_2_with_the_reason(hub13b, args, message):
@@ -116,7 +116,7 @@ def test_each_setting_moves_its_own_row(tmp_path, hub13b, monkeypatch):
     full_kl = rows(setup_of(tmp_path, hub13b, monkeypatch, "model.lora=null", "model.quantization=null"))
     # 40 layers' activations against 40 layer inputs and one layer's: (7h + 2i) x 40 over (h x 40 + 7h + 2i)
     assert no_ckpt["activations"] / base["activations"] == pytest.approx(40 * 63488 / (40 * 5120 + 63488))
-    assert chunked["log-prob logits"] == base["log-prob logits"] * 64 / 512  # 64 positions of 512
+    assert chunked["log-prob logits"] == base["log-prob logits"] * 64 / LOGPROB_CHUNK  # 64 positions of the default
     quantized = ModelShape.from_config(LLAMA2_13B_CONFIG).quantizable  # the linear layers: 1 byte against 0.516
     assert eight_bit["weights"] - base["weights"] == pytest.approx(quantized * (1 - Quantization().bytes_per_weight()))
     assert full_kl["reference model"] == full_kl["weights"] and base["reference model"] == 0
@@ -211,3 +211,9 @@ def test_kitae_train_prints_the_plan_only_when_asked_on_cpu(tmp_path, capsys):
     finally:
         checked.close()
     assert out.startswith("memory plan: trainer: peak") and "activations [update]" in out
+
+
+def test_the_plans_chunk_is_the_trainers_default():
+    from kitae.trainer.logprobs import DEFAULT_CHUNK_SIZE
+
+    assert LOGPROB_CHUNK == DEFAULT_CHUNK_SIZE
