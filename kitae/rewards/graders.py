@@ -243,6 +243,8 @@ class RewardModelSpec(QualityConfig):
     max_length: int = setting(2048, minimum=8)
     device: str = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    quantize: Literal["none", "nf4", "fp4", "int8"] = "none"  # 4 or 8 bits through bitsandbytes, as `serve rm
+    # --quantize` (the score head stays in dtype)
 
     def validate(self, path: str) -> None:
         if (self.model is None) == (self.url is None):
@@ -271,7 +273,7 @@ class RewardModelSpec(QualityConfig):
 
 _REMOTE_ONLY = ("protocol", "served_model", "api_key_env", "tokenizer", "timeout", "retries", "backoff",
                 "max_concurrency")
-_LOCAL_ONLY = ("max_length", "device", "dtype")
+_LOCAL_ONLY = ("max_length", "device", "dtype", "quantize")
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(RewardModelSpec)}
 
 
@@ -295,6 +297,7 @@ class RewardModelGrader(Grader):
         max_length: 2048        # tokens; longer conversations are cut from the left (local)
         device: cpu             # local
         dtype: float32          # local: float32 | bfloat16 | float16
+        quantize: none          # local: none | nf4 | fp4 | int8 (bitsandbytes; the score head stays in dtype)
         include_system: false   # show system turns to the RM (the recipe used user + assistant only)
         end_marker: null        # the gate's and the content's end of turn; null: the model's, else "<|im_end|>"
 
@@ -408,8 +411,11 @@ def _scorer_factory(s: RewardModelSpec) -> Callable[[], Any]:
     if s.url is not None:
         return _remote_factory(s)
     path = resolve_rm_path(s.model)
+    from kitae.quantization import from_flag
+
+    quantization = from_flag(s.quantize)
     return lambda: LocalRewardModel(path, batch_size=s.batch_size, max_length=s.max_length, device=s.device,
-                                    dtype=s.dtype)
+                                    dtype=s.dtype, quantization=quantization)
 
 
 def _remote_factory(s: RewardModelSpec) -> Callable[[], Any]:

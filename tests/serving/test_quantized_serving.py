@@ -13,6 +13,8 @@ import threading
 import httpx
 import pytest
 
+from kitae.errors import ConfigError
+
 pytest.importorskip("bitsandbytes")
 pytestmark = pytest.mark.slow
 
@@ -107,3 +109,20 @@ def test_an_adapter_folder_loads_quantized_as_it_was_trained(tmp_path):
     loaded = load_causal_lm(tmp_path / "adapter")
     assert isinstance(loaded, peft.PeftModel)
     assert any(isinstance(m, bnb.nn.Linear8bitLt) for m in loaded.modules())
+
+
+def test_a_reward_model_grader_loads_its_model_quantized_and_scores_as_the_full_model_does():
+    """`type: reward_model` with `quantize: nf4` (the in-process reward model, as `serve rm --quantize`)."""
+    import bitsandbytes as bnb
+
+    from kitae.graders.spec import build_grader
+
+    full = build_grader({"type": "reward_model", "model": "bundled"}, "g")
+    four = build_grader({"type": "reward_model", "model": "bundled", "quantize": "nf4"}, "g")
+    scorer = four.scorer  # loaded on first use, as a run does
+    assert any(isinstance(m, bnb.nn.Linear4bit) for m in scorer.model.modules())
+    a, b = full.scorer.score_texts(TEXTS), scorer.score_texts(TEXTS)
+    spread = max(a) - min(a)
+    assert all(abs(x - y) < 0.1 * spread for x, y in zip(a, b)) and a != b
+    with pytest.raises(ConfigError, match="quantize"):
+        build_grader({"type": "reward_model", "url": "http://127.0.0.1:9", "quantize": "nf4"}, "g")
