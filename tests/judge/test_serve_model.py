@@ -44,7 +44,8 @@ def test_models_and_health(served):
     _, url = served
     models = httpx.get(url + "/v1/models").json()
     assert models["data"][0]["id"] == "tiny" and models["data"][0]["max_model_len"] == 4096
-    assert httpx.get(url + "/health").json() == {"status": "ok", "model": "tiny", "weight_version": 0}
+    assert httpx.get(url + "/health").json() == {"status": "ok", "model": "tiny", "weight_version": 0,
+                                                "adapter": None}  # no LoRA adapter loaded (/v1/load_lora_adapter)
 
 
 def test_a_model_is_retrieved_by_its_id(served):
