@@ -4,7 +4,6 @@ a run gets, the bytes it reports, and replicas that lose or refuse the adapter."
 from __future__ import annotations
 
 import importlib.util
-import threading
 from types import SimpleNamespace
 
 import httpx
@@ -14,8 +13,8 @@ import torch
 from kitae.rollout.base import SamplingParams
 from kitae.rollout.server import ServerEngine
 from kitae.rollout.sync import AdapterSync, DiskSync, adapter_name, build_sync, folder_bytes, full_bytes
-from kitae.serving.server import load_service, make_server
 from tests.rollout.test_sync import lora
+from tests.served import serve_model
 
 
 @pytest.fixture(scope="module")
@@ -27,13 +26,8 @@ def base_folder(tmp_path_factory):
 
 @pytest.fixture
 def served(base_folder):
-    service = load_service(base_folder, name="base", default_max_tokens=4)
-    server = make_server(service, port=0)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-    service.close()
+    with serve_model(base_folder, name="base", default_max_tokens=4) as url:
+        yield url
 
 
 @pytest.fixture

@@ -4,13 +4,11 @@ process does, and a bad folder changes nothing."""
 
 from __future__ import annotations
 
-import threading
-
 import httpx
 import pytest
 import torch
 
-from kitae.serving.server import load_service, make_server
+from tests.served import serve_model
 
 PROMPT = [1, 2, 3, 4, 5]
 
@@ -45,13 +43,8 @@ def greedy_logps(model, prompt: list[int], steps: int = 4) -> tuple[list[int], l
 
 @pytest.fixture(scope="module")
 def served(random_lm):
-    service = load_service(random_lm, name="tiny", default_max_tokens=4)
-    server = make_server(service, port=0)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-    service.close()
+    with serve_model(random_lm, name="tiny", default_max_tokens=4) as url:
+        yield url
 
 
 def complete(url: str, model: str | None = None) -> httpx.Response:

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from kitae.serving.streaming import settled
+from tests.served import serve_model
 
 TIMEOUT = 120
 USER = [{"role": "user", "content": "Say something about the sea."}]
@@ -18,15 +19,8 @@ USER = [{"role": "user", "content": "Say something about the sea."}]
 
 @pytest.fixture(scope="module")
 def url(random_lm):
-    from kitae.serving.server import load_service, make_server
-
-    service = load_service(random_lm, name="tiny", default_max_tokens=24)
-    server = make_server(service, port=0)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-    service.close()
+    with serve_model(random_lm, name="tiny", default_max_tokens=24) as served:
+        yield served
 
 
 def post(url: str, path: str, body: dict) -> dict:
