@@ -42,3 +42,19 @@ def damage(run: Path, case: Damage) -> str:
         db.execute(case.sql)
     db.close()
     return case.where.format(group=group)
+
+
+def unloadable_model_config(tmp_path: Path):
+    """A run config named demo whose model folder cannot load (its weights file is garbage), so that a resume
+    refused for another reason is seen to be refused before the model loads."""
+    import shutil
+
+    from kitae.models import BUNDLED_MODEL
+    from kitae.trainer.config import load_train_config
+
+    corrupt = tmp_path / "corrupt-model"
+    shutil.copytree(BUNDLED_MODEL, corrupt)
+    (corrupt / "model.safetensors").write_bytes(b"\x00" * 64 + b"not a safetensors file")
+    return load_train_config(data={"name": "demo", "output_dir": str(tmp_path / "runs"),
+                                   "model": {"path": str(corrupt)},
+                                   "rewards": [{"name": "correct", "grader": {"type": "answer"}}]})

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from kitae.store import RunStore
-from tests.store.damaged import DAMAGES, damage
+from tests.store.damaged import DAMAGES, damage, unloadable_model_config
 from tests.web.runs import finished_run, log_step
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,15 +58,7 @@ def test_runs_show_and_list_name_the_damaged_cell(clean_runs, tmp_path, case):
 
 @pytest.mark.parametrize("case", DAMAGES, ids=lambda c: c.id)
 def test_a_resume_of_a_damaged_run_is_refused_before_the_model_loads(tmp_path, case):
-    from kitae.models import BUNDLED_MODEL
-    from kitae.trainer.config import load_train_config
-
-    corrupt = tmp_path / "corrupt-model"  # loading it would fail: an error about anything else came first
-    shutil.copytree(BUNDLED_MODEL, corrupt)
-    (corrupt / "model.safetensors").write_bytes(b"\x00" * 64 + b"not a safetensors file")
-    cfg = load_train_config(data={"name": "demo", "output_dir": str(tmp_path / "runs"),
-                                  "model": {"path": str(corrupt)},
-                                  "rewards": [{"name": "correct", "grader": {"type": "answer"}}]})
+    cfg = unloadable_model_config(tmp_path)  # loading it would fail: an error about anything else came first
     with RunStore.create(cfg.run_dir, name="demo", config=cfg.to_dict(), model=cfg.model.path) as store:
         for step in range(1, 31):
             log_step(store, step)

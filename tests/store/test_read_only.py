@@ -165,16 +165,9 @@ def test_unreadable_steps_in_a_lone_wal_file_are_an_error_not_a_shorter_history(
 def test_resuming_a_run_on_read_only_storage_is_refused_before_the_model_loads(tmp_path, read_only_view):
     import yaml
 
-    from kitae.trainer.config import load_train_config
+    from tests.store.damaged import unloadable_model_config
 
-    from kitae.models import BUNDLED_MODEL
-
-    corrupt = tmp_path / "corrupt-model"  # loading it would fail: an error about anything else came first
-    shutil.copytree(BUNDLED_MODEL, corrupt)
-    (corrupt / "model.safetensors").write_bytes(b"\x00" * 64 + b"not a safetensors file")
-    cfg = load_train_config(data={"name": "demo", "output_dir": str(tmp_path / "runs"),
-                                  "model": {"path": str(corrupt)},
-                                  "rewards": [{"name": "correct", "grader": {"type": "answer"}}]})
+    cfg = unloadable_model_config(tmp_path)  # loading it would fail: an error about anything else came first
     with RunStore.create(cfg.run_dir, name="demo", config=cfg.to_dict(), model=cfg.model.path) as s:
         s.log_metrics(1, {"reward": 0.5})
         s.finish("crashed")
