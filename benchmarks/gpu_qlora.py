@@ -33,13 +33,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
 import torch  # noqa: E402
 
-QWEN2_0_5B = dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
-                  intermediate_size=4864, vocab_size=151936, max_position_embeddings=32768, rope_theta=1e6,
-                  tie_word_embeddings=True)
-TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128,
-            vocab_size=1024, max_position_embeddings=1024, tie_word_embeddings=True)
+from gpu import QWEN2_0_5B, TINY  # noqa: E402  (the model shapes of benchmarks/gpu.py, the other device check)
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 SKIPPED_4BIT = "skipped 4-bit: bitsandbytes not installed"
 
