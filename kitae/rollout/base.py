@@ -45,6 +45,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from kitae.chat import END_OF_TEXT, IM_END, TEMPLATE_TOKENS, EndMarker, Message
 from kitae.registry import Registry
+from kitae.rollout.trajectory import Episode
 
 CHATML_STOPS = (IM_END, END_OF_TEXT)  # where every sample stops by default, whatever the model
 
@@ -96,10 +97,19 @@ class Completion:
     # the prompt ended inside a <think> block its chat template opened (kitae.chat.opens_thinking: Qwen3-Thinking-2507,
     # QwQ, the DeepSeek-R1 distills): the text starts inside the thinking, so one without </think> has no answer
     thinking_open: bool = False
+    # agents (kitae.rollout.trajectory): per completion token, 1 where the policy sampled it (trained), 0 where the
+    # template, the environment or a tool put it in (context only; its log-prob is 0.0); None: every token sampled
+    loss_mask: list[int] | None = None
+    episode: Episode | None = None  # a multi-turn episode's turns, tool calls and messages; None: one turn
 
     @property
     def num_tokens(self) -> int:
         return len(self.completion_ids)
+
+    @property
+    def sampled_tokens(self) -> int:
+        """The completion tokens the policy sampled (all of them, but for an episode's tool results)."""
+        return len(self.completion_ids) if self.loss_mask is None else sum(self.loss_mask)
 
 
 # ---- the engine contract: the core, and one protocol per optional ability (the module docstring) ------------

@@ -106,8 +106,8 @@ def build_batch(completions: list[Completion], advantages: list[float], pad_id: 
         p, t = len(c.prompt_ids), len(c.completion_ids)
         ids[i, : p + t] = torch.tensor(c.prompt_ids + c.completion_ids)
         attn[i, : p + t] = 1
-        if t:
-            mask[i, p - 1 : p - 1 + t] = 1.0
+        if t:  # an episode's tool results and template tokens (loss_mask 0) stay context, never trained
+            mask[i, p - 1 : p - 1 + t] = 1.0 if c.loss_mask is None else torch.tensor(c.loss_mask, dtype=torch.float32)
             old[i, p - 1 : p - 1 + t] = torch.tensor(c.logprobs)
     images = [c.image_inputs for c in completions] if any(c.image_inputs for c in completions) else None
     return TrainBatch(ids, attn, mask, old, torch.tensor(advantages, dtype=torch.float32), image_inputs=images)
