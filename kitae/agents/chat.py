@@ -75,7 +75,7 @@ class ToolChat:
     # ---- a sampled turn --------------------------------------------------------------------------------------
     def parse(self, text: str) -> ParsedTurn:
         """A sampled turn's text (end marker kept) read in the model's format: content, calls, malformed calls."""
-        return self.format.parse(text, self.end.stops)
+        return self.format.read(text, self.end.stops)
 
     def assistant_message(self, parsed: ParsedTurn) -> dict:
         """The turn as the template takes it (``tool_calls`` when it made calls)."""

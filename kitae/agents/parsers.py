@@ -94,6 +94,11 @@ class ToolCallFormat:
     :meth:`parse`; the messages are the common OpenAI shape unless the template needs another."""
 
     name = ""
+    ends: tuple[str, ...] = ()  # the family's own end-of-turn texts, cut besides the model's end marker
+
+    def read(self, text: str, ends: tuple[str, ...]) -> ParsedTurn:
+        """:meth:`parse` cutting at the model's end marker texts and the family's own."""
+        return self.parse(text, tuple(dict.fromkeys((*ends, *self.ends))))
 
     def detects(self, template: str) -> bool:
         """Whether a chat template's text renders this format."""
@@ -129,6 +134,7 @@ class HermesFormat(ToolCallFormat):
     Hermes). The content is the text before the first call (the template writes a newline between the two)."""
 
     name = "hermes"
+    ends = ("<|im_end|>", "<|endoftext|>")
 
     def detects(self, template: str) -> bool:
         return HERMES_OPEN in template
@@ -175,6 +181,7 @@ class Llama3JsonFormat(ToolCallFormat):
     ``"name"`` is an answer. Results render under the ``ipython`` role (the template's ``tool`` role)."""
 
     name = "llama3_json"
+    ends = ("<|eot_id|>", "<|eom_id|>", "<|end_of_text|>")
 
     def detects(self, template: str) -> bool:
         return '"parameters"' in template and (PYTHON_TAG in template or "ipython" in template)
@@ -248,6 +255,7 @@ class MistralFormat(ToolCallFormat):
     calling turn, which :meth:`kitae.agents.chat.ToolChat.rewrites` then reports)."""
 
     name = "mistral"
+    ends = ("</s>",)
 
     def detects(self, template: str) -> bool:
         return MISTRAL_CALLS in template
