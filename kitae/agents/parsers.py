@@ -37,7 +37,8 @@ PARSERS = Registry("tool call format")
 class ParsedTurn:
     """A sampled turn read in its family's format."""
 
-    content: str  # the turn's text without the tool-call markup and without the end marker
+    content: str  # the turn's text without the tool-call markup and without the end marker (all of the text
+    # when every call in it was malformed)
     calls: list[ToolCall] = field(default_factory=list)  # well-formed calls, in order (turn unset)
     malformed: list[str] = field(default_factory=list)  # one message per call that could not be read
 
@@ -97,8 +98,14 @@ class ToolCallFormat:
     ends: tuple[str, ...] = ()  # the family's own end-of-turn texts, cut besides the model's end marker
 
     def read(self, text: str, ends: tuple[str, ...]) -> ParsedTurn:
-        """:meth:`parse` cutting at the model's end marker texts and the family's own."""
-        return self.parse(text, tuple(dict.fromkeys((*ends, *self.ends))))
+        """:meth:`parse` cutting at the model's end marker texts and the family's own. A turn whose calls were all
+        malformed keeps its whole text as the content: the conversation shows what the model wrote, and the
+        template renders it back as sampled."""
+        ends = tuple(dict.fromkeys((*ends, *self.ends)))
+        parsed = self.parse(text, ends)
+        if parsed.malformed and not parsed.calls:
+            parsed.content = strip_end(text, ends)
+        return parsed
 
     def detects(self, template: str) -> bool:
         """Whether a chat template's text renders this format."""

@@ -94,7 +94,11 @@ _BUILT: dict[str, PreTrainedTokenizerFast] = {}
 
 
 def real_tokenizer(name: str) -> PreTrainedTokenizerFast:
-    """The family's real tokenizer with its own chat template, built once per test session."""
+    """The family's real tokenizer with its own chat template, built once per test session; padded with its
+    end-of-sequence token when it has no pad token, as kitae.models.load_tokenizer pads."""
     if name not in _BUILT:
-        _BUILT[name] = BUILDERS[name]()
+        tok = BUILDERS[name]()
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
+        _BUILT[name] = tok
     return _BUILT[name]

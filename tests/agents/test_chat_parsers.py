@@ -14,8 +14,17 @@ from tests.families.families import real_template
 CALC = '{"name": "calculator", "arguments": {"expression": "12*7"}}'
 
 
+WHOLE = None  # the content is the turn's whole text (without its end marker): all of its calls were malformed
+
+
 def parse(fmt: str, text: str):
     return PARSERS.get(fmt)().read(text, ())
+
+
+def whole(text: str) -> str:
+    for end in ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "</s>"):
+        text = text.removesuffix(end)
+    return text
 
 
 def calls(parsed) -> list[tuple[str, dict]]:
@@ -49,12 +58,12 @@ HERMES_CASES = [
     ('<tool_call>\n{"name": "calculator", "arguments": "{\\"expression\\": \\"1+1\\"}"}\n</tool_call>',
      "", [("calculator", {"expression": "1+1"})], 0),  # arguments quoted as a JSON string: read
     ('<tool_call>\n{"name": "now"}\n</tool_call>', "", [("now", {})], 0),  # no arguments: none
-    ("<tool_call>\n{name: calculator}\n</tool_call><|im_end|>", "", [], 1),  # not JSON
-    ('<tool_call>\n{"arguments": {}}\n</tool_call>', "", [], 1),  # no name
-    ('<tool_call>\n{"name": "", "arguments": {}}\n</tool_call>', "", [], 1),  # empty name
-    ('<tool_call>\n{"name": "calculator", "arguments": [1, 2]}\n</tool_call>', "", [], 1),  # arguments a list
-    ('<tool_call>\n["calculator"]\n</tool_call>', "", [], 1),  # not an object
-    (f"<tool_call>\n{CALC}", "", [], 1),  # cut before </tool_call> (length)
+    ("<tool_call>\n{name: calculator}\n</tool_call><|im_end|>", WHOLE, [], 1),  # not JSON
+    ('<tool_call>\n{"arguments": {}}\n</tool_call>', WHOLE, [], 1),  # no name
+    ('<tool_call>\n{"name": "", "arguments": {}}\n</tool_call>', WHOLE, [], 1),  # empty name
+    ('<tool_call>\n{"name": "calculator", "arguments": [1, 2]}\n</tool_call>', WHOLE, [], 1),  # arguments a list
+    ('<tool_call>\n["calculator"]\n</tool_call>', WHOLE, [], 1),  # not an object
+    (f"<tool_call>\n{CALC}", WHOLE, [], 1),  # cut before </tool_call> (length)
     (f"<tool_call>\n{{bad\n</tool_call>\n<tool_call>\n{CALC}\n</tool_call>", "",
      [("calculator", {"expression": "12*7"})], 1),  # one bad, one good: the good one runs
 ]
@@ -62,7 +71,7 @@ HERMES_CASES = [
 
 @pytest.mark.parametrize("text, content, expected, malformed", HERMES_CASES)
 def test_hermes(text, content, expected, malformed):
-    parsed = parse("hermes", text)
+    parsed, content = parse("hermes", text), whole(text) if content is WHOLE else content
     assert (parsed.content, calls(parsed), len(parsed.malformed)) == (content, expected, malformed)
 
 
@@ -83,16 +92,16 @@ LLAMA_CASES = [
     ('{"name": "calculator", "arguments": {"expression": "1"}}<|eot_id|>', "",
      [("calculator", {"expression": "1"})], 0),  # "arguments" for "parameters": read
     (f"{LLAMA_CALL}; {LLAMA_CALL}<|eot_id|>", "", [("calculator", {"expression": "12*7"})], 1),  # one per turn
-    ("<|python_tag|>brave_search.call(query=\"x\")<|eom_id|>", "", [], 1),  # a built-in tool's call: not JSON
-    ('{"name": "calculator", "parameters": "12*7"}<|eot_id|>', "", [], 1),  # parameters not an object
-    ('<|python_tag|>{"parameters": {}}<|eom_id|>', "", [], 1),  # no name
+    ("<|python_tag|>brave_search.call(query=\"x\")<|eom_id|>", WHOLE, [], 1),  # a built-in tool's call: not JSON
+    ('{"name": "calculator", "parameters": "12*7"}<|eot_id|>', WHOLE, [], 1),  # parameters not an object
+    ('<|python_tag|>{"parameters": {}}<|eom_id|>', WHOLE, [], 1),  # no name
     ("{not a call at all}<|eot_id|>", "{not a call at all}", [], 0),  # JSON-looking text without "name": answer
 ]
 
 
 @pytest.mark.parametrize("text, content, expected, malformed", LLAMA_CASES)
 def test_llama3_json(text, content, expected, malformed):
-    parsed = parse("llama3_json", text)
+    parsed, content = parse("llama3_json", text), whole(text) if content is WHOLE else content
     assert (parsed.content, calls(parsed), len(parsed.malformed)) == (content, expected, malformed)
 
 
@@ -109,16 +118,16 @@ MISTRAL_CASES = [
     ('[TOOL_CALLS][{"name": "a", "arguments": {}}, {"name": "b", "arguments": {"x": 1}}]</s>', "",
      [("a", {}), ("b", {"x": 1})], 0),  # two calls, no ids: ids made for them
     ('Sure.[TOOL_CALLS]{"name": "a", "arguments": {}}</s>', "Sure.", [("a", {})], 0),  # one object, not a list
-    ("[TOOL_CALLS][{'name': 'a'}]</s>", "", [], 1),  # Python, not JSON
+    ("[TOOL_CALLS][{'name': 'a'}]</s>", WHOLE, [], 1),  # Python, not JSON
     ('[TOOL_CALLS][{"name": "a", "arguments": 1}, {"name": "b", "arguments": {}}]</s>', "", [("b", {})], 1),
-    ('[TOOL_CALLS][{"arguments": {}}]</s>', "", [], 1),
-    ('[TOOL_CALLS][{"name": "a", "arguments": {}', "", [], 1),  # cut (length)
+    ('[TOOL_CALLS][{"arguments": {}}]</s>', WHOLE, [], 1),
+    ('[TOOL_CALLS][{"name": "a", "arguments": {}', WHOLE, [], 1),  # cut (length)
 ]
 
 
 @pytest.mark.parametrize("text, content, expected, malformed", MISTRAL_CASES)
 def test_mistral(text, content, expected, malformed):
-    parsed = parse("mistral", text)
+    parsed, content = parse("mistral", text), whole(text) if content is WHOLE else content
     assert (parsed.content, calls(parsed), len(parsed.malformed)) == (content, expected, malformed)
 
 
