@@ -172,7 +172,7 @@ async def run_in_thread(fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
         try:
             result, error = context.run(fn, *args, **kwargs), None
         except BaseException as exc:  # handed to the awaiting side, which decides
-            result, error = None, exc
+            result, error = None, _plain(exc)
         try:
             loop.call_soon_threadsafe(settle, result, error)
         except RuntimeError:  # the loop is closed: nobody waits for this call any more
@@ -184,10 +184,21 @@ async def run_in_thread(fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
 
 async def invoke(fn: Callable, arguments: dict) -> Any:
     """Call `fn` with `arguments`: awaited when it is async (or returns an awaitable), in a thread when sync."""
-    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
-        return await fn(**arguments)
-    result = await run_in_thread(fn, **arguments)
-    return await result if inspect.isawaitable(result) else result
+    try:
+        if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
+            return await fn(**arguments)
+        result = await run_in_thread(fn, **arguments)
+        return await result if inspect.isawaitable(result) else result
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raise _plain(exc) from None
+
+
+def _plain(exc: BaseException) -> BaseException:
+    """A tool's sys.exit() (or KeyboardInterrupt) as an ordinary exception: asyncio re-raises those two out of
+    the event loop, which would end every episode and the run, not just the call."""
+    if isinstance(exc, (SystemExit, KeyboardInterrupt)):
+        return ToolError(f"the tool raised {type(exc).__name__}({exc})")
+    return exc
 
 
 def argument_problem(tool: Tool, arguments: Any) -> str | None:
@@ -245,7 +256,7 @@ class ToolBox:
             start = time.perf_counter()
             try:
                 call.result, call.error = await self._run(tool, call.arguments), None
-            except (Exception, SystemExit) as exc:  # noqa: BLE001 - whatever the tool did, the episode goes on
+            except Exception as exc:  # noqa: BLE001 - whatever the tool did, the episode goes on
                 call.result, call.error = None, cap(self._failure(tool, exc), self.max_result_chars)
             finally:
                 call.seconds = time.perf_counter() - start
