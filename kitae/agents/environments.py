@@ -148,12 +148,11 @@ class PythonSandbox:
 
 def describe_run(result: Any, limits: Any) -> str:
     """A program's run as the model reads it: the exit status (or why it was stopped), stdout and stderr."""
-    status = "exit status 0" if result.finished else result.describe(limits)
-    parts = [status]
+    parts = ["exit status 0" if result.finished else result.describe(limits)]
     if result.stdout:
-        parts.append("stdout:\n" + result.stdout)
+        parts.append("stdout:\n" + result.stdout.removesuffix("\n"))
     if result.stderr:
-        parts.append("stderr:\n" + result.stderr)
+        parts.append("stderr:\n" + result.stderr.removesuffix("\n"))
     if result.output_truncated:
         parts.append(f"[output over {limits.output_kb} KB was cut]")
-    return "\n".join(parts)
+    return "\n".join(parts) + "\n"
