@@ -21,8 +21,8 @@ Failures (:class:`kitae.http.client.Retrier`, shared with the judge and the rewa
 errors, timeouts, HTTP 429 and 5xx are retried after ``backoff x 2^attempt`` seconds (a ``Retry-After`` header
 is honoured, capped at ``max_backoff``); other HTTP errors fail at once. A call that fails in the end is the
 call's error; it never stops the episode. The run's ``max_concurrent_tools`` caps calls in flight across every
-episode (the ToolBox's semaphore); the whole call, retries included, is bounded by ``(retries + 1) x timeout_s``
-plus the backoff sleeps.
+episode (the ToolBox's semaphore). ``timeout_s`` bounds each phase of a request (connecting, reading); the call
+as a whole, retries included, is bounded by ``(retries + 1) x 2 x timeout_s`` plus the backoff sleeps and a second.
 """
 
 from __future__ import annotations
@@ -65,9 +65,11 @@ class HttpTool:
 
     @property
     def budget_s(self) -> float:
-        """The longest a call can take: every attempt timing out, and every backoff sleep at its cap."""
+        """The longest a call can take, the ToolBox's bound on it: every attempt timing out on connecting and on
+        reading (httpx times each phase), every backoff sleep at its cap, and a second to spare, so that the
+        request's own timeout, with its clearer message, comes first."""
         sleeps = sum(min(self.retrier.max_backoff, self.retrier.backoff * 2**k) for k in range(self.retries))
-        return (self.retries + 1) * self.timeout_s + sleeps
+        return (self.retries + 1) * 2 * self.timeout_s + sleeps + 1.0
 
     async def __call__(self, **arguments: Any) -> Any:
         body = {"arguments": arguments, "rollout_id": current_rollout_id()}
