@@ -8,7 +8,7 @@ starts an episode from the row's fields and returns None or text appended to the
     environment: {factory: calculator}          # a built-in, by name
     environment: {factory: my_envs:Wordle}      # a user's class, "module:Class"
 
-Built-ins (``ENVIRONMENTS``):
+Built-ins (``ENVIRONMENTS``, in kitae.agents.tools, where these are registered by name):
 
 ``calculator``  ``calculator(expression)``: arithmetic on numbers with + - * / and parentheses, read by a parser
                 of its own (no ``eval``): anything else is refused with a message the model reads.
@@ -22,32 +22,11 @@ from __future__ import annotations
 
 import ast
 import operator
-from typing import Any, Callable
+from typing import Any
 
-from kitae.agents.tools import ToolError
-from kitae.errors import ConfigError
-from kitae.registry import Registry, load_target, unknown_name_message
+from kitae.agents.tools import ENVIRONMENTS, ToolError
 
-ENVIRONMENTS = Registry("environment")
-
-
-def load_factory(spec: Any, path: str) -> Callable[[], Any]:
-    """The factory an ``environment.factory`` names: a built-in's name, "module:Class", or (from Python) a
-    class or function; ConfigError at `path` otherwise."""
-    if callable(spec):
-        return spec
-    if not isinstance(spec, str) or not spec:
-        raise ConfigError(path, f"expected a built-in environment's name or 'module:Class', got {spec!r}")
-    if ":" in spec:
-        factory = load_target(spec, path)
-    elif spec in ENVIRONMENTS:
-        factory = ENVIRONMENTS.get(spec, path)
-    else:
-        raise ConfigError(path, unknown_name_message("environment", spec, ENVIRONMENTS.names())
-                          + "; or name your own class as 'module:Class'")
-    if not callable(factory):
-        raise ConfigError(path, f"{spec!r} is not a class or function that makes an environment")
-    return factory
+__all__ = ["ENVIRONMENTS", "Calculator", "PythonSandbox", "evaluate"]
 
 
 # ---- calculator ---------------------------------------------------------------------------------------------

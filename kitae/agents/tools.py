@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol, runtime_checkable
 
 from kitae.errors import ConfigError, KitaeError
-from kitae.registry import closest, load_target
+from kitae.registry import Registry, closest, load_target, unknown_name_message
 from kitae.rollout.trajectory import ToolCall
 
 # The rollout id of the episode whose tool call is running: HTTP tools send it; a user's tool may read it.
@@ -46,6 +46,19 @@ ENVIRONMENT_HOOKS = ("reset", "get_reward")  # an environment's methods that are
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MAX_RESULT_CHARS = 4000
 DEFAULT_MAX_CONCURRENT_TOOLS = 16
+
+# Built-in environments by name (``environment.factory: calculator``); the classes live in
+# kitae.agents.environments, registered here as "module:Class" strings (imported when a config names one).
+ENVIRONMENTS = Registry("environment")
+ENVIRONMENTS.register_lazy("calculator", "kitae.agents.environments:Calculator")
+ENVIRONMENTS.register_lazy("python", "kitae.agents.environments:PythonSandbox")
+
+# The kinds of shared tools the ``environment:`` config builds from entries of its own: ``http_tools`` entries
+# (kitae.agents.http_tools) and ``mcp_servers`` entries (kitae.agents.mcp), each "module:function(spec, path,
+# **settings)". Strings, so that this module, which those import, imports neither.
+TOOL_KINDS = Registry("tool kind")
+TOOL_KINDS.register_lazy("http", "kitae.agents.http_tools:http_tool")  # -> Tool
+TOOL_KINDS.register_lazy("mcp", "kitae.agents.mcp:mcp_source")  # -> ToolSource
 
 
 class ToolError(Exception):
@@ -371,9 +384,6 @@ class Tools:
     def from_config(cls, cfg: Any, path: str = "environment") -> "Tools":
         """From an ``environment:`` config (any object with its attributes: factory, tools, python, http_tools,
         mcp_servers, tool_timeout_s, max_result_chars, max_concurrent_tools)."""
-        from kitae.agents.environments import PythonSandbox, load_factory
-        from kitae.agents.http_tools import http_tool
-
         timeout = _positive(_setting(cfg, "tool_timeout_s", DEFAULT_TIMEOUT_S), f"{path}.tool_timeout_s")
         max_chars = int(_positive(_setting(cfg, "max_result_chars", DEFAULT_MAX_RESULT_CHARS),
                                   f"{path}.max_result_chars"))
@@ -383,9 +393,11 @@ class Tools:
         factory = load_factory(factory, f"{path}.factory") if factory is not None else None
         shared = [_function(spec, f"{path}.tools[{i}]") for i, spec in enumerate(_setting(cfg, "tools", None) or [])]
         if _setting(cfg, "python", False):
-            shared += environment_tools(PythonSandbox(), f"{path}.python")
-        shared += [http_tool(spec, f"{path}.http_tools[{i}]", default_timeout_s=timeout)
-                   for i, spec in enumerate(_setting(cfg, "http_tools", None) or [])]
+            shared += environment_tools(ENVIRONMENTS.get("python", f"{path}.python")(), f"{path}.python")
+        http_specs = _setting(cfg, "http_tools", None) or []
+        make_http = TOOL_KINDS.get("http", f"{path}.http_tools") if http_specs else None
+        shared += [make_http(spec, f"{path}.http_tools[{i}]", default_timeout_s=timeout)
+                   for i, spec in enumerate(http_specs)]
         sources = _mcp_sources(_setting(cfg, "mcp_servers", None) or [], f"{path}.mcp_servers", timeout)
         return cls(factory=factory, tools=shared, sources=sources, tool_timeout_s=timeout,
                    max_result_chars=max_chars, max_concurrent_tools=concurrent, path=path)
@@ -468,11 +480,27 @@ def _function(spec: Any, path: str) -> Tool:
 def _mcp_sources(specs: list, path: str, timeout_s: float) -> list[ToolSource]:
     if not specs:
         return []
-    try:
-        from kitae.agents.mcp import mcp_source
-    except ImportError as exc:
-        raise ConfigError(path, f"MCP servers need kitae.agents.mcp, which does not import: {exc}") from None
+    mcp_source = TOOL_KINDS.get("mcp", path)
     return [mcp_source(spec, f"{path}[{i}]", timeout_s=timeout_s) for i, spec in enumerate(specs)]
+
+
+def load_factory(spec: Any, path: str) -> Callable[[], Any]:
+    """The factory an ``environment.factory`` names: a built-in's name, "module:Class", or (from Python) a
+    class or function; ConfigError at `path` otherwise."""
+    if callable(spec):
+        return spec
+    if not isinstance(spec, str) or not spec:
+        raise ConfigError(path, f"expected a built-in environment's name or 'module:Class', got {spec!r}")
+    if ":" in spec:
+        factory = load_target(spec, path)
+    elif spec in ENVIRONMENTS:
+        factory = ENVIRONMENTS.get(spec, path)
+    else:
+        raise ConfigError(path, unknown_name_message("environment", spec, ENVIRONMENTS.names())
+                          + "; or name your own class as 'module:Class'")
+    if not callable(factory):
+        raise ConfigError(path, f"{spec!r} is not a class or function that makes an environment")
+    return factory
 
 
 def _check_unique(names: list[str], path: str) -> None:
