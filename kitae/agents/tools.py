@@ -330,10 +330,10 @@ class ToolBox:
         return float(value)
 
     async def close(self) -> None:
-        """The environment's ``close()``, when it has one (sync or async)."""
-        close = getattr(self.env, "close", None)
-        if callable(close):
-            await invoke(close, {})
+        """The episode is over: no more calls. An environment's own ``close()`` is NOT called: in TRL's contract a
+        public method is a tool ("close the door"), so the instance is dropped for the garbage collector instead."""
+        self.tools = {}
+        self.env = None
 
 
 def reset_arguments(env: Any, row: dict) -> dict:
