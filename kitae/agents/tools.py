@@ -26,6 +26,7 @@ thread-safe); sync tools run in a thread of their own, so a slow one never block
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 import json
@@ -265,7 +266,9 @@ class ToolBox:
         if problem is not None:
             call.result, call.error, call.seconds = None, problem, 0.0
             return call
-        async with self._limit():
+        # One environment instance's calls one at a time, in order (its methods need not be thread-safe); the
+        # slot under the run's cap is taken after that turn comes, so a queued call holds none.
+        async with self._serial(tool), self._limit():
             start = time.perf_counter()
             try:
                 call.result, call.error = await self._run(tool, call.arguments), None
@@ -279,11 +282,7 @@ class ToolBox:
         timeout = tool.timeout_s if tool.timeout_s is not None else self.timeout_s
         token = ROLLOUT_ID.set(self.rollout_id)
         try:
-            if tool.name in self.env_tools:  # one environment instance: its calls one at a time, in order
-                async with self._lock():
-                    value = await asyncio.wait_for(invoke(tool.fn, arguments), timeout)
-            else:
-                value = await asyncio.wait_for(invoke(tool.fn, arguments), timeout)
+            value = await asyncio.wait_for(invoke(tool.fn, arguments), timeout)
         finally:
             ROLLOUT_ID.reset(token)
         return cap(to_text(value), self.max_result_chars)
@@ -299,7 +298,10 @@ class ToolBox:
         offered = ", ".join(self.tools) or "none"
         return f"unknown tool '{name}'" + (f"; did you mean '{hint}'?" if hint else "") + f" (tools: {offered})"
 
-    def _lock(self) -> asyncio.Lock:
+    def _serial(self, tool: Tool) -> Any:
+        """The environment's lock for its own tools; nothing for the shared ones."""
+        if tool.name not in self.env_tools:
+            return contextlib.nullcontext()
         if self._env_lock is None:
             self._env_lock = asyncio.Lock()
         return self._env_lock
@@ -407,6 +409,8 @@ class Tools:
         path = f"{self.path}.factory"
         try:
             env = factory()
+        except KitaeError:  # a built-in's own message (the python tool without bubblewrap)
+            raise
         except Exception as exc:  # noqa: BLE001 - the user's constructor: say whose it is
             raise ConfigError(path, f"{_qualified(factory)}() raised {describe_exception(exc)}; the factory is "
                               "called with no arguments, once per episode") from exc

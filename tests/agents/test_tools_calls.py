@@ -306,3 +306,63 @@ def test_the_cap_works_on_a_second_event_loop():
     tools = Tools(tools=[function_tool(add)], max_concurrent_tools=1)
     for _ in range(2):  # a semaphore bound to the first loop would raise on the second
         assert asyncio.run(tools.toolbox("r").call(ToolCall("add", {"a": 1, "b": 2}))).result == "3"
+
+
+def test_an_environment_call_waiting_its_turn_is_not_timed_out_for_the_wait():
+    """Eight calls of one turn take 8 x 0.2 s one after another; each has 1 s of its own."""
+
+    class Slow:
+        def reset(self, **kwargs):
+            return None
+
+        async def wait(self, k: int) -> int:
+            """Wait a while.
+
+            Args:
+                k: Which call.
+            """
+            await asyncio.sleep(0.2)
+            return k
+
+    tools = Tools(factory=Slow, tool_timeout_s=1.0)
+
+    async def turn():
+        toolbox = tools.toolbox("r")
+        return await asyncio.gather(*(toolbox.call(ToolCall("wait", {"k": k})) for k in range(8)))
+
+    calls = asyncio.run(turn())
+    assert [c.error for c in calls] == [None] * 8 and [c.result for c in calls] == [str(k) for k in range(8)]
+
+
+def test_a_call_waiting_for_its_environment_holds_no_slot_of_the_cap():
+    """Episode A's first call blocks until episode B's tool has run; A's second call queues behind the first.
+    With a cap of 2, B must get a slot: a queued call that held one would leave B waiting, and A timing out."""
+    opened = asyncio.Event()
+
+    class Gate:
+        def reset(self, **kwargs):
+            return None
+
+        async def enter(self, k: int) -> int:
+            """Wait for the gate.
+
+            Args:
+                k: Which call.
+            """
+            await opened.wait()
+            return k
+
+    async def open_gate() -> str:
+        """Open the gate."""
+        opened.set()
+        return "open"
+
+    tools = Tools(factory=Gate, tools=[function_tool(open_gate)], max_concurrent_tools=2, tool_timeout_s=5)
+
+    async def two_episodes():
+        a, b = tools.toolbox("a"), tools.toolbox("b")
+        first, second = a.call(ToolCall("enter", {"k": 1})), a.call(ToolCall("enter", {"k": 2}))
+        return await asyncio.gather(first, second, b.call(ToolCall("open_gate", {})))
+
+    calls = asyncio.run(two_episodes())
+    assert [c.error for c in calls] == [None, None, None] and calls[2].result == "open"
