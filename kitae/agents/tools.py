@@ -262,7 +262,8 @@ class ToolBox:
         slot under the run's cap). Never raises: an unknown tool, bad arguments, the tool's exception and a
         timeout become ``call.error``."""
         tool = self.tools.get(call.name)
-        problem = self._unknown(call.name) if tool is None else argument_problem(tool, call.arguments)
+        arguments = {} if call.arguments is None else call.arguments  # a call that gave none (Llama 3 may omit them)
+        problem = self._unknown(call.name) if tool is None else argument_problem(tool, arguments)
         if problem is not None:
             call.result, call.error, call.seconds = None, problem, 0.0
             return call
@@ -271,7 +272,7 @@ class ToolBox:
         async with self._serial(tool), self._limit():
             start = time.perf_counter()
             try:
-                call.result, call.error = await self._run(tool, call.arguments), None
+                call.result, call.error = await self._run(tool, arguments), None
             except Exception as exc:  # noqa: BLE001 - whatever the tool did, the episode goes on
                 call.result, call.error = None, cap(self._failure(tool, exc), self.max_result_chars)
             finally:
@@ -288,7 +289,7 @@ class ToolBox:
         return cap(to_text(value), self.max_result_chars)
 
     def _failure(self, tool: Tool, exc: BaseException) -> str:
-        if isinstance(exc, (asyncio.TimeoutError, TimeoutError)) and not str(exc):
+        if isinstance(exc, TimeoutError) and isinstance(exc.__cause__, asyncio.CancelledError):  # wait_for's own
             timeout = tool.timeout_s if tool.timeout_s is not None else self.timeout_s
             return f"timeout after {timeout:g} s"
         return describe_exception(exc)

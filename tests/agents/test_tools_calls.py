@@ -67,6 +67,15 @@ def exits(x: int) -> int:
     raise SystemExit(3)
 
 
+def times_out_itself(x: int) -> int:
+    """Raise a bare TimeoutError.
+
+    Args:
+        x: Anything.
+    """
+    raise TimeoutError()
+
+
 async def aexits(x: int) -> int:
     """Call sys.exit in an async tool (asyncio re-raises SystemExit out of the event loop).
 
@@ -143,6 +152,7 @@ def test_a_hung_sync_tool_does_not_keep_asyncio_run_from_returning():
 @pytest.mark.parametrize("fn, error", [
     (fail, "ZeroDivisionError: cannot divide 1 by zero"),       # a tool's exception: type and message
     (afail, "the model reads exactly this"),                    # ToolError: its message as it is
+    (times_out_itself, "TimeoutError"),                          # the tool's own TimeoutError is not the call's timeout
     (exits, "the tool raised SystemExit(3)"),                   # even sys.exit in a tool ends only the call
     (aexits, "the tool raised SystemExit(4)"),
 ])
@@ -158,6 +168,7 @@ def test_a_tools_exception_is_the_calls_error(fn, error):
     ("add", {"a": 1, "b": 2, "c": 3}, "bad arguments for 'add': got an unexpected keyword argument 'c'"),
     ("add", '{"a": 1, "b"', "the arguments of 'add' are not a JSON object: '{\"a\": 1, \"b\"'"),  # raw, unparsed
     ("add", [1, 2], "the arguments of 'add' are not a JSON object: '[1, 2]'"),
+    ("add", None, "'add' is missing the required argument(s) a, b (its arguments: a, b)"),  # none given: {}
 ])
 def test_calls_that_cannot_be_made_are_errors(name, arguments, error):
     done = call(box(add, big), name, arguments)
