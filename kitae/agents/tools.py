@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import inspect
 import json
 import math
@@ -59,7 +60,7 @@ ENVIRONMENTS.register_lazy("python", "kitae.agents.environments:PythonSandbox")
 # **settings)". Strings, so that this module, which those import, imports neither.
 TOOL_KINDS = Registry("tool kind")
 TOOL_KINDS.register_lazy("http", "kitae.agents.http_tools:http_tool")  # -> Tool
-TOOL_KINDS.register_lazy("mcp", "kitae.agents.mcp:mcp_source")  # -> ToolSource
+TOOL_KINDS.register_lazy("mcp", "kitae.agents.mcp:McpTools")  # (servers, path) -> the run's MCP sessions
 
 
 class ToolError(Exception):
@@ -235,7 +236,9 @@ def argument_problem(tool: Tool, arguments: Any) -> str | None:
 
 
 def describe_exception(exc: BaseException) -> str:
-    if isinstance(exc, ToolError):
+    """An exception as the model reads it: a ToolError's or KitaeError's message as it is (they are written for
+    the reader: an MCP server's refusal, a failed HTTP tool); any other as ``Type: message``."""
+    if isinstance(exc, (ToolError, KitaeError)) and str(exc):
         return str(exc)
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
@@ -370,6 +373,7 @@ class Tools:
                  max_concurrent_tools: int = DEFAULT_MAX_CONCURRENT_TOOLS, path: str = "environment"):
         self.factory, self.path = factory, path
         self.shared = list(tools)
+        self.listed: list[Tool] = []  # the sources' tools, while started
         self.sources = list(sources)
         self.tool_timeout_s, self.max_result_chars = tool_timeout_s, max_result_chars
         self.max_concurrent_tools = max_concurrent_tools
@@ -401,7 +405,7 @@ class Tools:
         make_http = TOOL_KINDS.get("http", f"{path}.http_tools") if http_specs else None
         shared += [make_http(spec, f"{path}.http_tools[{i}]", default_timeout_s=timeout)
                    for i, spec in enumerate(http_specs)]
-        sources = _mcp_sources(_setting(cfg, "mcp_servers", None) or [], f"{path}.mcp_servers", timeout)
+        sources = _mcp_sources(_setting(cfg, "mcp_servers", None) or [], f"{path}.mcp_servers")
         return cls(factory=factory, tools=shared, sources=sources, tool_timeout_s=timeout,
                    max_result_chars=max_chars, max_concurrent_tools=concurrent, path=path)
 
@@ -433,14 +437,15 @@ class Tools:
 
     @property
     def schemas(self) -> list[dict]:
-        """The schemas every episode is offered (the environment's from the probe, then the shared tools)."""
-        return self._env_schemas + [tool.schema for tool in self.shared]
+        """The schemas every episode is offered: the environment's (from the probe), the shared tools', then
+        those the sources listed (MCP: only while started)."""
+        return self._env_schemas + [tool.schema for tool in self.shared + self.listed]
 
     def toolbox(self, rollout_id: str) -> ToolBox:
         """The tools of one episode: a new environment instance from the factory (if any) and the shared tools."""
         env = self.factory() if self.factory is not None else None
         own = environment_tools(env, f"{self.path}.factory") if env is not None else []
-        return ToolBox(own + self.shared, env, rollout_id=rollout_id, env_tools={t.name for t in own},
+        return ToolBox(own + self.shared + self.listed, env, rollout_id=rollout_id, env_tools={t.name for t in own},
                        timeout_s=self.tool_timeout_s, max_result_chars=self.max_result_chars, limit=self._cap)
 
     async def start(self) -> None:
@@ -451,7 +456,7 @@ class Tools:
         for source in self.sources:
             listed += await source.start()
         _check_unique(self._env_tool_names + [t.name for t in self.shared + listed], self.path)
-        self.shared += listed
+        self.listed = listed
         self._started = True
 
     async def close(self) -> None:
@@ -460,6 +465,7 @@ class Tools:
             return
         for source in self.sources:
             await source.close()
+        self.listed = []
         self._started = False
 
 
@@ -482,11 +488,35 @@ def _function(spec: Any, path: str) -> Tool:
     return function_tool(fn, path)
 
 
-def _mcp_sources(specs: list, path: str, timeout_s: float) -> list[ToolSource]:
+def _mcp_sources(specs: list, path: str) -> list[ToolSource]:
+    """The run's MCP servers as one source (kitae.agents.mcp.McpTools holds their sessions)."""
     if not specs:
         return []
-    mcp_source = TOOL_KINDS.get("mcp", path)
-    return [mcp_source(spec, f"{path}[{i}]", timeout_s=timeout_s) for i, spec in enumerate(specs)]
+    servers = [_as_dict(spec) for spec in specs]
+    return [McpSource(TOOL_KINDS.get("mcp", path)(servers, path))]
+
+
+def _as_dict(spec: Any) -> Any:
+    """A config object (a dataclass of the config's) as the mapping McpTools reads; a mapping as it is."""
+    if dataclasses.is_dataclass(spec) and not isinstance(spec, type):
+        return {k: v for k, v in dataclasses.asdict(spec).items() if v is not None}
+    return spec
+
+
+class McpSource:
+    """MCP servers as a ToolSource: ``servers`` is a kitae.agents.mcp.McpTools (async start/close, schemas,
+    functions(): {name: async function(**arguments) -> text}), whose sessions live on a loop of their own."""
+
+    def __init__(self, servers: Any):
+        self.servers = servers
+
+    async def start(self) -> list[Tool]:
+        await self.servers.start()
+        functions = self.servers.functions()
+        return [Tool(s["function"]["name"], s, functions[s["function"]["name"]]) for s in self.servers.schemas]
+
+    async def close(self) -> None:
+        await self.servers.close()
 
 
 def load_factory(spec: Any, path: str) -> Callable[[], Any]:

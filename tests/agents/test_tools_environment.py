@@ -347,8 +347,16 @@ def test_sources_are_listed_at_start_and_closed_once():
 
     done = run(life())
     assert done.result == "remote_search answered"
-    assert [s["function"]["name"] for s in tools.schemas] == ["increment", "read", "remote_search"]
+    assert [s["function"]["name"] for s in tools.schemas] == ["increment", "read"]  # closed: listed no more
     assert (source.starts, source.closes) == (1, 1)
+
+    async def again():  # pre-flight starts and closes the tools, then the run starts them again
+        await tools.start()
+        names = [s["function"]["name"] for s in tools.schemas]
+        await tools.close()
+        return names
+
+    assert run(again()) == ["increment", "read", "remote_search"] and (source.starts, source.closes) == (2, 2)
 
 
 def test_a_source_tool_under_a_taken_name_is_refused_at_start():
