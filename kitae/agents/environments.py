@@ -131,7 +131,27 @@ def describe_run(result: Any, limits: Any) -> str:
     if result.stdout:
         parts.append("stdout:\n" + result.stdout.removesuffix("\n"))
     if result.stderr:
-        parts.append("stderr:\n" + result.stderr.removesuffix("\n"))
+        parts.append("stderr:\n" + own_traceback(result.stderr).removesuffix("\n"))
     if result.output_truncated:
         parts.append(f"[output over {limits.output_kb} KB was cut]")
     return "\n".join(parts) + "\n"
+
+
+def own_traceback(stderr: str) -> str:
+    """stderr without the frames of kitae's harness (the ``exec`` that ran the code), so a traceback shows the
+    model its own code only.
+
+    >>> own_traceback('Traceback:\\n  File "/w/_harness.py", line 208, in _run_python\\n    exec(code, namespace)\\n'
+    ...               '  File "p0/main.py", line 1, in <module>\\nNameError: x\\n')
+    'Traceback:\\n  File "p0/main.py", line 1, in <module>\\nNameError: x\\n'
+    """
+    lines, kept, skip_source = stderr.splitlines(keepends=True), [], False
+    for line in lines:
+        if line.startswith("  File ") and "_harness.py" in line:
+            skip_source = True
+            continue
+        if skip_source and line.startswith("    "):
+            continue
+        skip_source = False
+        kept.append(line)
+    return "".join(kept)

@@ -163,3 +163,10 @@ def test_python_tool_from_config_is_shared_and_stateless_between_calls():
     first, second = asyncio.run(two_calls())
     assert first.result.endswith("stdout:\nwrote\n")
     assert second.result.endswith("stdout:\nFalse\n")  # every call a fresh process with a private /tmp
+
+
+@needs_bwrap
+def test_a_traceback_shows_the_models_code_not_kitaes_harness():
+    done = python("x = 1\nprint(y)")
+    assert "NameError: name 'y' is not defined" in done.result and "line 2" in done.result
+    assert "_harness.py" not in done.result and "exec(code" not in done.result
