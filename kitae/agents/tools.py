@@ -365,7 +365,8 @@ def _unlimited() -> asyncio.Semaphore:
 # ---- the run's set ------------------------------------------------------------------------------------------
 class Tools:
     """The run's tool set, built once from the `environment:` config: makes a ToolBox per episode; holds the
-    per-run concurrency cap (a semaphore over all tool calls), the HTTP client, the MCP sessions."""
+    per-run concurrency cap (a semaphore over all tool calls), the shared tools (functions, python, HTTP) and
+    the sources (the MCP sessions, open between start and close)."""
 
     def __init__(self, *, factory: Callable[[], Any] | None = None, tools: list[Tool] = (),
                  sources: list[ToolSource] = (), tool_timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -452,10 +453,16 @@ class Tools:
         """List the tools of every source (MCP servers); idempotent."""
         if self._started:
             return
-        listed = []
-        for source in self.sources:
-            listed += await source.start()
-        _check_unique(self._env_tool_names + [t.name for t in self.shared + listed], self.path)
+        listed, started = [], []
+        try:
+            for source in self.sources:
+                listed += await source.start()
+                started.append(source)
+            _check_unique(self._env_tool_names + [t.name for t in self.shared + listed], self.path)
+        except BaseException:  # leave no server running behind a refused start
+            for source in started:
+                await source.close()
+            raise
         self.listed = listed
         self._started = True
 

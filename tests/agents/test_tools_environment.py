@@ -360,9 +360,11 @@ def test_sources_are_listed_at_start_and_closed_once():
 
 
 def test_a_source_tool_under_a_taken_name_is_refused_at_start():
-    tools = Tools(factory=CounterEnv, sources=[ListedSource("increment")])
+    first, clashing = ListedSource("search"), ListedSource("increment")
+    tools = Tools(factory=CounterEnv, sources=[first, clashing])
     with pytest.raises(ConfigError, match="two tools are named 'increment'"):
         run(tools.start())
+    assert (first.closes, clashing.closes) == (1, 1)  # no server left running behind the refusal
 
 
 def test_closing_a_toolbox_does_not_call_an_environment_method_named_close():
