@@ -1,0 +1,67 @@
+"""A real MCP server for the tests, written with the official SDK's MCPServer (FastMCP before mcp 2).
+
+    python tests/agents/mcp_server.py [--http PORT] [--pid-file FILE]
+
+Over stdio by default; ``--http PORT`` serves streamable HTTP at http://127.0.0.1:PORT/mcp. ``--pid-file`` writes
+the process id once the tools are registered, so a test can kill the server or check it is gone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+from pathlib import Path
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+server = MCPServer("kitae-test-tools", log_level="ERROR")
+
+
+@server.tool()
+def add(a: int, b: int) -> int:
+    """Add two whole numbers."""
+    return a + b
+
+
+@server.tool()
+def echo(text: str) -> str:
+    """Say the text back."""
+    return text
+
+
+@server.tool()
+async def slow(seconds: float) -> str:
+    """Wait, then say how long."""
+    await asyncio.sleep(seconds)
+    return f"slept {seconds}"
+
+
+@server.tool()
+def getenv(name: str) -> str:
+    """The value of an environment variable of this server, or "" when it is not set."""
+    return os.environ.get(name, "")
+
+
+@server.tool()
+def fail() -> str:
+    """Always fails."""
+    raise ToolError("this tool always fails")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--http", type=int, default=None, help="serve streamable HTTP on 127.0.0.1:PORT")
+    parser.add_argument("--pid-file", default=None)
+    args = parser.parse_args()
+    if args.pid_file:
+        Path(args.pid_file).write_text(str(os.getpid()))
+    if args.http is None:
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host="127.0.0.1", port=args.http)
+
+
+if __name__ == "__main__":
+    main()
