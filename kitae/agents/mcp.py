@@ -269,7 +269,7 @@ class _Server:
         if self._holder is not None:
             return
         ready: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._stop = asyncio.Event()
+        self._stop, self.down = asyncio.Event(), None
         self._holder = asyncio.create_task(self._hold(ready))
         try:
             await asyncio.wait_for(asyncio.shield(ready), self.spec.start_timeout_s)
@@ -393,7 +393,17 @@ class _Server:
 
     def _start_message(self, why: str) -> str:
         what = "start" if self.spec.command is not None else "connect to"
-        return f"{self.path}: cannot {what} MCP server {self.spec.label!r}: {why}{self._stderr_tail()}"
+        return f"{self.path}: cannot {what} MCP server {self.spec.label!r}: {why}{self._token_hint(why)}" \
+               f"{self._stderr_tail()}"
+
+    def _token_hint(self, why: str) -> str:
+        """For an HTTP error status at the handshake (the SDK does not say which): where the token comes from."""
+        if self.spec.url is None or "error response" not in why:
+            return ""
+        if not self.spec.api_key_env:
+            return " (an HTTP error status; if the server wants a token, name its environment variable in api_key_env)"
+        state = "is set" if os.environ.get(self.spec.api_key_env) else "is not set"
+        return f" (an HTTP error status; the token comes from ${self.spec.api_key_env}, which {state})"
 
     def _stderr_tail(self) -> str:
         if self._stderr is None or self._stderr.closed:

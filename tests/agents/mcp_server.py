@@ -54,13 +54,32 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", type=int, default=None, help="serve streamable HTTP on 127.0.0.1:PORT")
     parser.add_argument("--pid-file", default=None)
+    parser.add_argument("--token", default=None, help="over HTTP, answer only requests with Authorization: Bearer TOKEN")
     args = parser.parse_args()
     if args.pid_file:
         Path(args.pid_file).write_text(str(os.getpid()))
     if args.http is None:
         server.run("stdio")
-    else:
+    elif args.token is None:
         server.run("streamable-http", host="127.0.0.1", port=args.http)
+    else:
+        import uvicorn
+
+        app = needs_token(server.streamable_http_app(host="127.0.0.1"), args.token)
+        uvicorn.run(app, host="127.0.0.1", port=args.http, log_level="error")
+
+
+def needs_token(app, token: str):
+    """The ASGI app, answering 401 to HTTP requests without ``Authorization: Bearer TOKEN``."""
+
+    async def checked(scope, receive, send):
+        if scope["type"] == "http" and dict(scope["headers"]).get(b"authorization") != f"Bearer {token}".encode():
+            await send({"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"text/plain")]})
+            await send({"type": "http.response.body", "body": b"missing or wrong token"})
+            return
+        await app(scope, receive, send)
+
+    return checked
 
 
 if __name__ == "__main__":

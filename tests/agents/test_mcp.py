@@ -50,17 +50,25 @@ def alive(pid: int) -> bool:
     return True
 
 
-@pytest.fixture
-def http_server(tmp_path):
+def serve_http(*extra: str):
     """The test server over streamable HTTP on 127.0.0.1: (url, process)."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, SERVER, "--http", str(port)], stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, SERVER, "--http", str(port), *extra], stderr=subprocess.DEVNULL)
     try:
         wait_for_port(port, proc)
-        yield f"http://127.0.0.1:{port}/mcp", proc
-    finally:
+    except BaseException:
         proc.kill()
         proc.wait()
+        raise
+    return f"http://127.0.0.1:{port}/mcp", proc
+
+
+@pytest.fixture
+def http_server():
+    url, proc = serve_http()
+    yield url, proc
+    proc.kill()
+    proc.wait()
 
 
 def stdio_spec(tmp_path: Path, **extra) -> dict:
@@ -264,6 +272,26 @@ def test_a_server_that_never_answers_is_a_start_timeout(tmp_path):
     with pytest.raises(McpError, match="no answer within start_timeout_s=2 s"):
         mcp.start_sync()
     mcp.close_sync()
+
+
+def test_http_server_gets_the_token_of_api_key_env(monkeypatch):
+    url, proc = serve_http("--token", "tok-123")
+    try:
+        monkeypatch.setenv("MY_MCP_TOKEN", "tok-123")
+        mcp = McpTools([{"url": url, "api_key_env": "MY_MCP_TOKEN"}])
+        mcp.start_sync()
+        try:
+            assert mcp.call_sync("add", {"a": 1, "b": 1}) == "2"
+        finally:
+            mcp.close_sync()
+        monkeypatch.setenv("MY_MCP_TOKEN", "wrong")
+        with pytest.raises(McpError, match=r"cannot connect to MCP server.*the token comes from \$MY_MCP_TOKEN, which is set"):
+            McpTools([{"url": url, "api_key_env": "MY_MCP_TOKEN"}]).start_sync()
+        with pytest.raises(McpError, match="if the server wants a token, name its environment variable in api_key_env"):
+            McpTools([{"url": url}]).start_sync()
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_two_servers_with_one_tool_name_and_the_tools_list(tmp_path, http_server):
