@@ -36,7 +36,8 @@ Failures never hang an episode and never stop a run once it has started:
 A stdio server gets a small environment (the SDK's: ``HOME``, ``PATH``, ``LOGNAME``, ``SHELL``, ``TERM``, ``USER``)
 plus the variables named in ``pass_env`` and set in ``env``: kitae's own variables (API keys of judges and reward
 models) do not reach it. It runs in a process group of its own; closing the session closes its stdin, waits two
-seconds, then ends the whole group (SIGTERM, then SIGKILL): no process is left behind. A result's text parts are
+seconds for it to exit, and ends the whole group (SIGTERM, then SIGKILL), also the helpers a server that did exit
+left behind: no process is left behind. A result's text parts are
 joined with newlines; other parts become short placeholders (``[image: image/png]``); a result with no content
 but structured content is that content as JSON. The text is untrusted: the caller caps and fences it.
 """
@@ -45,11 +46,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import glob
 import json
 import logging
 import os
+import signal
 import tempfile
 import threading
+import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Coroutine
@@ -262,6 +266,8 @@ class _Server:
         self._stop: asyncio.Event | None = None
         self._holder: asyncio.Task | None = None
         self._stderr: Any = None
+        self._children_before: set[int] = set()
+        self._pid: int | None = None  # a stdio server's process: the leader of its own process group
         self.down: str | None = None  # why the server is gone
 
     async def open(self) -> None:
@@ -269,7 +275,8 @@ class _Server:
         if self._holder is not None:
             return
         ready: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._stop, self.down = asyncio.Event(), None
+        self._stop, self.down, self._pid = asyncio.Event(), None, None
+        self._children_before = _own_children()
         self._holder = asyncio.create_task(self._hold(ready))
         try:
             await asyncio.wait_for(asyncio.shield(ready), self.spec.start_timeout_s)
@@ -286,6 +293,7 @@ class _Server:
         try:
             async with AsyncExitStack() as stack:
                 self._client = await stack.enter_async_context(self._make_client())
+                self._note_process()
                 ready.set_result(None)
                 await self._stop.wait()
         except BaseException as exc:  # the session could not open, or its transport failed later
@@ -363,6 +371,13 @@ class _Server:
             raise McpCallError(text or f"tool {name!r} reported an error", "tool_error")
         return text
 
+    def _note_process(self) -> None:
+        """Find a stdio server's process among this process's new children (the SDK does not expose it), so that
+        close() can end what is left of its process group: the SDK kills the group only when the server itself
+        outlives its stdin, and a server that exits at once leaves its own helpers (npx's node) running."""
+        if self.spec.command is not None and self._pid is None:
+            self._pid = _server_process(self.spec.command, self._children_before)
+
     def _mark_down(self, why: str) -> None:
         """Remember that the server is gone (its calls fail at once from now on) and say so in the log once, with
         the end of its stderr; the model sees only the short message."""
@@ -377,6 +392,7 @@ class _Server:
         if self._holder is None:
             return
         holder, self._holder = self._holder, None
+        self._note_process()
         self._stop.set()
         if self._client is None:
             holder.cancel()
@@ -384,6 +400,9 @@ class _Server:
             await asyncio.wait_for(holder, CLOSE_TIMEOUT_S)
         except BaseException:  # a transport that failed while closing: the SDK has ended the process all the same
             pass
+        if self._pid is not None:
+            await _end_process_group(self._pid)
+            self._pid = None
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None
@@ -464,6 +483,49 @@ def _describe(exc: BaseException) -> str:
         exc = exc.exceptions[0]
     message = str(exc).strip() or type(exc).__name__
     return message if type(exc).__name__ in message else f"{type(exc).__name__}: {message}"
+
+
+def _own_children() -> set[int]:
+    """The process ids of this process's children (Linux /proc; empty elsewhere)."""
+    pids: set[int] = set()
+    for task in glob.glob("/proc/self/task/*/children"):
+        try:
+            with open(task, encoding="ascii") as f:
+                pids.update(int(p) for p in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+def _server_process(command: list[str], before: set[int]) -> int | None:
+    """The child started since `before` that runs `command` (its argv ends with it: a script run through its
+    shebang gets the interpreter in front) as the leader of a session of its own, as the SDK starts servers."""
+    want = [a.encode() for a in command]
+    for pid in sorted(_own_children() - before):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")[:-1]
+            if argv[-len(want):] == want and os.getsid(pid) == pid:
+                return pid
+        except OSError:
+            continue
+    return None
+
+
+async def _end_process_group(pgid: int) -> None:
+    """SIGTERM to what is left of a server's process group, SIGKILL after a second; nothing when it is empty."""
+    for sig, wait in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 0.0)):
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+            try:
+                os.killpg(pgid, 0)
+            except (ProcessLookupError, PermissionError):
+                return
 
 
 class _BackgroundLoop:

@@ -43,11 +43,12 @@ def wait_for_port(port: int, proc: subprocess.Popen, seconds: float = 60.0) -> N
 
 
 def alive(pid: int) -> bool:
+    """Whether the process runs (a zombie waiting for a parent that does not reap does not count)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
         return False
-    return True
 
 
 def serve_http(*extra: str):
@@ -220,6 +221,17 @@ def test_close_leaves_no_server_process_and_no_thread(tmp_path):
     mcp.close_sync()  # idempotent
     with pytest.raises(McpError, match="not started"):
         mcp.call_sync("add", {"a": 1, "b": 2})
+
+
+def test_close_ends_the_helpers_a_server_started(tmp_path):
+    """A server that exits when its stdin closes can leave its own child processes (npx's node) behind."""
+    mcp = McpTools([stdio_spec(tmp_path, command=[sys.executable, SERVER, "--pid-file", str(tmp_path / "pid"),
+                                                  "--child-pid-file", str(tmp_path / "child")])])
+    mcp.start_sync()
+    pid, child = int((tmp_path / "pid").read_text()), int((tmp_path / "child").read_text())
+    assert alive(pid) and alive(child)
+    mcp.close_sync()
+    assert not alive(pid) and not alive(child)
 
 
 def test_async_start_and_close(tmp_path):
