@@ -45,6 +45,7 @@ but structured content is that content as JSON. The text is untrusted: the calle
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import glob
 import json
@@ -197,6 +198,7 @@ class McpTools:
             if self._loop is None:
                 self._loop = _BackgroundLoop("kitae-mcp")
                 self._start_future = self._loop.submit(self._start_all())
+                atexit.register(self.close_sync)  # a run that ends without close() still ends its servers
             return self._start_future
 
     async def _start_all(self) -> None:
@@ -226,6 +228,7 @@ class McpTools:
             loop, self._loop = self._loop, None
         if loop is None:
             return
+        atexit.unregister(self.close_sync)
         try:
             loop.submit(self._close_all()).result()
         finally:
@@ -412,8 +415,10 @@ class _Server:
 
     def _start_message(self, why: str) -> str:
         what = "start" if self.spec.command is not None else "connect to"
-        return f"{self.path}: cannot {what} MCP server {self.spec.label!r}: {why}{self._token_hint(why)}" \
-               f"{self._stderr_tail()}"
+        hint = self._token_hint(why)
+        if self.spec.command is not None and "FileNotFoundError" in why:
+            hint = f" (is {self.spec.command[0]!r} installed and on PATH? or give its full path)"
+        return f"{self.path}: cannot {what} MCP server {self.spec.label!r}: {why}{hint}{self._stderr_tail()}"
 
     def _token_hint(self, why: str) -> str:
         """For an HTTP error status at the handshake (the SDK does not say which): where the token comes from."""

@@ -234,6 +234,18 @@ def test_close_ends_the_helpers_a_server_started(tmp_path):
     assert not alive(pid) and not alive(child)
 
 
+def test_a_program_that_forgets_close_still_ends_its_servers(tmp_path):
+    script = (f"import sys; from kitae.agents.mcp import McpTools\n"
+              f"t = McpTools([{{'command': [sys.executable, {SERVER!r}, '--pid-file', {str(tmp_path / 'pid')!r}, "
+              f"'--child-pid-file', {str(tmp_path / 'child')!r}]}}])\n"
+              f"t.start_sync(); print(t.call_sync('add', {{'a': 1, 'b': 2}}))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+    assert done.stdout.strip() == "3", done.stderr
+    pid, child = int((tmp_path / "pid").read_text()), int((tmp_path / "child").read_text())
+    assert not alive(pid) and not alive(child)
+
+
 def test_async_start_and_close(tmp_path):
     async def run():
         mcp = McpTools([stdio_spec(tmp_path)])
@@ -271,7 +283,7 @@ def test_a_server_that_exits_at_start_is_an_error_with_its_stderr():
 
 
 def test_a_missing_program_and_a_closed_port_are_start_errors():
-    with pytest.raises(McpError, match="cannot start MCP server 'no-such-mcp-server'"):
+    with pytest.raises(McpError, match="cannot start MCP server 'no-such-mcp-server'.*installed and on PATH"):
         McpTools([{"command": ["no-such-mcp-server"]}]).start_sync()
     url = f"http://127.0.0.1:{free_port()}/mcp"
     with pytest.raises(McpError, match=r"cannot connect to MCP server 'http://127\.0\.0\.1"):
