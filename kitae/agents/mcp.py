@@ -83,27 +83,20 @@ class McpCallError(McpError):
 @dataclass
 class McpServerSpec:
     """One entry of ``environment.mcp_servers``: a stdio server kitae starts, or a streamable HTTP one it connects to.
+    Give ``command`` or ``url``; the other keys are optional."""
 
-    command: the stdio server's command line, e.g. [python, server.py] (no shell; the program is looked up on PATH)
-    url: the streamable HTTP endpoint, e.g. http://127.0.0.1:8765/mcp
-    env: extra environment variables for a stdio server; pass_env: names of kitae's own variables to hand on to it
-    cwd: a stdio server's working directory
-    api_key_env: for a url, the environment variable whose value is sent as ``Authorization: Bearer``
-    name: what errors and counters call the server (default: the command's program or the url)
-    tools: offer only these of the server's tools (default: all)
-    timeout_s: seconds one tool call may take; start_timeout_s: seconds to start and list the tools
-    """
-
-    command: list[str] | None = None
-    url: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    pass_env: list[str] = field(default_factory=list)
-    cwd: str | None = None
-    api_key_env: str | None = None
-    name: str | None = None
-    tools: list[str] | None = None
-    timeout_s: float = setting(10.0, above=0)
-    start_timeout_s: float = setting(30.0, above=0)
+    command: list[str] | None = None  # e.g. [python, server.py]: kitae starts it and speaks MCP over its stdin/stdout
+    # (no shell; the program is looked up on PATH)
+    url: str | None = None  # e.g. http://127.0.0.1:8765/mcp: a running server, spoken to over streamable HTTP
+    env: dict[str, str] = field(default_factory=dict)  # stdio: extra environment variables of the server
+    pass_env: list[str] = field(default_factory=list)  # stdio: names of kitae's own environment variables handed on
+    # to the server (it gets only HOME, PATH, LOGNAME, SHELL, TERM, USER otherwise)
+    cwd: str | None = None  # stdio: the server's working directory
+    api_key_env: str | None = None  # url: the variable whose value is sent as Authorization: Bearer
+    name: str | None = None  # what errors, counters and the log call the server (default: the program or the url)
+    tools: list[str] | None = None  # offer only these of the server's tools (default: all it lists)
+    timeout_s: float = setting(10.0, above=0)  # seconds one tool call may take
+    start_timeout_s: float = setting(30.0, above=0)  # seconds to start or connect, shake hands and list the tools
 
     @classmethod
     def read(cls, value: Any, path: str) -> "McpServerSpec":
@@ -115,7 +108,8 @@ class McpServerSpec:
             raise ConfigError(path, "give either command (a stdio server, e.g. [python, server.py]) or url "
                                     "(a streamable HTTP server, e.g. http://127.0.0.1:8765/mcp), not both or neither")
         if self.command is not None and (not self.command or not all(self.command)):
-            raise ConfigError(f"{path}.command", f"expected a program and its arguments, got {short_repr(self.command)}")
+            raise ConfigError(f"{path}.command",
+                              f"expected a program and its arguments, got {short_repr(self.command)}")
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise ConfigError(f"{path}.url", f"expected an http:// or https:// URL, got {short_repr(self.url)}")
         stdio_only = [k for k in ("cwd",) if getattr(self, k)] + [k for k in ("env", "pass_env") if getattr(self, k)]

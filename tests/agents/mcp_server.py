@@ -55,7 +55,8 @@ def main() -> None:
     parser.add_argument("--http", type=int, default=None, help="serve streamable HTTP on 127.0.0.1:PORT")
     parser.add_argument("--pid-file", default=None)
     parser.add_argument("--child-pid-file", default=None, help="start a child process that sleeps; write its pid here")
-    parser.add_argument("--token", default=None, help="over HTTP, answer only requests with Authorization: Bearer TOKEN")
+    parser.add_argument("--token", default=None,
+                        help="over HTTP, answer only requests with Authorization: Bearer TOKEN")
     args = parser.parse_args()
     if args.pid_file:
         Path(args.pid_file).write_text(str(os.getpid()))

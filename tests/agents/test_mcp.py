@@ -309,7 +309,7 @@ def test_http_server_gets_the_token_of_api_key_env(monkeypatch):
         finally:
             mcp.close_sync()
         monkeypatch.setenv("MY_MCP_TOKEN", "wrong")
-        with pytest.raises(McpError, match=r"cannot connect to MCP server.*the token comes from \$MY_MCP_TOKEN, which is set"):
+        with pytest.raises(McpError, match=r"cannot connect.*the token comes from \$MY_MCP_TOKEN, which is set"):
             McpTools([{"url": url, "api_key_env": "MY_MCP_TOKEN"}]).start_sync()
         with pytest.raises(McpError, match="if the server wants a token, name its environment variable in api_key_env"):
             McpTools([{"url": url}]).start_sync()

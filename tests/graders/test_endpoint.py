@@ -116,7 +116,8 @@ def test_single_turn_sample_sends_what_there_is(endpoint):
 
 def test_values_json_has_no_word_for_are_sent_as_null_or_text(endpoint):
     server = endpoint()
-    [grade] = grader_for(server.url).grade_group({**ITEM, "when": object}, [{**EPISODE, "environment_reward": float("nan")}])
+    sample = {**EPISODE, "environment_reward": float("nan")}
+    [grade] = grader_for(server.url).grade_group({**ITEM, "when": object}, [sample])
     assert grade.score == 1.0
     assert server.bodies[0]["sample"]["environment_reward"] is None
     assert server.bodies[0]["item"]["when"] == "<class 'object'>"
