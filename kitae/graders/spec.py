@@ -180,6 +180,7 @@ _BUILTIN = {
     "math": "kitae.graders.answer:MathGrader",
     "python": "kitae.graders.python:PythonGrader",
     "code": "kitae.graders.code:CodeGrader",
+    "endpoint": "kitae.graders.endpoint:EndpointGrader",
     "multi": "kitae.graders.combine:MultiGrader",
     "weighted": "kitae.graders.combine:WeightedGrader",
     "gate": "kitae.graders.combine:GateGrader",
