@@ -29,7 +29,7 @@ import asyncio
 import copy
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Awaitable, Callable, Protocol
 
 from kitae.rollout.base import Completion, ContinuesTokens, SamplingParams
 from kitae.rollout.trajectory import Episode, ToolCall, Turn
@@ -112,43 +112,42 @@ class _Running:
 
 def run_episodes(engine: ContinuesTokens, prompts: list[list[dict]], rows: list[dict], n: int,
                  sampling: SamplingParams, chat: Chat, toolbox: Callable[[str], Box], limits: Limits,
-                 rollout_prefix: str = "") -> list[list[Completion]]:
+                 rollout_prefix: str = "", run: Callable[[Awaitable], Any] | None = None) -> list[list[Completion]]:
     """``n`` episodes of each prompt (chat messages; ``rows[i]`` is prompt i's row, the environment's reset
     arguments): per prompt, its n Completions, each with its loss mask and :class:`Episode`. ``toolbox(rollout_id)``
-    makes one episode's tools (the id ``{rollout_prefix}{prompt}.{sample}``). Runs in the calling thread; the tool
-    calls are coroutines, awaited on an event loop of its own unless :func:`arun_episodes` is awaited instead."""
+    makes one episode's tools (the id ``{rollout_prefix}{prompt}.{sample}``).
+
+    Sampling runs in the calling thread (under its autocast and torch settings); the tools' coroutines run through
+    ``run`` (default kitae.aio.run_sync; kitae.agents.engine gives the event loop the run's tool sessions live on)."""
     from kitae.aio import run_sync
 
-    return run_sync(arun_episodes(engine, prompts, rows, n, sampling, chat, toolbox, limits, rollout_prefix))
-
-
-async def arun_episodes(engine: ContinuesTokens, prompts: list[list[dict]], rows: list[dict], n: int,
-                        sampling: SamplingParams, chat: Chat, toolbox: Callable[[str], Box], limits: Limits,
-                        rollout_prefix: str = "") -> list[list[Completion]]:
-    """:func:`run_episodes` on the running event loop (where the tools' sessions live)."""
+    run = run or run_sync
     eps = [_Running(copy.deepcopy(m), toolbox(f"{rollout_prefix}{p}.{j}"))
            for p, m in enumerate(prompts) for j in range(n)]
     try:
-        await _start(eps, rows, n, chat)
+        _start(eps, rows, n, chat, run)
         _first_turn(engine, eps, n, sampling, limits)
         for turn in range(1, limits.max_turns + 1):
-            await _after_turn(eps, turn - 1, chat, limits)
+            _after_turn(eps, turn - 1, chat, limits, run)
             active = [e for e in eps if e.end is None]
             if not active:
                 break
             _sample_turn(engine, active, sampling, turn)
-        for e in eps:
-            e.end = e.end or "max_turns"  # (the loop ends every episode; this only guards the contract)
-        completions = [await _finish(e, chat) for e in eps]
+        rewards = run(_gather(*(e.box.reward() for e in eps)))
+        completions = [_finish(e, chat, r) for e, r in zip(eps, rewards)]
     finally:
-        await asyncio.gather(*(e.box.close() for e in eps), return_exceptions=True)
+        run(_gather(*(e.box.close() for e in eps), return_exceptions=True))
     return [completions[p * n:(p + 1) * n] for p in range(len(prompts))]
 
 
+async def _gather(*coros: Awaitable, return_exceptions: bool = False) -> list[Any]:
+    return list(await asyncio.gather(*coros, return_exceptions=return_exceptions))
+
+
 # ---- turn 0 -----------------------------------------------------------------------------------------------
-async def _start(eps: list[_Running], rows: list[dict], n: int, chat: Chat) -> None:
+def _start(eps: list[_Running], rows: list[dict], n: int, chat: Chat, run: Callable) -> None:
     """Reset every episode's environment (all at once) and encode its prompt with its tools."""
-    texts = await asyncio.gather(*(e.box.reset(dict(rows[i // n])) for i, e in enumerate(eps)))
+    texts = run(_gather(*(e.box.reset(dict(rows[i // n])) for i, e in enumerate(eps))))
     for e, text in zip(eps, texts):
         if text:
             append_to_last_user(e.messages, text)
@@ -198,15 +197,15 @@ def _sample_turn(engine: ContinuesTokens, active: list[_Running], sampling: Samp
 
 
 # ---- between turns ----------------------------------------------------------------------------------------
-async def _after_turn(eps: list[_Running], turn: int, chat: Chat, limits: Limits) -> None:
+def _after_turn(eps: list[_Running], turn: int, chat: Chat, limits: Limits, run: Callable) -> None:
     """Read the turn each active episode sampled, run its tool calls (every episode's at once), and end the
     episode or append the template's tokens for its next turn."""
     active = [e for e in eps if e.end is None]
     plans = [_plan(e, turn, chat, limits) for e in active]
-    results = await asyncio.gather(*(_call(e.box, c) for e, (_, run, _) in zip(active, plans) for c in run))
+    results = run(_gather(*(_call(e.box, c) for e, (_, todo, _) in zip(active, plans) for c in todo)))
     it = iter(results)
-    for e, (parsed, run, refused) in zip(active, plans):
-        done = [next(it) for _ in run]
+    for e, (parsed, todo, refused) in zip(active, plans):
+        done = [next(it) for _ in todo]
         if e.end is not None:  # an answer or a cut turn: nothing to call
             continue
         _record(e, turn, chat, parsed, done, refused, limits)
@@ -270,10 +269,9 @@ def _record(e: _Running, turn: int, chat: Chat, parsed: Any, done: list[ToolCall
 
 
 # ---- the end ----------------------------------------------------------------------------------------------
-async def _finish(e: _Running, chat: Chat) -> Completion:
+def _finish(e: _Running, chat: Chat, reward: float | None) -> Completion:
     """The episode as one Completion: every token after the prompt, its mask and log-probs, the last turn's text
     and finish reason, the environment's reward."""
-    reward = await e.box.reward()
     episode = Episode(e.turns, e.chat_messages, end=e.end or "answer", environment_reward=reward,
                       tools=[s.get("function", {}).get("name", "") for s in e.box.schemas])
     if len(e.turns) > 1:
