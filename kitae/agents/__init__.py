@@ -1,0 +1,1 @@
+"""Agents: multi-turn, tool-using rollouts (issue 33)."""
