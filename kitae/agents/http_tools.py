@@ -1,0 +1,202 @@
+"""HTTP tools: a tool that is an endpoint of the user's (the hosted RFT service's agent fine-tuning shape).
+
+    environment:
+      http_tools:
+        - name: search
+          url: http://127.0.0.1:8080/search
+          description: Search the company wiki.
+          parameters: {type: object, properties: {query: {type: string, description: What to look for}},
+                       required: [query]}
+          timeout_s: 5          # per request; default the environment's tool_timeout_s
+          retries: 2            # after the first attempt, on connection errors, timeouts, HTTP 429 and 5xx
+          api_key_env: WIKI_TOKEN              # Authorization: Bearer $WIKI_TOKEN (read at each call)
+          headers_env: {X-Team: WIKI_TEAM}     # more headers, each from an environment variable
+
+Wire format: each call is ``POST url`` with the JSON body ``{"arguments": {...}, "rollout_id": "..."}`` (the
+rollout id is the episode's, the same for every call of one episode, so a server can keep per-episode state).
+The reply is ``{"result": ...}`` (a string, or any JSON, which the model reads as JSON text), ``{"error": "..."}``
+(the call's error, which the model reads), any other JSON (read as JSON text) or plain text (read as it is).
+
+Failures (:class:`kitae.http.client.Retrier`, shared with the judge and the reward-model client): connection
+errors, timeouts, HTTP 429 and 5xx are retried after ``backoff x 2^attempt`` seconds (a ``Retry-After`` header
+is honoured, capped at ``max_backoff``); other HTTP errors fail at once. A call that fails in the end is the
+call's error; it never stops the episode. The run's ``max_concurrent_tools`` caps calls in flight across every
+episode (the ToolBox's semaphore); the whole call, retries included, is bounded by ``(retries + 1) x timeout_s``
+plus the backoff sleeps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any
+
+import httpx
+
+from kitae.agents.tools import Tool, ToolError, current_rollout_id
+from kitae.errors import ConfigError
+from kitae.http.client import Retrier, WireCounters, WireError, auth_headers
+
+NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+FIELDS = ("name", "url", "description", "parameters", "timeout_s", "retries", "headers_env", "api_key_env",
+          "backoff", "max_backoff")
+
+
+class HttpToolError(WireError, ToolError):
+    """An HTTP tool's request failed after its retries (or at once, for a 4xx)."""
+
+
+class HttpTool:
+    """The callable of one HTTP tool: ``await tool(**arguments)`` -> the reply as text, or HttpToolError."""
+
+    def __init__(self, name: str, url: str, *, timeout_s: float = 10.0, retries: int = 2, backoff: float = 0.5,
+                 max_backoff: float = 8.0, headers_env: dict[str, str] | None = None,
+                 api_key_env: str | None = None):
+        self.__name__ = name
+        self.url, self.timeout_s, self.retries = url, timeout_s, retries
+        self.headers_env, self.api_key_env = dict(headers_env or {}), api_key_env
+        self.counters = WireCounters()
+        # Concurrency is the run's cap (the ToolBox holds it around each call), so the Retrier's own is not the
+        # limit: it is set high enough never to bind.
+        self.retrier = Retrier(f"HTTP tool '{name}' ({url})", self.counters, HttpToolError, timeout=timeout_s,
+                               retries=retries, backoff=backoff, max_backoff=max_backoff, max_concurrency=1 << 16,
+                               hint=self._key_hint)
+
+    @property
+    def budget_s(self) -> float:
+        """The longest a call can take: every attempt timing out, and every backoff sleep at its cap."""
+        sleeps = sum(min(self.retrier.max_backoff, self.retrier.backoff * 2**k) for k in range(self.retries))
+        return (self.retries + 1) * self.timeout_s + sleeps
+
+    async def __call__(self, **arguments: Any) -> Any:
+        body = {"arguments": arguments, "rollout_id": current_rollout_id()}
+        try:
+            async with httpx.AsyncClient(timeout=self.timeout_s) as client:
+                reply = await self.retrier.post(lambda: self._send(client, body))
+        except WireError:
+            self.counters.failed_calls += 1
+            raise
+        return read_reply(reply)
+
+    async def _send(self, client: httpx.AsyncClient, body: dict) -> "_TextTolerant":
+        return _TextTolerant(await client.post(self.url, json=body, headers=self._headers()))
+
+    def _headers(self) -> dict[str, str]:
+        headers = {name: os.environ[var] for name, var in self.headers_env.items() if os.environ.get(var)}
+        return {**headers, **auth_headers(self.api_key_env)}
+
+    def _key_hint(self, resp: Any) -> str:
+        if resp.status_code not in (401, 403):
+            return ""
+        if not self.api_key_env:
+            return " (the server wants a token: name its environment variable in the tool's api_key_env)"
+        state = "is set" if os.environ.get(self.api_key_env) else "is not set"
+        return f" (the token comes from ${self.api_key_env}, which {state})"
+
+
+class _TextTolerant:
+    """A response whose ``json()`` reads a plain-text reply as ``{"result": text}`` (the Retrier wants JSON)."""
+
+    def __init__(self, response: httpx.Response):
+        self.response = response
+        self.status_code, self.headers = response.status_code, response.headers
+
+    @property
+    def text(self) -> str:
+        return self.response.text
+
+    def json(self) -> Any:
+        try:
+            return self.response.json()
+        except ValueError:
+            return {"result": self.response.text}
+
+
+def read_reply(reply: Any) -> Any:
+    """The result in a reply: ``{"result": x}`` -> x; ``{"error": e}`` -> ToolError(e); anything else as it is."""
+    if isinstance(reply, dict) and set(reply) <= {"result", "error"}:
+        if reply.get("error") is not None:
+            raise ToolError(str(reply["error"]))
+        if "result" in reply:
+            return reply["result"]
+    return reply
+
+
+def http_tool(spec: Any, path: str, default_timeout_s: float = 10.0) -> Tool:
+    """A Tool from an ``http_tools`` entry (a dict, or any object with the entry's fields); ConfigError at
+    `path` when a field is wrong."""
+    fields = _fields(spec, path)
+    name, url = _name(fields.get("name"), f"{path}.name"), _url(fields.get("url"), f"{path}.url")
+    timeout = _number(fields.get("timeout_s", default_timeout_s), f"{path}.timeout_s", positive=True)
+    retries = _number(fields.get("retries", 2), f"{path}.retries", whole=True)
+    backoff = _number(fields.get("backoff", 0.5), f"{path}.backoff")
+    max_backoff = _number(fields.get("max_backoff", 8.0), f"{path}.max_backoff")
+    headers_env = _headers_env(fields.get("headers_env"), f"{path}.headers_env")
+    api_key_env = fields.get("api_key_env")
+    if api_key_env is not None and not isinstance(api_key_env, str):
+        raise ConfigError(f"{path}.api_key_env", f"expected an environment variable's name, got {api_key_env!r}")
+    fn = HttpTool(name, url, timeout_s=timeout, retries=int(retries), backoff=backoff, max_backoff=max_backoff,
+                  headers_env=headers_env, api_key_env=api_key_env)
+    schema = {"type": "function", "function": {
+        "name": name, "description": _description(fields.get("description"), f"{path}.description"),
+        "parameters": _parameters(fields.get("parameters"), f"{path}.parameters")}}
+    return Tool(name, schema, fn, timeout_s=fn.budget_s)
+
+
+def _fields(spec: Any, path: str) -> dict:
+    if isinstance(spec, dict):
+        unknown = sorted(set(spec) - set(FIELDS))
+        if unknown:
+            raise ConfigError(path, f"unknown field(s) {', '.join(unknown)} (fields: {', '.join(FIELDS)})")
+        return {k: v for k, v in spec.items() if v is not None}
+    return {k: getattr(spec, k) for k in FIELDS if getattr(spec, k, None) is not None}
+
+
+def _name(value: Any, path: str) -> str:
+    if not isinstance(value, str) or not NAME.match(value):
+        raise ConfigError(path, f"a tool's name is 1-64 letters, digits, '_', '.' or '-' starting with a letter "
+                          f"or '_' (the model calls it by this name), got {value!r}")
+    return value
+
+
+def _url(value: Any, path: str) -> str:
+    if not isinstance(value, str) or not value.startswith(("http://", "https://")):
+        raise ConfigError(path, f"expected an http:// or https:// URL, got {value!r}")
+    return value
+
+
+def _number(value: Any, path: str, positive: bool = False, whole: bool = False) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (value > 0 if positive else value >= 0)
+    if not ok or (whole and value != int(value)):
+        kind = "a whole number" if whole else "a number"
+        raise ConfigError(path, f"expected {kind} {'above' if positive else 'at least'} 0, got {value!r}")
+    return value
+
+
+def _description(value: Any, path: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(path, "say what the tool does, in a sentence the model reads (it chooses tools by it)")
+    return value
+
+
+def _parameters(value: Any, path: str) -> dict:
+    """A JSON schema of an object; none means a tool without arguments."""
+    if value is None:
+        return {"type": "object", "properties": {}}
+    if not isinstance(value, dict) or value.get("type") != "object" or not isinstance(value.get("properties", {}),
+                                                                                     dict):
+        raise ConfigError(path, "expected a JSON schema of an object: {type: object, properties: {name: {type: "
+                          f"string, description: ...}}, required: [name]}}, got {json.dumps(value)[:200]}")
+    required = value.get("required", [])
+    if not isinstance(required, list) or any(r not in value.get("properties", {}) for r in required):
+        raise ConfigError(f"{path}.required", f"every required argument must be one of the properties, got {required!r}")
+    return value
+
+
+def _headers_env(value: Any, path: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise ConfigError(path, f"expected {{Header-Name: ENVIRONMENT_VARIABLE}}, got {value!r}")
+    return value
