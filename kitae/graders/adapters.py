@@ -9,7 +9,9 @@ called by keyword, one entry per completion: ``columns`` are the dataset's other
 ``completion`` and ``completion_ids``), each value repeated for every completion of its prompt; a function may
 be ``async`` and usually takes ``**kwargs`` for what it does not read. A prompt that is a message list
 (TRL's conversational format) makes every completion a message list, ``[{"role": "assistant", "content":
-TEXT}]``; a prompt string (the standard format) gets completion strings.
+TEXT}]``; a prompt string (the standard format) gets completion strings. An agent's episode is its messages
+after the prompt (assistant turns with ``tool_calls``, ``tool`` results, the final answer last), as TRL's tool loop
+passes them, and its ``completion_ids`` every token after the prompt, tool results included.
 
 - :func:`grader_from_callable` wraps such a function as a :class:`Grader` (kitae's trainer uses it so any
   TRL reward function is a reward component), passing the whole contract: completions are the text up to
@@ -102,7 +104,7 @@ class CallableGrader(Grader):
         prompt = item.get("prompt", item.get("messages", ""))
         conversational = isinstance(prompt, list)
         texts = [trl_text(s) for s in samples]
-        completions = [[{"role": "assistant", "content": t}] for t in texts] if conversational else texts
+        completions = [trl_messages(s, t) for s, t in zip(samples, texts)] if conversational else texts
         columns = {k: [v] * n for k, v in item.items() if k not in TRL_SKIPPED_COLUMNS}
         ids = [s.get("completion_ids") for s in samples]
         return {**columns, "prompts": [prompt] * n, "completions": completions,
@@ -119,6 +121,18 @@ class CallableGrader(Grader):
         if inspect.isawaitable(out):
             out = await out
         return log.into([_to_grade(value, self.name) for value in list(out)])
+
+
+def trl_messages(sample: Sample, text: str) -> list[dict[str, Any]]:
+    """A conversational completion as TRL passes it: ``[{"role": "assistant", "content": text}]``; for an agent's
+    episode (a sample with ``messages``) every message after the prompt, as TRL's tool loop passes them (assistant
+    turns with their ``tool_calls``, ``tool`` results), the last assistant turn's content being ``text``."""
+    messages = [dict(m) for m in sample.get("messages") or []]
+    if not messages:
+        return [{"role": "assistant", "content": text}]
+    if messages[-1].get("role") == "assistant":
+        messages[-1]["content"] = text
+    return messages
 
 
 def trl_text(sample: Sample) -> str:

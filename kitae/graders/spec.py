@@ -193,6 +193,9 @@ _BUILTIN = {
     "diversity": "kitae.rewards.graders:DiversityGrader",
     "length": "kitae.rewards.graders:LengthGrader",
     "reward_model": "kitae.rewards.graders:RewardModelGrader",
+    "tool_format": "kitae.graders.tool_use:ToolFormatGrader",
+    "tool_cost": "kitae.graders.tool_use:ToolCostGrader",
+    "environment_reward": "kitae.graders.tool_use:EnvironmentRewardGrader",
 }
 for _name, _target in _BUILTIN.items():
     GRADERS.register_lazy(_name, _target)

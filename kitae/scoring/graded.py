@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator
 
 from kitae.chat import IM_END, TEMPLATE_TOKENS
 from kitae.rollout.base import Completion, ReadsRows, SamplingParams
+from kitae.rollout.trajectory import Episode
 from kitae.scoring.rewards import GroupScores, RewardComponent, score_groups
 
 
@@ -27,17 +28,41 @@ def sample_dict(c: Completion, max_new_tokens: int, **extra: Any) -> dict:
     ``completion_ids``), ``end_marker`` the model's end of turn when it is not ChatML's ``<|im_end|>``, the
     graders' default, ``control_tokens`` its control tokens when they are not ChatML's three, and
     ``thinking_open`` True when the prompt opened a ``<think>`` block the completion starts inside
-    (kitae.chat.opens_thinking). The trainer adds the step's ``step``, ``max_steps`` and ``epoch``."""
+    (kitae.chat.opens_thinking). The trainer adds the step's ``step``, ``max_steps`` and ``epoch``.
+
+    An agent's episode (``c.episode``) adds what it did (:func:`episode_fields`); its ``output_text`` is the last
+    assistant turn's text (the final answer, what every grader scores by default), ``completion_tokens`` counts the
+    tokens the policy sampled (not the tool results and template tokens between turns: those are not its length),
+    and ``completion_ids`` are every token after the prompt, tool results included (as TRL passes them)."""
     return {
         "output_text": c.text,
         "finish_reason": c.finish_reason,
-        "completion_tokens": c.num_tokens,
+        "completion_tokens": c.sampled_tokens,
         "max_completion_length": max_new_tokens,
         "completion_ids": list(c.completion_ids),
         **({"end_marker": c.end_marker} if c.end_marker != IM_END else {}),
         **({"control_tokens": c.control_tokens} if c.control_tokens != TEMPLATE_TOKENS else {}),
         **({"thinking_open": True} if c.thinking_open else {}),
+        **(episode_fields(c.episode) if c.episode is not None else {}),
         **extra,
+    }
+
+
+def episode_fields(episode: Episode) -> dict:
+    """What graders see of an episode beyond its final answer: ``messages`` (the conversation after the prompt:
+    assistant turns with their ``tool_calls``, tool results), ``tool_calls`` (each well-formed call: ``name``,
+    ``arguments``, ``result``, ``error``, ``seconds``, ``turn``), ``malformed_calls`` (calls that could not be
+    read; each went back to the model as a tool error), ``turns``, ``episode_end`` (why it ended: "answer" or the
+    limit that cut it, kitae.rollout.trajectory.EPISODE_ENDS) and ``environment_reward`` (the environment's
+    ``get_reward()``, None without one). Tool results are untrusted text: a judge sees them fenced."""
+    return {
+        "messages": [dict(m) for m in episode.messages],
+        "tool_calls": [{"name": t.name, "arguments": t.arguments, "result": t.result, "error": t.error,
+                        "seconds": t.seconds, "turn": t.turn} for t in episode.tool_calls],
+        "malformed_calls": sum(t.malformed for t in episode.turns),
+        "turns": len(episode.turns),
+        "episode_end": episode.end,
+        "environment_reward": episode.environment_reward,
     }
 
 

@@ -32,7 +32,7 @@ def reward_metrics(components: list[RewardComponent], scores: list[GroupScores],
     m: dict[str, float] = {
         "reward": statistics.fmean(valid) if valid else math.nan,
         "reward_std": statistics.pstdev(valid) if len(valid) > 1 else 0.0,
-        "len_mean": statistics.fmean(c.num_tokens for c in completions),
+        "len_mean": statistics.fmean(c.sampled_tokens for c in completions),  # an episode: its sampled tokens
         "trunc_rate": statistics.fmean(c.finish_reason == "length" for c in completions),
         "repeat_rate": statistics.fmean(c.finish_reason == "repeat" for c in completions),
         "invalid_rate": 1 - len(valid) / len(totals),

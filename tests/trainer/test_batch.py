@@ -7,8 +7,11 @@ import torch
 
 from kitae.algorithms import masked_entropy
 from kitae.rollout.base import Completion
+from kitae.algorithms import truncation_mask
 from kitae.trainer.batch import (
     build_batch,
+    mask_earlier_segments,
+    micro_batch_rows,
     micro_batches,
     pack,
     packed_logps,
@@ -135,3 +138,57 @@ def test_families_pack_only_where_that_costs_less():
     long_tails = build_batch([completion([1], [2 + k] * 8) for k in range(4)], [0.0] * 4, pad_id=0)
     assert plan_families(long_tails, range(4), group_size=4, max_rows=8) == [[0, 1, 2, 3]]
     assert plan_families(long_tails, range(4), group_size=4, max_rows=8, attention=1.0) == [[0], [1], [2], [3]]
+
+
+# ---- an agent's episodes: the loss mask survives every reshaping of the batch ------------------------------
+def episode(prompt: list[int], mask: list[int]) -> Completion:
+    tokens = [20 + i for i in range(len(mask))]
+    return Completion("", prompt, tokens, [-1.0 * m for m in mask], "stop", loss_mask=mask)
+
+
+def episode_batch():
+    rows = [episode([1, 2, 3], [1, 1, 0, 0, 0, 1]), episode([1, 2, 3], [1, 0, 0, 1, 1, 1, 1, 0, 1]),
+            completion([1, 2, 3], [7, 8]), episode([4, 5], [0, 1])]  # a one-turn row has no mask: all trained
+    return build_batch(rows, [1.0, -1.0, 0.5, 0.0], pad_id=0), rows
+
+
+def row_mask(batch, i: int, prompt_len: int, n: int) -> list[int]:
+    return [int(x) for x in batch.mask[i, prompt_len - 1 : prompt_len - 1 + n].tolist()]
+
+
+def test_build_batch_puts_the_loss_mask_in_and_nothing_else():
+    batch, rows = episode_batch()
+    for i, c in enumerate(rows):
+        want = c.loss_mask or [1] * len(c.completion_ids)
+        assert row_mask(batch, i, len(c.prompt_ids), len(c.completion_ids)) == want
+        assert int(batch.mask[i].sum()) == c.sampled_tokens  # no prompt or padding column counts
+    assert torch.all(batch.old_logp[batch.mask == 0] == 0.0)  # tool tokens carry log-prob 0.0
+
+
+def test_micro_batches_and_trimming_keep_each_rows_mask():
+    batch, rows = episode_batch()
+    parts = micro_batch_rows(batch, max_rows=2)
+    for run, mb in zip(parts, micro_batches(batch, max_rows=2)):
+        for k, i in enumerate(run):
+            c = rows[i]
+            assert row_mask(mb, k, len(c.prompt_ids), len(c.completion_ids)) == (c.loss_mask or [1] * 2)
+            assert mb.mask[k].sum() == batch.mask[i].sum()
+    assert sorted(i for run in parts for i in run) == [0, 1, 2, 3]
+
+
+def test_packing_counts_only_the_sampled_tokens_of_each_row():
+    batch, rows = episode_batch()
+    packed = pack(batch, [[0, 1, 2], [3]])  # rows 0 and 1 share the prompt and their first sampled token
+    assert torch.equal(packed.rows.mask, batch.select(torch.tensor([0, 1, 2, 3])).trimmed().mask)
+    counted = {(int(r), int(c)) for r, c in zip(*packed.cols)}
+    assert counted == {(r, int(c)) for r, c in packed.rows.mask.nonzero().tolist()}
+    assert len(packed.targets) == sum(c.sampled_tokens for c in rows)
+
+
+def test_truncation_and_earlier_segments_never_bring_tool_tokens_back():
+    batch, rows = episode_batch()
+    cut = truncation_mask(["stop", "length", "stop", "stop"], batch.mask)
+    assert int(cut[1].sum()) == 0 and torch.equal(cut[0], batch.mask[0])
+    rows[0].earlier_tokens = 3  # partial rollouts: the first three tokens were sampled in an earlier segment
+    mask_earlier_segments(batch, rows)
+    assert row_mask(batch, 0, 3, 6) == [0, 0, 0, 0, 0, 1]
