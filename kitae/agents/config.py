@@ -131,13 +131,6 @@ class EnvironmentConfig:
                               "lower it or raise episode_max_tokens")
         check_parser(self.parser, f"{path}.parser")
 
-    def component_name(self) -> str:
-        """The environment reward component's name: the environment class's (or built-in's) name."""
-        if not self.factory:
-            return "environment"
-        name = self.factory.rpartition(":")[2].rpartition(".")[2]
-        return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower() if name else "environment"
-
 
 def builtin_environments() -> list[str] | None:
     """The built-in environments' names, or None while the registry is not there to ask."""

@@ -28,7 +28,6 @@ from typing import Any, Awaitable
 
 from kitae.agents.episodes import Limits, run_episodes
 from kitae.errors import ConfigError
-from kitae.graders.base import Grade, Grader
 from kitae.rollout.base import (ContinuesTokens, ReadsRows, RemoteLogprobs, ReportsStats, RolloutEngine,
                                 SamplingParams, SavesState, SyncsWeights)
 
@@ -174,31 +173,21 @@ def build_agent_engine(cfg: Any, engine: Any, tokenizer: Any) -> AgentEngine:
     return agent_engine(engine, chat, Tools.from_config(env), Limits.from_config(env))
 
 
-class EnvironmentReward(Grader):
-    """The environment's ``get_reward()`` of the finished episode (the sample's ``environment_reward``); abstains
-    where there is none."""
-
-    type_name = "environment_reward"
-
-    def grade_sample(self, item: dict, sample: dict) -> Grade:
-        score = sample.get("environment_reward")
-        if score is None:
-            return Grade.abstain(reason="the environment gave no reward for this episode")
-        return Grade(float(score), reason=f"the environment's get_reward(): {score}")
-
-
 def environment_component(cfg: Any, engine: Any) -> list:
-    """The reward component of the environment's ``get_reward()`` (``environment.reward_weight``), named after
-    the environment class; none when the run has no environment or its environment has no get_reward."""
+    """The reward component of the environment's ``get_reward()`` (the ``environment_reward`` grader, weight
+    ``environment.reward_weight``), named after the environment class; none when the run has no environment or
+    its environment has no get_reward."""
+    from kitae.graders import build_grader
     from kitae.scoring.rewards import RewardComponent
 
     if cfg.environment is None or not isinstance(engine, AgentEngine) or not engine.tools.has_reward:
         return []
-    name = cfg.environment.component_name()
+    name = engine.tools.environment_name or "environment"
     if any(r.name == name for r in cfg.rewards):
         raise ConfigError("environment.factory", f"its get_reward() becomes a reward component named {name!r}, "
                           "which the rewards already have; rename yours")
-    return [RewardComponent(name, cfg.environment.reward_weight, EnvironmentReward())]
+    grader = build_grader({"type": "environment_reward"}, "environment")
+    return [RewardComponent(name, cfg.environment.reward_weight, grader)]
 
 
 def check_environment(cfg: Any, tokenizer: Any) -> Any | None:
