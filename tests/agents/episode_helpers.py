@@ -1,15 +1,13 @@
 """What the episode-loop tests drive the loop with: the bundled tiny model's tokenizer with a ChatML template that
-renders tools and tool results as Qwen2.5 does (<tool_call>{json}</tool_call>, <tool_response>), a small chat of
-that format, a tool box over plain functions that counts the calls running at once, and an engine that says
+renders tools and tool results as Qwen2.5 does (<tool_call>{json}</tool_call>, <tool_response>; the real ToolChat
+reads it as the hermes format), a tool box over plain functions that counts the calls running at once, and an engine that says
 scripted turns (token ids in, the script's tokens and made-up log-probs out) for the limits and layouts."""
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from kitae.chat import EndMarker, end_marker_of
@@ -32,68 +30,12 @@ TOOLS_TEMPLATE = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
-CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 
 
 def tools_tokenizer():
     tok = load_tokenizer(BUNDLED_MODEL)
     tok.chat_template = TOOLS_TEMPLATE
     return tok
-
-
-@dataclass
-class Parsed:
-    content: str
-    calls: list[ToolCall]
-    malformed: list[str]
-
-
-class HermesChat:
-    """The loop's chat contract in the Qwen2.5 tool-call format, over :data:`TOOLS_TEMPLATE`."""
-
-    def __init__(self, tokenizer):
-        self.tok = tokenizer
-        self.rendered: list[list[dict]] = []  # the conversations rewrites() was asked about
-
-    def _ids(self, messages, tools, gen):
-        text = self.tok.apply_chat_template(messages, tools=tools or None, tokenize=False, add_generation_prompt=gen)
-        return self.tok(text, add_special_tokens=False)["input_ids"]
-
-    def prompt_ids(self, messages, tools):
-        return self._ids(messages, tools, True)
-
-    def parse(self, text: str) -> Parsed:
-        body = text.replace("<|im_end|>", "")
-        calls, bad = [], []
-        for raw in CALL.findall(body):
-            try:
-                obj = json.loads(raw)
-                calls.append(ToolCall(obj["name"], obj.get("arguments", {})))
-            except (ValueError, KeyError, TypeError) as exc:
-                bad.append(f"could not read the tool call {raw[:40]!r}: {exc}")
-        return Parsed(CALL.sub("", body).strip(), calls, bad)
-
-    def assistant_message(self, parsed) -> dict:
-        m = {"role": "assistant", "content": parsed.content}
-        if parsed.calls:
-            m["tool_calls"] = [{"type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                               for c in parsed.calls]
-        return m
-
-    def tool_message(self, call: ToolCall) -> dict:
-        return {"role": "tool", "name": call.name, "content": call.result if call.error is None
-                else f"error: {call.error}"}
-
-    def suffix_ids(self, assistant, tool_messages) -> list[int]:
-        base = [{"role": "user", "content": "x"}, assistant]
-        head = self.tok.apply_chat_template(base, tokenize=False)
-        full = self.tok.apply_chat_template(base + tool_messages, tokenize=False, add_generation_prompt=True)
-        assert full.startswith(head) and head.endswith("<|im_end|>\n")
-        return self.tok("\n" + full[len(head):], add_special_tokens=False)["input_ids"]
-
-    def rewrites(self, prompt_messages, episode_messages, tools, ids) -> bool:
-        self.rendered.append(episode_messages)
-        return False
 
 
 class FunctionBox:

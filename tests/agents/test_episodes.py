@@ -11,8 +11,8 @@ from kitae.agents.episodes import MALFORMED_TOOL, Limits, run_episodes
 from kitae.models import BUNDLED_MODEL, load_causal_lm
 from kitae.rollout.base import SamplingParams
 from kitae.rollout.hf import HFEngine
-from tests.agents.episode_helpers import (CallLog, FunctionBox, HermesChat, ScriptedEngine, call_text,
-                                          tools_tokenizer)
+from kitae.agents.chat import ToolChat
+from tests.agents.episode_helpers import CallLog, FunctionBox, ScriptedEngine, call_text, tools_tokenizer
 
 PROMPT = [{"role": "user", "content": "What is 12*7?"}]
 SP = SamplingParams(temperature=1.0, max_new_tokens=99, seed=3)
@@ -25,7 +25,7 @@ def tok():
 
 def _run(tok, script, fns=None, limits=Limits(), prompts=(PROMPT,), n=1, reset_text=None, reward=None,
          rows=None):
-    engine, chat, log = ScriptedEngine(tok, script), HermesChat(tok), CallLog()
+    engine, chat, log = ScriptedEngine(tok, script), ToolChat(tok), CallLog()
     boxes = []
 
     def toolbox(rollout_id):
@@ -123,8 +123,8 @@ def test_malformed_call_goes_back_as_a_tool_error_and_is_counted(tok):
     t0 = c.episode.turns[0]
     assert t0.malformed == 1 and t0.tool_calls == [] and log.calls == 0 and c.episode.end == "answer"
     tool_msg = c.episode.messages[1]
-    assert tool_msg["role"] == "tool" and tool_msg["name"] == MALFORMED_TOOL and "could not read" in tool_msg["content"]
-    assert "could not read" in tok.decode(c.completion_ids[t0.end:c.episode.turns[1].start])
+    assert tool_msg["role"] == "tool" and tool_msg["name"] == MALFORMED_TOOL and "not valid JSON" in tool_msg["content"]
+    assert "not valid JSON" in tok.decode(c.completion_ids[t0.end:c.episode.turns[1].start])
 
 
 def test_tool_calls_of_a_turn_run_together(tok):
@@ -166,7 +166,7 @@ def _real(hf_engine, tok, seed):
     """The bundled model with a tool that it may call: whatever it samples, the layout holds."""
     log = CallLog()
     sp = SamplingParams(temperature=1.0, seed=seed)
-    return run_episodes(hf_engine, [PROMPT, [{"role": "user", "content": "2+2?"}]], [{}, {}], 3, sp, HermesChat(tok),
+    return run_episodes(hf_engine, [PROMPT, [{"role": "user", "content": "2+2?"}]], [{}, {}], 3, sp, ToolChat(tok),
                         lambda rid: FunctionBox({"mul": lambda a, b: a * b}, log),
                         Limits(max_turns=3, turn_max_new_tokens=16, episode_max_tokens=40))
 
