@@ -30,6 +30,8 @@ every claim is implemented):
   own and corrects for the mismatch (kitae.algorithms.mismatch);
 - :class:`ReportsStats`: metrics of its own each step (``take_stats``);
 - :class:`SavesState`: state that a checkpoint holds and a resumed run gets back;
+- :class:`ReadsRows`: it gets each prompt's dataset row with it (an agent's environment resets from the row's
+  fields, kitae.agents.engine);
 - :class:`ChecksServers` (class level): pre-flight asks its servers before the model loads;
 - :class:`BuiltFromConfig` (class level): built from the sampling settings, not as ``cls(policy, tokenizer)``.
 
@@ -205,6 +207,17 @@ class SavesState(Protocol):
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class ReadsRows(Protocol):
+    """It samples with each prompt's row (the agent engine: the environment's ``reset(**row)``); sampling and
+    grading (kitae.scoring.graded.sample_and_grade) calls ``generate_rows`` instead of ``generate``."""
+
+    def generate_rows(self, prompts: list[list[Message]], rows: list[dict[str, Any]], n: int,
+                      sampling: SamplingParams) -> list[list[Completion]]:
+        """``generate``, with ``rows[i]`` the dataset row of ``prompts[i]``."""
+        ...
 
 
 @runtime_checkable

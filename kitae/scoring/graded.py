@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from kitae.chat import IM_END, TEMPLATE_TOKENS
-from kitae.rollout.base import Completion, SamplingParams
+from kitae.rollout.base import Completion, ReadsRows, SamplingParams
 from kitae.rollout.trajectory import Episode
 from kitae.scoring.rewards import GroupScores, RewardComponent, score_groups
 
@@ -97,7 +97,10 @@ def sample_and_grade(engine: Any, prompts: list[Any], items: list[dict], n: int,
                      ) -> Graded:
     """``n`` completions of each of ``prompts`` (the messages sent) with ``sampling``, graded against ``items``
     (the rows); ``start`` is the first prompt's index in its set."""
-    groups = engine.generate(prompts, n, sampling)
+    if isinstance(engine, ReadsRows):  # an agent's environment resets from the row
+        groups = engine.generate_rows(prompts, items, n, sampling)
+    else:
+        groups = engine.generate(prompts, n, sampling)
     samples, scores = grade_completions(components, items, groups, sampling.max_new_tokens, extra)
     return Graded(start, items, groups, samples, scores)
 

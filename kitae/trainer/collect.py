@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from kitae.agents.engine import AgentEngine
 from kitae.algorithms.advantages import dynamic_sampling_keep
 from kitae.rollout.base import Completion, SamplingParams, SavesState, SyncsWeights
 from kitae.rollout.partial import PartialRollouts
@@ -184,12 +185,14 @@ class Rollouts:
 
             engine = HFEngine(policy, tokenizer)
             engine.set_chat(self.cfg.model.chat_template_kwargs, self.cfg.model.end_marker)
-            return engine
+            return self.engine.with_engine(engine) if isinstance(self.engine, AgentEngine) else engine
         return self.engine
 
     def close(self) -> None:
         if self.pipeline is not None:
             self.pipeline.close()
+        if isinstance(self.engine, AgentEngine):  # the tools' MCP sessions and event loop
+            self.engine.close()
 
     def state_dict(self) -> dict[str, Any]:
         return {"sampler": self.sampler.state_dict(),

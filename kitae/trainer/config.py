@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from kitae.agents.config import EnvironmentConfig
 from kitae.config import apply_overrides, from_dict, read_yaml, setting, to_dict
 from kitae.data.sources import DatasetSource, RowMap
 from kitae.errors import ConfigError
@@ -481,6 +482,7 @@ class TrainConfig:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     alarms: AlarmsConfig = field(default_factory=AlarmsConfig)
+    environment: EnvironmentConfig | None = None  # agents: rollouts are multi-turn episodes with tools
 
     def resolve(self, path: str) -> None:
         """Fill in what sections left out (built by default, never read) leave out too, and the eval grader."""
@@ -498,6 +500,8 @@ class TrainConfig:
             raise ConfigError("sampling.group_size", "GRPO compares samples of one prompt: use at least 2")
         if self.sampling.partial is not None and self.algorithm.dynamic_sampling.enabled:
             raise ConfigError("sampling.partial", "partial rollouts do not combine with algorithm.dynamic_sampling")
+        if self.environment is not None:
+            check_environment_sampling(self.sampling)
         s = self.sampling
         if s.engine == "server" and s.sync == "vllm" and not (self.model.lora and s.lora_sync == "adapter"):
             from kitae.rollout.sync import check_vllm_sync  # a LoRA run's adapter push needs no NCCL
@@ -534,6 +538,19 @@ class TrainConfig:
 
 EMPTY_CONFIG = ("a training config needs at least its rewards; start from examples/zero.yaml (docs/config.md lists "
                 "every setting)")
+
+
+def check_environment_sampling(s: SamplingConfig) -> None:
+    """What an ``environment:`` run cannot sample with, refused with the reason."""
+    if s.async_:
+        raise ConfigError("sampling.async", "does not run with an environment yet: the rollout worker samples single "
+                          "turns from token ids, while an episode's turns wait on its tool calls, which run in the "
+                          "trainer's process; set async: false (an episode's tool calls already overlap sampling)")
+    if s.partial is not None:
+        raise ConfigError("sampling.partial", "does not run with an environment yet: a partial rollout's replay "
+                          "buffer would have to keep each episode's tools and environment state between steps; "
+                          "remove sampling.partial (environment.turn_max_new_tokens and episode_max_tokens bound "
+                          "an episode)")
 
 
 def load_train_config(path: str | Path | None = None, overrides: list[str] | None = None, data: dict | None = None) -> TrainConfig:

@@ -61,6 +61,7 @@ from kitae.scoring.rewards import (
 from kitae.store.images import RunImages
 from kitae.store.lock import RunLock
 from kitae.threads import available_cpus, load_average, set_threads, worker_core_problem
+from kitae.agents.engine import environment_component
 from kitae.trainer import setup, sharded
 from kitae.trainer.advantages import batch_advantages
 from kitae.trainer.alarms import Alarm, RunAlarms
@@ -134,7 +135,7 @@ class Trainer:
         optimizer, self.scheduler = setup.make_optimizer(model, cfg.optim)
         self.model, self.optimizer = self.acc.prepare(model, optimizer)
         self.engine = setup.make_engine(cfg, self.policy, self.tokenizer, self.processor, checked.servers)
-        self.components = checked.components + setup.repeat_component(cfg)
+        self.components = checked.components + setup.repeat_component(cfg) + environment_component(cfg, self.engine)
         self.eval_grader, self.eval_rows = checked.eval_grader, checked.eval_rows
         sampler = setup.make_sampler(cfg, checked.train_rows)
         partial = setup.make_partial(cfg, self.engine, self.tokenizer, self.acc.num_processes)

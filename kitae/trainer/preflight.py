@@ -13,6 +13,9 @@ for it. :func:`preflight` checks, in this order, and raises ConfigError or DataE
 3. the training and eval data: loaded and validated row by row;
 4. lengths: every prompt, with the chat template applied as the rollout engine applies it, plus
    ``max_new_tokens`` must fit in the model's context (``max_position_embeddings`` in config.json);
+   with ``environment:``, the prompt rendered with the tools plus ``environment.episode_max_tokens``, after the
+   environment's checks (kitae.agents.engine.check_environment: the factory and tool functions import, the chat
+   template renders tools, the MCP servers answer);
 5. rollout servers (``sampling.engine: server``): every replica in ``sampling.servers`` answers
    (:func:`kitae.rollout.server.preflight`; a KitaeError names the URL).
 
@@ -28,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kitae.agents.engine import check_environment
 from kitae.config import check_numbers
 from kitae.errors import ConfigError, DataError
 from kitae.registry import load_target, unknown_name_message
@@ -83,7 +87,12 @@ def preflight(cfg: TrainConfig, config_dir: str | Path | None = None) -> Checked
         context = model_context(model_path)
         encode = None if context is None else prompt_encoder(cfg.sampling.engine, tokenizer, processor,
                                                              cfg.model.chat_template_kwargs)
-        if encode is not None:
+        agent_encode = check_environment(cfg, tokenizer)  # environment: tools import, template renders them
+        if encode is not None and agent_encode is not None:  # an episode: the prompt with its tools + its budget
+            budget = cfg.environment.episode_max_tokens
+            for rows, file in ((train_rows, train_file), (eval_rows, eval_file)):
+                check_lengths(rows, file, agent_encode, context, budget, "environment.episode_max_tokens")
+        elif encode is not None:
             check_lengths(train_rows, train_file, encode, context, cfg.sampling.max_new_tokens,
                           "sampling.max_new_tokens")
             eval_key = "eval.max_new_tokens" if cfg.eval.max_new_tokens else "sampling.max_new_tokens"

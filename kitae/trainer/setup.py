@@ -236,7 +236,9 @@ def make_engine(cfg: TrainConfig, policy, tokenizer, processor, servers: dict | 
     """The rollout engine of ``sampling.engine``; one built from the config (kitae.rollout.base.BuiltFromConfig:
     the server engine) gets the sampling settings and the servers pre-flight found answering. Vision-language
     models sample in this process. Every engine that applies the chat template (EncodesPrompts) gets
-    ``model.chat_template_kwargs`` and ``model.end_marker``; either set for one that does not is a ConfigError."""
+    ``model.chat_template_kwargs`` and ``model.end_marker``; either set for one that does not is a ConfigError.
+    With ``environment:`` the engine is wrapped in an agent engine (kitae.agents.engine) whose rollouts are
+    episodes; it forwards what the wrapped engine can do beyond sampling (weight pushes, stats, state)."""
     cls = ENGINES.get(cfg.sampling.engine, "sampling.engine")
     if processor is not None:  # pre-flight allows only the in-process engine here
         from kitae.rollout.vision import VisionEngine
@@ -260,6 +262,13 @@ def make_engine(cfg: TrainConfig, policy, tokenizer, processor, servers: dict | 
                 raise ConfigError(f"model.{field}", f"the {cfg.sampling.engine} engine does not apply the chat "
                                   "template itself (kitae.rollout.base.EncodesPrompts), so it cannot honour this; "
                                   "leave it out, or give the engine set_chat and encode_prompt")
+    if cfg.environment is not None:  # agents: every rollout an episode of turns and tool calls
+        if processor is not None:
+            raise ConfigError("environment", "episodes of a vision-language model are not sampled yet (image "
+                              "prompts sample in one turn); remove the environment section or use a text model")
+        from kitae.agents.engine import build_agent_engine
+
+        engine = build_agent_engine(cfg, engine, tokenizer)
     return engine
 
 
