@@ -28,6 +28,7 @@ from kitae.store.records import (
     from_json,
     prompt_key,
 )
+from kitae.store.schema import EPISODE_COLUMNS
 from kitae.store.status import effective_status
 
 # order name -> ORDER BY; ties go to the newest step, so the worst groups of a long run are recent ones.
@@ -51,7 +52,8 @@ GROUP_COLUMNS = (
 JSON_CELLS = {
     "run": (("id",), {"config": "object", "summary": "object"}),
     "groups": (("id",), {"messages": "array", "item": "object"}),
-    "samples": (("group_id", "sample_index"), {c: "object" for c in ("scores", "reasons", "sub_scores", "errors")}),
+    "samples": (("group_id", "sample_index"), {**{c: "object" for c in ("scores", "reasons", "sub_scores", "errors")},
+                                               "trained_spans": "array", "episode": "object"}),
     "evals": (("step",), {"metrics": "object"}),
     "eval_samples": (("step", "sample_index"), {"data": "object"}),
     "events": (("id",), {"data": "object"}),
@@ -225,6 +227,8 @@ class RunReader:
                 if table == "events" and self.version < 2:
                     continue
                 for column, kind in columns.items():
+                    if table == "samples" and column in EPISODE_COLUMNS and self.version < 5:
+                        continue
                     self._check_column(db, table, keys, column, kind)
             bad = db.execute("SELECT key, step, value FROM metrics "
                              "WHERE typeof(value) NOT IN ('real', 'integer', 'null') LIMIT 1").fetchone()
@@ -359,7 +363,15 @@ class RunReader:
             errors=self._json(r, "samples", "errors", key),
             policy_version=r["policy_version"] if "policy_version" in r.keys() else None,  # (before version 3)
             thinking_open=bool(r["thinking_open"]) if "thinking_open" in r.keys() else False,  # (before 4)
+            **(self._episode_fields(r, key) if "episode" in r.keys() else {}),  # (before 5: single-turn, None)
         )
+
+    def _episode_fields(self, r: sqlite3.Row, key: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "episode": None if r["episode"] is None else self._json(r, "samples", "episode", key),
+            "trained_spans": None if r["trained_spans"] is None else self._json(r, "samples", "trained_spans", key, list),
+            "sampled_tokens": r["sampled_tokens"],
+        }
 
     # ---- events --------------------------------------------------------------------------------
     def meta_value(self, key: str) -> str | None:
