@@ -69,9 +69,11 @@ def samples_command(
     as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts: one object with run, step and "
                                  "groups, each with its samples (docs/run_store.md)."),
 ) -> None:
-    """The stored samples of a step: the prompt, the messages (an agent's turns with each tool call, its
-    arguments and result or error), every reward component with its score and reason, how each finished (and why
-    an episode ended), and which completion-token spans were trained."""
+    """The stored samples of a step (default: the last), for people and scripts.
+
+    The prompt, the messages (an agent's turns with each tool call, its arguments and result or error), every
+    reward component with its score and reason, how each finished (and why an episode ended), and which
+    completion-token spans were trained."""
     from kitae.cli.samples import format_step, group_json, step_groups
     from kitae.store import open_run
 
