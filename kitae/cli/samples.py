@@ -148,17 +148,17 @@ def _sample_lines(s: SampleRecord, i: int) -> list[str]:
 
 def _episode_lines(s: SampleRecord) -> list[str]:
     lines = []
-    turns = s.episode.get("turns") or []
+    turns = s.turns
     for k, t in enumerate(turns):
         lines.append(f"  turn {k} [{t.get('start')}, {t.get('end')}) finish {t.get('finish_reason')}"
                      + (f" · {t['malformed']} malformed call(s)" if t.get("malformed") else "") + ":")
         lines.append("    " + _block(t.get("text", ""), 4))
-        for c in t.get("tool_calls") or []:
+        for c in (c for c in t.get("tool_calls") or [] if isinstance(c, dict)):
             lines.append(f"    tool call {c.get('name')}({_args(c.get('arguments'))}) · {_num(c.get('seconds'))} s")
             lines.append("      " + ("ERROR " + _block(c["error"], 6) if c.get("error") else
                                      "-> " + _block(c.get("result") or "", 6)))
         nxt = turns[k + 1].get("start") if k + 1 < len(turns) else s.completion_tokens
-        if isinstance(t.get("end"), int) and nxt > t["end"]:
+        if isinstance(t.get("end"), int) and isinstance(nxt, int) and nxt > t["end"]:
             lines.append(f"  [{t['end']}, {nxt}) not trained: the tool results and the template's tokens")
     if s.episode.get("template_rewrites"):
         lines.append("  the chat template renders earlier turns otherwise: the sampled tokens were kept")

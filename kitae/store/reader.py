@@ -369,7 +369,8 @@ class RunReader:
     def _episode_fields(self, r: sqlite3.Row, key: dict[str, Any]) -> dict[str, Any]:
         return {
             "episode": None if r["episode"] is None else self._json(r, "samples", "episode", key),
-            "trained_spans": None if r["trained_spans"] is None else self._json(r, "samples", "trained_spans", key, list),
+            "trained_spans": (None if r["trained_spans"] is None
+                              else self._json(r, "samples", "trained_spans", key, list)),
             "sampled_tokens": r["sampled_tokens"],
         }
 

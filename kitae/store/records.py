@@ -46,8 +46,14 @@ class SampleRecord:
     sampled_tokens: int | None = None  # completion tokens the policy sampled; None: all of them
 
     @property
+    def turns(self) -> list[dict]:
+        """The episode's turns ([] for a single-turn sample; what is not a turn object in a hand-edited run.db
+        is left out)."""
+        return _objects((self.episode or {}).get("turns"))
+
+    @property
     def n_turns(self) -> int:
-        return len(self.episode.get("turns") or []) if self.episode else 1
+        return len(self.turns) if self.episode else 1
 
     @property
     def episode_end(self) -> str | None:
@@ -61,13 +67,17 @@ class SampleRecord:
     @property
     def tool_calls(self) -> list[dict]:
         """Every tool call of the episode, in order ([] for a single-turn sample)."""
-        return [c for t in (self.episode or {}).get("turns") or [] for c in t.get("tool_calls") or []]
+        return [c for t in self.turns for c in _objects(t.get("tool_calls"))]
 
     def spans(self) -> list[list[int]]:
         """The trained spans, a single-turn sample's included (every token: [[0, completion_tokens]])."""
         if self.trained_spans is not None:
             return self.trained_spans
         return [[0, self.completion_tokens]] if self.completion_tokens else []
+
+
+def _objects(value: Any) -> list[dict]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
 @dataclass

@@ -72,7 +72,8 @@ def step_1_completions() -> list[Completion]:
 
 
 def grades_of(scores: list[float | None], reasons: list[str | None]) -> GroupScores:
-    grades = [Grade(s, reason=r, error=None if s is not None else "no answer to grade") for s, r in zip(scores, reasons)]
+    grades = [Grade(s, reason=r, error=None if s is not None else "no answer to grade")
+              for s, r in zip(scores, reasons)]
     return GroupScores({"accuracy": grades}, totals=list(scores))
 
 
@@ -93,3 +94,23 @@ def write_agent_run(root: Path, name: str = "agent-run") -> Path:
         store.log_metrics(2, {"reward": 1.0})
         store.finish("finished")
     return run_dir
+
+
+UNSENT = "the result of a call made in the last turn allowed"
+
+
+def write_odd_run(root: Path, name: str = "odd-run") -> Path:
+    """One group: an episode cut by max_tool_calls right after a call (its result never went back to the model,
+    so no tokens follow the last turn), and an episode a hand edit left with turns that are no list."""
+    cut = episode_completion([(CALL_0, 12, [ToolCall("calculator", {"expression": "1"}, result="1")]),
+                              (CALL_0, 12, [ToolCall("calculator", {"expression": "2"}, result=UNSENT)])],
+                             gaps=[5, 0], end="max_tool_calls")
+    row = {"messages": [{"role": "user", "content": PROMPT}]}
+    [group] = group_records([row], [[cut, step_1_completions()[2]]], [grades_of([0.0, 1.0], [None, None])],
+                            torch.tensor([[-1.0, 1.0]]), RunImages(root / name))
+    group.samples[1].episode = {"turns": "not a list", "end": "answer", "messages": 7}
+    group.samples[1].trained_spans = [[0, 7]]
+    with RunStore.create(root / name, name=name, config={}, model="tiny") as store:
+        store.log_groups(1, [group])
+        store.log_metrics(1, {"reward": 0.5})
+    return root / name

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from kitae.cli.runs import register
 from kitae.errors import KitaeError
 from kitae.store import GroupRecord, RunStore, SampleRecord
-from tests.agents._store_fixtures import ANSWER, PROMPT, XSS_ARG, XSS_RESULT, write_agent_run
+from tests.agents._store_fixtures import ANSWER, PROMPT, UNSENT, XSS_ARG, XSS_RESULT, write_agent_run, write_odd_run
 
 
 @pytest.fixture
@@ -79,7 +79,8 @@ def test_text_for_people_shows_turns_tool_calls_errors_and_spans(app, runs_dir):
     for expected in [
         "run agent-run · step 1 · 1 group",
         f"  user: {PROMPT}",
-        "-- sample #0 · reward 1 · advantage +0.5 · finish stop · episode end answer · 2 turns · 36 tokens, 18 sampled",
+        "-- sample #0 · reward 1 · advantage +0.5 · finish stop · episode end answer · 2 turns · 36 tokens, "
+        "18 sampled",
         "  trained tokens: [0, 12) [30, 36)   not trained: [12, 30)",
         '    tool call calculator({"expression": "37 * 41"}) · 0.01 s\n      -> 1517\n',
         "  [12, 30) not trained: the tool results and the template's tokens",
@@ -137,3 +138,15 @@ def test_control_characters_in_model_text_are_shown_escaped(app, tmp_path):
     assert "4\\x1b[2J\\x1b]0;pwned\\x07 done\tok" in result.output
     as_json = CliRunner().invoke(app, ["runs", "samples", "ctl", "--runs", str(tmp_path), "--json"])
     assert json.loads(as_json.output)["groups"][0]["samples"][0]["text"] == hostile and "\x1b" not in as_json.output
+
+
+def test_results_the_model_never_read_and_a_hand_edited_episode(app, tmp_path):
+    write_odd_run(tmp_path)
+    result = CliRunner().invoke(app, ["runs", "samples", "odd-run", "--runs", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert f"      -> {UNSENT}" in result.output and "episode end max_tool_calls" in result.output
+    assert "-- sample #1 · reward 1 · advantage +1 · finish stop · episode end answer · 0 turns" in result.output
+    as_json = json.loads(CliRunner().invoke(app, ["runs", "samples", "odd-run", "--runs", str(tmp_path),
+                                                  "--json"]).output)
+    odd = as_json["groups"][0]["samples"][1]
+    assert (odd["turns"], odd["tool_calls"], odd["messages"]) == (0, [], 7)

@@ -9,7 +9,18 @@ import json
 
 import pytest
 
-from tests.agents._store_fixtures import ANSWER, CALL_0, CALL_1, CALL_2, SINGLE, XSS_ARG, XSS_RESULT, write_agent_run
+from tests.agents._store_fixtures import (
+    ANSWER,
+    CALL_0,
+    CALL_1,
+    CALL_2,
+    SINGLE,
+    UNSENT,
+    XSS_ARG,
+    XSS_RESULT,
+    write_agent_run,
+    write_odd_run,
+)
 from tests.web.conftest import screenshot
 
 pytest_plugins = ["tests.web.conftest"]
@@ -103,3 +114,17 @@ def test_the_prompt_history_and_the_labeling_page_show_episodes_too(serve, agent
     assert first.locator("section.untrained pre.tool-output").inner_text() == "1517"
     assert "environment reward" not in first.inner_text()  # blind labeling: no grader's or environment's view
     assert page.evaluate("() => window.__kitae_pwned") is None
+
+
+def test_results_the_model_never_read_and_a_hand_edited_episode(serve, tmp_path, page):
+    write_odd_run(tmp_path)
+    s = serve(tmp_path)
+    page.goto(s.url + "#/run/odd-run/groups")
+    page.locator("tr[data-group] a").first.click()
+    page.wait_for_selector("article.sample .episode")
+    cut = page.locator("article.sample").nth(0)
+    assert spans(cut.locator("section.untrained")) == [[12, 17]]
+    assert cut.locator("section.unsent pre.tool-output").inner_text() == UNSENT
+    assert "never read" in cut.locator("section.unsent .span-label").inner_text()
+    odd = page.locator("article.sample").nth(1)  # no turn to show, and no JavaScript error (the page fixture)
+    assert odd.locator(".episode-head").inner_text().startswith("0 turns · 0 tool calls")

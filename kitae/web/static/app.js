@@ -490,11 +490,14 @@
     return out;
   }
 
+  // the objects of a stored list: a hand-edited run.db may hold anything there
+  const arrayOf = (v) => (Array.isArray(v) ? v.filter((x) => x && typeof x === "object") : []);
+
   function episodeView(s, withScores) {
-    const ep = s.episode, turns = Array.isArray(ep.turns) ? ep.turns : [];
-    const calls = turns.flatMap((t) => t.tool_calls || []);
+    const ep = s.episode, turns = arrayOf(ep.turns);
+    const calls = turns.flatMap((t) => arrayOf(t.tool_calls));
     const errors = calls.filter((c) => c.error != null).length;
-    const trained = Array.isArray(s.trained_spans) ? s.trained_spans
+    const trained = Array.isArray(s.trained_spans) ? s.trained_spans.filter(Array.isArray)
       : turns.map((t) => [t.start, t.end]);  // (no mask stored: the turns are what was sampled)
     const gaps = untrainedSpans(trained, s.completion_tokens);
     const gapAfter = (end) => gaps.find((g) => g[0] === end);
@@ -502,7 +505,10 @@
     const blocks = turns.flatMap((t, k) => {
       const gap = gapAfter(t.end);
       if (gap) shown.add(gap);
-      return [turnBlock(t, k, k === 0 && s.thinking_open), gap ? untrainedBlock(gap, t.tool_calls || []) : null];
+      const results = arrayOf(t.tool_calls);
+      return [turnBlock(t, k, k === 0 && s.thinking_open), gap ? untrainedBlock(gap, results)
+        : results.length ? h("section", {class: "unsent"}, h("div", {class: "span-label"},
+          "tool results the model never read (the episode ended)"), toolResults(results)) : null];
     });
     const rest = gaps.filter((g) => !shown.has(g)).map((g) => untrainedBlock(g, []));
     return h("div", {class: "episode"},
@@ -521,7 +527,7 @@
         + `${t.finish_reason}`, t.malformed ? h("span", {class: "malformed"},
         ` · ${t.malformed} malformed tool call${t.malformed === 1 ? "" : "s"}`) : null),
       sampleText(t.text, thinkingOpen),
-      (t.tool_calls || []).map((c) => h("div", {class: "tool-call" + (c.error != null ? " failed" : ""),
+      arrayOf(t.tool_calls).map((c) => h("div", {class: "tool-call" + (c.error != null ? " failed" : ""),
         dataset: {tool: c.name}},
         h("span", {class: "tool-name"}, `call ${c.name}`),
         h("pre", {class: "text tool-args"}, typeof c.arguments === "string" ? c.arguments
@@ -533,10 +539,15 @@
     return h("section", {class: "untrained", dataset: {start, end},
       title: "not trained: the loss mask is 0 here (put in by the template and the tools)"},
     h("div", {class: "span-label"}, `tokens [${start}, ${end}) · not trained: tool results and template`),
-    calls.map((c) => h("div", {class: "tool-result" + (c.error != null ? " failed" : ""), dataset: {tool: c.name}},
+    toolResults(calls));
+  }
+
+  function toolResults(calls) {
+    return calls.map((c) => h("div", {class: "tool-result" + (c.error != null ? " failed" : ""),
+      dataset: {tool: c.name}},
       h("span", {class: "tool-name"}, `${c.name} → `, h("span", {class: "muted small"}, `${fmt(c.seconds)} s`)),
       c.error != null ? h("pre", {class: "text tool-error", role: "alert"}, `error: ${c.error}`)
-        : h("pre", {class: "text tool-output"}, c.result ?? ""))));
+        : h("pre", {class: "text tool-output"}, c.result ?? "")));
   }
 
   // A completion's text. A reasoning model's leading <think>...</think> block (up to the last </think>, what
@@ -597,7 +608,7 @@
       h("div", {class: "history-samples"}, g.samples.map((s, i) => h("div", {class: "history-sample"},
         h("div", {class: "sample-meta"}, h("span", {class: "idx"}, `#${i}`), h("b", null, fmt(s.reward)),
           h("span", {class: s.finish_reason === "length" ? "finish warn" : "finish"}, s.finish_reason),
-          s.episode ? h("span", {class: "episode-turns"}, `episode of ${(s.episode.turns || []).length} turns, `
+          s.episode ? h("span", {class: "episode-turns"}, `episode of ${arrayOf(s.episode.turns).length} turns, `
             + `end ${s.episode.end}`) : null),
         sampleText(s.text, s.thinking_open))))));
     put(app, h("h1", null, "The same prompt across steps"),
