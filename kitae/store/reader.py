@@ -108,9 +108,11 @@ class RunReader:
             raise missing_run_row(self.db_path)
         return row
 
-    def _json(self, row: sqlite3.Row, table: str, column: str, key: dict[str, Any], kind: type = dict) -> Any:
+    def _json(self, row: sqlite3.Row, table: str, column: str, key: dict[str, Any], kind: type = dict,
+              fix_value: str | None = None) -> Any:
         """The JSON in `row[column]`, which kitae wrote as a `kind` (dict or list). Anything else there (a
-        hand-edited ``{not json``) is StoreDamaged naming the file, table, row (`key`), column and a repair."""
+        hand-edited ``{not json``) is StoreDamaged naming the file, table, row (`key`), column and a repair
+        (`fix_value`, default an empty object or array)."""
         text = row[column]
         try:
             value = from_json(text) if isinstance(text, str) else text
@@ -120,7 +122,8 @@ class RunReader:
             if isinstance(value, kind):
                 return value
             problem = f"expected a JSON {'object' if kind is dict else 'array'}, got {text!r:.40}"
-        raise damaged_cell(self.db_path, table, key, column, problem, "'{}'" if kind is dict else "'[]'")
+        fix = fix_value or ("'{}'" if kind is dict else "'[]'")
+        raise damaged_cell(self.db_path, table, key, column, problem, fix)
 
     def _number(self, value: Any, key: dict[str, Any], table: str = "metrics", column: str = "value") -> Any:
         """A stored metric value: a number or NULL; text there (hand-edited) is StoreDamaged naming the cell."""
@@ -250,7 +253,8 @@ class RunReader:
             f"AND (CASE WHEN json_valid({column}) THEN json_type({column}) END) IS NOT ? LIMIT 1", (kind,)
         ).fetchone()
         if bad is not None:  # _json says what is wrong with it (and lets pass what Python reads as kitae wrote it)
-            self._json(bad, table, column, {k: bad[k] for k in keys}, dict if kind == "object" else list)
+            fix = "NULL" if column in EPISODE_COLUMNS else None  # (NULL: the sample reads as a single-turn one)
+            self._json(bad, table, column, {k: bad[k] for k in keys}, dict if kind == "object" else list, fix)
 
     # ---- metrics ------------------------------------------------------------------------------
     def metric_keys(self) -> list[str]:
@@ -367,12 +371,12 @@ class RunReader:
         )
 
     def _episode_fields(self, r: sqlite3.Row, key: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "episode": None if r["episode"] is None else self._json(r, "samples", "episode", key),
-            "trained_spans": (None if r["trained_spans"] is None
-                              else self._json(r, "samples", "trained_spans", key, list)),
-            "sampled_tokens": r["sampled_tokens"],
-        }
+        """A damaged cell is repaired with NULL: the sample then reads as a single-turn one."""
+        def cell(column: str, kind: type) -> Any:
+            return None if r[column] is None else self._json(r, "samples", column, key, kind, fix_value="NULL")
+
+        return {"episode": cell("episode", dict), "trained_spans": cell("trained_spans", list),
+                "sampled_tokens": self._number(r["sampled_tokens"], key, "samples", "sampled_tokens")}
 
     # ---- events --------------------------------------------------------------------------------
     def meta_value(self, key: str) -> str | None:

@@ -138,8 +138,28 @@ def test_a_damaged_episode_cell_is_named(tmp_path, column, bad, problem):
     con.commit()
     con.close()
     with RunStore.open(run_dir, read_only=True) as s:
-        with pytest.raises(StoreDamaged, match=f"samples.*{column}.*{problem}"):
+        with pytest.raises(StoreDamaged, match=f"samples.*{column}.*{problem}.*SET {column} = NULL WHERE"):
             s.check_cells()
+        with pytest.raises(StoreDamaged, match=f"column {column}: {problem}"):  # reading the sample says so too
+            s.groups(step=1, with_samples=True)
+    con = sqlite3.connect(run_dir / "run.db")  # the repair the message offers: the sample reads as single-turn
+    con.execute(f"UPDATE samples SET {column} = NULL WHERE step = 1 AND sample_index = 0")
+    con.commit()
+    con.close()
+    with RunStore.open(run_dir, read_only=True) as s:
+        s.check_cells()
+        assert s.groups(step=1, with_samples=True)[0].samples[0].text
+
+
+def test_text_in_sampled_tokens_is_named(tmp_path):
+    run_dir = write_agent_run(tmp_path)
+    con = sqlite3.connect(run_dir / "run.db")
+    con.execute("UPDATE samples SET sampled_tokens = 'many' WHERE step = 1 AND sample_index = 0")
+    con.commit()
+    con.close()
+    with RunStore.open(run_dir, read_only=True) as s:
+        with pytest.raises(StoreDamaged, match="column sampled_tokens: expected a number or NULL, got 'many'"):
+            s.groups(step=1, with_samples=True)
 
 
 def test_a_partial_mask_without_an_episode_keeps_only_its_spans(tmp_path):
