@@ -34,7 +34,7 @@ def test_the_constants_the_cli_writes_out_are_the_servers():
     assert ui.TOKEN_ENV == web_server.TOKEN_ENV
 
 
-COMMANDS = [[], ["chat"], ["generate"], ["grade"], ["grader", "validate"], ["train"], ["runs", "show"],
+COMMANDS = [[], ["chat"], ["generate"], ["grade"], ["grader", "validate"], ["train"], ["runs", "show"], ["runs", "samples"],
             ["serve", "rm"], ["serve", "model"], ["plan"], ["ui"], ["curate"], ["eval"], ["merge"], ["long2short", "dpo-pairs"]]
 
 

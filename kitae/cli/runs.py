@@ -1,4 +1,5 @@
-"""`kitae runs list` and `kitae runs show NAME`: read the run store (runs/NAME/run.db) and print it."""
+"""`kitae runs list`, `kitae runs show NAME` and `kitae runs samples NAME`: read the run store (runs/NAME/run.db)
+and print it."""
 
 from __future__ import annotations
 
@@ -57,6 +58,34 @@ def show_command(
         typer.echo(json.dumps({**summary, "all_evals": evals}, indent=2, ensure_ascii=False))
     else:
         typer.echo(format_summary(summary, evals, config))
+
+
+@runs_app.command("samples")
+def samples_command(
+    name: str = typer.Argument(..., help="Run name (a folder under --runs) or a run folder's path."),
+    step: int = typer.Option(None, "--step", help="The step whose samples to print (default: the last step)."),
+    group: int = typer.Option(None, "--group", help="Only this group (its index in the step, from 0)."),
+    runs: Path = RUNS_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts: one object with run, step and "
+                                 "groups, each with its samples (docs/run_store.md)."),
+) -> None:
+    """The stored samples of a step (default: the last), for people and scripts.
+
+    The prompt, the messages (an agent's turns with each tool call, its arguments and result or error), every
+    reward component with its score and reason, how each finished (and why an episode ended), and which
+    completion-token spans were trained."""
+    from kitae.cli.samples import format_step, group_json, step_groups
+    from kitae.store import open_run
+
+    with open_run(runs, name) as store:
+        with store.snapshot():
+            shown, groups = step_groups(store, step, group)
+            run = store.brief().name
+    if as_json:
+        typer.echo(json.dumps({"run": run, "step": shown, "groups": [group_json(g) for g in groups]}, indent=2,
+                              ensure_ascii=False))
+    else:
+        typer.echo(format_step(run, shown, groups))
 
 
 # ---- formatting ----------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from kitae.store.records import (
     from_json,
     prompt_key,
 )
+from kitae.store.schema import EPISODE_COLUMNS
 from kitae.store.status import effective_status
 
 # order name -> ORDER BY; ties go to the newest step, so the worst groups of a long run are recent ones.
@@ -51,7 +52,8 @@ GROUP_COLUMNS = (
 JSON_CELLS = {
     "run": (("id",), {"config": "object", "summary": "object"}),
     "groups": (("id",), {"messages": "array", "item": "object"}),
-    "samples": (("group_id", "sample_index"), {c: "object" for c in ("scores", "reasons", "sub_scores", "errors")}),
+    "samples": (("group_id", "sample_index"), {**{c: "object" for c in ("scores", "reasons", "sub_scores", "errors")},
+                                               "trained_spans": "array", "episode": "object"}),
     "evals": (("step",), {"metrics": "object"}),
     "eval_samples": (("step", "sample_index"), {"data": "object"}),
     "events": (("id",), {"data": "object"}),
@@ -106,9 +108,11 @@ class RunReader:
             raise missing_run_row(self.db_path)
         return row
 
-    def _json(self, row: sqlite3.Row, table: str, column: str, key: dict[str, Any], kind: type = dict) -> Any:
+    def _json(self, row: sqlite3.Row, table: str, column: str, key: dict[str, Any], kind: type = dict,
+              fix_value: str | None = None) -> Any:
         """The JSON in `row[column]`, which kitae wrote as a `kind` (dict or list). Anything else there (a
-        hand-edited ``{not json``) is StoreDamaged naming the file, table, row (`key`), column and a repair."""
+        hand-edited ``{not json``) is StoreDamaged naming the file, table, row (`key`), column and a repair
+        (`fix_value`, default an empty object or array)."""
         text = row[column]
         try:
             value = from_json(text) if isinstance(text, str) else text
@@ -118,7 +122,8 @@ class RunReader:
             if isinstance(value, kind):
                 return value
             problem = f"expected a JSON {'object' if kind is dict else 'array'}, got {text!r:.40}"
-        raise damaged_cell(self.db_path, table, key, column, problem, "'{}'" if kind is dict else "'[]'")
+        fix = fix_value or ("'{}'" if kind is dict else "'[]'")
+        raise damaged_cell(self.db_path, table, key, column, problem, fix)
 
     def _number(self, value: Any, key: dict[str, Any], table: str = "metrics", column: str = "value") -> Any:
         """A stored metric value: a number or NULL; text there (hand-edited) is StoreDamaged naming the cell."""
@@ -225,6 +230,8 @@ class RunReader:
                 if table == "events" and self.version < 2:
                     continue
                 for column, kind in columns.items():
+                    if table == "samples" and column in EPISODE_COLUMNS and self.version < 5:
+                        continue
                     self._check_column(db, table, keys, column, kind)
             bad = db.execute("SELECT key, step, value FROM metrics "
                              "WHERE typeof(value) NOT IN ('real', 'integer', 'null') LIMIT 1").fetchone()
@@ -246,7 +253,8 @@ class RunReader:
             f"AND (CASE WHEN json_valid({column}) THEN json_type({column}) END) IS NOT ? LIMIT 1", (kind,)
         ).fetchone()
         if bad is not None:  # _json says what is wrong with it (and lets pass what Python reads as kitae wrote it)
-            self._json(bad, table, column, {k: bad[k] for k in keys}, dict if kind == "object" else list)
+            fix = "NULL" if column in EPISODE_COLUMNS else None  # (NULL: the sample reads as a single-turn one)
+            self._json(bad, table, column, {k: bad[k] for k in keys}, dict if kind == "object" else list, fix)
 
     # ---- metrics ------------------------------------------------------------------------------
     def metric_keys(self) -> list[str]:
@@ -359,7 +367,16 @@ class RunReader:
             errors=self._json(r, "samples", "errors", key),
             policy_version=r["policy_version"] if "policy_version" in r.keys() else None,  # (before version 3)
             thinking_open=bool(r["thinking_open"]) if "thinking_open" in r.keys() else False,  # (before 4)
+            **(self._episode_fields(r, key) if "episode" in r.keys() else {}),  # (before 5: single-turn, None)
         )
+
+    def _episode_fields(self, r: sqlite3.Row, key: dict[str, Any]) -> dict[str, Any]:
+        """A damaged cell is repaired with NULL: the sample then reads as a single-turn one."""
+        def cell(column: str, kind: type) -> Any:
+            return None if r[column] is None else self._json(r, "samples", column, key, kind, fix_value="NULL")
+
+        return {"episode": cell("episode", dict), "trained_spans": cell("trained_spans", list),
+                "sampled_tokens": self._number(r["sampled_tokens"], key, "samples", "sampled_tokens")}
 
     # ---- events --------------------------------------------------------------------------------
     def meta_value(self, key: str) -> str | None:

@@ -38,6 +38,46 @@ class SampleRecord:
     errors: dict[str, str | None] = field(default_factory=dict)
     policy_version: int | None = None  # async rollouts: the policy version (optimizer steps) that sampled it
     thinking_open: bool = False  # the prompt opened a <think> block the text starts inside (kitae.chat.opens_thinking)
+    # An agent's episode (kitae.rollout.trajectory); all three None for a single-turn sample, which costs nothing.
+    # ``episode``: the Episode as JSON: turns [{start, end, text, finish_reason, malformed, tool_calls [{name,
+    # arguments, id, result, error, seconds, turn}]}], messages, end, environment_reward, template_rewrites, tools
+    episode: dict | None = None
+    trained_spans: list[list[int]] | None = None  # [start, end) completion-token spans the loss saw; None: all
+    sampled_tokens: int | None = None  # completion tokens the policy sampled; None: all of them
+
+    @property
+    def turns(self) -> list[dict]:
+        """The episode's turns ([] for a single-turn sample; what is not a turn object in a hand-edited run.db
+        is left out)."""
+        return _objects((self.episode or {}).get("turns"))
+
+    @property
+    def n_turns(self) -> int:
+        return len(self.turns) if self.episode else 1
+
+    @property
+    def episode_end(self) -> str | None:
+        """Why the episode ended (kitae.rollout.trajectory.EPISODE_ENDS); None for a single-turn sample."""
+        return self.episode.get("end") if self.episode else None
+
+    @property
+    def environment_reward(self) -> float | None:
+        return self.episode.get("environment_reward") if self.episode else None
+
+    @property
+    def tool_calls(self) -> list[dict]:
+        """Every tool call of the episode, in order ([] for a single-turn sample)."""
+        return [c for t in self.turns for c in _objects(t.get("tool_calls"))]
+
+    def spans(self) -> list[list[int]]:
+        """The trained spans, a single-turn sample's included (every token: [[0, completion_tokens]])."""
+        if self.trained_spans is not None:
+            return self.trained_spans
+        return [[0, self.completion_tokens]] if self.completion_tokens else []
+
+
+def _objects(value: Any) -> list[dict]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The run.db schema (version 4), the connection settings and the version check.
+"""The run.db schema (version 5), the connection settings and the version check.
 
 The schema is the contract between training and the web page, documented in docs/run_store.md. Any change
 to a table bumps SCHEMA_VERSION, updates that document and adds a migration to MIGRATIONS; a kitae that
@@ -24,7 +24,7 @@ from urllib.parse import quote
 from kitae.errors import KitaeError
 from kitae.store.failures import damaged, sqlite_failure
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 BUSY_TIMEOUT_MS = 10_000
 
 SCHEMA = """
@@ -86,6 +86,10 @@ CREATE TABLE samples (
     errors            TEXT NOT NULL,
     policy_version    INTEGER,
     thinking_open     INTEGER NOT NULL DEFAULT 0,
+    turns             INTEGER,
+    sampled_tokens    INTEGER,
+    trained_spans     TEXT,
+    episode           TEXT,
     PRIMARY KEY (group_id, sample_index)
 ) WITHOUT ROWID;
 CREATE INDEX samples_by_step ON samples (step);
@@ -130,9 +134,20 @@ def _add_thinking_open(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE samples ADD COLUMN thinking_open INTEGER NOT NULL DEFAULT 0")
 
 
+EPISODE_COLUMNS = {"turns": "INTEGER", "sampled_tokens": "INTEGER", "trained_spans": "TEXT", "episode": "TEXT"}
+
+
+def _add_episodes(conn: sqlite3.Connection) -> None:
+    """Version 5: an agent's trajectory (kitae.rollout.trajectory): ``samples.turns``, ``sampled_tokens``,
+    ``trained_spans`` and ``episode``, all NULL for a single-turn sample (and for every sample logged before
+    version 5, which were all single-turn)."""
+    for column, kind in EPISODE_COLUMNS.items():
+        conn.execute(f"ALTER TABLE samples ADD COLUMN {column} {kind}")
+
+
 # version v -> function that upgrades a database at version v to v + 1, inside one transaction.
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _add_events, 2: _add_policy_version,
-                                                               3: _add_thinking_open}
+                                                               3: _add_thinking_open, 4: _add_episodes}
 
 
 def connect(db_path: Path, read_only: bool = False) -> sqlite3.Connection:

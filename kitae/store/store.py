@@ -210,8 +210,8 @@ class RunStore(RunReader):
         )
         db.executemany(
             "INSERT INTO samples (group_id, sample_index, step, text, completion_tokens, finish_reason, reward, "
-            "advantage, scores, reasons, sub_scores, errors, policy_version, thinking_open) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "advantage, scores, reasons, sub_scores, errors, policy_version, thinking_open, turns, sampled_tokens, "
+            "trained_spans, episode) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [(cursor.lastrowid, i, step, *_sample_row(s)) for i, s in enumerate(group.samples)],
         )
 
@@ -350,6 +350,17 @@ def _sample_row(sample: SampleRecord) -> tuple:
         to_json(sample.errors),
         None if sample.policy_version is None else int(sample.policy_version),
         int(bool(sample.thinking_open)),
+        *_episode_cells(sample),
+    )
+
+
+def _episode_cells(sample: SampleRecord) -> tuple:
+    """turns, sampled_tokens, trained_spans, episode: NULL each for a single-turn sample (all four NULL then)."""
+    return (
+        None if sample.episode is None else sample.n_turns,
+        None if sample.sampled_tokens is None else int(sample.sampled_tokens),
+        None if sample.trained_spans is None else to_json([[int(a), int(b)] for a, b in sample.trained_spans]),
+        None if sample.episode is None else to_json(sample.episode),
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import asdict
 
 import torch
 
@@ -18,7 +19,7 @@ from kitae.chat import content_text
 from kitae.graders.base import is_finite_number
 from kitae.rollout.base import Completion
 from kitae.rollout.partial import PartialRollouts
-from kitae.rollout.trajectory import EPISODE_ENDS
+from kitae.rollout.trajectory import EPISODE_ENDS, trained_spans
 from kitae.scoring.rewards import GroupScores, RewardComponent
 from kitae.store import GroupRecord, SampleRecord
 from kitae.store.images import RunImages
@@ -111,7 +112,8 @@ def pass_rate_and_partial_metrics(scores: list[GroupScores], completions: list[C
 def group_records(rows: list[dict], groups: list[list[Completion]], scores: list[GroupScores],
                   advantages: torch.Tensor, images: RunImages) -> list[GroupRecord]:
     """The step's groups as the run store keeps them: prompt, reference, each sample with its reward,
-    advantage and every component's score, reason, sub-scores and error. ``advantages`` [num_groups, G]."""
+    advantage and every component's score, reason, sub-scores and error, and an agent's trajectory
+    (:func:`trajectory_fields`). ``advantages`` [num_groups, G]."""
     out = []
     for gi, (row, group, gs) in enumerate(zip(rows, groups, scores)):
         samples = []
@@ -127,6 +129,7 @@ def group_records(rows: list[dict], groups: list[list[Completion]], scores: list
                     errors={n: g.error for n, g in grades.items()},
                     policy_version=c.policy_version,
                     thinking_open=c.thinking_open,
+                    **trajectory_fields(c),
                 )
             )
         messages, extra = row["messages"], {k: v for k, v in row.items() if k not in ("messages", "reference_answer")}
@@ -134,6 +137,19 @@ def group_records(rows: list[dict], groups: list[list[Completion]], scores: list
             messages, extra["images"] = images.stored_row(messages, row["images"])
         user = [content_text(m["content"], image_mark) for m in messages if m["role"] == "user"]
         out.append(GroupRecord(user[-1] if user else "", messages, row.get("reference_answer"), extra, samples, gi))
+    return out
+
+
+def trajectory_fields(c: Completion) -> dict:
+    """What the run store keeps of an agent's trajectory: the episode (turns, tool calls, messages, end,
+    environment reward), the trained token spans and the sampled-token count. {} for a single-turn completion
+    (loss_mask and episode None), whose stored sample stays as it was."""
+    out: dict = {}
+    if c.loss_mask is not None:
+        out["trained_spans"] = [list(span) for span in trained_spans(c.loss_mask, c.num_tokens)]
+        out["sampled_tokens"] = c.sampled_tokens
+    if c.episode is not None:
+        out["episode"] = asdict(c.episode)
     return out
 
 

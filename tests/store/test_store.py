@@ -211,9 +211,13 @@ def test_log_event_refuses_an_unknown_kind(store):
 
 
 def _as_version(store: RunStore, version: int) -> None:
-    """Turn a fresh run.db back into an older schema version, as an older kitae wrote it: 3 has no
-    samples.thinking_open, 2 no samples.policy_version either, 1 no events table either."""
-    store._conn.execute("ALTER TABLE samples DROP COLUMN thinking_open")
+    """Turn a fresh run.db back into an older schema version, as an older kitae wrote it: 4 has no episode columns
+    (samples.turns, sampled_tokens, trained_spans, episode), 3 no samples.thinking_open either, 2 no
+    samples.policy_version either, 1 no events table either."""
+    for column in ("turns", "sampled_tokens", "trained_spans", "episode"):
+        store._conn.execute(f"ALTER TABLE samples DROP COLUMN {column}")
+    if version <= 3:
+        store._conn.execute("ALTER TABLE samples DROP COLUMN thinking_open")
     if version <= 2:
         store._conn.execute("ALTER TABLE samples DROP COLUMN policy_version")
     if version == 1:
@@ -226,7 +230,7 @@ def test_a_version_1_database_is_upgraded_when_opened_for_writing(store):
     store.log_metrics(1, {"reward": 0.5})
     _as_version(store, 1)
     with RunStore.open(store.run_dir) as s:
-        assert s.summary()["schema_version"] == SCHEMA_VERSION == 4
+        assert s.summary()["schema_version"] == SCHEMA_VERSION == 5
         s.log_event(1, "resumed", "resumed from checkpoints/step-000001")
         assert [e["kind"] for e in s.events()] == ["resumed"] and s.metrics() == {"reward": [(1, 0.5)]}
 
@@ -268,7 +272,7 @@ def test_a_version_3_database_gains_thinking_open_and_its_old_samples_read_as_fa
         assert s.summary()["schema_version"] == 3
         assert [x.thinking_open for x in s.groups(with_samples=True)[0].samples] == [False]
     with RunStore.open(store.run_dir) as s:
-        assert s.summary()["schema_version"] == SCHEMA_VERSION == 4
+        assert s.summary()["schema_version"] == SCHEMA_VERSION == 5
         s.log_groups(2, [opened])
         by_step = {g.step: [x.thinking_open for x in g.samples] for g in s.groups(with_samples=True)}
         assert by_step == {1: [False], 2: [True, False]}

@@ -458,11 +458,96 @@
       h("span", {class: s.finish_reason === "length" ? "finish warn" : "finish"}, `finish ${s.finish_reason}`),
       h("span", null, `${s.completion_tokens} tokens`),
       s.policy_version == null ? null : h("span", {class: "policy", title: "async rollouts: the policy version " +
-        "(optimizer steps taken) whose weights sampled it"}, `sampled by policy ${s.policy_version}`));
-    return h("article", {class: "sample card", dataset: {index: i}}, meta,
-      h("div", {class: "sample-body"}, sampleText(s.text, s.thinking_open),
+        "(optimizer steps taken) whose weights sampled it"}, `sampled by policy ${s.policy_version}`),
+      s.episode ? episodeMeta(s) : null);
+    return h("article", {class: "sample card" + (s.episode ? " is-episode" : ""), dataset: {index: i}}, meta,
+      h("div", {class: "sample-body"}, s.episode ? episodeView(s, withScores) : sampleText(s.text, s.thinking_open),
         withScores ? scoresTable(s) : null),
       extra || null);
+  }
+
+  // ---- an agent's episode (kitae.rollout.trajectory): its turns, tool calls and the spans never trained ----
+  // The stored sample has `episode` (turns [{start, end, text, finish_reason, malformed, tool_calls}], end,
+  // environment_reward, template_rewrites), `trained_spans` ([start, end) completion tokens the loss saw) and
+  // `sampled_tokens`; a single-turn sample has none of them and renders as before. Model text, tool arguments
+  // and tool results are untrusted: text nodes only, as everywhere.
+  function episodeMeta(s) {
+    const end = s.episode.end || "answer";
+    return [h("span", {class: "episode-end" + (end === "answer" ? "" : " warn")}, `episode end ${end}`),
+      h("span", {class: "trained-count"}, `${s.sampled_tokens ?? s.completion_tokens} of ${s.completion_tokens} `
+        + "tokens trained")];
+  }
+
+  // [start, end) spans of [0, n) outside `trained`: what the template and the tools put in.
+  function untrainedSpans(trained, n) {
+    const out = [];
+    let at = 0;
+    for (const [start, end] of trained) {
+      if (start > at) out.push([at, start]);
+      at = Math.max(at, end);
+    }
+    if (at < n) out.push([at, n]);
+    return out;
+  }
+
+  // the objects of a stored list: a hand-edited run.db may hold anything there
+  const arrayOf = (v) => (Array.isArray(v) ? v.filter((x) => x && typeof x === "object") : []);
+
+  function episodeView(s, withScores) {
+    const ep = s.episode, turns = arrayOf(ep.turns);
+    const calls = turns.flatMap((t) => arrayOf(t.tool_calls));
+    const errors = calls.filter((c) => c.error != null).length;
+    const trained = Array.isArray(s.trained_spans) ? s.trained_spans.filter(Array.isArray)
+      : turns.map((t) => [t.start, t.end]);  // (no mask stored: the turns are what was sampled)
+    const gaps = untrainedSpans(trained, s.completion_tokens);
+    const gapAfter = (end) => gaps.find((g) => g[0] === end);
+    const shown = new Set();
+    const blocks = turns.flatMap((t, k) => {
+      const gap = gapAfter(t.end);
+      if (gap) shown.add(gap);
+      const results = arrayOf(t.tool_calls);
+      return [turnBlock(t, k, k === 0 && s.thinking_open), gap ? untrainedBlock(gap, results)
+        : results.length ? h("section", {class: "unsent"}, h("div", {class: "span-label"},
+          "tool results the model never read (the episode ended)"), toolResults(results)) : null];
+    });
+    const rest = gaps.filter((g) => !shown.has(g)).map((g) => untrainedBlock(g, []));
+    return h("div", {class: "episode"},
+      h("div", {class: "episode-head muted small"}, `${turns.length} turn${turns.length === 1 ? "" : "s"} · `
+        + `${calls.length} tool call${calls.length === 1 ? "" : "s"}`,
+      errors ? h("span", {class: "tool-errors"}, ` · ${errors} tool error${errors === 1 ? "" : "s"}`) : null,
+      withScores && ep.environment_reward != null ? ` · environment reward ${fmt(ep.environment_reward)}` : null),
+      blocks, rest,
+      ep.template_rewrites ? h("p", {class: "muted small rewrites"}, "The chat template renders earlier turns "
+        + "otherwise than they were sampled; the sampled tokens were kept and trained.") : null);
+  }
+
+  function turnBlock(t, k, thinkingOpen) {
+    return h("section", {class: "turn trained", dataset: {turn: k, start: t.start, end: t.end}},
+      h("div", {class: "span-label"}, `turn ${k} · tokens [${t.start}, ${t.end}) · sampled, trained · finish `
+        + `${t.finish_reason}`, t.malformed ? h("span", {class: "malformed"},
+        ` · ${t.malformed} malformed tool call${t.malformed === 1 ? "" : "s"}`) : null),
+      sampleText(t.text, thinkingOpen),
+      arrayOf(t.tool_calls).map((c) => h("div", {class: "tool-call" + (c.error != null ? " failed" : ""),
+        dataset: {tool: c.name}},
+        h("span", {class: "tool-name"}, `call ${c.name}`),
+        h("pre", {class: "text tool-args"}, typeof c.arguments === "string" ? c.arguments
+          : JSON.stringify(c.arguments, null, 2)))));
+  }
+
+  // Tokens the policy did not sample (the tool results, the template's turn markers): shaded, never trained.
+  function untrainedBlock([start, end], calls) {
+    return h("section", {class: "untrained", dataset: {start, end},
+      title: "not trained: the loss mask is 0 here (put in by the template and the tools)"},
+    h("div", {class: "span-label"}, `tokens [${start}, ${end}) · not trained: tool results and template`),
+    toolResults(calls));
+  }
+
+  function toolResults(calls) {
+    return calls.map((c) => h("div", {class: "tool-result" + (c.error != null ? " failed" : ""),
+      dataset: {tool: c.name}},
+      h("span", {class: "tool-name"}, `${c.name} → `, h("span", {class: "muted small"}, `${fmt(c.seconds)} s`)),
+      c.error != null ? h("pre", {class: "text tool-error", role: "alert"}, `error: ${c.error}`)
+        : h("pre", {class: "text tool-output"}, c.result ?? "")));
   }
 
   // A completion's text. A reasoning model's leading <think>...</think> block (up to the last </think>, what
@@ -522,7 +607,9 @@
         h("span", {class: "muted"}, ` · mean reward ${fmt(g.reward_mean)} · std ${fmt(g.reward_std)}`)),
       h("div", {class: "history-samples"}, g.samples.map((s, i) => h("div", {class: "history-sample"},
         h("div", {class: "sample-meta"}, h("span", {class: "idx"}, `#${i}`), h("b", null, fmt(s.reward)),
-          h("span", {class: s.finish_reason === "length" ? "finish warn" : "finish"}, s.finish_reason)),
+          h("span", {class: s.finish_reason === "length" ? "finish warn" : "finish"}, s.finish_reason),
+          s.episode ? h("span", {class: "episode-turns"}, `episode of ${arrayOf(s.episode.turns).length} turns, `
+            + `end ${s.episode.end}`) : null),
         sampleText(s.text, s.thinking_open))))));
     put(app, h("h1", null, "The same prompt across steps"),
       h("p", {class: "muted"}, `${res.total} times in this run, oldest first`),
