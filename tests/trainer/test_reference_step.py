@@ -9,6 +9,12 @@ optimizer pass (mu 1). kitae's own step runs the same algorithm through its mach
 packed sequences, skipped rows, the Normalizer): change that freely; this test says whether the algorithm
 stayed the same.
 
+An agent's episodes are the same algorithm over the tokens the policy sampled: :func:`sample_episodes` samples two
+turns with a tool's result put in between (loss mask 0, log-prob 0.0), and the reference's token mean per
+sequence runs over the sampled tokens only; ``train_step`` must equal that too, on the update's packed path (the
+samples of a prompt in one sequence sharing their prefix, tool tokens included) and its row path, in one
+micro-batch and in several.
+
 The samples come from pi_old, the policy with its weights nudged (as a policy some optimizer steps behind would
 be), so ratios leave the clip range and the clip acts; the trainer gets the same samples through a replay rollout
 engine and the same reward as a reward function.
