@@ -197,9 +197,17 @@ def render_transcript(sample: dict[str, Any], final_answer: str, max_chars: int)
     return clip_middle("\n".join(lines), max_chars)
 
 
+# Line breaks JSON leaves raw when it keeps non-ASCII text (it escapes those below U+0020 itself)
+_RAW_BREAKS = {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
 def _one_line(value: Any) -> str:
-    """A tool call's name or arguments as one line of JSON (newlines and quotes escaped)."""
-    return json.dumps(value, ensure_ascii=False, default=str)
+    """A tool call's name or arguments as one line of JSON: every character a reader could break a line at is
+    escaped (``\\n``, ``\\r``, U+2028, ...), so the model cannot start a header or a fence line from inside it."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    for raw, escaped in _RAW_BREAKS.items():
+        text = text.replace(raw, escaped)
+    return text
 
 
 def user_prompt(conversation: str, reference: str | None, shown: list[str], tag: str,

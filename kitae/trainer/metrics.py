@@ -53,8 +53,9 @@ def reward_metrics(components: list[RewardComponent], scores: list[GroupScores],
 def agent_metrics(completions: list[Completion]) -> dict[str, float]:
     """What the step's agent episodes did (kitae.rollout.trajectory), over its episodes; {} when it has none, so
     a one-turn run logs exactly what it logged before. Per episode (means): ``agent/turns``,
-    ``agent/tool_calls`` (well-formed calls), ``agent/malformed_calls``; over the step's calls (shares):
-    ``agent/tool_errors`` (calls that came back with an error: the tool raised, timed out, or was unknown) and
+    ``agent/tool_calls`` (well-formed calls made, run or not), ``agent/malformed_calls``; over the step's calls that were run
+    (shares; calls past ``max_tool_calls`` are not): ``agent/tool_errors`` (calls that came back with an error:
+    the tool raised, timed out, was unknown or got arguments that do not fit) and
     ``agent/tool_timeouts``; ``agent/ended/<reason>``: the share of episodes that ended for each reason
     (``answer``, or the limit that cut it: ``max_turns``, ``max_tool_calls``, ...); ``agent/trained_token_share``:
     the share of the episodes' tokens after the prompt that the policy sampled (the rest, tool results and
@@ -72,7 +73,7 @@ def agent_metrics(completions: list[Completion]) -> dict[str, float]:
     episodes = [c for c in completions if c.episode is not None]
     if not episodes:
         return {}
-    calls = [t for c in episodes for t in c.episode.tool_calls]
+    calls = [t for c in episodes for t in c.episode.tool_calls if not is_refused(t.error)]  # run, or tried to
     errors = [t.error for t in calls if t.error is not None]
     tokens = sum(c.num_tokens for c in episodes)
     m = {
@@ -87,6 +88,12 @@ def agent_metrics(completions: list[Completion]) -> dict[str, float]:
     for reason in EPISODE_ENDS:
         m[f"agent/ended/{reason}"] = statistics.fmean(c.episode.end == reason for c in episodes)
     return m
+
+
+def is_refused(error: str | None) -> bool:
+    """A call the episode loop did not run, for the episode's ``max_tool_calls`` was reached
+    (kitae.agents.episodes: "not run: ..."): no tool failed; ``agent/ended/max_tool_calls`` counts those episodes."""
+    return error is not None and error.startswith("not run")
 
 
 def is_timeout(error: str) -> bool:

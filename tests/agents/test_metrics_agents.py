@@ -53,6 +53,12 @@ def test_an_agent_step_logs_what_its_episodes_did():
     assert m["len_mean"] == pytest.approx(sampled / 4)  # the length of an episode is what the policy sampled
 
 
+def test_calls_past_the_episodes_limit_are_no_tool_errors():
+    refused = call(error="not run: the episode's limit of 8 tool calls was reached", result=None)
+    m = agent_metrics([an_episode([[call(), refused]], end="max_tool_calls")])
+    assert m["agent/tool_errors"] == 0.0 and m["agent/tool_calls"] == 2.0 and m["agent/ended/max_tool_calls"] == 1.0
+
+
 def test_a_step_without_tool_calls_has_no_error_rate_to_divide():
     m = agent_metrics([an_episode([]), an_episode([])])
     assert m["agent/tool_calls"] == 0.0 and m["agent/tool_errors"] == 0.0 and m["agent/trained_token_share"] == 1.0

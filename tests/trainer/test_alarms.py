@@ -353,3 +353,19 @@ def test_agent_alarms_are_known_kinds_with_settings():
     assert A.check_kinds(["max_turns"], "alarms.stop_on") == ["max_turns"]
     with pytest.raises(ConfigError, match="alarms.tool_error_rate"):
         load_train_config(data={"alarms": {"tool_error_rate": 1.5}})
+
+
+def test_agent_alarms_read_the_agent_metrics_a_stored_run_logged(tmp_path):
+    """The checker reads the agent/... metrics back from the run store (the keys it asks for) and raises."""
+    store = RunStore.create(tmp_path / "r", config={})
+    try:
+        checker = A.RunAlarms(store, AlarmsConfig(window=2, baseline_steps=1), {"numeric": 1.0})
+        raised = []
+        for step in (1, 2, 3):
+            store.log_metrics(step, {"reward": 0.3, "agent/tool_calls": 1.0 if step == 1 else 4.0,
+                                     "agent/tool_errors": 0.0 if step == 1 else 0.5, "agent/tool_timeouts": 0.5,
+                                     "agent/ended/max_turns": 0.9, "agent/ended/answer": 0.1})
+            raised += [(a.kind, a.step) for a in checker.check(step)]
+        assert sorted(raised) == [("max_turns", 2), ("tool_calls_without_reward", 3), ("tool_errors", 3)]
+    finally:
+        store.close()
