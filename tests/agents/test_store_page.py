@@ -21,9 +21,7 @@ from tests.agents._store_fixtures import (
     write_agent_run,
     write_odd_run,
 )
-from tests.web.conftest import screenshot
-
-pytest_plugins = ["tests.web.conftest"]
+from tests.web.conftest import browser, page, screenshot, serve  # noqa: F401 (the run page's fixtures)
 
 
 @pytest.fixture(scope="module")
