@@ -274,6 +274,7 @@ class _Server:
         ready: asyncio.Future = asyncio.get_running_loop().create_future()
         self._stop, self.down, self._pid = asyncio.Event(), None, None
         self._children_before = _own_children()
+        ready.add_done_callback(lambda f: f.cancelled() or f.exception())  # read, also after a start timeout
         self._holder = asyncio.create_task(self._hold(ready))
         try:
             await asyncio.wait_for(asyncio.shield(ready), self.spec.start_timeout_s)
@@ -289,21 +290,22 @@ class _Server:
     async def _hold(self, ready: asyncio.Future) -> None:
         try:
             async with AsyncExitStack() as stack:
-                self._client = await stack.enter_async_context(self._make_client())
+                self._client = await stack.enter_async_context(await self._make_client(stack))
                 self._note_process()
                 ready.set_result(None)
                 await self._stop.wait()
         except BaseException as exc:  # the session could not open, or its transport failed later
             if not ready.done():
                 ready.set_exception(exc if isinstance(exc, Exception) else McpError(_describe(exc)))
-            else:
+            elif not self._stop.is_set():  # not while closing: then the server is ended on purpose
                 self._mark_down(_describe(exc))
             if not isinstance(exc, Exception):
                 raise
         finally:
             self._client = None
 
-    def _make_client(self) -> Any:
+    async def _make_client(self, stack: AsyncExitStack) -> Any:
+        """The SDK's Client for the spec (not yet entered); what it needs besides is closed with `stack`."""
         from mcp import Client
         from mcp.client.stdio import StdioServerParameters, stdio_client
         from mcp.client.streamable_http import streamable_http_client
@@ -321,7 +323,8 @@ class _Server:
         if key:
             from mcp.shared._httpx_utils import create_mcp_http_client
 
-            http = create_mcp_http_client(headers={"Authorization": f"Bearer {key}"})
+            # the transport leaves a client it was given open: the stack closes it
+            http = await stack.enter_async_context(create_mcp_http_client(headers={"Authorization": f"Bearer {key}"}))
         return Client(streamable_http_client(spec.url, http_client=http))
 
     async def _list_tools(self) -> list[dict]:

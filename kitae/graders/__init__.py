@@ -11,6 +11,7 @@ Types (``kitae grade --help`` and examples/graders/README.md show specs for each
     string_check, text_similarity, python, multi     OpenAI's schema, loaded unchanged
     numeric, format, math, answer                     the hosted RFT grader guide's rule-based graders and the task's answer check
     code                                              the completion's program on test cases, sandboxed (Kimi k1.5)
+    endpoint                                          your HTTP endpoint over the whole trajectory (the hosted RFT service's agents)
     weighted, gate                                    renormalizing mixes and "counts only if ... passes"
     template, repetition, overlong, ...               reward graders (kitae.rewards), registered lazily
 

@@ -357,3 +357,44 @@ def test_spec_reads_from_config_and_passes_through():
     spec = McpServerSpec.read({"command": ["python", "server.py"]}, "x")
     assert spec.label == "python" and spec.timeout_s == 10.0
     assert McpServerSpec.read(spec, "x") is spec
+
+
+# ---- results as text ----------------------------------------------------------------------------------------
+def _result(content, structured=None, is_error=False):
+    import mcp_types as t
+
+    return t.CallToolResult(content=content, structured_content=structured, is_error=is_error)
+
+
+def _parts():
+    import mcp_types as t
+
+    return {
+        "text": t.TextContent(type="text", text="42"),
+        "image": t.ImageContent(type="image", data="aGk=", mime_type="image/png"),
+        "link": t.ResourceLink(type="resource_link", name="notes", uri="file:///tmp/notes.txt"),
+        "embedded_text": t.EmbeddedResource(type="resource", resource=t.TextResourceContents(
+            uri="file:///a.txt", text="file text")),
+        "embedded_blob": t.EmbeddedResource(type="resource", resource=t.BlobResourceContents(
+            uri="file:///a.bin", blob="aGk=")),
+    }
+
+
+@pytest.mark.parametrize(
+    "names,structured,text",
+    [
+        (["text"], None, "42"),
+        (["text", "text"], None, "42\n42"),  # text parts joined by newlines
+        (["text", "image"], None, "42\n[image: image/png]"),  # a placeholder, never the base64 data
+        (["link"], None, "[resource: file:///tmp/notes.txt]"),
+        (["embedded_text", "embedded_blob"], None, "file text\n[resource: file:///a.bin]"),
+        ([], {"answer": 42}, '{"answer": 42}'),  # structured content only: as JSON
+        (["text"], {"answer": 42}, "42"),  # the text wins when there is one
+        ([], None, ""),
+    ],
+)
+def test_result_text(names, structured, text):
+    from kitae.agents.mcp import result_text
+
+    parts = _parts()
+    assert result_text(_result([parts[n] for n in names], structured)) == text
