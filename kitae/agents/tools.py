@@ -470,10 +470,15 @@ class Tools:
         """Release every source (MCP sessions); idempotent."""
         if not self._started:
             return
-        for source in self.sources:
-            await source.close()
-        self.listed = []
-        self._started = False
+        self.listed, self._started = [], False
+        failures = []
+        for source in self.sources:  # every one, also after one fails to close
+            try:
+                await source.close()
+            except Exception as exc:  # noqa: BLE001 - raised below, once the others are closed
+                failures.append(exc)
+        if failures:
+            raise failures[0]
 
 
 def _setting(cfg: Any, name: str, default: Any) -> Any:
