@@ -21,6 +21,7 @@ Built-ins (``ENVIRONMENTS``, in kitae.agents.tools, where these are registered b
 from __future__ import annotations
 
 import ast
+import math
 import operator
 from typing import Any
 
@@ -51,6 +52,8 @@ def evaluate(expression: str) -> int | float:
     except SyntaxError:
         raise ToolError(f"cannot read {expression!r}: use numbers, + - * / and parentheses") from None
     value = _value(tree.body)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ToolError(f"the result of {expression!r} is too large for a number")
     return int(value) if isinstance(value, float) and value.is_integer() and abs(value) < 2**53 else value
 
 

@@ -7,8 +7,8 @@ callable, sync or async, called with the parsed arguments as keywords. They come
   ``transformers.utils.get_json_schema``, as TRL's ``tools=`` builds it;
 - :func:`environment_tools`: an environment in TRL's ``environment_factory`` contract (trl 1.16,
   GRPOTrainer's docstring): its public methods other than ``reset`` and ``get_reward``;
-- :mod:`kitae.agents.http_tools` (an endpoint POSTed with the arguments and the rollout id) and
-  :mod:`kitae.agents.mcp` (the tools an MCP server lists), as :class:`ToolSource` objects;
+- :mod:`kitae.agents.http_tools`: an endpoint POSTed with the arguments and the rollout id;
+- :mod:`kitae.agents.mcp`: the tools MCP servers list, a :class:`ToolSource` (listed at :meth:`Tools.start`);
 - the built-in environments of :mod:`kitae.agents.environments` (``calculator``, ``python``).
 
 :class:`Tools` is the run's set, built once from the ``environment:`` config; it makes one :class:`ToolBox` per
@@ -470,10 +470,15 @@ class Tools:
         """Release every source (MCP sessions); idempotent."""
         if not self._started:
             return
-        for source in self.sources:
-            await source.close()
-        self.listed = []
-        self._started = False
+        self.listed, self._started = [], False
+        failures = []
+        for source in self.sources:  # every one, also after one fails to close
+            try:
+                await source.close()
+            except Exception as exc:  # noqa: BLE001 - raised below, once the others are closed
+                failures.append(exc)
+        if failures:
+            raise failures[0]
 
 
 def _setting(cfg: Any, name: str, default: Any) -> Any:

@@ -40,6 +40,8 @@ def test_calculator_arithmetic(expression, value):
     ("'a' * 3", "not \"'a'\""),
     ("True + 1", "not 'True'"),
     ("1 / 0", "division by zero"),
+    ("1e200 * 1e200", "too large for a number"),              # not 'inf'
+    ("1e308 * 10 - 1e308 * 10", "too large for a number"),    # not 'nan'
     ("1 +", "cannot read '1 +'"),
     ("", "give an arithmetic expression"),
     ("1+" * 150 + "1", "over 200 characters"),

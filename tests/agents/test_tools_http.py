@@ -27,6 +27,7 @@ class Server:
         self.lock = threading.Lock()
         self.now = self.peak = 0
         self.meet = threading.Barrier(2, timeout=30)
+        self.sent_all: bool | None = None
 
 
 def make_handler(state: Server):
@@ -86,6 +87,19 @@ def make_handler(state: Server):
             if self.headers.get("Authorization") != "Bearer s3cret":
                 return self.reply(401, {"detail": "who are you"})
             self.reply(200, {"result": f"team {self.headers.get('X-Team')}"})
+
+        def on_huge(self, body, hits):  # 20 MB: the client must stop reading long before the end
+            chunk, total = b"z" * 65536, 20 * 1024 * 1024
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(total))
+            self.end_headers()
+            try:
+                for _ in range(total // len(chunk)):
+                    self.wfile.write(chunk)
+                state.sent_all = True
+            except (BrokenPipeError, ConnectionResetError):
+                state.sent_all = False
 
         def on_peak(self, body, hits):
             with state.lock:
@@ -197,6 +211,19 @@ def test_bearer_token_and_headers_from_the_environment(server, monkeypatch):
     monkeypatch.setenv("TOOL_TOKEN", "s3cret")
     monkeypatch.setenv("TOOL_TEAM", "blue")
     assert call([tool], "auth").result == "team blue"
+
+
+def test_a_huge_reply_is_not_read_to_the_end(server):
+    """Tool output is untrusted: 20 MB from an endpoint must not fill the trainer's memory before it is capped."""
+    done = call([spec(server, "/huge")], "huge", max_result_chars=100)
+    assert done.ok and done.result.startswith("z" * 100 + "\n[... ")
+    cut = int(done.result.split("[... ")[1].split(" ")[0])
+    assert 100 + cut <= 1 << 20  # the client read at most 1 MB
+    for _ in range(200):  # the server learns that the client hung up once it writes past the socket's buffers
+        if server.sent_all is not None:
+            break
+        threading.Event().wait(0.05)
+    assert server.sent_all is False
 
 
 def test_the_runs_cap_limits_requests_in_flight(server):
