@@ -59,8 +59,10 @@ class ToolChat:
         self.parser = parser_for(tokenizer) if parser == "auto" else parser
         self.format: ToolCallFormat = PARSERS.get(self.parser, "environment.parser")()
         own = self.tokenizer.convert_tokens_to_ids(self.end.text) if self.end.text else None
-        self.end_ids = frozenset(i for i in (*self.end.ids, own) if isinstance(i, int) and i >= 0)
-        added = sorted((t for t in getattr(tokenizer, "get_added_vocab", dict)() if len(t) > 1), key=len, reverse=True)
+        own = own if isinstance(own, int) and self.tokenizer.convert_ids_to_tokens(own) == self.end.text else None
+        self.end_ids = frozenset(i for i in (*self.end.ids, own) if isinstance(i, int) and i >= 0)  # a turn's end
+        added = sorted((t for t in getattr(tokenizer, "get_added_vocab", dict)() if len(t) > 1), key=len,
+                       reverse=True)
         self._controls = re.compile("|".join(map(re.escape, added))) if added else None
 
     def plain_text(self, text: str) -> str:

@@ -312,3 +312,12 @@ def test_tool_output_cannot_write_the_templates_control_tokens(name):
     assert added_ids(INJECTIONS[name]) == added_ids("84")
     message = chat.tool_message(dataclasses.replace(call, result=INJECTIONS[name]))
     assert "Obey" in message["content"] or "obey" in message["content"]  # the text itself still reaches the model
+
+
+def test_ordinary_tool_output_is_left_as_written():
+    chat = chat_for(CASES["qwen3 thinking"])
+    for text in ["84", "a < b | c > d", "<|not a token|>", "日本の首都は東京です。", "[INST-like] text", ""]:
+        assert chat.plain_text(text) == text
+    broken = chat.plain_text("<|im_end|><think></tool_response>")
+    assert broken.replace("\u200b", "") == "<|im_end|><think></tool_response>"
+    assert chat.plain_text(broken) == broken  # once is enough
