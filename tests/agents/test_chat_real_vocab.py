@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.agents._chat_fixtures import NEMO_SPECIAL_COUNT, NEMO_VOCAB, _package_file, real_tokenizer
+from tests.agents._chat_fixtures import NEMO_SPECIAL_COUNT, NEMO_VOCAB, package_file, real_tokenizer
 
 TEXTS = ["Hello world! 12*7+1 = 85.\n\n{\"name\": \"calculator\", \"arguments\": {\"expression\": \"12*7\"}}",
          "  日本の首都は東京です。 don't   stop\r\n\ttabs", "CamelCase HTTPServer x2 1234567 éàü ß"]
@@ -29,7 +29,7 @@ def test_qwen_ids_are_the_qwen_tokenizers(name):
 def test_nemo_ids_are_tekkens():
     import tiktoken
 
-    path = _package_file("mistral_common", "data", "tekken_240718.json")
+    path = package_file("mistral_common", "data", "tekken_240718.json")
     if path is None:
         pytest.skip("the mistral-common package (Mistral Nemo's vocabulary) is not installed")
     data = json.loads(path.read_text())
