@@ -118,15 +118,16 @@ class ToolChat:
         tool_messages = [{**m, "content": self.plain_text(m["content"])} if isinstance(m.get("content"), str) else m
                          for m in tool_messages]
         probes = [{**m, "content": f"kitae-result-{i}-end"} for i, m in enumerate(tool_messages)]
-        shown = self.tokenizer.decode(self._suffix(dummy, probes), skip_special_tokens=False)
+        before = self.render(dummy, None, add_generation_prompt=False)
+        shown = self.tokenizer.decode(self._suffix(dummy, before, probes), skip_special_tokens=False)
         if missing := [m for i, m in enumerate(tool_messages) if f"kitae-result-{i}-end" not in shown]:
             raise KitaeError(f"the chat template does not render the tool message {missing[0]!r} after the "
                              f"assistant turn (tool-call format {self.parser!r}); check environment.parser")
-        return self._suffix(dummy, list(tool_messages))
+        return self._suffix(dummy, before, list(tool_messages))
 
-    def _suffix(self, dummy: list[dict], tool_messages: list[dict]) -> list[int]:
-        """What rendering `tool_messages` and the generation prompt adds after `dummy`'s last turn ends."""
-        before = self.render(dummy, None, add_generation_prompt=False)
+    def _suffix(self, dummy: list[dict], before: list[int], tool_messages: list[dict]) -> list[int]:
+        """What rendering `tool_messages` and the generation prompt adds after `dummy`'s last turn ends (`before`:
+        `dummy` rendered alone)."""
         after = self.render(dummy + tool_messages, None, add_generation_prompt=True)
         turns = sum(1 for i in before if i in self.end_ids)
         cut = self._after_nth_end(after, turns)
