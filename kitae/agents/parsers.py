@@ -60,16 +60,31 @@ def read_call(obj: Any, args_key: str, where: str) -> tuple[str, dict] | str:
     args = obj.get(args_key, obj.get("arguments", {}))
     if isinstance(args, str):
         try:
-            args = json.loads(args)
-        except ValueError:
+            args = decode_json(args.strip())[0]
+        except NotJson:
             pass
     if not isinstance(args, dict):
         return f"{where} to '{name}': \"{args_key}\" must be a JSON object of argument names and values"
     return name, args
 
 
-def json_error(where: str, exc: json.JSONDecodeError, example: str) -> str:
-    return f"{where} is not valid JSON ({exc.msg} at character {exc.pos}); write it as {example}"
+class NotJson(ValueError):
+    """Text that does not decode as JSON: its reason and where."""
+
+
+def decode_json(text: str, pos: int = 0) -> tuple[Any, int]:
+    """The JSON value at `pos` in `text` and where it ends; NotJson when there is none, also for nesting too deep
+    for Python's decoder (sampled text is untrusted: ``[[[[...`` raises RecursionError in json)."""
+    try:
+        return json.JSONDecoder().raw_decode(text, pos)
+    except json.JSONDecodeError as exc:
+        raise NotJson(f"{exc.msg} at character {exc.pos}") from None
+    except RecursionError:
+        raise NotJson("nested too deeply") from None
+
+
+def json_error(where: str, exc: NotJson, example: str) -> str:
+    return f"{where} is not valid JSON ({exc}); write it as {example}"
 
 
 def tool_call_dicts(calls: list[ToolCall]) -> list[dict]:
@@ -164,8 +179,10 @@ class HermesFormat(ToolCallFormat):
     @staticmethod
     def _read(inner: str, where: str, parsed: ParsedTurn) -> None:
         try:
-            obj = json.loads(inner)
-        except json.JSONDecodeError as exc:
+            obj, end = decode_json(inner.strip())
+            if inner.strip()[end:].strip():
+                raise NotJson(f"extra text after the call at character {end}")
+        except NotJson as exc:
             parsed.malformed.append(json_error(where, exc, HERMES_EXAMPLE))
             return
         call = read_call(obj, "arguments", where)
@@ -203,14 +220,14 @@ class Llama3JsonFormat(ToolCallFormat):
         return ParsedTurn(body)
 
     def _calls(self, content: str, text: str) -> ParsedTurn:
-        parsed, decoder, pos, i = ParsedTurn(content), json.JSONDecoder(), 0, 0
+        parsed, pos, i = ParsedTurn(content), 0, 0
         text = text.strip()
         while pos < len(text):
             i += 1
             where = f"tool call {i}"
             try:
-                obj, pos = decoder.raw_decode(text, pos)
-            except json.JSONDecodeError as exc:
+                obj, pos = decode_json(text, pos)
+            except NotJson as exc:
                 parsed.malformed.append(json_error(where, exc, LLAMA_EXAMPLE))
                 break
             call = read_call(obj, "parameters", where)
@@ -289,8 +306,8 @@ class MistralFormat(ToolCallFormat):
         """The call objects of one ``[TOOL_CALLS]`` segment: a JSON list of them, or one object."""
         where = f"tool call {len(parsed.calls) + len(parsed.malformed) + 1}"
         try:
-            value, _ = json.JSONDecoder().raw_decode(segment.strip())
-        except json.JSONDecodeError as exc:
+            value, _ = decode_json(segment.strip())
+        except NotJson as exc:
             parsed.malformed.append(json_error(where, exc, MISTRAL_EXAMPLE))
             return []
         return value if isinstance(value, list) else [value]
