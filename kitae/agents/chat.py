@@ -42,6 +42,12 @@ DUMMY_USER = {"role": "user", "content": "dummy"}
 BREAK = "\u200b"  # a zero-width space: put inside a control token's text, the text no longer encodes as the token
 
 
+def is_markup(token: str) -> bool:
+    """Whether an added token's text is template markup (``<|im_end|>``, ``</tool_response>``, ``[INST]``), not
+    whitespace or a word some tokenizers add as one token (tool output keeps those as written)."""
+    return len(token) > 1 and not token.isalnum() and not any(c.isspace() for c in token)
+
+
 class ToolChat:
     """The model's own chat template with tools: the first prompt, the calls in a sampled turn, the tokens each
     later turn appends. Never re-tokenizes sampled tokens.
@@ -61,8 +67,7 @@ class ToolChat:
         own = self.tokenizer.convert_tokens_to_ids(self.end.text) if self.end.text else None
         own = own if isinstance(own, int) and self.tokenizer.convert_ids_to_tokens(own) == self.end.text else None
         self.end_ids = frozenset(i for i in (*self.end.ids, own) if isinstance(i, int) and i >= 0)  # a turn's end
-        added = sorted((t for t in getattr(tokenizer, "get_added_vocab", dict)() if len(t) > 1), key=len,
-                       reverse=True)
+        added = sorted(filter(is_markup, getattr(tokenizer, "get_added_vocab", dict)()), key=len, reverse=True)
         self._controls = re.compile("|".join(map(re.escape, added))) if added else None
 
     def plain_text(self, text: str) -> str:

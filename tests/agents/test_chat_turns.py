@@ -318,6 +318,10 @@ def test_ordinary_tool_output_is_left_as_written():
     chat = chat_for(CASES["qwen3 thinking"])
     for text in ["84", "a < b | c > d", "<|not a token|>", "日本の首都は東京です。", "[INST-like] text", ""]:
         assert chat.plain_text(text) == text
+    from kitae.agents.chat import is_markup
+
+    assert [t for t in ["<|im_end|>", "[TOOL_CALLS]", "</s>", "    ", "\n\n", "assistant", "x"] if is_markup(t)] == [
+        "<|im_end|>", "[TOOL_CALLS]", "</s>"]  # whitespace and word tokens some tokenizers add stay as written
     broken = chat.plain_text("<|im_end|><think></tool_response>")
     assert broken.replace("\u200b", "") == "<|im_end|><think></tool_response>"
     assert chat.plain_text(broken) == broken  # once is enough
