@@ -15,6 +15,10 @@ Three formats cover the families kitae tests against their real chat templates:
 A call that cannot be read (not JSON, no name, arguments that are not an object, more calls than the format
 takes) is never an exception: it becomes one message in :attr:`ParsedTurn.malformed`, which the episode gives
 back to the model as a tool error and counts.
+
+A new format is one :class:`ToolCallFormat` subclass registered in :data:`PARSERS` (``@PARSERS.register("name")``):
+how a template shows it renders the format (:meth:`~ToolCallFormat.detects`) and how a turn is read
+(:meth:`~ToolCallFormat.parse`); its messages are the OpenAI shape unless its template needs another.
 """
 
 from __future__ import annotations
