@@ -349,8 +349,9 @@ def parser_for(tokenizer_or_template: Any) -> str:
 
 def detect_format(template: str) -> str | None:
     """The name of the format a template renders, or None; Mistral's and Llama's markers are checked before
-    hermes's ``<tool_call>`` (a template may mention it in prose)."""
-    for name in ("mistral", "llama3_json", "hermes"):
+    hermes's ``<tool_call>`` (a template may mention it in prose), then the formats registered by users."""
+    builtin = ("mistral", "llama3_json", "hermes")
+    for name in (*builtin, *(n for n in PARSERS.names() if n not in builtin)):
         if PARSERS.get(name)().detects(template):
             return name
     return None
