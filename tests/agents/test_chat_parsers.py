@@ -157,6 +157,12 @@ GARBAGE = ["", "<tool_call>", "</tool_call>", "<tool_call></tool_call>", "<tool_
            "\x00\ufffd", '<|python_tag|>{"name": "a", "parameters": {}} trailing words']
 
 
+DEEP = "[" * 100_000  # nesting past Python's recursion limit: json raises RecursionError, not a JSONDecodeError
+GARBAGE += [f"<tool_call>{DEEP}</tool_call>", f"<|python_tag|>{DEEP}", f"[TOOL_CALLS]{DEEP}",
+            '<tool_call>{"name": "a", "arguments": "%s"}</tool_call>' % DEEP,
+            '{"name": "a", "parameters": "%s"}' % DEEP, '[TOOL_CALLS][{"name": "a", "arguments": "%s"}]' % DEEP]
+
+
 @pytest.mark.parametrize("fmt", ["hermes", "llama3_json", "mistral"])
 def test_no_turn_text_makes_a_parser_raise(fmt):
     for text in GARBAGE:
