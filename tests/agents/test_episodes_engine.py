@@ -126,3 +126,14 @@ def test_preflight_refuses_prompts_with_tools_and_budget_over_the_context(tmp_pa
     tok.save_pretrained(model)  # with the tools template: a prompt with the calculator's schema is ~340 tokens
     with pytest.raises(Exception, match="environment.episode_max_tokens"):
         preflight(_cfg(tmp_path, model, {"factory": "calculator", "episode_max_tokens": 2048}))
+
+
+@pytest.mark.parametrize("name,tools", [("tools.yaml", ["calculator"]), ("agent_code.yaml", ["python"])])
+def test_the_agent_examples_load(name, tools):
+    from pathlib import Path
+
+    cfg = load_train_config(Path(__file__).resolve().parents[2] / "examples" / name)
+    env = cfg.environment
+    offered = [env.factory] if env.factory else ["python"] if env.python else []
+    assert offered == tools and env.max_turns >= 3
+    assert not cfg.sampling.async_ and cfg.sampling.partial is None
