@@ -219,4 +219,23 @@ def check_environment(cfg: Any, tokenizer: Any) -> Any | None:
             await tools.close()
 
     schemas = run_sync(listed())
+    check_tool_results(chat, schemas)
     return lambda messages: chat.prompt_ids(messages, schemas)
+
+
+def check_tool_results(chat: Any, schemas: list[dict]) -> None:
+    """The chat template renders a turn that calls the first tool and that tool's result after it (what every
+    later turn of an episode appends), or a ConfigError before the model loads."""
+    from kitae.agents.parsers import ParsedTurn
+    from kitae.errors import KitaeError
+    from kitae.rollout.trajectory import ToolCall
+
+    if not schemas:
+        return
+    call = ToolCall(schemas[0]["function"]["name"], {}, result="ok")
+    try:
+        chat.suffix_ids(chat.assistant_message(ParsedTurn("", [call], [])), [chat.tool_message(call)])
+    except KitaeError as exc:
+        raise ConfigError("environment", f"the model's chat template does not render a tool's result after the "
+                          f"turn that called it: {exc}. Use a model whose chat template renders tool messages "
+                          "(Qwen2.5, Qwen3, Llama 3.1, Mistral)") from exc
