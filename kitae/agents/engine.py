@@ -160,16 +160,22 @@ def agent_engine(engine: ContinuesTokens, chat: Any, tools: Any, limits: Limits)
 def build_agent_engine(cfg: Any, engine: Any, tokenizer: Any) -> AgentEngine:
     """The ``environment:`` run's engine over ``engine`` (kitae.trainer.setup.make_engine): its chat template with
     the tools (``environment.parser``, the run's chat settings and end marker), the tools, the limits."""
-    from kitae.agents.chat import ToolChat
-    from kitae.agents.tools import Tools
-
-    env = cfg.environment
     if not isinstance(engine, ContinuesTokens):
         raise ConfigError("sampling.engine", f"{cfg.sampling.engine}: an environment's episodes are sampled turn "
                           "by turn from token ids (kitae.rollout.base.ContinuesTokens), which this engine does "
                           "not do; use hf or server")
-    chat = ToolChat(tokenizer, chat_template_kwargs=cfg.model.chat_template_kwargs, end_marker=engine.end_marker,
-                    parser=env.parser)
+    return episode_engine(engine, cfg.environment, cfg.model.chat_template_kwargs, tokenizer)
+
+
+def episode_engine(engine: ContinuesTokens, env: Any, chat_template_kwargs: dict | None = None,
+                   tokenizer: Any = None) -> AgentEngine:
+    """An agent engine over ``engine`` for the environment section ``env`` (also ``kitae eval --config`` with
+    one): the model's chat template with the tools, the tools, the limits."""
+    from kitae.agents.chat import ToolChat
+    from kitae.agents.tools import Tools
+
+    chat = ToolChat(tokenizer if tokenizer is not None else engine.tokenizer,
+                    chat_template_kwargs=chat_template_kwargs, end_marker=engine.end_marker, parser=env.parser)
     return agent_engine(engine, chat, Tools.from_config(env), Limits.from_config(env))
 
 

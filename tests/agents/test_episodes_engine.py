@@ -24,7 +24,9 @@ from kitae.rollout.server import ServerEngine
 from kitae.scoring.evaluate import evaluate
 from kitae.trainer.config import load_train_config
 from kitae.trainer.preflight import preflight
-from tests.agents.episode_helpers import ScriptedEngine, call_text, tools_tokenizer
+from tests.agents.episode_helpers import TOOLS_TEMPLATE, ScriptedEngine, call_text, tools_tokenizer
+
+COMPACT_TEMPLATE = TOOLS_TEMPLATE.replace("(t | tojson)", "t.function.name")  # the bundled model's 192 tokens
 from tests.rollout.scripted import CompletionsServer, choice, reply
 from tests.rollout.test_protocols import implemented, members
 
@@ -137,3 +139,23 @@ def test_the_agent_examples_load(name, tools):
     offered = [env.factory] if env.factory else ["python"] if env.python else []
     assert offered == tools and env.max_turns >= 3
     assert not cfg.sampling.async_ and cfg.sampling.partial is None
+
+
+def test_kitae_eval_with_a_config_that_has_an_environment_samples_episodes(tmp_path, tok):
+    """`kitae eval --config` takes the run's environment: each sample is an episode (its turns in the results)."""
+    import subprocess
+    import sys
+
+    model = tmp_path / "model"
+    shutil.copytree(BUNDLED_MODEL, model)
+    (model / "chat_template.jinja").write_text(COMPACT_TEMPLATE)
+    cfg = _cfg(tmp_path, model, {"factory": "calculator", "turn_max_new_tokens": 16, "episode_max_tokens": 64})
+    assert cfg.environment is not None
+    out = tmp_path / "results"
+    done = subprocess.run([sys.executable, "-m", "kitae.cli.main", "eval", "-m", str(model), "--config",
+                           str(tmp_path / "cfg.yaml"), "--data", str(tmp_path / "train.jsonl"), "-k", "2", "-o",
+                           str(out), "--json"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    [results] = list(out.glob("*.jsonl"))
+    samples = [json.loads(line) for line in results.read_text().splitlines()]
+    assert len(samples) == 2 and all(s["turns"] >= 1 and s["episode_end"] for s in samples)
