@@ -15,6 +15,7 @@ listed above it, never one below: docs/architecture.md, checked by tests/test_ar
     kitae/rewards     reward shaping graders (the GRPO-zero recipe's five rewards, Kimi k1.5's length reward), reward models
     kitae/judge       LLM judges: the group judge, score_model, label_model, their client and checks
     kitae/scoring     sampling-and-grading shared by training, evaluation, curation and long2short
+    kitae/agents      multi-turn, tool-using rollouts: the environment config, episodes, the agent engine, tools
     kitae/serving     `kitae serve model`: an OpenAI-compatible model server with continuous batching
     kitae/web         the run page
     kitae/curate      prompt-set curation steps (difficulty, hackable prompts, formats, dedupe, balance, test cases)
