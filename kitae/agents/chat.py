@@ -15,8 +15,9 @@ turn that calls the same tools, once without and once with the tool messages and
 take what the second adds after the turn's end token. kitae finds that end by counting the template's end
 tokens (TRL trims at ``eos_token_id`` alone) so that a template whose turn ends with another token (Llama 3.1's
 ``<|eot_id|>`` beside ``<|eom_id|>``, Mistral's ``</s>``) or that renders the dummy turn otherwise once it is no
-longer the last (Qwen3's empty ``<think>`` block) still gives the right suffix; it checks that each result is in
-it.
+longer the last (Qwen3's empty ``<think>`` block) still gives the right suffix. It checks, with stand-in texts in
+place of the results (tool output is untrusted text, any text must pass), that the template renders each tool
+message there.
 
 :meth:`ToolChat.rewrites` renders the whole conversation and compares it with the kept ids: Qwen3's templates
 render earlier turns otherwise than sampled (their thinking blocks), Mistral's drops a calling turn's text,
@@ -26,6 +27,8 @@ tokens either way and records the difference (``Episode.template_rewrites``).
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from typing import Any
 
 from kitae.agents.parsers import PARSERS, ParsedTurn, ToolCallFormat, parser_for
@@ -36,6 +39,13 @@ from kitae.rollout.trajectory import ToolCall
 __all__ = ["ParsedTurn", "PARSERS", "ToolChat", "parser_for"]
 
 DUMMY_USER = {"role": "user", "content": "dummy"}
+BREAK = "\u200b"  # a zero-width space: put inside a control token's text, the text no longer encodes as the token
+
+
+def is_markup(token: str) -> bool:
+    """Whether an added token's text is template markup (``<|im_end|>``, ``</tool_response>``, ``[INST]``), not
+    whitespace or a word some tokenizers add as one token (tool output keeps those as written)."""
+    return len(token) > 1 and not token.isalnum() and not any(c.isspace() for c in token)
 
 
 class ToolChat:
@@ -55,7 +65,18 @@ class ToolChat:
         self.parser = parser_for(tokenizer) if parser == "auto" else parser
         self.format: ToolCallFormat = PARSERS.get(self.parser, "environment.parser")()
         own = self.tokenizer.convert_tokens_to_ids(self.end.text) if self.end.text else None
-        self.end_ids = frozenset(i for i in (*self.end.ids, own) if isinstance(i, int) and i >= 0)
+        own = own if isinstance(own, int) and self.tokenizer.convert_ids_to_tokens(own) == self.end.text else None
+        self.end_ids = frozenset(i for i in (*self.end.ids, own) if isinstance(i, int) and i >= 0)  # a turn's end
+        added = sorted(filter(is_markup, getattr(tokenizer, "get_added_vocab", dict)()), key=len, reverse=True)
+        self._controls = re.compile("|".join(map(re.escape, added))) if added else None
+
+    def plain_text(self, text: str) -> str:
+        """Untrusted text (tool output) that encodes as text: each of the tokenizer's added tokens written in it
+        (``<|im_end|>``, ``</tool_response>``, ``[TOOL_CALLS]``, ...) gets a zero-width space after its first
+        character, so a result cannot end itself and open a turn with the template's own control tokens."""
+        while self._controls is not None and self._controls.search(text):
+            text = self._controls.sub(lambda m: m[0][0] + BREAK + m[0][1:], text)
+        return text
 
     # ---- rendering -----------------------------------------------------------------------------------------
     def render(self, messages: list[dict], tools: list[dict] | None, add_generation_prompt: bool) -> list[int]:
@@ -75,15 +96,18 @@ class ToolChat:
     # ---- a sampled turn --------------------------------------------------------------------------------------
     def parse(self, text: str) -> ParsedTurn:
         """A sampled turn's text (end marker kept) read in the model's format: content, calls, malformed calls."""
-        return self.format.parse(text, self.end.stops)
+        return self.format.read(text, self.end.stops)
 
     def assistant_message(self, parsed: ParsedTurn) -> dict:
         """The turn as the template takes it (``tool_calls`` when it made calls)."""
         return self.format.assistant_message(parsed)
 
     def tool_message(self, call: ToolCall) -> dict:
-        """A call's result, or its error as ``error: ...``, as the template's tool message."""
-        return self.format.tool_message(call)
+        """A call's result, or its error as ``error: ...``, as the template's tool message; control tokens written
+        in them stay text (:meth:`plain_text`)."""
+        safe = dataclasses.replace(call, result=None if call.result is None else self.plain_text(str(call.result)),
+                                   error=None if call.error is None else self.plain_text(call.error))
+        return self.format.tool_message(safe)
 
     def malformed_calls(self, parsed: ParsedTurn, turn: int = 0) -> list[ToolCall]:
         """The turn's malformed calls as failed ToolCalls (name ``""``, the message as the error), to give back
@@ -96,16 +120,26 @@ class ToolChat:
         and the next assistant header. From a dummy conversation, as TRL does, so the sampled turn is never
         rendered; KitaeError when the template does not render the results after that turn."""
         dummy = [DUMMY_USER, self._dummy_assistant(assistant)]
+        tool_messages = [{**m, "content": self.plain_text(m["content"])} if isinstance(m.get("content"), str) else m
+                         for m in tool_messages]
+        probes = [{**m, "content": f"kitae-result-{i}-end"} for i, m in enumerate(tool_messages)]
         before = self.render(dummy, None, add_generation_prompt=False)
-        after = self.render(dummy + list(tool_messages), None, add_generation_prompt=True)
+        shown = self.tokenizer.decode(self._suffix(dummy, before, probes), skip_special_tokens=False)
+        if missing := [m for i, m in enumerate(tool_messages) if f"kitae-result-{i}-end" not in shown]:
+            raise KitaeError(f"the chat template does not render the tool message {missing[0]!r} after the "
+                             f"assistant turn (tool-call format {self.parser!r}); check environment.parser")
+        return self._suffix(dummy, before, list(tool_messages))
+
+    def _suffix(self, dummy: list[dict], before: list[int], tool_messages: list[dict]) -> list[int]:
+        """What rendering `tool_messages` and the generation prompt adds after `dummy`'s last turn ends (`before`:
+        `dummy` rendered alone)."""
+        after = self.render(dummy + tool_messages, None, add_generation_prompt=True)
         turns = sum(1 for i in before if i in self.end_ids)
         cut = self._after_nth_end(after, turns)
         if cut is None or not turns:
             raise KitaeError(f"the chat template does not end an assistant turn with {self.end.text!r} before the "
                              "tool results; set model.end_marker to the token that ends its turns")
-        suffix = after[cut:]
-        self._check_results(suffix, tool_messages)
-        return suffix
+        return after[cut:]
 
     @staticmethod
     def _dummy_assistant(assistant: dict) -> dict:
@@ -124,16 +158,6 @@ class ToolChat:
             if seen == n and token in self.end_ids:
                 return i + 1
         return None
-
-    def _check_results(self, suffix: list[int], tool_messages: list[dict]) -> None:
-        import json
-
-        text = self.tokenizer.decode(suffix, skip_special_tokens=False)
-        for m in tool_messages:
-            content = str(m.get("content", ""))
-            if content not in text and json.dumps(content, ensure_ascii=False)[1:-1] not in text:
-                raise KitaeError(f"the chat template does not render the tool result {content[:80]!r} after the "
-                                 f"assistant turn (tool-call format {self.parser!r}); check environment.parser")
 
     # ---- does the template rewrite? ----------------------------------------------------------------------------
     def rewrites(self, prompt_messages: list[dict], episode_messages: list[dict], tools: list[dict] | None,

@@ -15,6 +15,10 @@ Three formats cover the families kitae tests against their real chat templates:
 A call that cannot be read (not JSON, no name, arguments that are not an object, more calls than the format
 takes) is never an exception: it becomes one message in :attr:`ParsedTurn.malformed`, which the episode gives
 back to the model as a tool error and counts.
+
+A new format is one :class:`ToolCallFormat` subclass registered in :data:`PARSERS` (``@PARSERS.register("name")``):
+how a template shows it renders the format (:meth:`~ToolCallFormat.detects`) and how a turn is read
+(:meth:`~ToolCallFormat.parse`); its messages are the OpenAI shape unless its template needs another.
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ PARSERS = Registry("tool call format")
 class ParsedTurn:
     """A sampled turn read in its family's format."""
 
-    content: str  # the turn's text without the tool-call markup and without the end marker
+    content: str  # the turn's text without the tool-call markup and without the end marker (all of the text
+    # when every call in it was malformed)
     calls: list[ToolCall] = field(default_factory=list)  # well-formed calls, in order (turn unset)
     malformed: list[str] = field(default_factory=list)  # one message per call that could not be read
 
@@ -59,16 +64,31 @@ def read_call(obj: Any, args_key: str, where: str) -> tuple[str, dict] | str:
     args = obj.get(args_key, obj.get("arguments", {}))
     if isinstance(args, str):
         try:
-            args = json.loads(args)
-        except ValueError:
+            args = decode_json(args.strip())[0]
+        except NotJson:
             pass
     if not isinstance(args, dict):
         return f"{where} to '{name}': \"{args_key}\" must be a JSON object of argument names and values"
     return name, args
 
 
-def json_error(where: str, exc: json.JSONDecodeError, example: str) -> str:
-    return f"{where} is not valid JSON ({exc.msg} at character {exc.pos}); write it as {example}"
+class NotJson(ValueError):
+    """Text that does not decode as JSON: its reason and where."""
+
+
+def decode_json(text: str, pos: int = 0) -> tuple[Any, int]:
+    """The JSON value at `pos` in `text` and where it ends; NotJson when there is none, also for nesting too deep
+    for Python's decoder (sampled text is untrusted: ``[[[[...`` raises RecursionError in json)."""
+    try:
+        return json.JSONDecoder().raw_decode(text, pos)
+    except json.JSONDecodeError as exc:
+        raise NotJson(f"{exc.msg} at character {exc.pos}") from None
+    except RecursionError:
+        raise NotJson("nested too deeply") from None
+
+
+def json_error(where: str, exc: NotJson, example: str) -> str:
+    return f"{where} is not valid JSON ({exc}); write it as {example}"
 
 
 def tool_call_dicts(calls: list[ToolCall]) -> list[dict]:
@@ -94,6 +114,17 @@ class ToolCallFormat:
     :meth:`parse`; the messages are the common OpenAI shape unless the template needs another."""
 
     name = ""
+    ends: tuple[str, ...] = ()  # the family's own end-of-turn texts, cut besides the model's end marker
+
+    def read(self, text: str, ends: tuple[str, ...]) -> ParsedTurn:
+        """:meth:`parse` cutting at the model's end marker texts and the family's own. A turn whose calls were all
+        malformed keeps its whole text as the content: the conversation shows what the model wrote, and the
+        template renders it back as sampled."""
+        ends = tuple(dict.fromkeys((*ends, *self.ends)))
+        parsed = self.parse(text, ends)
+        if parsed.malformed and not parsed.calls:
+            parsed.content = strip_end(text, ends)
+        return parsed
 
     def detects(self, template: str) -> bool:
         """Whether a chat template's text renders this format."""
@@ -129,6 +160,7 @@ class HermesFormat(ToolCallFormat):
     Hermes). The content is the text before the first call (the template writes a newline between the two)."""
 
     name = "hermes"
+    ends = ("<|im_end|>", "<|endoftext|>")
 
     def detects(self, template: str) -> bool:
         return HERMES_OPEN in template
@@ -151,8 +183,10 @@ class HermesFormat(ToolCallFormat):
     @staticmethod
     def _read(inner: str, where: str, parsed: ParsedTurn) -> None:
         try:
-            obj = json.loads(inner)
-        except json.JSONDecodeError as exc:
+            obj, end = decode_json(inner.strip())
+            if inner.strip()[end:].strip():
+                raise NotJson(f"extra text after the call at character {end}")
+        except NotJson as exc:
             parsed.malformed.append(json_error(where, exc, HERMES_EXAMPLE))
             return
         call = read_call(obj, "arguments", where)
@@ -175,6 +209,7 @@ class Llama3JsonFormat(ToolCallFormat):
     ``"name"`` is an answer. Results render under the ``ipython`` role (the template's ``tool`` role)."""
 
     name = "llama3_json"
+    ends = ("<|eot_id|>", "<|eom_id|>", "<|end_of_text|>")
 
     def detects(self, template: str) -> bool:
         return '"parameters"' in template and (PYTHON_TAG in template or "ipython" in template)
@@ -189,14 +224,14 @@ class Llama3JsonFormat(ToolCallFormat):
         return ParsedTurn(body)
 
     def _calls(self, content: str, text: str) -> ParsedTurn:
-        parsed, decoder, pos, i = ParsedTurn(content), json.JSONDecoder(), 0, 0
+        parsed, pos, i = ParsedTurn(content), 0, 0
         text = text.strip()
         while pos < len(text):
             i += 1
             where = f"tool call {i}"
             try:
-                obj, pos = decoder.raw_decode(text, pos)
-            except json.JSONDecodeError as exc:
+                obj, pos = decode_json(text, pos)
+            except NotJson as exc:
                 parsed.malformed.append(json_error(where, exc, LLAMA_EXAMPLE))
                 break
             call = read_call(obj, "parameters", where)
@@ -248,6 +283,7 @@ class MistralFormat(ToolCallFormat):
     calling turn, which :meth:`kitae.agents.chat.ToolChat.rewrites` then reports)."""
 
     name = "mistral"
+    ends = ("</s>",)
 
     def detects(self, template: str) -> bool:
         return MISTRAL_CALLS in template
@@ -274,8 +310,8 @@ class MistralFormat(ToolCallFormat):
         """The call objects of one ``[TOOL_CALLS]`` segment: a JSON list of them, or one object."""
         where = f"tool call {len(parsed.calls) + len(parsed.malformed) + 1}"
         try:
-            value, _ = json.JSONDecoder().raw_decode(segment.strip())
-        except json.JSONDecodeError as exc:
+            value, _ = decode_json(segment.strip())
+        except NotJson as exc:
             parsed.malformed.append(json_error(where, exc, MISTRAL_EXAMPLE))
             return []
         return value if isinstance(value, list) else [value]
@@ -313,8 +349,9 @@ def parser_for(tokenizer_or_template: Any) -> str:
 
 def detect_format(template: str) -> str | None:
     """The name of the format a template renders, or None; Mistral's and Llama's markers are checked before
-    hermes's ``<tool_call>`` (a template may mention it in prose)."""
-    for name in ("mistral", "llama3_json", "hermes"):
+    hermes's ``<tool_call>`` (a template may mention it in prose), then the formats registered by users."""
+    builtin = ("mistral", "llama3_json", "hermes")
+    for name in (*builtin, *(n for n in PARSERS.names() if n not in builtin)):
         if PARSERS.get(name)().detects(template):
             return name
     return None

@@ -40,9 +40,11 @@ def _byte_chars() -> dict[int, str]:
     return dict(zip(bs, map(chr, cs)))
 
 
-def llama3_tokenizer(path: Path, chat_template: str) -> PreTrainedTokenizerFast:
-    ranks = {base64.b64decode(tok): int(rank) for tok, rank in (line.split() for line in path.read_text().splitlines()
-                                                                if line)}
+def bpe_from_ranks(ranks: dict[bytes, int], pattern: str, specials: dict[str, int] | None = None,
+                   offset: int = 0) -> Tokenizer:
+    """A byte-level BPE tokenizer from tiktoken-style ranks (token bytes -> rank), as transformers'
+    TikTokenConverter builds it: merges derived from the ranks, the split `pattern`, token ids ``offset + rank``
+    (Mistral's tekken puts its special tokens first) and `specials` (text -> id) added as special tokens."""
     table = _byte_chars()
     text = lambda b: "".join(table[x] for x in b)  # noqa: E731
     merges = []
@@ -51,14 +53,23 @@ def llama3_tokenizer(path: Path, chat_template: str) -> PreTrainedTokenizerFast:
         pairs.sort(key=lambda p: (ranks[p[0]], ranks[p[1]]))
         merges += [(rank, text(a), text(b)) for a, b in pairs]
     merges.sort(key=lambda m: m[0])
-    bpe = models.BPE({text(t): r for t, r in ranks.items()}, [(a, b) for _, a, b in merges], ignore_merges=True)
+    vocab = {text(t): offset + r for t, r in ranks.items()}
+    vocab.update(specials or {})
+    bpe = models.BPE(vocab, [(a, b) for _, a, b in merges], ignore_merges=True)
     tok = Tokenizer(bpe)
     tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens(SPECIALS)  # ids 128000.. in Meta's order
+    tok.add_special_tokens(sorted(specials or {}, key=(specials or {}).get))
+    return tok
+
+
+def llama3_tokenizer(path: Path, chat_template: str) -> PreTrainedTokenizerFast:
+    ranks = {base64.b64decode(tok): int(rank) for tok, rank in (line.split() for line in path.read_text().splitlines()
+                                                                if line)}
+    tok = bpe_from_ranks(ranks, PATTERN, {s: 128000 + i for i, s in enumerate(SPECIALS)})  # Meta's order
     out = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>")
     out.add_special_tokens({"additional_special_tokens": SPECIALS[1:12]})  # the named ones, as special tokens
     out.chat_template = chat_template
