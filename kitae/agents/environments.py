@@ -8,7 +8,7 @@ starts an episode from the row's fields and returns None or text appended to the
     environment: {factory: calculator}          # a built-in, by name
     environment: {factory: my_envs:Wordle}      # a user's class, "module:Class"
 
-Built-ins (``ENVIRONMENTS``):
+Built-ins (``ENVIRONMENTS``, in kitae.agents.tools, where these are registered by name):
 
 ``calculator``  ``calculator(expression)``: arithmetic on numbers with + - * / and parentheses, read by a parser
                 of its own (no ``eval``): anything else is refused with a message the model reads.
@@ -21,33 +21,13 @@ Built-ins (``ENVIRONMENTS``):
 from __future__ import annotations
 
 import ast
+import math
 import operator
-from typing import Any, Callable
+from typing import Any
 
-from kitae.agents.tools import ToolError
-from kitae.errors import ConfigError
-from kitae.registry import Registry, load_target, unknown_name_message
+from kitae.agents.tools import ENVIRONMENTS, ToolError
 
-ENVIRONMENTS = Registry("environment")
-
-
-def load_factory(spec: Any, path: str) -> Callable[[], Any]:
-    """The factory an ``environment.factory`` names: a built-in's name, "module:Class", or (from Python) a
-    class or function; ConfigError at `path` otherwise."""
-    if callable(spec):
-        return spec
-    if not isinstance(spec, str) or not spec:
-        raise ConfigError(path, f"expected a built-in environment's name or 'module:Class', got {spec!r}")
-    if ":" in spec:
-        factory = load_target(spec, path)
-    elif spec in ENVIRONMENTS:
-        factory = ENVIRONMENTS.get(spec, path)
-    else:
-        raise ConfigError(path, unknown_name_message("environment", spec, ENVIRONMENTS.names())
-                          + "; or name your own class as 'module:Class'")
-    if not callable(factory):
-        raise ConfigError(path, f"{spec!r} is not a class or function that makes an environment")
-    return factory
+__all__ = ["ENVIRONMENTS", "Calculator", "PythonSandbox", "evaluate"]
 
 
 # ---- calculator ---------------------------------------------------------------------------------------------
@@ -72,6 +52,8 @@ def evaluate(expression: str) -> int | float:
     except SyntaxError:
         raise ToolError(f"cannot read {expression!r}: use numbers, + - * / and parentheses") from None
     value = _value(tree.body)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ToolError(f"the result of {expression!r} is too large for a number")
     return int(value) if isinstance(value, float) and value.is_integer() and abs(value) < 2**53 else value
 
 
@@ -148,12 +130,31 @@ class PythonSandbox:
 
 def describe_run(result: Any, limits: Any) -> str:
     """A program's run as the model reads it: the exit status (or why it was stopped), stdout and stderr."""
-    status = "exit status 0" if result.finished else result.describe(limits)
-    parts = [status]
+    parts = ["exit status 0" if result.finished else result.describe(limits)]
     if result.stdout:
-        parts.append("stdout:\n" + result.stdout)
+        parts.append("stdout:\n" + result.stdout.removesuffix("\n"))
     if result.stderr:
-        parts.append("stderr:\n" + result.stderr)
+        parts.append("stderr:\n" + own_traceback(result.stderr).removesuffix("\n"))
     if result.output_truncated:
         parts.append(f"[output over {limits.output_kb} KB was cut]")
-    return "\n".join(parts)
+    return "\n".join(parts) + "\n"
+
+
+def own_traceback(stderr: str) -> str:
+    """stderr without the frames of kitae's harness (the ``exec`` that ran the code), so a traceback shows the
+    model its own code only.
+
+    >>> own_traceback('Traceback:\\n  File "/w/_harness.py", line 208, in _run_python\\n    exec(code, namespace)\\n'
+    ...               '  File "p0/main.py", line 1, in <module>\\nNameError: x\\n')
+    'Traceback:\\n  File "p0/main.py", line 1, in <module>\\nNameError: x\\n'
+    """
+    lines, kept, skip_source = stderr.splitlines(keepends=True), [], False
+    for line in lines:
+        if line.startswith("  File ") and "_harness.py" in line:
+            skip_source = True
+            continue
+        if skip_source and line.startswith("    "):
+            continue
+        skip_source = False
+        kept.append(line)
+    return "".join(kept)

@@ -16,13 +16,14 @@ Wire format: each call is ``POST url`` with the JSON body ``{"arguments": {...},
 rollout id is the episode's, the same for every call of one episode, so a server can keep per-episode state).
 The reply is ``{"result": ...}`` (a string, or any JSON, which the model reads as JSON text), ``{"error": "..."}``
 (the call's error, which the model reads), any other JSON (read as JSON text) or plain text (read as it is).
+At most 1 MB of a reply is read (the rest is never received); the text is then capped at ``max_result_chars``.
 
 Failures (:class:`kitae.http.client.Retrier`, shared with the judge and the reward-model client): connection
 errors, timeouts, HTTP 429 and 5xx are retried after ``backoff x 2^attempt`` seconds (a ``Retry-After`` header
 is honoured, capped at ``max_backoff``); other HTTP errors fail at once. A call that fails in the end is the
 call's error; it never stops the episode. The run's ``max_concurrent_tools`` caps calls in flight across every
-episode (the ToolBox's semaphore); the whole call, retries included, is bounded by ``(retries + 1) x timeout_s``
-plus the backoff sleeps.
+episode (the ToolBox's semaphore). ``timeout_s`` bounds each phase of a request (connecting, reading); the call
+as a whole, retries included, is bounded by ``(retries + 1) x 2 x timeout_s`` plus the backoff sleeps and a second.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from kitae.agents.tools import Tool, ToolError, current_rollout_id
 from kitae.errors import ConfigError
 from kitae.http.client import Retrier, WireCounters, WireError, auth_headers
 
+MAX_REPLY_BYTES = 1 << 20  # read at most 1 MB of a reply; the ToolBox then caps the text at max_result_chars
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 FIELDS = ("name", "url", "description", "parameters", "timeout_s", "retries", "headers_env", "api_key_env",
           "backoff", "max_backoff")
@@ -65,9 +67,11 @@ class HttpTool:
 
     @property
     def budget_s(self) -> float:
-        """The longest a call can take: every attempt timing out, and every backoff sleep at its cap."""
+        """The longest a call can take, the ToolBox's bound on it: every attempt timing out on connecting and on
+        reading (httpx times each phase), every backoff sleep at its cap, and a second to spare, so that the
+        request's own timeout, with its clearer message, comes first."""
         sleeps = sum(min(self.retrier.max_backoff, self.retrier.backoff * 2**k) for k in range(self.retries))
-        return (self.retries + 1) * self.timeout_s + sleeps
+        return (self.retries + 1) * 2 * self.timeout_s + sleeps + 1.0
 
     async def __call__(self, **arguments: Any) -> Any:
         body = {"arguments": arguments, "rollout_id": current_rollout_id()}
@@ -79,8 +83,20 @@ class HttpTool:
             raise
         return read_reply(reply)
 
-    async def _send(self, client: httpx.AsyncClient, body: dict) -> "_TextTolerant":
-        return _TextTolerant(await client.post(self.url, json=body, headers=self._headers()))
+    async def _send(self, client: httpx.AsyncClient, body: dict) -> "_Reply":
+        """POST, reading at most MAX_REPLY_BYTES of the reply (tool output is untrusted: a huge or endless reply
+        must not fill the trainer's memory before the result is capped)."""
+        request = client.build_request("POST", self.url, json=body, headers=self._headers())
+        response = await client.send(request, stream=True)
+        data = bytearray()
+        try:
+            async for chunk in response.aiter_bytes():
+                data += chunk
+                if len(data) > MAX_REPLY_BYTES:
+                    break
+        finally:
+            await response.aclose()
+        return _Reply(response, bytes(data[:MAX_REPLY_BYTES]))
 
     def _headers(self) -> dict[str, str]:
         headers = {name: os.environ[var] for name, var in self.headers_env.items() if os.environ.get(var)}
@@ -95,22 +111,19 @@ class HttpTool:
         return f" (the token comes from ${self.api_key_env}, which {state})"
 
 
-class _TextTolerant:
-    """A response whose ``json()`` reads a plain-text reply as ``{"result": text}`` (the Retrier wants JSON)."""
+class _Reply:
+    """A reply read (at most MAX_REPLY_BYTES) as the Retrier reads responses; ``json()`` takes a reply that is
+    not JSON (plain text, or JSON cut at the limit) as ``{"result": text}``."""
 
-    def __init__(self, response: httpx.Response):
-        self.response = response
+    def __init__(self, response: httpx.Response, content: bytes):
         self.status_code, self.headers = response.status_code, response.headers
-
-    @property
-    def text(self) -> str:
-        return self.response.text
+        self.text = content.decode(response.charset_encoding or "utf-8", errors="replace")
 
     def json(self) -> Any:
         try:
-            return self.response.json()
+            return json.loads(self.text)
         except ValueError:
-            return {"result": self.response.text}
+            return {"result": self.text}
 
 
 def read_reply(reply: Any) -> Any:

@@ -7,8 +7,8 @@ callable, sync or async, called with the parsed arguments as keywords. They come
   ``transformers.utils.get_json_schema``, as TRL's ``tools=`` builds it;
 - :func:`environment_tools`: an environment in TRL's ``environment_factory`` contract (trl 1.16,
   GRPOTrainer's docstring): its public methods other than ``reset`` and ``get_reward``;
-- :mod:`kitae.agents.http_tools` (an endpoint POSTed with the arguments and the rollout id) and
-  :mod:`kitae.agents.mcp` (the tools an MCP server lists), as :class:`ToolSource` objects;
+- :mod:`kitae.agents.http_tools`: an endpoint POSTed with the arguments and the rollout id;
+- :mod:`kitae.agents.mcp`: the tools MCP servers list, a :class:`ToolSource` (listed at :meth:`Tools.start`);
 - the built-in environments of :mod:`kitae.agents.environments` (``calculator``, ``python``).
 
 :class:`Tools` is the run's set, built once from the ``environment:`` config; it makes one :class:`ToolBox` per
@@ -26,7 +26,9 @@ thread-safe); sync tools run in a thread of their own, so a slow one never block
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
+import dataclasses
 import inspect
 import json
 import math
@@ -37,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol, runtime_checkable
 
 from kitae.errors import ConfigError, KitaeError
-from kitae.registry import closest, load_target
+from kitae.registry import Registry, closest, load_target, unknown_name_message
 from kitae.rollout.trajectory import ToolCall
 
 # The rollout id of the episode whose tool call is running: HTTP tools send it; a user's tool may read it.
@@ -46,6 +48,19 @@ ENVIRONMENT_HOOKS = ("reset", "get_reward")  # an environment's methods that are
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MAX_RESULT_CHARS = 4000
 DEFAULT_MAX_CONCURRENT_TOOLS = 16
+
+# Built-in environments by name (``environment.factory: calculator``); the classes live in
+# kitae.agents.environments, registered here as "module:Class" strings (imported when a config names one).
+ENVIRONMENTS = Registry("environment")
+ENVIRONMENTS.register_lazy("calculator", "kitae.agents.environments:Calculator")
+ENVIRONMENTS.register_lazy("python", "kitae.agents.environments:PythonSandbox")
+
+# The kinds of shared tools the ``environment:`` config builds from entries of its own: ``http_tools`` entries
+# (kitae.agents.http_tools) and ``mcp_servers`` entries (kitae.agents.mcp), each "module:function(spec, path,
+# **settings)". Strings, so that this module, which those import, imports neither.
+TOOL_KINDS = Registry("tool kind")
+TOOL_KINDS.register_lazy("http", "kitae.agents.http_tools:http_tool")  # -> Tool
+TOOL_KINDS.register_lazy("mcp", "kitae.agents.mcp:McpTools")  # (servers, path) -> the run's MCP sessions
 
 
 class ToolError(Exception):
@@ -221,7 +236,9 @@ def argument_problem(tool: Tool, arguments: Any) -> str | None:
 
 
 def describe_exception(exc: BaseException) -> str:
-    if isinstance(exc, ToolError):
+    """An exception as the model reads it: a ToolError's or KitaeError's message as it is (they are written for
+    the reader: an MCP server's refusal, a failed HTTP tool); any other as ``Type: message``."""
+    if isinstance(exc, (ToolError, KitaeError)) and str(exc):
         return str(exc)
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
@@ -248,14 +265,17 @@ class ToolBox:
         slot under the run's cap). Never raises: an unknown tool, bad arguments, the tool's exception and a
         timeout become ``call.error``."""
         tool = self.tools.get(call.name)
-        problem = self._unknown(call.name) if tool is None else argument_problem(tool, call.arguments)
+        arguments = {} if call.arguments is None else call.arguments  # a call that gave none (Llama 3 may omit them)
+        problem = self._unknown(call.name) if tool is None else argument_problem(tool, arguments)
         if problem is not None:
             call.result, call.error, call.seconds = None, problem, 0.0
             return call
-        async with self._limit():
+        # One environment instance's calls one at a time, in order (its methods need not be thread-safe); the
+        # slot under the run's cap is taken after that turn comes, so a queued call holds none.
+        async with self._serial(tool), self._limit():
             start = time.perf_counter()
             try:
-                call.result, call.error = await self._run(tool, call.arguments), None
+                call.result, call.error = await self._run(tool, arguments), None
             except Exception as exc:  # noqa: BLE001 - whatever the tool did, the episode goes on
                 call.result, call.error = None, cap(self._failure(tool, exc), self.max_result_chars)
             finally:
@@ -266,17 +286,13 @@ class ToolBox:
         timeout = tool.timeout_s if tool.timeout_s is not None else self.timeout_s
         token = ROLLOUT_ID.set(self.rollout_id)
         try:
-            if tool.name in self.env_tools:  # one environment instance: its calls one at a time, in order
-                async with self._lock():
-                    value = await asyncio.wait_for(invoke(tool.fn, arguments), timeout)
-            else:
-                value = await asyncio.wait_for(invoke(tool.fn, arguments), timeout)
+            value = await asyncio.wait_for(invoke(tool.fn, arguments), timeout)
         finally:
             ROLLOUT_ID.reset(token)
         return cap(to_text(value), self.max_result_chars)
 
     def _failure(self, tool: Tool, exc: BaseException) -> str:
-        if isinstance(exc, (asyncio.TimeoutError, TimeoutError)) and not str(exc):
+        if isinstance(exc, TimeoutError) and isinstance(exc.__cause__, asyncio.CancelledError):  # wait_for's own
             timeout = tool.timeout_s if tool.timeout_s is not None else self.timeout_s
             return f"timeout after {timeout:g} s"
         return describe_exception(exc)
@@ -286,7 +302,10 @@ class ToolBox:
         offered = ", ".join(self.tools) or "none"
         return f"unknown tool '{name}'" + (f"; did you mean '{hint}'?" if hint else "") + f" (tools: {offered})"
 
-    def _lock(self) -> asyncio.Lock:
+    def _serial(self, tool: Tool) -> Any:
+        """The environment's lock for its own tools; nothing for the shared ones."""
+        if tool.name not in self.env_tools:
+            return contextlib.nullcontext()
         if self._env_lock is None:
             self._env_lock = asyncio.Lock()
         return self._env_lock
@@ -317,10 +336,10 @@ class ToolBox:
         return float(value)
 
     async def close(self) -> None:
-        """The environment's ``close()``, when it has one (sync or async)."""
-        close = getattr(self.env, "close", None)
-        if callable(close):
-            await invoke(close, {})
+        """The episode is over: no more calls. An environment's own ``close()`` is NOT called: in TRL's contract a
+        public method is a tool ("close the door"), so the instance is dropped for the garbage collector instead."""
+        self.tools = {}
+        self.env = None
 
 
 def reset_arguments(env: Any, row: dict) -> dict:
@@ -346,7 +365,8 @@ def _unlimited() -> asyncio.Semaphore:
 # ---- the run's set ------------------------------------------------------------------------------------------
 class Tools:
     """The run's tool set, built once from the `environment:` config: makes a ToolBox per episode; holds the
-    per-run concurrency cap (a semaphore over all tool calls), the HTTP client, the MCP sessions."""
+    per-run concurrency cap (a semaphore over all tool calls), the shared tools (functions, python, HTTP) and
+    the sources (the MCP sessions, open between start and close)."""
 
     def __init__(self, *, factory: Callable[[], Any] | None = None, tools: list[Tool] = (),
                  sources: list[ToolSource] = (), tool_timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -354,6 +374,7 @@ class Tools:
                  max_concurrent_tools: int = DEFAULT_MAX_CONCURRENT_TOOLS, path: str = "environment"):
         self.factory, self.path = factory, path
         self.shared = list(tools)
+        self.listed: list[Tool] = []  # the sources' tools, while started
         self.sources = list(sources)
         self.tool_timeout_s, self.max_result_chars = tool_timeout_s, max_result_chars
         self.max_concurrent_tools = max_concurrent_tools
@@ -371,9 +392,6 @@ class Tools:
     def from_config(cls, cfg: Any, path: str = "environment") -> "Tools":
         """From an ``environment:`` config (any object with its attributes: factory, tools, python, http_tools,
         mcp_servers, tool_timeout_s, max_result_chars, max_concurrent_tools)."""
-        from kitae.agents.environments import PythonSandbox, load_factory
-        from kitae.agents.http_tools import http_tool
-
         timeout = _positive(_setting(cfg, "tool_timeout_s", DEFAULT_TIMEOUT_S), f"{path}.tool_timeout_s")
         max_chars = int(_positive(_setting(cfg, "max_result_chars", DEFAULT_MAX_RESULT_CHARS),
                                   f"{path}.max_result_chars"))
@@ -383,10 +401,12 @@ class Tools:
         factory = load_factory(factory, f"{path}.factory") if factory is not None else None
         shared = [_function(spec, f"{path}.tools[{i}]") for i, spec in enumerate(_setting(cfg, "tools", None) or [])]
         if _setting(cfg, "python", False):
-            shared += environment_tools(PythonSandbox(), f"{path}.python")
-        shared += [http_tool(spec, f"{path}.http_tools[{i}]", default_timeout_s=timeout)
-                   for i, spec in enumerate(_setting(cfg, "http_tools", None) or [])]
-        sources = _mcp_sources(_setting(cfg, "mcp_servers", None) or [], f"{path}.mcp_servers", timeout)
+            shared += environment_tools(ENVIRONMENTS.get("python", f"{path}.python")(), f"{path}.python")
+        http_specs = _setting(cfg, "http_tools", None) or []
+        make_http = TOOL_KINDS.get("http", f"{path}.http_tools") if http_specs else None
+        shared += [make_http(spec, f"{path}.http_tools[{i}]", default_timeout_s=timeout)
+                   for i, spec in enumerate(http_specs)]
+        sources = _mcp_sources(_setting(cfg, "mcp_servers", None) or [], f"{path}.mcp_servers")
         return cls(factory=factory, tools=shared, sources=sources, tool_timeout_s=timeout,
                    max_result_chars=max_chars, max_concurrent_tools=concurrent, path=path)
 
@@ -395,6 +415,8 @@ class Tools:
         path = f"{self.path}.factory"
         try:
             env = factory()
+        except KitaeError:  # a built-in's own message (the python tool without bubblewrap)
+            raise
         except Exception as exc:  # noqa: BLE001 - the user's constructor: say whose it is
             raise ConfigError(path, f"{_qualified(factory)}() raised {describe_exception(exc)}; the factory is "
                               "called with no arguments, once per episode") from exc
@@ -416,34 +438,47 @@ class Tools:
 
     @property
     def schemas(self) -> list[dict]:
-        """The schemas every episode is offered (the environment's from the probe, then the shared tools)."""
-        return self._env_schemas + [tool.schema for tool in self.shared]
+        """The schemas every episode is offered: the environment's (from the probe), the shared tools', then
+        those the sources listed (MCP: only while started)."""
+        return self._env_schemas + [tool.schema for tool in self.shared + self.listed]
 
     def toolbox(self, rollout_id: str) -> ToolBox:
         """The tools of one episode: a new environment instance from the factory (if any) and the shared tools."""
         env = self.factory() if self.factory is not None else None
         own = environment_tools(env, f"{self.path}.factory") if env is not None else []
-        return ToolBox(own + self.shared, env, rollout_id=rollout_id, env_tools={t.name for t in own},
+        return ToolBox(own + self.shared + self.listed, env, rollout_id=rollout_id, env_tools={t.name for t in own},
                        timeout_s=self.tool_timeout_s, max_result_chars=self.max_result_chars, limit=self._cap)
 
     async def start(self) -> None:
         """List the tools of every source (MCP servers); idempotent."""
         if self._started:
             return
-        listed = []
-        for source in self.sources:
-            listed += await source.start()
-        _check_unique(self._env_tool_names + [t.name for t in self.shared + listed], self.path)
-        self.shared += listed
+        listed, started = [], []
+        try:
+            for source in self.sources:
+                listed += await source.start()
+                started.append(source)
+            _check_unique(self._env_tool_names + [t.name for t in self.shared + listed], self.path)
+        except BaseException:  # leave no server running behind a refused start
+            for source in started:
+                await source.close()
+            raise
+        self.listed = listed
         self._started = True
 
     async def close(self) -> None:
         """Release every source (MCP sessions); idempotent."""
         if not self._started:
             return
-        for source in self.sources:
-            await source.close()
-        self._started = False
+        self.listed, self._started = [], False
+        failures = []
+        for source in self.sources:  # every one, also after one fails to close
+            try:
+                await source.close()
+            except Exception as exc:  # noqa: BLE001 - raised below, once the others are closed
+                failures.append(exc)
+        if failures:
+            raise failures[0]
 
 
 def _setting(cfg: Any, name: str, default: Any) -> Any:
@@ -465,14 +500,54 @@ def _function(spec: Any, path: str) -> Tool:
     return function_tool(fn, path)
 
 
-def _mcp_sources(specs: list, path: str, timeout_s: float) -> list[ToolSource]:
+def _mcp_sources(specs: list, path: str) -> list[ToolSource]:
+    """The run's MCP servers as one source (kitae.agents.mcp.McpTools holds their sessions)."""
     if not specs:
         return []
-    try:
-        from kitae.agents.mcp import mcp_source
-    except ImportError as exc:
-        raise ConfigError(path, f"MCP servers need kitae.agents.mcp, which does not import: {exc}") from None
-    return [mcp_source(spec, f"{path}[{i}]", timeout_s=timeout_s) for i, spec in enumerate(specs)]
+    servers = [_as_dict(spec) for spec in specs]
+    return [McpSource(TOOL_KINDS.get("mcp", path)(servers, path))]
+
+
+def _as_dict(spec: Any) -> Any:
+    """A config object (a dataclass of the config's) as the mapping McpTools reads; a mapping as it is."""
+    if dataclasses.is_dataclass(spec) and not isinstance(spec, type):
+        return {k: v for k, v in dataclasses.asdict(spec).items() if v is not None}
+    return spec
+
+
+class McpSource:
+    """MCP servers as a ToolSource: ``servers`` is a kitae.agents.mcp.McpTools (async start/close, schemas,
+    functions(): {name: async function(**arguments) -> text}), whose sessions live on a loop of their own."""
+
+    def __init__(self, servers: Any):
+        self.servers = servers
+
+    async def start(self) -> list[Tool]:
+        await self.servers.start()
+        functions = self.servers.functions()
+        return [Tool(s["function"]["name"], s, functions[s["function"]["name"]]) for s in self.servers.schemas]
+
+    async def close(self) -> None:
+        await self.servers.close()
+
+
+def load_factory(spec: Any, path: str) -> Callable[[], Any]:
+    """The factory an ``environment.factory`` names: a built-in's name, "module:Class", or (from Python) a
+    class or function; ConfigError at `path` otherwise."""
+    if callable(spec):
+        return spec
+    if not isinstance(spec, str) or not spec:
+        raise ConfigError(path, f"expected a built-in environment's name or 'module:Class', got {spec!r}")
+    if ":" in spec:
+        factory = load_target(spec, path)
+    elif spec in ENVIRONMENTS:
+        factory = ENVIRONMENTS.get(spec, path)
+    else:
+        raise ConfigError(path, unknown_name_message("environment", spec, ENVIRONMENTS.names())
+                          + "; or name your own class as 'module:Class'")
+    if not callable(factory):
+        raise ConfigError(path, f"{spec!r} is not a class or function that makes an environment")
+    return factory
 
 
 def _check_unique(names: list[str], path: str) -> None:

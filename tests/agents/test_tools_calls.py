@@ -67,6 +67,15 @@ def exits(x: int) -> int:
     raise SystemExit(3)
 
 
+def times_out_itself(x: int) -> int:
+    """Raise a bare TimeoutError.
+
+    Args:
+        x: Anything.
+    """
+    raise TimeoutError()
+
+
 async def aexits(x: int) -> int:
     """Call sys.exit in an async tool (asyncio re-raises SystemExit out of the event loop).
 
@@ -143,6 +152,7 @@ def test_a_hung_sync_tool_does_not_keep_asyncio_run_from_returning():
 @pytest.mark.parametrize("fn, error", [
     (fail, "ZeroDivisionError: cannot divide 1 by zero"),       # a tool's exception: type and message
     (afail, "the model reads exactly this"),                    # ToolError: its message as it is
+    (times_out_itself, "TimeoutError"),                          # the tool's own TimeoutError is not the call's timeout
     (exits, "the tool raised SystemExit(3)"),                   # even sys.exit in a tool ends only the call
     (aexits, "the tool raised SystemExit(4)"),
 ])
@@ -158,6 +168,7 @@ def test_a_tools_exception_is_the_calls_error(fn, error):
     ("add", {"a": 1, "b": 2, "c": 3}, "bad arguments for 'add': got an unexpected keyword argument 'c'"),
     ("add", '{"a": 1, "b"', "the arguments of 'add' are not a JSON object: '{\"a\": 1, \"b\"'"),  # raw, unparsed
     ("add", [1, 2], "the arguments of 'add' are not a JSON object: '[1, 2]'"),
+    ("add", None, "'add' is missing the required argument(s) a, b (its arguments: a, b)"),  # none given: {}
 ])
 def test_calls_that_cannot_be_made_are_errors(name, arguments, error):
     done = call(box(add, big), name, arguments)
@@ -306,3 +317,63 @@ def test_the_cap_works_on_a_second_event_loop():
     tools = Tools(tools=[function_tool(add)], max_concurrent_tools=1)
     for _ in range(2):  # a semaphore bound to the first loop would raise on the second
         assert asyncio.run(tools.toolbox("r").call(ToolCall("add", {"a": 1, "b": 2}))).result == "3"
+
+
+def test_an_environment_call_waiting_its_turn_is_not_timed_out_for_the_wait():
+    """Eight calls of one turn take 8 x 0.2 s one after another; each has 1 s of its own."""
+
+    class Slow:
+        def reset(self, **kwargs):
+            return None
+
+        async def wait(self, k: int) -> int:
+            """Wait a while.
+
+            Args:
+                k: Which call.
+            """
+            await asyncio.sleep(0.2)
+            return k
+
+    tools = Tools(factory=Slow, tool_timeout_s=1.0)
+
+    async def turn():
+        toolbox = tools.toolbox("r")
+        return await asyncio.gather(*(toolbox.call(ToolCall("wait", {"k": k})) for k in range(8)))
+
+    calls = asyncio.run(turn())
+    assert [c.error for c in calls] == [None] * 8 and [c.result for c in calls] == [str(k) for k in range(8)]
+
+
+def test_a_call_waiting_for_its_environment_holds_no_slot_of_the_cap():
+    """Episode A's first call blocks until episode B's tool has run; A's second call queues behind the first.
+    With a cap of 2, B must get a slot: a queued call that held one would leave B waiting, and A timing out."""
+    opened = asyncio.Event()
+
+    class Gate:
+        def reset(self, **kwargs):
+            return None
+
+        async def enter(self, k: int) -> int:
+            """Wait for the gate.
+
+            Args:
+                k: Which call.
+            """
+            await opened.wait()
+            return k
+
+    async def open_gate() -> str:
+        """Open the gate."""
+        opened.set()
+        return "open"
+
+    tools = Tools(factory=Gate, tools=[function_tool(open_gate)], max_concurrent_tools=2, tool_timeout_s=5)
+
+    async def two_episodes():
+        a, b = tools.toolbox("a"), tools.toolbox("b")
+        first, second = a.call(ToolCall("enter", {"k": 1})), a.call(ToolCall("enter", {"k": 2}))
+        return await asyncio.gather(first, second, b.call(ToolCall("open_gate", {})))
+
+    calls = asyncio.run(two_episodes())
+    assert [c.error for c in calls] == [None, None, None] and calls[2].result == "open"

@@ -310,3 +310,80 @@ class Exploding:
 def test_a_tool_is_a_plain_dataclass():
     tool = function_tool(lookup)
     assert isinstance(tool, Tool) and tool.name == "lookup" and tool.fn is lookup and tool.timeout_s is None
+
+
+# ---- sources of tools that need a connection (MCP) -------------------------------------------------------------
+class ListedSource:
+    """A ToolSource (kitae.agents.mcp's shape): lists its tools at start, released at close."""
+
+    def __init__(self, *names):
+        self.names, self.starts, self.closes = names, 0, 0
+
+    async def start(self):
+        self.starts += 1
+        return [Tool(n, {"type": "function", "function": {"name": n, "description": n, "parameters": {
+            "type": "object", "properties": {}}}}, self._answer(n)) for n in self.names]
+
+    def _answer(self, name):
+        async def answer():
+            return f"{name} answered"
+        return answer
+
+    async def close(self):
+        self.closes += 1
+
+
+def test_sources_are_listed_at_start_and_closed_once():
+    source = ListedSource("remote_search")
+    tools = Tools(factory=CounterEnv, sources=[source])
+
+    async def life():
+        await tools.start()
+        await tools.start()  # idempotent
+        done = await tools.toolbox("r").call(ToolCall("remote_search", {}))
+        await tools.close()
+        await tools.close()
+        return done
+
+    done = run(life())
+    assert done.result == "remote_search answered"
+    assert [s["function"]["name"] for s in tools.schemas] == ["increment", "read"]  # closed: listed no more
+    assert (source.starts, source.closes) == (1, 1)
+
+    async def again():  # pre-flight starts and closes the tools, then the run starts them again
+        await tools.start()
+        names = [s["function"]["name"] for s in tools.schemas]
+        await tools.close()
+        return names
+
+    assert run(again()) == ["increment", "read", "remote_search"] and (source.starts, source.closes) == (2, 2)
+
+
+def test_a_source_tool_under_a_taken_name_is_refused_at_start():
+    first, clashing = ListedSource("search"), ListedSource("increment")
+    tools = Tools(factory=CounterEnv, sources=[first, clashing])
+    with pytest.raises(ConfigError, match="two tools are named 'increment'"):
+        run(tools.start())
+    assert (first.closes, clashing.closes) == (1, 1)  # no server left running behind the refusal
+
+
+def test_closing_a_toolbox_does_not_call_an_environment_method_named_close():
+    """In TRL's contract a public method is a tool, so a method named close() is the model's ("close the door")."""
+
+    class Door(CounterEnv):
+        def close(self) -> str:
+            """Close the door.
+
+            Returns:
+                What happened.
+            """
+            self.closed = True
+            return "closed"
+
+    tools = Tools(factory=Door)
+    assert "close" in [s["function"]["name"] for s in tools.schemas]
+    box = tools.toolbox("r")
+    env = box.env
+    run(box.close())
+    assert not getattr(env, "closed", False)
+    assert run(box.call(ToolCall("read", {}))).error.startswith("unknown tool 'read'")  # closed: nothing to call
