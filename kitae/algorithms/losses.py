@@ -90,7 +90,8 @@ class LossInputs:
     logp: torch.Tensor  # [B, T] log-probs of the taken tokens under the current policy (requires grad)
     old_logp: torch.Tensor  # [B, T] under the sampling policy (no grad)
     advantages: torch.Tensor  # [B] one per sequence
-    mask: torch.Tensor  # [B, T] 1.0 for completion tokens that count, else 0.0
+    mask: torch.Tensor  # [B, T] 1.0 for completion tokens that count, else 0.0 (an agent's tool results and
+    # template tokens never count: kitae.rollout.trajectory; so every token mean and count is over sampled tokens)
     ref_logp: torch.Tensor | None = None  # [B, T] reference policy, for KL in the loss
     is_weight: torch.Tensor | None = None  # [B, T] truncated importance weights of the sampler (no grad)
 

@@ -18,7 +18,8 @@ all N samples together and scores each sample on every criterion; the scores are
     max_tokens: null                       # default: 256 + 160 per sample
     shuffle: true                          # shuffle the sample order per call (mapped back)
     reference: "{{item.reference_answer}}" # null: no reference answer in the prompt
-    input: "{{sample.output_text}}"        # what of each sample the judge reads
+    input: "{{sample.output_text}}"        # what of each sample the judge reads (this default: an agent's episode
+                                           #   is its whole transcript, tool output quoted as untrusted)
     max_sample_chars: 6000                 # longer samples are cut (and the cut is said)
     images: true                           # show the judge the prompt's images (item.images) as image parts
     response_format: auto                  # auto | json_schema | json_object | none (client.py)
@@ -59,7 +60,11 @@ from kitae.graders.template import Template, TemplateError
 from kitae.judge.client import ChatClient, ChatError, ClientGrader, ClientSpec
 from kitae.judge.parse import KINDS, Entry, JudgeOutputError, parse_judgement
 from kitae.judge.prompt import (DEFAULT_CRITERIA, DEFAULT_NAMES, Criterion, clip_text, image_parts, make_tag,
-                                render_conversation, reply_schema, sample_ids, system_prompt, user_prompt)
+                                render_conversation, render_transcript, reply_schema, sample_ids, system_prompt,
+                                user_prompt)
+
+
+DEFAULT_INPUT = "{{sample.output_text}}"  # what the judge reads of a sample; an agent's episode: its transcript
 
 
 class Criteria(tuple):
@@ -116,7 +121,7 @@ class JudgeConfig(ClientSpec):
     max_tokens: int | None = setting(None, minimum=1)
     shuffle: bool = True
     reference: Template | None = Template("{{item.reference_answer}}")  # null: no reference answer
-    input: Template = Template("{{sample.output_text}}")
+    input: Template = Template(DEFAULT_INPUT)
     max_sample_chars: int = setting(6000, minimum=0)
     images: bool = True
 
@@ -189,6 +194,7 @@ class Group:
     reference: str | None
     texts: list[str]
     images: list[str] = field(default_factory=list)  # data URLs of the conversation's images, in order
+    transcripts: bool = False  # some text is an agent episode's transcript (the system prompt says how to read it)
 
 
 @register_grader("judge")
@@ -231,12 +237,23 @@ class GroupJudgeGrader(ClientGrader):
     def prepare(self, item: Item, samples: list[Sample]) -> Group:
         """Render the texts; raises TemplateError when a template path is missing from this row."""
         cfg = self.config
-        texts = [clip_text(cfg.input.render(item, s), cfg.max_sample_chars) for s in samples]
+        episodes = cfg.input.text == DEFAULT_INPUT and any(isinstance(s.get("messages"), list) for s in samples)
+        texts = [self.sample_text(item, s, episodes) for s in samples]
         reference = None if cfg.reference is None else cfg.reference.render(item, {})
         conversation = render_conversation(item)
         images = [to_data_url(ref) for ref in item.get("images") or []] if cfg.images else []
         blob = json.dumps([conversation, reference, texts, cfg.seed, images], ensure_ascii=False)
-        return Group(hashlib.sha256(blob.encode("utf-8")).hexdigest(), conversation, reference, texts, images)
+        return Group(hashlib.sha256(blob.encode("utf-8")).hexdigest(), conversation, reference, texts, images,
+                     episodes)
+
+    def sample_text(self, item: Item, sample: Sample, episodes: bool) -> str:
+        """What the judge reads of a sample: ``input`` rendered; with the default input, an agent's episode is its
+        whole transcript (kitae.judge.prompt.render_transcript), tool output quoted as untrusted."""
+        cfg = self.config
+        text = cfg.input.render(item, sample)
+        if episodes and isinstance(sample.get("messages"), list):
+            return render_transcript(sample, text, cfg.max_sample_chars)
+        return clip_text(text, cfg.max_sample_chars)
 
     def order(self, group: Group, call: int) -> list[int]:
         """The display order of call ``call``: original index of the sample shown at each position."""
@@ -255,7 +272,7 @@ class GroupJudgeGrader(ClientGrader):
         ids = sample_ids(len(shown))
         names = [c.name for c in cfg.criteria]
         schema = reply_schema(len(shown), cfg.criteria, cfg.scale)
-        system = system_prompt(cfg.criteria, cfg.scale, cfg.rubric)
+        system = system_prompt(cfg.criteria, cfg.scale, cfg.rubric, transcripts=group.transcripts)
         feedback: str | None = None
         for attempt in range(cfg.parse_retries + 1):
             tag = make_tag(random.Random(f"{group.key}:{call}:{attempt}"), shown + [group.conversation])

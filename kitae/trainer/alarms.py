@@ -6,22 +6,30 @@ number of the reference to the *closest* number of the answer, so a model that l
 checks say so, from what the run store already holds (metrics, the groups with every sample's text and component
 scores, the evaluations), and point at the groups that show it:
 
-==================== ============================================================================================
-kind                 the sign (settings in the ``alarms`` section, kitae.trainer.config.AlarmsConfig)
-==================== ============================================================================================
-reward_vs_eval       the training reward rose by ``reward_rise`` while the held-out score gained at most ``flat``
-component_dominance  one component earned ``component_share`` of the reward's rise; every other one stayed flat
-answer_shape         ``shape_share`` of the latest step's samples carry a pattern (an equation, a number list, a
-                     repeated phrase) that at most ``shape_baseline`` of the first steps' samples had
-length_jump          the mean completion length grew ``length_jump`` times over the first steps'
-length_collapse      the mean completion length fell under ``length_floor`` tokens
-entropy_collapse     the mean token entropy fell under ``entropy_floor``
-kl_blowup            the KL to the reference passed ``kl_max``, or grew ``kl_growth`` times in one window
-zero_spread          ``zero_spread`` of the groups had one reward for every sample (or none), over a whole window
-eval_collapse        a held-out metric fell ``eval_drop`` below its best (and by ``eval_drop_min``) while the
-                     training reward did not fall
-mismatch_growth      the server sampler's log-probs drift from the trainer's (``mismatch/kl``, the server engine)
-==================== ============================================================================================
+========================== ======================================================================================
+kind                       the sign (settings in the ``alarms`` section, kitae.trainer.config.AlarmsConfig)
+========================== ======================================================================================
+reward_vs_eval             the training reward rose by ``reward_rise`` while the held-out score gained at most ``flat``
+component_dominance        one component earned ``component_share`` of the reward's rise; every other one stayed flat
+answer_shape               ``shape_share`` of the latest step's samples carry a pattern (an equation, a number list, a
+                           repeated phrase) that at most ``shape_baseline`` of the first steps' samples had
+length_jump                the mean completion length grew ``length_jump`` times over the first steps'
+length_collapse            the mean completion length fell under ``length_floor`` tokens
+entropy_collapse           the mean token entropy fell under ``entropy_floor``
+kl_blowup                  the KL to the reference passed ``kl_max``, or grew ``kl_growth`` times in one window
+zero_spread                ``zero_spread`` of the groups had one reward for every sample (or none), over a whole window
+eval_collapse              a held-out metric fell ``eval_drop`` below its best (and by ``eval_drop_min``) while the
+                           training reward did not fall
+mismatch_growth            the server sampler's log-probs drift from the trainer's (``mismatch/kl``, the server engine)
+tool_errors                agents: the share of tool calls that came back with an error reached ``tool_error_rate`` and
+                           ``tool_error_jump`` times the baseline's
+max_turns                  agents: ``max_turns_share`` of the window's episodes ended on ``environment.max_turns``
+tool_calls_without_reward  agents: tool calls per episode grew ``tool_calls_growth`` times (and by ``tool_calls_rise``)
+                           over the baseline while the reward rose by at most ``flat``
+========================== ======================================================================================
+
+The agent alarms read the ``agent/...`` metrics (kitae.trainer.metrics.agent_metrics), which only a run with
+episodes logs: they stay quiet on every other run.
 
 "The first steps" are the run's first ``baseline_steps``; "a window" is the latest ``window`` steps. Every check
 is a pure function of a :class:`History` and the settings that returns the :class:`Alarm` it sees now or None,
@@ -56,6 +64,9 @@ KINDS = {
     "zero_spread": "most groups gave every sample one reward, or none: nothing to learn from",
     "eval_collapse": "a held-out evaluation metric collapsed while the training reward stayed flat or rose",
     "mismatch_growth": "the sampler's log-probs drift from the trainer's (server engine)",
+    "tool_errors": "agents: the share of tool calls that fail jumped (a broken tool, timeouts, calls gone wrong)",
+    "max_turns": "agents: most episodes end on the turn limit instead of with an answer",
+    "tool_calls_without_reward": "agents: tool calls per episode rise while the reward does not (tool-call spam)",
 }
 MAX_GROUPS = 8  # group links an alarm carries
 EXAMPLE_CHARS = 200  # of each example sample's text
@@ -385,8 +396,61 @@ def mismatch_growth(h: History, s) -> Alarm | None:
                  {"mismatch_kl_before": _r(base), "mismatch_kl_after": _r(now)}, _group_links(h.groups))
 
 
+# ---- agents (the agent/... metrics of kitae.trainer.metrics.agent_metrics) -----------------------------------
+def tool_errors(h: History, s) -> Alarm | None:
+    """The window's mean ``agent/tool_errors`` (the share of the step's tool calls that came back with an error)
+    is at least ``tool_error_rate`` and ``tool_error_jump`` times the baseline's: a tool that broke (its server
+    down, timeouts) or a policy that learned to call it wrongly."""
+    if not _ready(h, s):
+        return None
+    base, now = h.mean("agent/tool_errors", *_baseline(h, s)), h.mean("agent/tool_errors", *_window(h, s))
+    if base is None or now is None or now < s.tool_error_rate or now < s.tool_error_jump * base:
+        return None
+    timeouts = h.mean("agent/tool_timeouts", *_window(h, s))
+    said = f" ({timeouts:.0%} of the calls timed out)" if timeouts else ""
+    return Alarm("tool_errors", h.step, f"tool errors {base:.0%} -> {now:.0%} of the tool calls over the last "
+                 f"{s.window} steps{said}: a tool broke, or the policy calls it wrongly (the run page shows each "
+                 "call's error)", {"tool_errors_before": _r(base), "tool_errors_after": _r(now),
+                                   "tool_timeouts": _r(timeouts)}, _group_links(h.groups))
+
+
+def max_turns(h: History, s) -> Alarm | None:
+    """Every step of the window has logged ``agent/ended/max_turns``, and its mean (the share of episodes that
+    ended on ``environment.max_turns``) is at least ``max_turns_share``: the agent keeps calling tools instead of
+    answering, or the limit is too low for the task."""
+    first, last = _window(h, s)
+    ended = h.metrics.get("agent/ended/max_turns", {})
+    values = [v for st, v in ended.items() if first <= st <= last and v is not None]
+    if len(values) < s.window or statistics.fmean(values) < s.max_turns_share:
+        return None
+    now, answered = statistics.fmean(values), h.mean("agent/ended/answer", first, last)
+    return Alarm("max_turns", h.step, f"{now:.0%} of the episodes of the last {s.window} steps ended on the turn "
+                 "limit (environment.max_turns) instead of with an answer: the agent keeps calling tools, or the "
+                 "limit is too low for the task", {"ended_max_turns": _r(now), "ended_answer": _r(answered)},
+                 _group_links(h.groups))
+
+
+def tool_calls_without_reward(h: History, s) -> Alarm | None:
+    """The window's mean ``agent/tool_calls`` per episode is ``tool_calls_growth`` times the baseline's and
+    ``tool_calls_rise`` calls more, while the reward's mean rose by at most ``flat``: calls that buy nothing
+    (tool-call spam; a shaping reward that pays for calls, or no cost on them)."""
+    if not _ready(h, s):
+        return None
+    base, now = h.mean("agent/tool_calls", *_baseline(h, s)), h.mean("agent/tool_calls", *_window(h, s))
+    r_base, r_now = h.mean("reward", *_baseline(h, s)), h.mean("reward", *_window(h, s))
+    if None in (base, now, r_base, r_now):
+        return None
+    if now < s.tool_calls_growth * base or now - base < s.tool_calls_rise or r_now - r_base > s.flat:
+        return None
+    return Alarm("tool_calls_without_reward", h.step, f"tool calls per episode {base:.2f} -> {now:.2f} while the "
+                 f"reward went {r_base:.3f} -> {r_now:.3f}: the extra calls buy nothing (a shaping reward that pays "
+                 "for calls, or none that costs them: tool_cost)",
+                 {"tool_calls_before": _r(base), "tool_calls_after": _r(now), "reward_before": _r(r_base),
+                  "reward_after": _r(r_now)}, _group_links(h.groups))
+
+
 CHECKS = (reward_vs_eval, component_dominance, answer_shape, length_jump, length_collapse, entropy_collapse,
-          kl_blowup, zero_spread, eval_collapse, mismatch_growth)
+          kl_blowup, zero_spread, eval_collapse, mismatch_growth, tool_errors, max_turns, tool_calls_without_reward)
 
 
 def detect(h: History, s) -> list[Alarm]:
@@ -461,6 +525,8 @@ class RunAlarms:
     def _keys(self) -> list[str]:
         known = set(self.store.metric_keys())
         wanted = ["reward", "len_mean", "entropy", "kl", "zero_var_frac", "invalid_rate", "mismatch/kl",
+                  "agent/tool_errors", "agent/tool_timeouts", "agent/tool_calls", "agent/ended/max_turns",
+                  "agent/ended/answer",
                   *(f"reward/{n}" for n in self.weights)]
         return [k for k in wanted if k in known]
 

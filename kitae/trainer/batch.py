@@ -3,6 +3,9 @@
 Sequences are prompt + completion, right-padded. Position t of the shifted layout predicts token t+1, so a
 completion token at index p of its sequence lives at column p-1 of the [B, L-1] tensors below.
 Rows of a vision-language model carry their prompt's image tensors (``image_inputs``), fed with the ids.
+An agent's episode (kitae.rollout.trajectory) is one row: every token after the prompt is in the ids (context),
+and ``mask`` is its loss mask, so tool results and template tokens are never a target; lengths that size the
+tensors and plan the micro-batches count every token, the loss counts the masked ones.
 
 The update runs over micro-batches of rows of similar length (:func:`micro_batches`), each cut to its own
 longest row, so short samples do not pay for the long ones' padding; with the optimizer-batch Normalizer the

@@ -443,6 +443,14 @@ class AlarmsConfig:
     # noise), while the training reward did not fall by more than `flat`
     mismatch_kl: float = setting(0.05, above=0)  # mismatch_growth: sampler/trainer mismatch KL above this ...
     mismatch_growth: float = setting(5.0, above=1)  # ... and this many times its baseline mean
+    tool_error_rate: float = setting(0.2, above=0, maximum=1)  # tool_errors (agents): the share of tool calls that
+    # came back with an error, over the latest window, reached this ...
+    tool_error_jump: float = setting(2.0, above=1)  # ... and this many times its baseline mean
+    max_turns_share: float = setting(0.5, above=0, maximum=1)  # max_turns (agents): the share of episodes that
+    # ended on environment.max_turns, over every step of the latest window
+    tool_calls_growth: float = setting(2.0, above=1)  # tool_calls_without_reward (agents): tool calls per episode
+    # this many times the baseline's ...
+    tool_calls_rise: float = setting(0.5, above=0)  # ... and this many more, while the reward rose by at most `flat`
 
     def resolve(self, path: str) -> None:
         """``stop_on: [all]`` as every kind."""

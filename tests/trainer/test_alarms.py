@@ -314,3 +314,58 @@ def test_alarms_can_be_switched_off(tmp_path):
         assert store.events() == []
     finally:
         store.close()
+
+
+# ---- agents: tool errors, episodes cut by max_turns, tool calls that buy no reward ---------------------------
+@pytest.mark.parametrize("check, metrics, fires", [
+    (A.tool_errors, {"agent/tool_errors": series(lambda s: 0.05 if s <= 3 else 0.4)}, True),    # 8x, over 0.2
+    (A.tool_errors, {"agent/tool_errors": series(lambda s: 0.0 if s <= 3 else 0.25)}, True),    # from none
+    (A.tool_errors, {"agent/tool_errors": series(lambda s: 0.3)}, False),                       # always that high
+    (A.tool_errors, {"agent/tool_errors": series(lambda s: 0.01 if s <= 3 else 0.1)}, False),   # 10x but rare
+    (A.tool_errors, {}, False),                                                                 # a one-turn run
+    (A.max_turns, {"agent/ended/max_turns": series(lambda s: 0.1 if s <= 3 else 0.7)}, True),
+    (A.max_turns, {"agent/ended/max_turns": series(lambda s: 0.7 if s not in (8, 9) else 0.1)}, False),  # mean 0.46
+    (A.max_turns, {"agent/ended/max_turns": series(lambda s: 0.3)}, False),                     # most answered
+    (A.max_turns, {"agent/ended/max_turns": series(lambda s: 0.9, range(7, 11))}, False),       # 4 of 5 steps
+    (A.tool_calls_without_reward, {"agent/tool_calls": series(lambda s: 1.0 if s <= 3 else 3.0),
+                                   "reward": series(lambda s: 0.4)}, True),                     # 3x calls, flat
+    (A.tool_calls_without_reward, {"agent/tool_calls": series(lambda s: 1.0 if s <= 3 else 3.0),
+                                   "reward": series(lambda s: 0.4 if s <= 3 else 0.7)}, False),  # calls that pay
+    (A.tool_calls_without_reward, {"agent/tool_calls": series(lambda s: 0.1 if s <= 3 else 0.3),
+                                   "reward": series(lambda s: 0.4)}, False),                    # 3x but 0.2 more
+    (A.tool_calls_without_reward, {"reward": series(lambda s: 0.4)}, False),                    # a one-turn run
+])
+def test_agent_checks(check, metrics, fires):
+    got = check(history(metrics, groups=[group(STEP, ["7"] * 4, [1.0] * 4, gid=50)]), S)
+    assert (got is not None) == fires
+    if fires:
+        assert got.kind == check.__name__ and got.groups == [{"id": 50, "step": STEP, "group_index": 0}]
+
+
+def test_tool_errors_says_how_many_timed_out():
+    m = {"agent/tool_errors": series(lambda s: 0.0 if s <= 3 else 0.5), "agent/tool_timeouts": series(lambda s: 0.4)}
+    got = A.tool_errors(history(m), S)
+    assert "tool errors 0% -> 50% of the tool calls" in got.message and "40% of the calls timed out" in got.message
+
+
+def test_agent_alarms_are_known_kinds_with_settings():
+    assert {"tool_errors", "max_turns", "tool_calls_without_reward"} <= set(A.KINDS)
+    assert A.check_kinds(["max_turns"], "alarms.stop_on") == ["max_turns"]
+    with pytest.raises(ConfigError, match="alarms.tool_error_rate"):
+        load_train_config(data={"alarms": {"tool_error_rate": 1.5}})
+
+
+def test_agent_alarms_read_the_agent_metrics_a_stored_run_logged(tmp_path):
+    """The checker reads the agent/... metrics back from the run store (the keys it asks for) and raises."""
+    store = RunStore.create(tmp_path / "r", config={})
+    try:
+        checker = A.RunAlarms(store, AlarmsConfig(window=2, baseline_steps=1), {"numeric": 1.0})
+        raised = []
+        for step in (1, 2, 3):
+            store.log_metrics(step, {"reward": 0.3, "agent/tool_calls": 1.0 if step == 1 else 4.0,
+                                     "agent/tool_errors": 0.0 if step == 1 else 0.5, "agent/tool_timeouts": 0.5,
+                                     "agent/ended/max_turns": 0.9, "agent/ended/answer": 0.1})
+            raised += [(a.kind, a.step) for a in checker.check(step)]
+        assert sorted(raised) == [("max_turns", 2), ("tool_calls_without_reward", 3), ("tool_errors", 3)]
+    finally:
+        store.close()

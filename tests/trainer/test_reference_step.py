@@ -9,6 +9,12 @@ optimizer pass (mu 1). kitae's own step runs the same algorithm through its mach
 packed sequences, skipped rows, the Normalizer): change that freely; this test says whether the algorithm
 stayed the same.
 
+An agent's episodes are the same algorithm over the tokens the policy sampled: :func:`sample_episodes` samples two
+turns with a tool's result put in between (loss mask 0, log-prob 0.0), and the reference's token mean per
+sequence runs over the sampled tokens only; ``train_step`` must equal that too, on the update's packed path (the
+samples of a prompt in one sequence sharing their prefix, tool tokens included) and its row path, in one
+micro-batch and in several.
+
 The samples come from pi_old, the policy with its weights nudged (as a policy some optimizer steps behind would
 be), so ratios leave the clip range and the clip acts; the trainer gets the same samples through a replay rollout
 engine and the same reward as a reward function.
@@ -219,7 +225,8 @@ def test_train_step_has_the_loss_and_gradient_of_the_reference_step(tmp_path, mo
     torch.manual_seed(0)
     groups = sample_and_grade(nudged(policy), tokenizer)
     replay = {g["messages"][-1]["content"]: replayed(tokenizer, g) for g in groups}
-    assert_train_step_equals_reference(policy, groups, replay, trainer_on(tmp_path), monkeypatch)
+    metrics = assert_train_step_equals_reference(policy, groups, replay, trainer_on(tmp_path), monkeypatch)
+    assert not [k for k in metrics if k.startswith("agent/")]  # a one-turn step logs no agent metric
 
 
 # the update's two paths (kitae.trainer.update.PolicyUpdate.micro_batches): each group's samples packed into one
@@ -238,7 +245,10 @@ def test_train_step_on_episodes_trains_only_the_sampled_tokens_as_the_reference_
     packs = []
     monkeypatch.setattr("kitae.trainer.update.packed_micro_batches", spy(update.packed_micro_batches, packs))
     trainer = trainer_on(tmp_path, max_new_tokens=2 * TURN_NEW + 64, micro_batch_size=micro_batch_size)
-    assert_train_step_equals_reference(policy, groups, replay, trainer, monkeypatch)
+    metrics = assert_train_step_equals_reference(policy, groups, replay, trainer, monkeypatch)
+    assert metrics["agent/turns"] == 2 and metrics["agent/tool_calls"] == 1 and metrics["agent/ended/answer"] == 1
+    masks = [m for g in groups for m in g["masks"]]
+    assert metrics["agent/trained_token_share"] == pytest.approx(sum(map(sum, masks)) / sum(map(len, masks)))
     assert bool(packs) == packed and (not packed or (len(packs[0]) > 1) == (micro_batch_size < len(PROMPTS) * G))
     if packed:  # some packed sequence's shared prefix runs past a tool result into the next turn's sampled tokens
         shared = [common_prefix([g["prompt"] + c for c in g["completions"][:2]]) - len(g["prompt"]) for g in groups]
@@ -253,8 +263,9 @@ def spy(fn, calls: list):
     return wrapper
 
 
-def assert_train_step_equals_reference(policy, groups, replay, trainer, monkeypatch) -> None:
-    """trainer.train_step on the replayed samples has the reference's reward, loss and gradient."""
+def assert_train_step_equals_reference(policy, groups, replay, trainer, monkeypatch) -> dict[str, float]:
+    """trainer.train_step on the replayed samples has the reference's reward, loss and gradient; returns the
+    step's metrics."""
     loss = reference_loss(policy, groups)
     loss.backward()
     monkeypatch.setattr(ReplayEngine, "completions", replay)
@@ -277,6 +288,7 @@ def assert_train_step_equals_reference(policy, groups, replay, trainer, monkeypa
     assert relative_error(got, want) < 1e-5  # float32 rounding: about 3e-6
     for name, p in policy.named_parameters():  # rounding: up to 2e-4 (layer 0's q_proj: a small gradient)
         assert relative_error(grads[name], p.grad) < 2e-3, name
+    return metrics
 
 
 def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
