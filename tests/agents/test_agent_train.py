@@ -162,6 +162,7 @@ def test_grpo_with_an_environment_trains_on_episodes_and_stores_them(assets, tmp
     trainer, seen = _train(_config(assets, tmp_path, optim={"steps": 2}))
     before = {k: v.clone() for k, v in trainer.policy.state_dict().items()}
     assert trainer.train()["status"] == "finished"
+    assert trainer.rollouts.engine._loop is None  # the tools (MCP sessions) and their event loop closed with the run
     after = trainer.policy.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)  # it trained
     assert len(seen) == 2 * 2 * 3

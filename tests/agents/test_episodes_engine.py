@@ -86,6 +86,15 @@ def test_the_wrapper_claims_and_forwards_what_the_wrapped_engine_can(tok):
     assert server.engine.version == 3 and server.frozen == server.engine.frozen
 
 
+def test_an_engine_that_cannot_continue_token_ids_is_refused(tok):
+    class OnlyGenerate(base.RolloutEngine):
+        def generate(self, prompts, n, sampling):
+            return []
+
+    with pytest.raises(ConfigError, match="ContinuesTokens"):
+        _calculator(tok, OnlyGenerate())
+
+
 def test_evaluation_samples_episodes_from_the_rows(tok):
     """kitae.scoring.evaluate goes through sample_and_grade, which hands the rows to an engine that reads them."""
     said = {0: call_text("calculator", expression="12*7") + "<|im_end|>", 1: "84<|im_end|>"}
