@@ -154,8 +154,8 @@ def _train(cfg_path: Path, resume: bool = False, **kw) -> tuple[Trainer, list]:
 
 def _samples(run: Path) -> list[tuple]:
     with sqlite3.connect(run / DB_NAME) as db:
-        return db.execute("SELECT g.step, g.group_index, s.sample_index, s.text, s.reward FROM samples s "
-                          "JOIN groups g ON s.group_id = g.id ORDER BY g.step, g.group_index, s.sample_index").fetchall()
+        return db.execute("SELECT g.step, g.group_index, s.sample_index, s.text, s.reward FROM samples s JOIN "
+                          "groups g ON s.group_id = g.id ORDER BY g.step, g.group_index, s.sample_index").fetchall()
 
 
 def test_grpo_with_an_environment_trains_on_episodes_and_stores_them(assets, tmp_path, on_path):
