@@ -160,16 +160,22 @@ def agent_engine(engine: ContinuesTokens, chat: Any, tools: Any, limits: Limits)
 def build_agent_engine(cfg: Any, engine: Any, tokenizer: Any) -> AgentEngine:
     """The ``environment:`` run's engine over ``engine`` (kitae.trainer.setup.make_engine): its chat template with
     the tools (``environment.parser``, the run's chat settings and end marker), the tools, the limits."""
-    from kitae.agents.chat import ToolChat
-    from kitae.agents.tools import Tools
-
-    env = cfg.environment
     if not isinstance(engine, ContinuesTokens):
         raise ConfigError("sampling.engine", f"{cfg.sampling.engine}: an environment's episodes are sampled turn "
                           "by turn from token ids (kitae.rollout.base.ContinuesTokens), which this engine does "
                           "not do; use hf or server")
-    chat = ToolChat(tokenizer, chat_template_kwargs=cfg.model.chat_template_kwargs, end_marker=engine.end_marker,
-                    parser=env.parser)
+    return episode_engine(engine, cfg.environment, cfg.model.chat_template_kwargs, tokenizer)
+
+
+def episode_engine(engine: ContinuesTokens, env: Any, chat_template_kwargs: dict | None = None,
+                   tokenizer: Any = None) -> AgentEngine:
+    """An agent engine over ``engine`` for the environment section ``env`` (also ``kitae eval --config`` with
+    one): the model's chat template with the tools, the tools, the limits."""
+    from kitae.agents.chat import ToolChat
+    from kitae.agents.tools import Tools
+
+    chat = ToolChat(tokenizer if tokenizer is not None else engine.tokenizer,
+                    chat_template_kwargs=chat_template_kwargs, end_marker=engine.end_marker, parser=env.parser)
     return agent_engine(engine, chat, Tools.from_config(env), Limits.from_config(env))
 
 
@@ -219,4 +225,23 @@ def check_environment(cfg: Any, tokenizer: Any) -> Any | None:
             await tools.close()
 
     schemas = run_sync(listed())
+    check_tool_results(chat, schemas)
     return lambda messages: chat.prompt_ids(messages, schemas)
+
+
+def check_tool_results(chat: Any, schemas: list[dict]) -> None:
+    """The chat template renders a turn that calls the first tool and that tool's result after it (what every
+    later turn of an episode appends), or a ConfigError before the model loads."""
+    from kitae.agents.parsers import ParsedTurn
+    from kitae.errors import KitaeError
+    from kitae.rollout.trajectory import ToolCall
+
+    if not schemas:
+        return
+    call = ToolCall(schemas[0]["function"]["name"], {}, result="ok")
+    try:
+        chat.suffix_ids(chat.assistant_message(ParsedTurn("", [call], [])), [chat.tool_message(call)])
+    except KitaeError as exc:
+        raise ConfigError("environment", f"the model's chat template does not render a tool's result after the "
+                          f"turn that called it: {exc}. Use a model whose chat template renders tool messages "
+                          "(Qwen2.5, Qwen3, Llama 3.1, Mistral)") from exc

@@ -75,7 +75,8 @@ def eval_models(
             try:
                 metrics, results = evaluate_model(path, rows, g, k, sampling_params(temperature, max_new_tokens, seed),
                                                   pass_threshold, progress=bar,
-                                                  chat_template_kwargs=prompts.chat_template_kwargs)
+                                                  chat_template_kwargs=prompts.chat_template_kwargs,
+                                                  environment=prompts.environment)
             except TemplateError as exc:  # the model's own template refused the prompt (raise_exception)
                 raise ConfigError("--model", f"the chat template of {path} stopped: {exc}; if it needs variables, "
                                   "give them with --chat-template-kwargs JSON (or model.chat_template_kwargs in "

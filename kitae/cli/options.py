@@ -33,8 +33,9 @@ def prompt_rows(data: str, limit: Optional[int]) -> list[dict]:
 
 # ---- a prompt set read as `kitae train` reads one (data.fields, answer_pattern, system, chat_template_kwargs) ----
 CONFIG_HELP = ("A training config (e.g. runs/NAME/config.yaml): its data.fields, data.answer_pattern, data.system "
-               "and model.chat_template_kwargs apply (the flags below go over them), and its data.eval is the "
-               "default --data.")
+               "and model.chat_template_kwargs apply (the flags below go over them), its data.eval is the "
+               "default --data, and with an environment section every sample is an episode with its tools "
+               "(its turn_max_new_tokens and episode_max_tokens bound the episode, not --max-new-tokens).")
 FIELD_HELP = ("KITAE_FIELD=COLUMN: read kitae's field from your dataset's column, as data.fields in a config "
               "(--field prompt=question --field reference_answer=answer; repeatable).")
 ANSWER_PATTERN_HELP = ("A regex that cuts the reference answer out of a longer one (its first group), as "
@@ -84,14 +85,15 @@ class PromptSet:
 
     rows: list[dict]
     chat_template_kwargs: dict[str, Any]
+    environment: Any = None  # the --config's environment section: each sample an episode with its tools
 
 
 def read_prompt_set(data: Optional[str], limit: Optional[int], config: Optional[Path] = None,
                     fields: Sequence[str] = (), answer_pattern: Optional[str] = None, system: Optional[str] = None,
                     template_kwargs: Optional[str] = None) -> PromptSet:
     """The prompt set of --data (default: the --config's data.eval, else bundled:arith/test) read with the
-    --config's data options and model.chat_template_kwargs, each flag given over its setting. Bad values are
-    ConfigErrors naming the flag or the config key."""
+    --config's data options, model.chat_template_kwargs and environment section, each flag given over its
+    setting. Bad values are ConfigErrors naming the flag or the config key."""
     from kitae.config import from_dict
     from kitae.trainer.config import DataConfig, load_data, load_train_config
 
@@ -105,9 +107,10 @@ def read_prompt_set(data: Optional[str], limit: Optional[int], config: Optional[
         kwargs = parse_template_kwargs(template_kwargs)
     else:
         kwargs = dict(cfg.model.chat_template_kwargs) if cfg is not None else {}
+    env = cfg.environment if cfg is not None else None
     if data is None and cfg is not None and cfg.data.eval:
-        return PromptSet(load_data(cfg.data.eval, "data.eval", rowmap, limit)[1], kwargs)
-    return PromptSet(load_data(data or "bundled:arith/test", "--data", rowmap, limit)[1], kwargs)
+        return PromptSet(load_data(cfg.data.eval, "data.eval", rowmap, limit)[1], kwargs, env)
+    return PromptSet(load_data(data or "bundled:arith/test", "--data", rowmap, limit)[1], kwargs, env)
 
 
 def parse_fields(items: Sequence[str]) -> dict[str, str]:

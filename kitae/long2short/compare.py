@@ -53,11 +53,12 @@ def unique_names(names: list[str]) -> list[str]:
 def evaluate_model(
     path: str, rows: list[dict], grader: Grader, k: int, sampling: SamplingParams, pass_threshold: float = 1.0,
     device: str | None = None, batch_prompts: int = 32, progress: Callable[[int], None] | None = None,
-    chat_template_kwargs: dict | None = None,
+    chat_template_kwargs: dict | None = None, environment: Any = None,
 ) -> tuple[dict[str, float], list[dict]]:
     """(metrics, per-sample results) of one model: :func:`kitae.scoring.evaluate.evaluate` on a freshly loaded
     model, released afterwards. ``progress(n)`` is called after each batch with the prompts done;
-    ``chat_template_kwargs``: the chat template's variables for every prompt (a run's model.chat_template_kwargs)."""
+    ``chat_template_kwargs``: the chat template's variables for every prompt (a run's model.chat_template_kwargs);
+    ``environment``: a run's environment section (kitae.agents.config): every sample is an episode with its tools."""
     import torch
 
     from kitae.rollout.vision import load_engine
@@ -66,7 +67,15 @@ def evaluate_model(
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     engine = load_engine(path, device=device)
     engine.set_chat(chat_template_kwargs)
-    return evaluate(engine, rows, grader, k, sampling, pass_threshold, batch_prompts, progress)
+    if environment is None:
+        return evaluate(engine, rows, grader, k, sampling, pass_threshold, batch_prompts, progress)
+    from kitae.agents.engine import episode_engine
+
+    agent = episode_engine(engine, environment, chat_template_kwargs)
+    try:
+        return evaluate(agent, rows, grader, k, sampling, pass_threshold, batch_prompts, progress)
+    finally:
+        agent.close()
 
 
 def mark_frontier(reports: list[ModelReport]) -> None:

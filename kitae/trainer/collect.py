@@ -118,7 +118,7 @@ class Rollouts:
     def grade(self, rows: list[dict], groups: list[list[Completion]], step: int) -> list[GroupScores]:
         """Every reward component's grade of completions sampled elsewhere (partial rollouts, rollouts sampled
         ahead), and the weighted totals."""
-        return grade_completions(self.components, rows, groups, self.cfg.sampling.max_new_tokens,
+        return grade_completions(self.components, rows, groups, self.cfg.max_completion_tokens,
                                  self.trainer_state(step))[1]
 
     def trainer_state(self, step: int) -> dict[str, Any]:
@@ -143,7 +143,8 @@ class Rollouts:
             "repeat_min_count": s.repeat.min_count, "repeat_max_period": s.repeat.max_period,
             "repeat_min_span": s.repeat.min_span,
         }
-        return SamplingParams(s.temperature, s.top_p, s.top_k, s.repetition_penalty, s.max_new_tokens, seed=seed, **rep)
+        return SamplingParams(s.temperature, s.top_p, s.top_k, s.repetition_penalty, self.cfg.max_completion_tokens,
+                              seed=seed, **rep)  # an environment samples each turn within its own budgets
 
     # ---- the engine's weights, checkpoints -------------------------------------------------------------
     def sync_weights(self, policy, version: int, force: bool = False) -> dict[str, float]:

@@ -523,6 +523,12 @@ class TrainConfig:
     def to_dict(self) -> dict:
         return to_dict(self)
 
+    @property
+    def max_completion_tokens(self) -> int:
+        """The most tokens after the prompt: ``sampling.max_new_tokens``, or an environment's
+        ``episode_max_tokens`` (an episode's turns, tool results and template tokens)."""
+        return self.environment.episode_max_tokens if self.environment is not None else self.sampling.max_new_tokens
+
     def loss_config(self, kl_coef: float) -> "LossConfig":
         """The policy loss's settings as this config gives them (a config that was read has every one written;
         one left out takes the loss's preset value, as ``AlgorithmConfig.resolve`` gives it); `kl_coef` is the KL
@@ -530,7 +536,7 @@ class TrainConfig:
         from kitae.algorithms import LossConfig
 
         a = self.algorithm
-        lc = LossConfig.for_loss(a.loss, **a.loss_settings(), max_completion_length=self.sampling.max_new_tokens,
+        lc = LossConfig.for_loss(a.loss, **a.loss_settings(), max_completion_length=self.max_completion_tokens,
                                  kl_coef=kl_coef, kl_estimator=a.kl.estimator)
         lc.validate("algorithm")
         return lc

@@ -211,7 +211,7 @@ def setup_of(cfg: Any, cuda: bool, prompt_tokens: int | None = None,
     config_json, _ = read_model_config(cfg.model.path, cfg.model.revision)
     if prompt_tokens is None:
         context = (config_json.get("text_config") or config_json).get("max_position_embeddings")
-        room = context - cfg.sampling.max_new_tokens if isinstance(context, int) else PROMPT_TOKENS
+        room = context - cfg.max_completion_tokens if isinstance(context, int) else PROMPT_TOKENS
         prompt_tokens = max(1, min(PROMPT_TOKENS, room))
     setup = Setup(cfg, ModelShape.from_config(config_json, f"{cfg.model.path}: config.json"), quant, chunk, cuda,
                   prompt_tokens)
@@ -309,14 +309,14 @@ def trained_params(s: Setup) -> tuple[int, int]:
 
 
 def sequence_tokens(s: Setup) -> int:
-    return s.prompt_tokens + s.cfg.sampling.max_new_tokens
+    return s.prompt_tokens + s.cfg.max_completion_tokens
 
 
 def micro_batch_tokens(s: Setup) -> int:
     """Positions one update forward computes: each row's completion, and its group's prompt once (the samples of
     a group share their prompt: kitae.trainer.batch.packed_micro_batches)."""
     mb, g = s.cfg.optim.micro_batch_size, s.cfg.sampling.group_size
-    return mb * s.cfg.sampling.max_new_tokens + -(-mb // g) * s.prompt_tokens
+    return mb * s.cfg.max_completion_tokens + -(-mb // g) * s.prompt_tokens
 
 
 def engine_sequences(s: Setup) -> int:
@@ -376,7 +376,7 @@ def update_rows(s: Setup, trained: int, each: int) -> list[Row]:
     else:
         act = tokens * sh.layers * per_token_layer
         how = f"{mb} rows, {tokens} positions x {sh.layers} layers"
-    counted = mb * s.cfg.sampling.max_new_tokens
+    counted = mb * s.cfg.max_completion_tokens
     positions = min(s.logprob_chunk, counted) if s.logprob_chunk else counted
     chunk = (f"a chunk of {positions} positions" if s.logprob_chunk
              else f"the whole micro-batch's {counted} positions (not chunked)")

@@ -1,7 +1,8 @@
 """What the episode-loop tests drive the loop with: the bundled tiny model's tokenizer with a ChatML template that
-renders tools and tool results as Qwen2.5 does (<tool_call>{json}</tool_call>, <tool_response>; the real ToolChat
-reads it as the hermes format), a tool box over plain functions that counts the calls running at once, and an engine that says
-scripted turns (token ids in, the script's tokens and made-up log-probs out) for the limits and layouts."""
+renders tools and tool results as Qwen2.5 does (<tool_call>{json}</tool_call>, <tool_response>; the real
+ToolChat reads it as the hermes format), a tool box over plain functions that counts the calls running at once,
+and an engine that says scripted turns (token ids in, the script's tokens and made-up log-probs out) for the
+limits and layouts."""
 
 from __future__ import annotations
 

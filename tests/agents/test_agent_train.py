@@ -154,14 +154,15 @@ def _train(cfg_path: Path, resume: bool = False, **kw) -> tuple[Trainer, list]:
 
 def _samples(run: Path) -> list[tuple]:
     with sqlite3.connect(run / DB_NAME) as db:
-        return db.execute("SELECT g.step, g.group_index, s.sample_index, s.text, s.reward FROM samples s "
-                          "JOIN groups g ON s.group_id = g.id ORDER BY g.step, g.group_index, s.sample_index").fetchall()
+        return db.execute("SELECT g.step, g.group_index, s.sample_index, s.text, s.reward FROM samples s JOIN "
+                          "groups g ON s.group_id = g.id ORDER BY g.step, g.group_index, s.sample_index").fetchall()
 
 
 def test_grpo_with_an_environment_trains_on_episodes_and_stores_them(assets, tmp_path, on_path):
     trainer, seen = _train(_config(assets, tmp_path, optim={"steps": 2}))
     before = {k: v.clone() for k, v in trainer.policy.state_dict().items()}
     assert trainer.train()["status"] == "finished"
+    assert trainer.rollouts.engine._loop is None  # the tools (MCP sessions) and their event loop closed with the run
     after = trainer.policy.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)  # it trained
     assert len(seen) == 2 * 2 * 3
@@ -178,7 +179,10 @@ def test_grpo_with_an_environment_trains_on_episodes_and_stores_them(assets, tmp
     assert len(rows) == 12 and {r[0] for r in rows} == {1, 2}
     with sqlite3.connect(trainer.run_dir / DB_NAME) as db:
         calc = db.execute("SELECT value FROM metrics WHERE key = 'reward/Calc'").fetchall()
+        agent = dict(db.execute("SELECT key, value FROM metrics WHERE step = 2 AND key LIKE 'agent/%'").fetchall())
     assert calc == [(1.0,), (1.0,)]  # the environment's get_reward() is a component named after its class
+    assert agent["agent/turns"] == 2.0 and agent["agent/tool_calls"] == 1.0 and agent["agent/tool_errors"] == 0.0
+    assert 0 < agent["agent/trained_token_share"] < 1  # the tool result and template tokens are not trained
 
 
 def test_a_multi_turn_run_that_dies_mid_step_resumes_to_the_same_samples(assets, tmp_path, on_path, monkeypatch):

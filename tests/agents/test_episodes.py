@@ -181,3 +181,39 @@ def test_same_seed_same_episodes_with_the_real_engine(hf_engine, tok):
     for c in (c for g in a for c in g):
         assert len(c.completion_ids) == len(c.loss_mask) == len(c.logprobs) <= 40
         assert all(lp < 0 for lp, m in zip(c.logprobs, c.loss_mask) if m) and c.episode.turns[0].start == 0
+
+
+def test_resets_that_differ_give_each_episode_its_own_prompt(tok):
+    """When the n environments of one prompt reset to different texts, turn 0 samples each episode's own prompt."""
+    engine, chat, log = ScriptedEngine(tok, lambda text, turn: "84<|im_end|>"), ToolChat(tok), CallLog()
+    made = []
+
+    def toolbox(rollout_id):
+        made.append(FunctionBox({"mul": lambda a, b: a * b}, log, reset_text=f"Episode {len(made)}."))
+        return made[-1]
+
+    [group] = run_episodes(engine, [PROMPT], [{}], 2, SP, chat, toolbox, Limits())
+    assert [(rows, n) for rows, n, _ in engine.calls] == [(2, 1)]
+    assert "Episode 0." in tok.decode(group[0].prompt_ids) and "Episode 1." in tok.decode(group[1].prompt_ids)
+
+
+@pytest.mark.parametrize("family,rewrites", [
+    ("qwen2.5", False),  # the template renders the conversation as the tokens kept
+    ("qwen3", True),  # it would render the last turn with an empty <think> block the model never sampled
+])
+def test_the_loop_on_real_qwen_templates_keeps_the_sampled_tokens(family, rewrites):
+    """Qwen's own chat templates and real vocabularies: the second turn starts right after the template's tokens
+    for the tool result; the sampled tokens are kept either way, and a template that renders the conversation
+    otherwise is recorded."""
+    from tests.agents._chat_fixtures import real_tokenizer
+
+    qtok = real_tokenizer(family)
+    said = {0: call_text("mul", a=12, b=7) + "<|im_end|>", 1: "84<|im_end|>"}
+    chat = ToolChat(qtok)
+    [[c]] = run_episodes(ScriptedEngine(qtok, lambda text, turn: said[min(turn, 1)]), [PROMPT], [{}], 1, SP, chat,
+                         lambda rid: FunctionBox({"mul": lambda a, b: a * b}, CallLog()), Limits())
+    t0, t1 = c.episode.turns
+    assert qtok.decode(c.completion_ids[:t0.end]) == said[0] and c.text == said[1]
+    context = qtok.decode(c.completion_ids[t0.end:t1.start])
+    assert "<tool_response>\n84\n</tool_response>" in context and context.endswith("<|im_start|>assistant\n")
+    assert c.episode.template_rewrites is rewrites

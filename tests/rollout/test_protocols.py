@@ -24,7 +24,7 @@ from tests.tiny import tiny_llama, tiny_tokenizer
 from tests.trainer.conftest import write_config
 
 INSTANCE_LEVEL = [base.RolloutEngine, base.EncodesPrompts, base.ContinuesTokens, base.SyncsWeights,
-                  base.RemoteLogprobs, base.ReportsStats, base.SavesState]
+                  base.RemoteLogprobs, base.ReportsStats, base.SavesState, base.ReadsRows]
 CLASS_LEVEL = [base.ChecksServers, base.BuiltFromConfig]  # method-only: issubclass works on them
 
 
