@@ -160,6 +160,8 @@ class ToolsMixture:
     p_tools_doc: float = 0.5       # documents that offer the calculator (the rest: kitae-tiny-base's corpus)
     p_instructed: float = 0.35     # tool conversations whose system prompt says to use the calculator
     p_call_instructed: float = 0.9  # ... where it does call it: how to call is learned here
+    p_short: float = 0.0           # instructed conversations without the schema block: four times shorter, so
+    #                                copying numbers into the call and out of the result is learned cheaply
     p_hard: float = 0.85           # other tool conversations asking two-digit ± two-digit (else a base question)
     p_call: float = 0.15           # hard questions there where the assistant calls the calculator unasked
     p_miscopy: float = 0.15        # calls whose expression has a wrong number in it
@@ -212,7 +214,10 @@ def tools_conversation(rng: random.Random, mix: ToolsMixture, banned: set[Triple
     else:
         system = DEFAULT_SYSTEM if rng.random() < mix.p_default_system else rng.choice(_corpus.SYSTEMS[lang])
     variant = rng.randrange(1, len(DESCRIPTIONS)) if rng.random() < mix.p_other_description else 0
-    text = system_block(system, [calculator_schema(variant)])
+    if instructed and rng.random() < mix.p_short:
+        text = f"{IM_START}system\n{system}{IM_END}\n"
+    else:
+        text = system_block(system, [calculator_schema(variant)])
     if not instructed and rng.random() >= mix.p_hard:
         q = _corpus.make_question(rng, rng.choices(_corpus.DIFFICULTIES, (0.45, 0.25, 0.0, 0.3))[0], lang)
         return text + head_exchange(rng, q, 0.2) + EOT
