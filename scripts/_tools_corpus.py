@@ -214,7 +214,7 @@ def tools_conversation(rng: random.Random, mix: ToolsMixture, banned: set[Triple
     else:
         system = DEFAULT_SYSTEM if rng.random() < mix.p_default_system else rng.choice(_corpus.SYSTEMS[lang])
     variant = rng.randrange(1, len(DESCRIPTIONS)) if rng.random() < mix.p_other_description else 0
-    if instructed and rng.random() < mix.p_short:
+    if instructed and mix.p_short and rng.random() < mix.p_short:  # no draw at 0: earlier stages' documents stay
         text = f"{IM_START}system\n{system}{IM_END}\n"
     else:
         text = system_block(system, [calculator_schema(variant)])
