@@ -368,15 +368,22 @@ def run_child(arm: str, tool: str, args, rows_file: str) -> dict:
     return json.loads(Path(out).read_text())
 
 
-def paired(arms: tuple[str, ...], tool: str, args, rows_file: str, key: str) -> dict[str, list[dict]]:
-    """Every arm --pairs times, the order reversed every other pair; each arm's counted rounds or steps."""
-    runs: dict[str, list[dict]] = {a: [] for a in arms}
+def paired(arms: tuple[str, ...], tool: str, args, rows_file: str, key: str) -> dict[str, list[list[dict]]]:
+    """Every arm --pairs times, the order reversed every other pair; per arm, per pair, its counted rounds or
+    steps (a step run's first step is its warm-up)."""
+    runs: dict[str, list[list[dict]]] = {a: [] for a in arms}
     for p in range(args.pairs):
         for arm in arms if p % 2 == 0 else arms[::-1]:
             result = run_child(arm, tool, args, rows_file)
-            runs[arm] += result[key][1:] if key == "steps" else result[key]  # a step run's first step: warm-up
+            runs[arm].append(result[key][1:] if key == "steps" else result[key])
             print(f"  {tool} pair {p + 1}/{args.pairs}: {arm} done (load {os.getloadavg()[0]:.1f})", flush=True)
     return runs
+
+
+def pair_ratios(runs: dict[str, list[list[dict]]], over: str, under: str, value) -> tuple[float, list[float]]:
+    """value(over) / value(under): over all pairs pooled (medians), and per pair."""
+    pooled = value([i for p in runs[over] for i in p]) / value([i for p in runs[under] for i in p])
+    return pooled, [value(a) / value(b) for a, b in zip(runs[over], runs[under])]
 
 
 def total(items: list[dict], key: str) -> float:
@@ -406,22 +413,23 @@ def report_episodes(tool: str, result: dict, args) -> None:
           f"<= {MAX_NEW} tokens an episode; {load_line(*result['load'])}")
     print(f"{'':16}{'rounds':>7}{'s/round':>9}{'episodes/s':>12}{'turns':>7}{'calls':>7}{'tool s':>8}"
           f"{'sampled':>9}  ends")
-    rate = {}
-    for arm, rounds in runs.items():
+    rate = lambda rounds: statistics.median(r["episodes"] / r["secs"] for r in rounds)  # noqa: E731
+    for arm, pairs in runs.items():
+        rounds = [r for p in pairs for r in p]
         secs = statistics.median(r["secs"] for r in rounds)
-        rate[arm] = statistics.median(r["episodes"] / r["secs"] for r in rounds)
         ends = {}
         for r in rounds:
             for k, v in r["ends"].items():
                 ends[k] = ends.get(k, 0) + v / len(rounds)
-        print(f"{arm:16}{len(rounds):>7}{secs:>9.2f}{rate[arm]:>12.2f}{total(rounds, 'turns'):>7.0f}"
+        print(f"{arm:16}{len(rounds):>7}{secs:>9.2f}{rate(rounds):>12.2f}{total(rounds, 'turns'):>7.0f}"
               f"{total(rounds, 'tool_calls'):>7.0f}{total(rounds, 'tool_secs'):>8.1f}"
               f"{total(rounds, 'sampled_tokens'):>9.0f}  {', '.join(f'{k} {v:.0f}' for k, v in sorted(ends.items()))}")
-    ratio = rate["concurrent"] / rate["one-at-a-time"]
+    ratio, per_pair = pair_ratios(runs, "concurrent", "one-at-a-time", rate)
     target = "; target >= 4x" if tool == "sleep" else ""
-    print(f"concurrent / one-at-a-time: {ratio:.2f}x episodes per second{target} (turns, calls, tool seconds and "
-          "sampled tokens per round above: the two arms sample differently)")
-    result["ratio"] = ratio
+    print(f"concurrent / one-at-a-time: {ratio:.2f}x episodes per second (pairs {min(per_pair):.2f}-"
+          f"{max(per_pair):.2f}x){target}; turns, calls, tool seconds and sampled tokens per round above: the two "
+          "arms sample differently")
+    result["ratio"], result["pair_ratios"] = ratio, per_pair
 
 
 def bench_trl(args, rows_file: str) -> dict:
@@ -434,18 +442,19 @@ def bench_trl(args, rows_file: str) -> dict:
           f"row trained, CPU fp32, {args.threads} thread(s); {load_line(*result['load'])}")
     print(f"{'':8}{'steps':>6}{'s/step':>8}{'range':>13}{'rollout':>9}{'update':>8}{'turns':>7}{'calls':>7}"
           f"{'tool s':>8}{'sampled':>9}{'reward':>8}")
-    secs = {}
-    for side, steps in runs.items():
-        secs[side] = statistics.median(s["secs"] for s in steps)
+    per_step = lambda steps: statistics.median(s["secs"] for s in steps)  # noqa: E731
+    for side, pairs in runs.items():
+        steps = [s for p in pairs for s in p]
         rewards = [s["reward"] for s in steps if s["reward"] is not None]
         reward = f"{statistics.fmean(rewards):.2f}" if rewards else "-"
-        print(f"{side:8}{len(steps):>6}{secs[side]:>8.2f}{min(s['secs'] for s in steps):>7.2f}-"
+        print(f"{side:8}{len(steps):>6}{per_step(steps):>8.2f}{min(s['secs'] for s in steps):>7.2f}-"
               f"{max(s['secs'] for s in steps):<5.2f}{statistics.median(s['generate'] for s in steps):>9.2f}"
               f"{statistics.median(s['update'] for s in steps):>8.2f}{total(steps, 'turns'):>7.0f}"
               f"{total(steps, 'ledger_calls'):>7.0f}{total(steps, 'tool_secs'):>8.1f}"
               f"{total(steps, 'sampled_tokens'):>9.0f}{reward:>8}")
-    result["ratio"] = secs["trl"] / secs["kitae"]
-    print(f"trl / kitae: {result['ratio']:.2f}x seconds per step; target >= 2x (turns, tool calls, tool seconds and "
+    result["ratio"], result["pair_ratios"] = pair_ratios(runs, "trl", "kitae", per_step)
+    print(f"trl / kitae: {result['ratio']:.2f}x seconds per step (pairs {min(result['pair_ratios']):.2f}-"
+          f"{max(result['pair_ratios']):.2f}x); target >= 2x (turns, tool calls, tool seconds and "
           "sampled tokens per step above; kitae also runs the calls of an episode's last allowed turn, TRL does not)")
     return result
 
