@@ -26,18 +26,20 @@ BUNDLED_MODEL = ASSETS / "models" / "kitae-tiny-base"
 BUNDLED_RM = ASSETS / "models" / "kitae-tiny-rm"
 BUNDLED_VL = ASSETS / "models" / "kitae-tiny-vl"
 BUNDLED_CODE = ASSETS / "models" / "kitae-tiny-code"
+BUNDLED_TOOLS = ASSETS / "models" / "kitae-tiny-tools"
 BUNDLED_DATA = ASSETS / "data" / "arith"
 
 
 _BUILD = {BUNDLED_MODEL: "scripts/build_base_model.py", BUNDLED_RM: "scripts/build_reward_model.py",
-          BUNDLED_VL: "scripts/build_vision_model.py", BUNDLED_CODE: "scripts/build_code_model.py"}
+          BUNDLED_VL: "scripts/build_vision_model.py", BUNDLED_CODE: "scripts/build_code_model.py",
+          BUNDLED_TOOLS: "scripts/build_tools_model.py"}
 
 
 def resolve_model_path(path: str | Path | None, key: str = "model", adapter: bool = False,
                        revision: str | None = None) -> str:
     """`None`, "bundled" or "kitae-tiny-base" -> the bundled base model; "kitae-tiny-vl" -> the bundled
-    vision-language model; "kitae-tiny-code" -> the bundled code model; a local model folder as given; a Hub id
-    -> its snapshot folder in the Hub cache.
+    vision-language model; "kitae-tiny-code" -> the bundled code model; "kitae-tiny-tools" -> the bundled model
+    that calls a calculator tool; a local model folder as given; a Hub id -> its snapshot folder in the Hub cache.
 
     Anything else raises ConfigError under `key` (the flag or config field that named it) before any model
     library is asked: see :func:`model_folder`.
@@ -48,6 +50,8 @@ def resolve_model_path(path: str | Path | None, key: str = "model", adapter: boo
         path = BUNDLED_VL
     elif str(path) == "kitae-tiny-code":
         path = BUNDLED_CODE
+    elif str(path) == "kitae-tiny-tools":
+        path = BUNDLED_TOOLS
     return model_folder(path, key, adapter, revision)
 
 
@@ -167,7 +171,7 @@ def base_name(folder: str | Path) -> BaseName:
     else the folder's absolute path (a local folder stays a local folder)."""
     folder = Path(folder).resolve()
     bundled = {BUNDLED_MODEL.resolve(): "kitae-tiny-base", BUNDLED_VL.resolve(): "kitae-tiny-vl",
-               BUNDLED_CODE.resolve(): "kitae-tiny-code"}
+               BUNDLED_CODE.resolve(): "kitae-tiny-code", BUNDLED_TOOLS.resolve(): "kitae-tiny-tools"}
     if folder in bundled:
         return BaseName(bundled[folder])
     hub = _snapshot_id(folder)

@@ -67,10 +67,13 @@ class BuildConfig:
 
 
 # ------------------------------------------------------------------------------------------ tokenizer
-def build_tokenizer(cfg: BuildConfig, out_dir: Path, texts: list[str] | None = None):
+def build_tokenizer(cfg: BuildConfig, out_dir: Path, texts: list[str] | None = None,
+                    chat_template: str = CHATML_TEMPLATE, text_tokens: tuple[str, ...] = ()):
     """Train the byte-level BPE on `texts` (default: a sample of this model's corpus), wrap it for transformers,
-    save it, and return the reloaded tokenizer."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    save it, and return the reloaded tokenizer. `text_tokens` are added as single tokens that are text, not
+    special (as Qwen2.5's ``<tool_call>``: ``decode(skip_special_tokens=True)`` keeps them); `texts` should not
+    hold them, or BPE spends merges on their pieces."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     bpe = Tokenizer(models.BPE())
@@ -84,17 +87,18 @@ def build_tokenizer(cfg: BuildConfig, out_dir: Path, texts: list[str] | None = N
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
     )
     bpe.train_from_iterator(texts or _corpus.tokenizer_training_text(cfg.seed), trainer=trainer)
+    bpe.add_tokens([AddedToken(t, special=False, normalized=False) for t in text_tokens])
     tok = PreTrainedTokenizerFast(
         tokenizer_object=bpe, eos_token=IM_END, pad_token=END_OF_TEXT,
         additional_special_tokens=[IM_START], model_max_length=cfg.seq_len * 2,
     )
-    tok.chat_template = CHATML_TEMPLATE
+    tok.chat_template = chat_template
     out_dir.mkdir(parents=True, exist_ok=True)
     tok.save_pretrained(out_dir)
-    return check_tokenizer(out_dir)
+    return check_tokenizer(out_dir, text_tokens)
 
 
-def check_tokenizer(model_dir: Path):
+def check_tokenizer(model_dir: Path, text_tokens: tuple[str, ...] = ()):
     """Reload with AutoTokenizer (as users will) and assert what transformers must not silently change."""
     from transformers import AutoTokenizer
 
@@ -102,6 +106,9 @@ def check_tokenizer(model_dir: Path):
     for text in ROUND_TRIP:
         ids = tok.encode(text, add_special_tokens=False)
         assert tok.decode(ids, skip_special_tokens=False) == text, f"tokenizer does not round-trip {text!r}"
+    for token in text_tokens:
+        assert len(tok.encode(token, add_special_tokens=False)) == 1, f"{token} is not one token"
+        assert tok.decode(tok.encode(token, add_special_tokens=False), skip_special_tokens=True) == token, token
     for special in (END_OF_TEXT, IM_START, IM_END):
         assert len(tok.encode(special, add_special_tokens=False)) == 1, f"{special} is not one token"
     digits = tok.tokenize("12345", add_special_tokens=False)
@@ -190,13 +197,19 @@ def pretrain(model, ids: torch.Tensor, labels: torch.Tensor, cfg: BuildConfig) -
 def generate(model, tok, rows: list[dict], sample: bool, seed: int, max_new_tokens: int = 48,
              batch_size: int = 50) -> list[tuple[str, str]]:
     """(completion text with special tokens kept, finish_reason) per row; stops at <|im_end|>."""
+    prompts = [tok.apply_chat_template(r["messages"], tokenize=False, add_generation_prompt=True) for r in rows]
+    return generate_texts(model, tok, prompts, sample, seed, max_new_tokens, batch_size)
+
+
+def generate_texts(model, tok, texts: list[str], sample: bool, seed: int, max_new_tokens: int = 48,
+                   batch_size: int = 50) -> list[tuple[str, str]]:
+    """(completion text with special tokens kept, finish_reason) per rendered prompt; stops at <|im_end|>."""
     im_end = tok.convert_tokens_to_ids(IM_END)
     tok.padding_side = "left"  # not saved by transformers; callers set it
     torch.manual_seed(seed)
     out = []
-    for i in range(0, len(rows), batch_size):
-        prompts = [tok.apply_chat_template(r["messages"], tokenize=False, add_generation_prompt=True)
-                   for r in rows[i : i + batch_size]]
+    for i in range(0, len(texts), batch_size):
+        prompts = texts[i : i + batch_size]
         enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         with torch.inference_mode():
             gen = model.generate(
