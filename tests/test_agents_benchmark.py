@@ -31,17 +31,10 @@ def bench():
 
 
 @pytest.fixture(scope="module")
-def tools_model(tmp_path_factory):
-    """The bundled tokenizer with a Qwen2.5-style tools template (as kitae-tiny-tools has), and the bundled model."""
-    import shutil
-
-    from kitae.models import BUNDLED_MODEL
-    from tests.agents.episode_helpers import TOOLS_TEMPLATE
-
-    out = tmp_path_factory.mktemp("tools-model")
-    shutil.copytree(BUNDLED_MODEL, out, dirs_exist_ok=True)
-    (out / "chat_template.jinja").write_text(TOOLS_TEMPLATE)
-    return str(out)
+def tools_model(bench):
+    """The bundled kitae-tiny-tools: a Qwen2.5-style tools template, a model that calls its calculator."""
+    assert (bench.MODEL / "config.json").exists()
+    return str(bench.MODEL)
 
 
 @pytest.fixture(scope="module")
@@ -172,3 +165,5 @@ def test_both_episode_arms_run_every_episode_of_the_same_rows(bench, tools_model
         r = rounds[0]
         assert r["turns"] >= r["episodes"] and sum(r["ends"].values()) == r["episodes"]
         assert r["ledger_calls"] == r["tool_calls"]  # every call the episodes record, the tool got
+        for k in ("turns", "tool_calls", "tool_secs", "sampled_tokens"):  # what the report prints beside the ratio
+            assert isinstance(r[k], (int, float)), k
