@@ -2,7 +2,7 @@
 with an environment versus TRL's GRPOTrainer with ``tools=`` on equal work.
 
     python benchmarks/agents.py [--parts episodes,trl] [--tools sleep,python] [--prompts 8] [--group 4]
-                                [--reps 3] [--steps 3] [--pairs 1] [--model PATH]
+                                [--reps 2] [--steps 3] [--pairs 1] [--model PATH]
 
 The model is the bundled kitae-tiny-tools (a Qwen2.5-style chat template that offers tools and reads
 ``<tool_call>{json}</tool_call>``; it calls its ``calculator(expression)`` tool in some episodes). The rows are the
