@@ -278,7 +278,7 @@ class Console:
             self.write(eval_line(step, metrics, seconds))
 
 
-EVAL_KEYS = ("pass@1", "compliance", "len_mean", "trunc_rate")
+EVAL_KEYS = ("pass@1", "compliance", "len_mean", "trunc_rate", "tool_use")  # tool_use: agent runs only
 
 
 def eval_line(step: int, metrics: dict, seconds: float | None = None) -> str:

@@ -30,7 +30,8 @@ def evaluate(
     think: Think = "keep",
 ) -> tuple[dict[str, float], list[dict]]:
     """(metrics, per-sample results). Metrics: pass@1, compliance, len_mean, len_p90, trunc_rate, and
-    pass@1/<difficulty> and pass@1/<lang> when rows carry those labels. Prompts go in batches of
+    pass@1/<difficulty> and pass@1/<lang> when rows carry those labels; for agent episodes also tool_use,
+    turns_mean, tool_error_rate, pass@1/with_tool and pass@1/without_tool. Prompts go in batches of
     `batch_prompts`, each sampled with ``sampling.offset_seed(first row)``
     (:func:`kitae.scoring.graded.graded_batches`); ``progress(n)`` is called after each with the number of prompts
     done. ``think="strip"``: the grader sees the answer after a ``<think>`` block
@@ -89,7 +90,26 @@ def summarize(results: list[dict]) -> dict[str, float | None]:
         for label in sorted({str(r[key]) for r in results if r.get(key) is not None}):
             subset = [r for r in results if str(r.get(key)) == label]
             metrics[f"pass@1/{label}"] = _pass_at_1(subset)
-    return metrics
+    return {**metrics, **_episode_metrics(results)}
+
+
+def _episode_metrics(results: list[dict]) -> dict[str, float | None]:
+    """Of an evaluation whose samples are agent episodes (kitae.agents): ``tool_use``, the share of episodes that
+    called a tool; ``turns_mean``; ``tool_error_rate``, the share of the calls made that failed (None without a
+    call); and pass@1 of the episodes that called a tool and of those that did not. Nothing for single-turn samples."""
+    episodes = [r for r in results if "turns" in r]
+    if not episodes:
+        return {}
+    calls = [c for r in episodes for c in r.get("tool_calls") or []]
+    used = [r for r in episodes if r.get("tool_calls")]
+    unused = [r for r in episodes if not r.get("tool_calls")]
+    return {
+        "tool_use": len(used) / len(episodes),
+        "turns_mean": statistics.fmean(r["turns"] for r in episodes),
+        "tool_error_rate": statistics.fmean(c.get("error") is not None for c in calls) if calls else None,
+        **({"pass@1/with_tool": _pass_at_1(used)} if used else {}),
+        **({"pass@1/without_tool": _pass_at_1(unused)} if unused else {}),
+    }
 
 
 def _pass_at_1(results: list[dict]) -> float | None:
