@@ -54,8 +54,7 @@ class FunctionBox:
     async def call(self, call: ToolCall) -> ToolCall:
         fn = self.fns.get(call.name)
         if fn is None:
-            call.error = f"unknown tool {call.name!r}"
-            return call
+            return call.fail("unknown_tool", f"unknown tool {call.name!r}")
         self.log.enter()
         try:
             out = fn(**call.arguments)
@@ -63,7 +62,7 @@ class FunctionBox:
                 out = await out
             call.result = str(out)
         except Exception as exc:  # noqa: BLE001
-            call.error = f"{type(exc).__name__}: {exc}"
+            call.fail("failed", f"{type(exc).__name__}: {exc}")
         finally:
             self.log.leave()
         return call

@@ -7,9 +7,10 @@ import asyncio
 
 import pytest
 
-from kitae.agents.episodes import MALFORMED_TOOL, Limits, run_episodes
+from kitae.agents.episodes import Limits, run_episodes
 from kitae.models import BUNDLED_MODEL, load_causal_lm
 from kitae.rollout.base import SamplingParams
+from kitae.rollout.trajectory import MALFORMED_TOOL
 from kitae.rollout.hf import HFEngine
 from kitae.agents.chat import ToolChat
 from tests.agents.episode_helpers import CallLog, FunctionBox, ScriptedEngine, call_text, tools_tokenizer

@@ -31,7 +31,7 @@ from tests.rollout.scripted import CompletionsServer, choice, reply
 from tests.rollout.test_protocols import implemented, members
 
 PROMPT = [{"role": "user", "content": "What is 12*7?"}]
-FORWARDED = {base.SyncsWeights, base.RemoteLogprobs, base.ReportsStats, base.SavesState}
+FORWARDED = {base.SyncsWeights, base.RemoteLogprobs, base.SavesState}
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +82,9 @@ def test_the_wrapper_claims_and_forwards_what_the_wrapped_engine_can(tok):
         assert not missing, f"claims {protocol.__name__} but leaves {missing} to its stub"
     for agent in (server, local):  # its prompts carry tools and it samples episodes, not token continuations
         assert isinstance(agent, base.ReadsRows) and not isinstance(agent, base.EncodesPrompts)
+    # stats: the server engine's own, and (both) the tools' (none here: the calculator has no MCP server)
+    assert isinstance(server.engine, base.ReportsStats) and not isinstance(local.engine, base.ReportsStats)
+    assert server.take_stats() == server.engine.take_stats() and local.take_stats() == {}
     server.version = 3  # forwarded: the trainer's push bookkeeping lands on the servers' engine
     assert server.engine.version == 3 and server.frozen == server.engine.frozen
 
