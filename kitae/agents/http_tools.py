@@ -40,7 +40,7 @@ import httpx
 from kitae.agents.tools import Tool, ToolError, current_rollout_id
 from kitae.config import from_dict, setting, short_repr
 from kitae.errors import ConfigError
-from kitae.http.client import Retrier, WireCounters, WireError, auth_headers
+from kitae.http.client import Retrier, WireCounters, WireError, auth_headers, token_hint
 
 MAX_REPLY_BYTES = 1 << 20  # read at most 1 MB of a reply; the ToolBox then caps the text at max_result_chars
 TOOL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")  # what the OpenAI function schema allows
@@ -127,7 +127,7 @@ class HttpTool:
         # limit: it is set high enough never to bind.
         self.retrier = Retrier(f"HTTP tool '{name}' ({url})", self.counters, HttpToolError, timeout=timeout_s,
                                retries=retries, backoff=backoff, max_backoff=max_backoff, max_concurrency=1 << 16,
-                               hint=self._key_hint)
+                               hint=lambda resp: token_hint(resp, self.api_key_env, where="the tool"))
 
     @property
     def budget_s(self) -> float:
@@ -165,14 +165,6 @@ class HttpTool:
     def _headers(self) -> dict[str, str]:
         headers = {name: os.environ[var] for name, var in self.headers_env.items() if os.environ.get(var)}
         return {**headers, **auth_headers(self.api_key_env)}
-
-    def _key_hint(self, resp: Any) -> str:
-        if resp.status_code not in (401, 403):
-            return ""
-        if not self.api_key_env:
-            return " (the server wants a token: name its environment variable in the tool's api_key_env)"
-        state = "is set" if os.environ.get(self.api_key_env) else "is not set"
-        return f" (the token comes from ${self.api_key_env}, which {state})"
 
 
 class _Reply:

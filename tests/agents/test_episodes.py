@@ -13,15 +13,10 @@ from kitae.rollout.base import SamplingParams
 from kitae.rollout.trajectory import MALFORMED_TOOL
 from kitae.rollout.hf import HFEngine
 from kitae.agents.chat import ToolChat
-from tests.agents.episode_helpers import CallLog, FunctionBox, ScriptedEngine, call_text, tools_tokenizer
+from tests.agents.episode_helpers import CallLog, FunctionBox, ScriptedEngine, call_text
 
 PROMPT = [{"role": "user", "content": "What is 12*7?"}]
 SP = SamplingParams(temperature=1.0, max_new_tokens=99, seed=3)
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return tools_tokenizer()
 
 
 def _run(tok, script, fns=None, limits=Limits(), prompts=(PROMPT,), n=1, reset_text=None, reward=None,

@@ -9,25 +9,17 @@ import subprocess
 import sys
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from kitae.cli.runs import register
 from kitae.errors import KitaeError
 from kitae.store import GroupRecord, RunStore, SampleRecord
 from tests.agents._store_fixtures import ANSWER, PROMPT, UNSENT, XSS_ARG, XSS_RESULT, write_agent_run, write_odd_run
+from tests.store.conftest import runs_app
 
 
 @pytest.fixture
 def app():
-    app = typer.Typer()
-    register(app)
-
-    @app.callback()
-    def root() -> None:  # keeps `runs` a sub-command, as in the real `kitae` app
-        pass
-
-    return app
+    return runs_app()
 
 
 @pytest.fixture
