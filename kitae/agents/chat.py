@@ -34,7 +34,7 @@ from typing import Any
 from kitae.agents.parsers import PARSERS, ParsedTurn, ToolCallFormat, parser_for
 from kitae.chat import EndMarker, end_marker_of, format_prompt
 from kitae.errors import KitaeError
-from kitae.rollout.trajectory import ToolCall
+from kitae.rollout.trajectory import ToolCall, malformed_call
 
 __all__ = ["ParsedTurn", "PARSERS", "ToolChat", "parser_for"]
 
@@ -110,9 +110,9 @@ class ToolChat:
         return self.format.tool_message(safe)
 
     def malformed_calls(self, parsed: ParsedTurn, turn: int = 0) -> list[ToolCall]:
-        """The turn's malformed calls as failed ToolCalls (name ``""``, the message as the error), to give back
-        to the model with :meth:`tool_message` and count."""
-        return [ToolCall(name="", arguments=None, error=msg, turn=turn) for msg in parsed.malformed]
+        """The turn's malformed calls as failed ToolCalls (name MALFORMED_TOOL, error_kind "malformed", the
+        message as the error), to give back to the model with :meth:`tool_message` and count."""
+        return [malformed_call(msg, turn) for msg in parsed.malformed]
 
     # ---- the tokens after a sampled turn ---------------------------------------------------------------------
     def suffix_ids(self, assistant: dict, tool_messages: list[dict]) -> list[int]:

@@ -21,63 +21,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
+from kitae.agents.http_tools import HttpToolSpec
+from kitae.agents.mcp import McpServerSpec
 from kitae.config import setting, short_repr
 from kitae.errors import ConfigError
 
 TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")  # module:attr
-TOOL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")  # what the OpenAI function schema allows
-
-
-@dataclass
-class HttpToolSpec:
-    """A tool that is an HTTP endpoint: each call POSTs ``{"arguments": {...}, "rollout_id": "..."}`` to ``url``;
-    the reply is ``{"result": "..."}`` or plain text (kitae.agents.http_tools)."""
-
-    name: str = ""  # the tool's name as the model calls it
-    url: str = ""  # http:// or https:// endpoint
-    description: str = ""  # what the tool does, shown to the model in the tool's schema
-    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})  # JSON Schema
-    timeout_s: float | None = setting(None, above=0)  # seconds per attempt; null = environment.tool_timeout_s
-    retries: int = setting(2, minimum=0)  # further attempts after a failed one (with backoff)
-    headers_env: dict[str, str] = field(default_factory=dict)  # header -> the environment variable holding its
-    # value (secrets stay out of the config), e.g. {Authorization: MY_API_TOKEN}
-
-    def validate(self, path: str) -> None:
-        if not TOOL_NAME.match(self.name or ""):
-            raise ConfigError(f"{path}.name", f"{short_repr(self.name)} is not a tool name: give letters, digits, "
-                              "_ or - (at most 64, not starting with a digit), e.g. name: lookup")
-        if not re.match(r"^https?://[^/\s]+", self.url or ""):
-            raise ConfigError(f"{path}.url", f"{short_repr(self.url)} is not an http:// or https:// URL, e.g. "
-                              "url: http://127.0.0.1:9000/lookup")
-        if self.parameters.get("type", "object") != "object":
-            raise ConfigError(f"{path}.parameters", "must be a JSON Schema of type object (the call's keyword "
-                              "arguments), e.g. {type: object, properties: {query: {type: string}}}")
-        for header, var in self.headers_env.items():
-            if not isinstance(var, str) or not re.match(r"^[A-Za-z_]\w*$", var):
-                raise ConfigError(f"{path}.headers_env.{header}", f"{short_repr(var)} is not an environment "
-                                  "variable's name; give the name of the variable that holds the header's value")
-
-
-@dataclass
-class McpServerSpec:
-    """An MCP server whose tools the model gets (the official MCP Python SDK; kitae.agents.mcp): a command that
-    speaks MCP over stdio, or a streamable-HTTP URL. Its tools are listed when the run starts."""
-
-    command: list[str] | None = None  # e.g. [python, server.py]: started by kitae, spoken to over stdio
-    url: str | None = None  # e.g. http://127.0.0.1:8765/mcp: a running server (streamable HTTP)
-    env: dict[str, str] = field(default_factory=dict)  # extra environment variables of the command
-
-    def validate(self, path: str) -> None:
-        if (self.command is None) == (self.url is None):
-            raise ConfigError(path, "give exactly one of command (a server kitae starts, e.g. command: [python, "
-                              "server.py]) or url (a running server, e.g. url: http://127.0.0.1:8765/mcp)")
-        if self.command is not None and not self.command:
-            raise ConfigError(f"{path}.command", "is empty; give the program and its arguments, e.g. [python, "
-                              "server.py]")
-        if self.url is not None and not re.match(r"^https?://[^/\s]+", self.url):
-            raise ConfigError(f"{path}.url", f"{short_repr(self.url)} is not an http:// or https:// URL")
 
 
 @dataclass
@@ -92,8 +42,11 @@ class EnvironmentConfig:
     # hints and the docstring)
     python: bool = False  # offer the python tool: code runs in kitae's sandbox (the code grader's isolation)
     http_tools: list[HttpToolSpec] = field(default_factory=list)  # HTTP endpoints as tools: {name, url,
-    # description, parameters, timeout_s, retries, headers_env}
-    mcp_servers: list[McpServerSpec] = field(default_factory=list)  # MCP servers: {command: [...]} or {url: ...}
+    # description, parameters, timeout_s, retries, backoff, max_backoff, api_key_env, headers_env}
+    # (kitae.agents.http_tools.HttpToolSpec)
+    mcp_servers: list[McpServerSpec] = field(default_factory=list)  # MCP servers: {command: [...]} (stdio) or
+    # {url: ...} (streamable HTTP), with env, pass_env, cwd, api_key_env, name, tools, timeout_s, start_timeout_s
+    # (kitae.agents.mcp.McpServerSpec)
     max_turns: int = setting(6, minimum=1)  # assistant turns per episode; an episode still calling tools then ends
     # (episode end max_turns)
     max_tool_calls: int = setting(8, minimum=0)  # tool calls per episode; a call past it gets an error result and

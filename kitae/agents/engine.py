@@ -8,8 +8,9 @@ take any engine; it also reads each prompt's row (:class:`~kitae.rollout.base.Re
 resets from.
 
 What the wrapped engine can do beyond sampling, the wrapper can too: :func:`agent_engine` builds it as a class
-that claims the same protocols (kitae.rollout.base: SyncsWeights, RemoteLogprobs, ReportsStats, SavesState) and
-forwards them, so weight pushes reach the servers and their log-probs are still corrected. It claims neither
+that claims the same protocols (kitae.rollout.base: SyncsWeights, RemoteLogprobs, SavesState) and forwards them,
+so weight pushes reach the servers and their log-probs are still corrected. It always reports stats
+(ReportsStats): the wrapped engine's, when it reports any, with the tools' (``agent/mcp/...``). It claims neither
 EncodesPrompts nor ContinuesTokens: an episode's prompt is encoded with the tools, and partial and async rollouts
 are refused with an environment (kitae.trainer.config.check_environment_sampling).
 
@@ -50,9 +51,10 @@ class _ToolLoop:
             self.loop.close()
 
 
-class AgentEngine(RolloutEngine, ReadsRows):
+class AgentEngine(RolloutEngine, ReadsRows, ReportsStats):
     """Episodes from ``engine`` with ``chat`` and ``tools`` within ``limits``. Build it with :func:`agent_engine`,
-    which also forwards what ``engine`` can do beyond sampling."""
+    which also forwards what ``engine`` can do beyond sampling. Its step's stats (ReportsStats) are the wrapped
+    engine's, if it reports any, and the tools' (MCP: ``agent/mcp/...``)."""
 
     def __init__(self, engine: ContinuesTokens, chat: Any, tools: Any, limits: Limits):
         if not isinstance(engine, ContinuesTokens):
@@ -80,6 +82,10 @@ class AgentEngine(RolloutEngine, ReadsRows):
         other = agent_engine(engine, self.chat, self.tools, self.limits)
         other._loop = self._tool_loop()
         return other
+
+    def take_stats(self) -> dict[str, float]:
+        inner = self.engine.take_stats() if isinstance(self.engine, ReportsStats) else {}
+        return {**inner, **(self.tools.take_stats() if isinstance(self.tools, ReportsStats) else {})}
 
     def _tool_loop(self) -> _ToolLoop:
         if self._loop is None:
@@ -125,11 +131,6 @@ class _ForwardsRemoteLogprobs(RemoteLogprobs):
     remote_logprobs = True
 
 
-class _ForwardsStats(ReportsStats):
-    def take_stats(self) -> dict[str, float]:
-        return self.engine.take_stats()
-
-
 class _ForwardsState(SavesState):
     def state_dict(self) -> dict[str, Any]:
         return self.engine.state_dict()
@@ -139,7 +140,7 @@ class _ForwardsState(SavesState):
 
 
 FORWARDED = ((SyncsWeights, _ForwardsSync), (RemoteLogprobs, _ForwardsRemoteLogprobs),
-             (ReportsStats, _ForwardsStats), (SavesState, _ForwardsState))
+             (SavesState, _ForwardsState))
 
 
 @functools.cache

@@ -32,10 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Protocol
 
 from kitae.rollout.base import Completion, ContinuesTokens, SamplingParams
-from kitae.rollout.trajectory import Episode, ToolCall, Turn
+from kitae.rollout.trajectory import Episode, ToolCall, Turn, malformed_call
 
 TURN_SEED_STRIDE = 999_983  # turn k samples with sampling.seed + k * this (+ its budget group)
-MALFORMED_TOOL = "invalid_tool_call"  # the name a malformed call's error message goes back under
 
 
 @dataclass(frozen=True)
@@ -237,19 +236,18 @@ async def _call(box: Box, call: ToolCall) -> ToolCall:
     try:
         return await box.call(call)
     except Exception as exc:  # noqa: BLE001 - the episode goes on with the error as the tool's answer
-        call.error = f"{type(exc).__name__}: {exc}"
-        return call
+        return call.fail("failed", f"{type(exc).__name__}: {exc}")
 
 
 def _record(e: _Running, turn: int, chat: Chat, parsed: Any, done: list[ToolCall], refused: list[ToolCall],
             limits: Limits) -> None:
     """The turn's messages and calls; the episode's end, or the template's tokens before its next turn."""
     for c in refused:
-        c.error = f"not run: the episode's limit of {limits.max_tool_calls} tool calls was reached"
+        c.fail("refused", f"not run: the episode's limit of {limits.max_tool_calls} tool calls was reached")
     calls = [*done, *refused]
     e.calls_made += len(done)
     e.turns[-1].tool_calls = calls
-    malformed = [ToolCall(MALFORMED_TOOL, None, error=m, turn=turn) for m in parsed.malformed]
+    malformed = [malformed_call(m, turn) for m in parsed.malformed]
     assistant = chat.assistant_message(parsed)
     tool_messages = [chat.tool_message(c) for c in [*calls, *malformed]]
     e.chat_messages += [assistant, *tool_messages]

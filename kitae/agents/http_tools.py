@@ -28,21 +28,85 @@ as a whole, retries included, is bounded by ``(retries + 1) x 2 x timeout_s`` pl
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
 from kitae.agents.tools import Tool, ToolError, current_rollout_id
+from kitae.config import from_dict, setting, short_repr
 from kitae.errors import ConfigError
-from kitae.http.client import Retrier, WireCounters, WireError, auth_headers
+from kitae.http.client import Retrier, WireCounters, WireError, auth_headers, token_hint
 
 MAX_REPLY_BYTES = 1 << 20  # read at most 1 MB of a reply; the ToolBox then caps the text at max_result_chars
-NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
-FIELDS = ("name", "url", "description", "parameters", "timeout_s", "retries", "headers_env", "api_key_env",
-          "backoff", "max_backoff")
+TOOL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")  # what the OpenAI function schema allows
+URL = re.compile(r"^https?://[^/\s]+")
+ENV_NAME = re.compile(r"^[A-Za-z_]\w*$")
+
+
+@dataclass
+class HttpToolSpec:
+    """One entry of ``environment.http_tools``: a tool that is an HTTP endpoint (the module docstring has the wire
+    format). Read from the config by kitae.config.from_dict, or from a mapping by :meth:`read`; checked by
+    :meth:`validate`, the one place its rules live."""
+
+    name: str = ""  # the tool's name as the model calls it (letters, digits, _ or -; at most 64)
+    url: str = ""  # http:// or https:// endpoint
+    description: str = ""  # what the tool does, shown to the model in the tool's schema (it chooses tools by it)
+    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})  # JSON Schema
+    # of an object: the call's keyword arguments
+    timeout_s: float | None = setting(None, above=0)  # seconds per phase of a request; null = tool_timeout_s
+    retries: int = setting(2, minimum=0)  # further attempts after a failed one (connection errors, timeouts,
+    # HTTP 429 and 5xx), with backoff
+    backoff: float = setting(0.5, minimum=0)  # seconds before the first retry, doubled each retry
+    max_backoff: float = setting(8.0, minimum=0)  # the cap on one backoff sleep (and on a Retry-After)
+    api_key_env: str | None = None  # the environment variable whose value is sent as Authorization: Bearer
+    headers_env: dict[str, str] = field(default_factory=dict)  # header -> the environment variable holding its
+    # value (secrets stay out of the config), e.g. {X-Team: WIKI_TEAM}
+
+    @classmethod
+    def read(cls, value: Any, path: str) -> "HttpToolSpec":
+        """A spec from a mapping or any object with the entry's fields (a field set to None takes its default);
+        every mistake a ConfigError naming `path` and the field."""
+        if isinstance(value, cls):
+            value.validate(path)
+            return value
+        if not isinstance(value, dict):
+            value = {f.name: getattr(value, f.name, None) for f in dataclasses.fields(cls)}
+        return from_dict(cls, {k: v for k, v in value.items() if v is not None}, path)
+
+    def validate(self, path: str) -> None:
+        if not TOOL_NAME.match(self.name or ""):
+            raise ConfigError(f"{path}.name", f"a tool's name is 1-64 letters, digits, '_' or '-' starting with a "
+                              f"letter or '_' (the model calls it by this name), got {short_repr(self.name)}")
+        if not URL.match(self.url or ""):
+            raise ConfigError(f"{path}.url", f"expected an http:// or https:// URL, e.g. "
+                              f"http://127.0.0.1:9000/lookup, got {short_repr(self.url)}")
+        if not self.description.strip():
+            raise ConfigError(f"{path}.description", "say what the tool does, in a sentence the model reads (it "
+                              "chooses tools by it)")
+        check_parameters(self.parameters, f"{path}.parameters")
+        for header, var in {"api_key_env": self.api_key_env, **self.headers_env}.items():
+            if var is not None and not ENV_NAME.match(var):
+                where = path + (".api_key_env" if header == "api_key_env" else f".headers_env.{header}")
+                raise ConfigError(where, f"{short_repr(var)} is not an environment variable's name; give the name "
+                                  "of the variable that holds the value (secrets stay out of the config)")
+
+
+def check_parameters(value: dict, path: str) -> None:
+    """`value` is a JSON schema of an object whose required arguments are among its properties."""
+    properties = value.get("properties", {})
+    if value.get("type") != "object" or not isinstance(properties, dict):
+        raise ConfigError(path, "expected a JSON schema of an object: {type: object, properties: {name: {type: "
+                          f"string, description: ...}}, required: [name]}}, got {json.dumps(value)[:200]}")
+    required = value.get("required", [])
+    if not isinstance(required, list) or any(r not in properties for r in required):
+        raise ConfigError(f"{path}.required", f"every required argument must be one of the properties, got "
+                          f"{short_repr(required)}")
 
 
 class HttpToolError(WireError, ToolError):
@@ -63,7 +127,7 @@ class HttpTool:
         # limit: it is set high enough never to bind.
         self.retrier = Retrier(f"HTTP tool '{name}' ({url})", self.counters, HttpToolError, timeout=timeout_s,
                                retries=retries, backoff=backoff, max_backoff=max_backoff, max_concurrency=1 << 16,
-                               hint=self._key_hint)
+                               hint=lambda resp: token_hint(resp, self.api_key_env, where="the tool"))
 
     @property
     def budget_s(self) -> float:
@@ -102,14 +166,6 @@ class HttpTool:
         headers = {name: os.environ[var] for name, var in self.headers_env.items() if os.environ.get(var)}
         return {**headers, **auth_headers(self.api_key_env)}
 
-    def _key_hint(self, resp: Any) -> str:
-        if resp.status_code not in (401, 403):
-            return ""
-        if not self.api_key_env:
-            return " (the server wants a token: name its environment variable in the tool's api_key_env)"
-        state = "is set" if os.environ.get(self.api_key_env) else "is not set"
-        return f" (the token comes from ${self.api_key_env}, which {state})"
-
 
 class _Reply:
     """A reply read (at most MAX_REPLY_BYTES) as the Retrier reads responses; ``json()`` takes a reply that is
@@ -136,80 +192,13 @@ def read_reply(reply: Any) -> Any:
     return reply
 
 
-def http_tool(spec: Any, path: str, default_timeout_s: float = 10.0) -> Tool:
-    """A Tool from an ``http_tools`` entry (a dict, or any object with the entry's fields); ConfigError at
-    `path` when a field is wrong."""
-    fields = _fields(spec, path)
-    name, url = _name(fields.get("name"), f"{path}.name"), _url(fields.get("url"), f"{path}.url")
-    timeout = _number(fields.get("timeout_s", default_timeout_s), f"{path}.timeout_s", positive=True)
-    retries = _number(fields.get("retries", 2), f"{path}.retries", whole=True)
-    backoff = _number(fields.get("backoff", 0.5), f"{path}.backoff")
-    max_backoff = _number(fields.get("max_backoff", 8.0), f"{path}.max_backoff")
-    headers_env = _headers_env(fields.get("headers_env"), f"{path}.headers_env")
-    api_key_env = fields.get("api_key_env")
-    if api_key_env is not None and not isinstance(api_key_env, str):
-        raise ConfigError(f"{path}.api_key_env", f"expected an environment variable's name, got {api_key_env!r}")
-    fn = HttpTool(name, url, timeout_s=timeout, retries=int(retries), backoff=backoff, max_backoff=max_backoff,
-                  headers_env=headers_env, api_key_env=api_key_env)
-    schema = {"type": "function", "function": {
-        "name": name, "description": _description(fields.get("description"), f"{path}.description"),
-        "parameters": _parameters(fields.get("parameters"), f"{path}.parameters")}}
-    return Tool(name, schema, fn, timeout_s=fn.budget_s)
-
-
-def _fields(spec: Any, path: str) -> dict:
-    if isinstance(spec, dict):
-        unknown = sorted(set(spec) - set(FIELDS))
-        if unknown:
-            raise ConfigError(path, f"unknown field(s) {', '.join(unknown)} (fields: {', '.join(FIELDS)})")
-        return {k: v for k, v in spec.items() if v is not None}
-    return {k: getattr(spec, k) for k in FIELDS if getattr(spec, k, None) is not None}
-
-
-def _name(value: Any, path: str) -> str:
-    if not isinstance(value, str) or not NAME.match(value):
-        raise ConfigError(path, f"a tool's name is 1-64 letters, digits, '_', '.' or '-' starting with a letter "
-                          f"or '_' (the model calls it by this name), got {value!r}")
-    return value
-
-
-def _url(value: Any, path: str) -> str:
-    if not isinstance(value, str) or not value.startswith(("http://", "https://")):
-        raise ConfigError(path, f"expected an http:// or https:// URL, got {value!r}")
-    return value
-
-
-def _number(value: Any, path: str, positive: bool = False, whole: bool = False) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (value > 0 if positive else value >= 0)
-    if not ok or (whole and value != int(value)):
-        kind = "a whole number" if whole else "a number"
-        raise ConfigError(path, f"expected {kind} {'above' if positive else 'at least'} 0, got {value!r}")
-    return value
-
-
-def _description(value: Any, path: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(path, "say what the tool does, in a sentence the model reads (it chooses tools by it)")
-    return value
-
-
-def _parameters(value: Any, path: str) -> dict:
-    """A JSON schema of an object; none means a tool without arguments."""
-    if value is None:
-        return {"type": "object", "properties": {}}
-    if not isinstance(value, dict) or value.get("type") != "object" or not isinstance(value.get("properties", {}),
-                                                                                     dict):
-        raise ConfigError(path, "expected a JSON schema of an object: {type: object, properties: {name: {type: "
-                          f"string, description: ...}}, required: [name]}}, got {json.dumps(value)[:200]}")
-    required = value.get("required", [])
-    if not isinstance(required, list) or any(r not in value.get("properties", {}) for r in required):
-        raise ConfigError(f"{path}.required", f"every required argument must be one of the properties, got {required!r}")
-    return value
-
-
-def _headers_env(value: Any, path: str) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise ConfigError(path, f"expected {{Header-Name: ENVIRONMENT_VARIABLE}}, got {value!r}")
-    return value
+def http_tool(spec: "HttpToolSpec | dict | Any", path: str, default_timeout_s: float = 10.0) -> Tool:
+    """A Tool from an ``http_tools`` entry (an :class:`HttpToolSpec`, a mapping, or any object with the entry's
+    fields); ConfigError at `path` when a field is wrong."""
+    spec = HttpToolSpec.read(spec, path)
+    timeout = spec.timeout_s if spec.timeout_s is not None else default_timeout_s
+    fn = HttpTool(spec.name, spec.url, timeout_s=timeout, retries=spec.retries, backoff=spec.backoff,
+                  max_backoff=spec.max_backoff, headers_env=spec.headers_env, api_key_env=spec.api_key_env)
+    schema = {"type": "function", "function": {"name": spec.name, "description": spec.description,
+                                               "parameters": spec.parameters}}
+    return Tool(spec.name, schema, fn, timeout_s=fn.budget_s)

@@ -59,6 +59,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Coroutine
 
+from kitae.agents.tools import ToolError
 from kitae.config import from_dict, setting, short_repr
 from kitae.errors import ConfigError, KitaeError
 
@@ -71,13 +72,15 @@ class McpError(KitaeError):
     """An MCP server could not be started or connected to, or its tools cannot be offered."""
 
 
-class McpCallError(McpError):
+class McpCallError(McpError, ToolError):
     """One tool call failed. ``kind``: "tool_error" (the server's result said isError, or the tool is unknown),
-    "timeout", "connection" (the server died or dropped the connection), "arguments" (not a JSON object)."""
+    "timeout", "connection" (the server died or dropped the connection), "arguments" (not a JSON object);
+    ``error_kind``: the same as the episode's tool call counts it (kitae.rollout.trajectory.TOOL_ERROR_KINDS)."""
 
     def __init__(self, message: str, kind: str):
         super().__init__(message)
         self.kind = kind
+        self.error_kind = {"timeout": "timeout", "arguments": "bad_arguments"}.get(kind, "failed")
 
 
 @dataclass
@@ -174,6 +177,10 @@ class McpTools:
             return call
 
         return {name: bind(name) for name in self.names}
+
+    def timeout_s(self, name: str) -> float:
+        """The ``timeout_s`` of the server that lists tool `name` (after start)."""
+        return self._by_tool[name].spec.timeout_s
 
     def down(self) -> dict[str, str]:
         """{server label: why it is gone} for every server that died or dropped its connection during the run."""

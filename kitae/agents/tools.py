@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import dataclasses
 import inspect
 import json
 import math
@@ -40,6 +39,7 @@ from typing import Any, Callable, Protocol, runtime_checkable
 
 from kitae.errors import ConfigError, KitaeError
 from kitae.registry import Registry, closest, load_target, unknown_name_message
+from kitae.rollout.base import ReportsStats
 from kitae.rollout.trajectory import ToolCall
 
 # The rollout id of the episode whose tool call is running: HTTP tools send it; a user's tool may read it.
@@ -48,6 +48,7 @@ ENVIRONMENT_HOOKS = ("reset", "get_reward")  # an environment's methods that are
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MAX_RESULT_CHARS = 4000
 DEFAULT_MAX_CONCURRENT_TOOLS = 16
+MCP_TIMEOUT_MARGIN_S = 1.0  # an MCP tool's bound past its server's timeout_s: the server's own timeout comes first
 
 # Built-in environments by name (``environment.factory: calculator``); the classes live in
 # kitae.agents.environments, registered here as "module:Class" strings (imported when a config names one).
@@ -65,7 +66,11 @@ TOOL_KINDS.register_lazy("mcp", "kitae.agents.mcp:McpTools")  # (servers, path) 
 
 class ToolError(Exception):
     """A tool's refusal meant for the model (a bad expression, a failed request): the message becomes the call's
-    error verbatim, where any other exception is shown as ``ExceptionType: message``."""
+    error verbatim, where any other exception is shown as ``ExceptionType: message``. ``error_kind`` is the
+    call's (kitae.rollout.trajectory.TOOL_ERROR_KINDS): "failed" unless the tool knows better (an MCP server's
+    own timeout is "timeout")."""
+
+    error_kind = "failed"
 
 
 @dataclass
@@ -266,18 +271,21 @@ class ToolBox:
         timeout become ``call.error``."""
         tool = self.tools.get(call.name)
         arguments = {} if call.arguments is None else call.arguments  # a call that gave none (Llama 3 may omit them)
-        problem = self._unknown(call.name) if tool is None else argument_problem(tool, arguments)
-        if problem is not None:
-            call.result, call.error, call.seconds = None, problem, 0.0
-            return call
+        if tool is None:
+            call.seconds = 0.0
+            return call.fail("unknown_tool", self._unknown(call.name))
+        if (problem := argument_problem(tool, arguments)) is not None:
+            call.seconds = 0.0
+            return call.fail("bad_arguments", problem)
         # One environment instance's calls one at a time, in order (its methods need not be thread-safe); the
         # slot under the run's cap is taken after that turn comes, so a queued call holds none.
         async with self._serial(tool), self._limit():
             start = time.perf_counter()
             try:
-                call.result, call.error = await self._run(tool, arguments), None
+                call.result, call.error, call.error_kind = await self._run(tool, arguments), None, None
             except Exception as exc:  # noqa: BLE001 - whatever the tool did, the episode goes on
-                call.result, call.error = None, cap(self._failure(tool, exc), self.max_result_chars)
+                kind, message = self._failure(tool, exc)
+                call.fail(kind, cap(message, self.max_result_chars))
             finally:
                 call.seconds = time.perf_counter() - start
         return call
@@ -291,11 +299,12 @@ class ToolBox:
             ROLLOUT_ID.reset(token)
         return cap(to_text(value), self.max_result_chars)
 
-    def _failure(self, tool: Tool, exc: BaseException) -> str:
+    def _failure(self, tool: Tool, exc: BaseException) -> tuple[str, str]:
+        """(the call's error kind, its message) for what the tool raised."""
         if isinstance(exc, TimeoutError) and isinstance(exc.__cause__, asyncio.CancelledError):  # wait_for's own
             timeout = tool.timeout_s if tool.timeout_s is not None else self.timeout_s
-            return f"timeout after {timeout:g} s"
-        return describe_exception(exc)
+            return "timeout", f"timeout after {timeout:g} s"
+        return (exc.error_kind if isinstance(exc, ToolError) else "failed"), describe_exception(exc)
 
     def _unknown(self, name: str) -> str:
         hint = closest(name, list(self.tools))
@@ -466,6 +475,15 @@ class Tools:
         self.listed = listed
         self._started = True
 
+    def take_stats(self) -> dict[str, float]:
+        """The step's metrics of the sources that report some (MCP: ``agent/mcp/...``); {} without such sources
+        (kitae.rollout.base.ReportsStats, forwarded by kitae.agents.engine.AgentEngine)."""
+        stats: dict[str, float] = {}
+        for source in self.sources:
+            if isinstance(source, ReportsStats):
+                stats.update(source.take_stats())
+        return stats
+
     async def close(self) -> None:
         """Release every source (MCP sessions); idempotent."""
         if not self._started:
@@ -501,34 +519,42 @@ def _function(spec: Any, path: str) -> Tool:
 
 
 def _mcp_sources(specs: list, path: str) -> list[ToolSource]:
-    """The run's MCP servers as one source (kitae.agents.mcp.McpTools holds their sessions)."""
+    """The run's MCP servers as one source (kitae.agents.mcp.McpTools holds their sessions; it reads each entry,
+    a kitae.agents.mcp.McpServerSpec or its mapping)."""
     if not specs:
         return []
-    servers = [_as_dict(spec) for spec in specs]
-    return [McpSource(TOOL_KINDS.get("mcp", path)(servers, path))]
-
-
-def _as_dict(spec: Any) -> Any:
-    """A config object (a dataclass of the config's) as the mapping McpTools reads; a mapping as it is."""
-    if dataclasses.is_dataclass(spec) and not isinstance(spec, type):
-        return {k: v for k, v in dataclasses.asdict(spec).items() if v is not None}
-    return spec
+    return [McpSource(TOOL_KINDS.get("mcp", path)(list(specs), path))]
 
 
 class McpSource:
     """MCP servers as a ToolSource: ``servers`` is a kitae.agents.mcp.McpTools (async start/close, schemas,
-    functions(): {name: async function(**arguments) -> text}), whose sessions live on a loop of their own."""
+    functions(): {name: async function(**arguments) -> text}, timeout_s(name), counters), whose sessions live on
+    a loop of their own.
+
+    A tool's timeout is its server's ``timeout_s`` (plus MCP_TIMEOUT_MARGIN_S, so that the server's own timeout,
+    whose message names the server, comes first), not the run's ``tool_timeout_s``. :meth:`take_stats` gives the
+    step's ``agent/mcp/...`` metrics (kitae.rollout.base.ReportsStats, through the agent engine)."""
 
     def __init__(self, servers: Any):
         self.servers = servers
+        self._taken: dict[str, int] = {}
 
     async def start(self) -> list[Tool]:
         await self.servers.start()
         functions = self.servers.functions()
-        return [Tool(s["function"]["name"], s, functions[s["function"]["name"]]) for s in self.servers.schemas]
+        return [Tool(name, s, functions[name], timeout_s=self.servers.timeout_s(name) + MCP_TIMEOUT_MARGIN_S)
+                for s in self.servers.schemas for name in [s["function"]["name"]]]
 
     async def close(self) -> None:
         await self.servers.close()
+
+    def take_stats(self) -> dict[str, float]:
+        """The calls, tool errors, timeouts and connection errors since the last take (``agent/mcp/calls`` ...),
+        and ``agent/mcp/servers_down``: the servers gone so far in the run (a level, not a count per step)."""
+        now = self.servers.counters.as_dict()
+        stats = {f"agent/mcp/{k}": float(v - self._taken.get(k, 0)) for k, v in now.items() if k != "servers_down"}
+        self._taken = now
+        return {**stats, "agent/mcp/servers_down": float(now.get("servers_down", 0))}
 
 
 def load_factory(spec: Any, path: str) -> Callable[[], Any]:

@@ -28,7 +28,6 @@ and :meth:`EndpointGrader.counters` counts it (``failed_calls``, ``bad_replies``
 from __future__ import annotations
 
 import asyncio
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +38,7 @@ from kitae.errors import ConfigError
 from kitae.graders.base import Grade, Grader, Item, Sample, is_finite_number
 from kitae.graders.spec import read_spec, register_grader
 from kitae.graders.template import TemplateError, output_json, output_text
-from kitae.http.client import Retrier, WireCounters, WireError, auth_headers
+from kitae.http.client import Retrier, WireCounters, WireError, auth_headers, token_hint
 from kitae.jsonsafe import dumps
 
 # token-level fields: of no use to an endpoint that reads text, and the longest part of a sample
@@ -75,7 +74,8 @@ class EndpointGrader(Grader):
         self.wire = WireCounters()
         self.graded = 0
         self._retrier = Retrier(f"grading endpoint {url}", self.wire, EndpointError, timeout=timeout,
-                                retries=retries, backoff=backoff, max_concurrency=max_concurrency, hint=self._key_hint)
+                                retries=retries, backoff=backoff, max_concurrency=max_concurrency,
+                                hint=lambda resp: token_hint(resp, api_key_env, who="the endpoint"))
 
     @classmethod
     def from_spec(cls, spec: dict, path: str) -> "EndpointGrader":
@@ -115,13 +115,6 @@ class EndpointGrader(Grader):
         return Grade(score=float(reply["score"]), reason=reply.get("reason"),
                      sub_scores={str(k): None if v is None else float(v) for k, v in subs.items()})
 
-    def _key_hint(self, resp: httpx.Response) -> str:
-        if resp.status_code not in (401, 403):
-            return ""
-        if not self.api_key_env:
-            return " (the endpoint wants a token: name its environment variable in the spec's api_key_env)"
-        state = "is set" if os.environ.get(self.api_key_env) else "is not set"
-        return f" (the token comes from ${self.api_key_env}, which {state})"
 
 
 def wire_sample(sample: Sample) -> dict[str, Any]:

@@ -37,8 +37,8 @@ def _is_episode(sample: Sample) -> bool:
 
 
 def _unknown_tool(call: dict) -> bool:
-    """A call the tool box refused for naming no offered tool (kitae.agents.tools.ToolBox.call's error)."""
-    return str(call.get("error") or "").startswith("unknown tool")
+    """A call that named no offered tool (error kind "unknown_tool", kitae.rollout.trajectory.TOOL_ERROR_KINDS)."""
+    return call.get("error_kind") == "unknown_tool"
 
 
 @dataclass

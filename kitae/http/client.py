@@ -120,6 +120,17 @@ def retry_after(resp: httpx.Response) -> float | None:
         return None
 
 
+def token_hint(resp: Any, api_key_env: str | None, who: str = "the server", where: str = "the spec") -> str:
+    """For a reply of HTTP 401 or 403, where the request's token comes from and whether that variable is set (or
+    that `where` should name one); "" for any other status. A Retrier's ``hint``."""
+    if resp.status_code not in (401, 403):
+        return ""
+    if not api_key_env:
+        return f" ({who} wants a token: name its environment variable in {where}'s api_key_env)"
+    state = "is set" if os.environ.get(api_key_env) else "is not set"
+    return f" (the token comes from ${api_key_env}, which {state})"
+
+
 def auth_headers(api_key_env: str | None) -> dict[str, str]:
     """``Authorization: Bearer`` the value of ``api_key_env`` when that variable is set (read at each call)."""
     key = os.environ.get(api_key_env) if api_key_env else None

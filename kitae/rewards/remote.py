@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -45,7 +44,7 @@ import httpx
 
 from kitae.registry import Registry
 from kitae.rewards.reward_model import format_conversation
-from kitae.http.client import Retrier, WireCounters, WireError
+from kitae.http.client import Retrier, WireCounters, WireError, auth_headers, token_hint
 
 Message = dict[str, str]
 RM_PROTOCOLS = Registry("reward model protocol")
@@ -145,7 +144,7 @@ class RemoteRewardModel:
         self.counters = WireCounters()
         self._retrier = Retrier(self.name, self.counters, RewardModelError, timeout=timeout, retries=retries,
                                 backoff=backoff, max_backoff=max_backoff, max_concurrency=max_concurrency,
-                                hint=self._key_hint)
+                                hint=lambda resp: token_hint(resp, api_key_env))
 
     @property
     def name(self) -> str:
@@ -165,22 +164,10 @@ class RemoteRewardModel:
                 raise part
         return [s for part in parts for s in part]
 
-    def _headers(self) -> dict[str, str]:
-        key = os.environ.get(self.api_key_env) if self.api_key_env else None
-        return {"Authorization": f"Bearer {key}"} if key else {}
-
-    def _key_hint(self, resp: Any) -> str:
-        if resp.status_code not in (401, 403):
-            return ""
-        if not self.api_key_env:
-            return " (the server wants a token: name its environment variable in the spec's api_key_env)"
-        state = "is set" if os.environ.get(self.api_key_env) else "is not set"
-        return f" (the token comes from ${self.api_key_env}, which {state})"
-
     async def _score_chunk(self, client: httpx.AsyncClient, chunk: list[Any]) -> list[float]:
         body = self.protocol.build(chunk, self.served_model)
         reply = await self._retrier.post(lambda: client.post(self.url + self.protocol.path, json=body,
-                                                              headers=self._headers()))
+                                                              headers=auth_headers(self.api_key_env)))
         try:
             scores = self.protocol.parse(reply, len(chunk))
         except (RewardModelError, TypeError, ValueError, KeyError, IndexError) as exc:

@@ -23,6 +23,13 @@ from typing import Any
 
 # Why an episode ended (Episode.end): a turn without a tool call answered; or a limit of the environment cut it
 EPISODE_ENDS = ("answer", "max_turns", "max_tool_calls", "episode_max_tokens", "length", "repeat")
+# Why a tool call failed (ToolCall.error_kind), set where the error is made:
+#   malformed      the model's call could not be read (kitae.agents.parsers); it goes back under MALFORMED_TOOL
+#   unknown_tool   it named no tool the episode offers            bad_arguments  its arguments do not fit the tool
+#   timeout        the tool ran past its timeout                  refused        past the episode's max_tool_calls
+#   failed         the tool raised, or its HTTP endpoint or MCP server answered with an error
+TOOL_ERROR_KINDS = ("malformed", "unknown_tool", "bad_arguments", "timeout", "refused", "failed")
+MALFORMED_TOOL = "invalid_tool_call"  # the tool name a malformed call's error message goes back to the model under
 
 
 @dataclass
@@ -33,13 +40,28 @@ class ToolCall:
     arguments: Any  # the parsed arguments (a dict); the raw text when they could not be read
     id: str | None = None  # the call id the template renders (Mistral's 9 characters), when the format has one
     result: str | None = None  # the text given back to the model (length-capped)
-    error: str | None = None  # why it failed: a malformed call, an unknown tool, a timeout, the tool's exception
+    error: str | None = None  # why it failed, as the model reads it (free text: match error_kind, never this)
     seconds: float = 0.0
     turn: int = 0  # the turn that made it
+    error_kind: str | None = None  # one of TOOL_ERROR_KINDS when error is set; None when it ran (and in episodes
+    # stored before the field existed)
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    def fail(self, kind: str, error: str) -> "ToolCall":
+        """Mark the call failed: no result, `error` for the model, `kind` (one of TOOL_ERROR_KINDS) for counting."""
+        if kind not in TOOL_ERROR_KINDS:
+            raise ValueError(f"unknown tool error kind {kind!r} (kinds: {', '.join(TOOL_ERROR_KINDS)})")
+        self.result, self.error, self.error_kind = None, error, kind
+        return self
+
+
+def malformed_call(message: str, turn: int = 0) -> ToolCall:
+    """A call the parser could not read, as a failed ToolCall under MALFORMED_TOOL: given back to the model as a
+    tool error and counted (Turn.malformed)."""
+    return ToolCall(MALFORMED_TOOL, None, turn=turn).fail("malformed", message)
 
 
 @dataclass

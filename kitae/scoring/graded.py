@@ -51,14 +51,15 @@ def sample_dict(c: Completion, max_new_tokens: int, **extra: Any) -> dict:
 def episode_fields(episode: Episode) -> dict:
     """What graders see of an episode beyond its final answer: ``messages`` (the conversation after the prompt:
     assistant turns with their ``tool_calls``, tool results), ``tool_calls`` (each well-formed call: ``name``,
-    ``arguments``, ``result``, ``error``, ``seconds``, ``turn``), ``malformed_calls`` (calls that could not be
+    ``arguments``, ``result``, ``error``, ``error_kind`` (kitae.rollout.trajectory.TOOL_ERROR_KINDS), ``seconds``,
+    ``turn``), ``malformed_calls`` (calls that could not be
     read; each went back to the model as a tool error), ``turns``, ``episode_end`` (why it ended: "answer" or the
     limit that cut it, kitae.rollout.trajectory.EPISODE_ENDS) and ``environment_reward`` (the environment's
     ``get_reward()``, None without one). Tool results are untrusted text: a judge sees them fenced."""
     return {
         "messages": [dict(m) for m in episode.messages],
         "tool_calls": [{"name": t.name, "arguments": t.arguments, "result": t.result, "error": t.error,
-                        "seconds": t.seconds, "turn": t.turn} for t in episode.tool_calls],
+                        "error_kind": t.error_kind, "seconds": t.seconds, "turn": t.turn} for t in episode.tool_calls],
         "malformed_calls": sum(t.malformed for t in episode.turns),
         "turns": len(episode.turns),
         "episode_end": episode.end,

@@ -53,17 +53,18 @@ def reward_metrics(components: list[RewardComponent], scores: list[GroupScores],
 def agent_metrics(completions: list[Completion]) -> dict[str, float]:
     """What the step's agent episodes did (kitae.rollout.trajectory), over its episodes; {} when it has none, so
     a one-turn run logs exactly what it logged before. Per episode (means): ``agent/turns``,
-    ``agent/tool_calls`` (well-formed calls made, run or not), ``agent/malformed_calls``; over the step's calls that were run
-    (shares; calls past ``max_tool_calls`` are not): ``agent/tool_errors`` (calls that came back with an error:
-    the tool raised, timed out, was unknown or got arguments that do not fit) and
-    ``agent/tool_timeouts``; ``agent/ended/<reason>``: the share of episodes that ended for each reason
-    (``answer``, or the limit that cut it: ``max_turns``, ``max_tool_calls``, ...); ``agent/trained_token_share``:
+    ``agent/tool_calls`` (well-formed calls made, run or not), ``agent/malformed_calls``; over the step's calls
+    that were run (shares; calls refused past ``max_tool_calls`` are not): ``agent/tool_errors`` (calls that came
+    back with an error: the tool failed, timed out, was unknown or got arguments that do not fit) and
+    ``agent/tool_timeouts`` (error kind "timeout", kitae.rollout.trajectory.TOOL_ERROR_KINDS);
+    ``agent/ended/<reason>``: the share of episodes that ended for each reason (``answer``, or the limit that cut
+    it: ``max_turns``, ``max_tool_calls``, ...); ``agent/trained_token_share``:
     the share of the episodes' tokens after the prompt that the policy sampled (the rest, tool results and
     template tokens, is never trained); ``agent/template_rewrites``: the share of episodes whose chat template
     renders earlier turns otherwise than sampled (the sampled tokens were kept).
 
     >>> from kitae.rollout.trajectory import Episode, ToolCall, Turn
-    >>> calls = [ToolCall("calc", {}, result="4"), ToolCall("calc", {}, error="timeout after 10 s")]
+    >>> calls = [ToolCall("calc", {}, result="4"), ToolCall("calc", {}).fail("timeout", "timeout after 10 s")]
     >>> e = Episode([Turn(0, 2, "", "stop", calls), Turn(4, 5, "4", "stop")], [], end="answer")
     >>> m = agent_metrics([Completion("4", [1], [5, 6, 0, 0, 7], [0.0] * 5, "stop", loss_mask=[1, 1, 0, 0, 1],
     ...                               episode=e)])
@@ -73,14 +74,14 @@ def agent_metrics(completions: list[Completion]) -> dict[str, float]:
     episodes = [c for c in completions if c.episode is not None]
     if not episodes:
         return {}
-    calls = [t for c in episodes for t in c.episode.tool_calls if not is_refused(t.error)]  # run, or tried to
-    errors = [t.error for t in calls if t.error is not None]
+    calls = [t for c in episodes for t in c.episode.tool_calls if t.error_kind != "refused"]  # run, or tried to
+    errors = [t for t in calls if t.error is not None]
     tokens = sum(c.num_tokens for c in episodes)
     m = {
         "agent/turns": statistics.fmean(len(c.episode.turns) for c in episodes),
         "agent/tool_calls": statistics.fmean(len(c.episode.tool_calls) for c in episodes),
         "agent/tool_errors": len(errors) / len(calls) if calls else 0.0,
-        "agent/tool_timeouts": sum(is_timeout(e) for e in errors) / len(calls) if calls else 0.0,
+        "agent/tool_timeouts": sum(t.error_kind == "timeout" for t in errors) / len(calls) if calls else 0.0,
         "agent/malformed_calls": statistics.fmean(sum(t.malformed for t in c.episode.turns) for c in episodes),
         "agent/trained_token_share": sum(c.sampled_tokens for c in episodes) / tokens if tokens else 1.0,
         "agent/template_rewrites": statistics.fmean(c.episode.template_rewrites for c in episodes),
@@ -88,17 +89,6 @@ def agent_metrics(completions: list[Completion]) -> dict[str, float]:
     for reason in EPISODE_ENDS:
         m[f"agent/ended/{reason}"] = statistics.fmean(c.episode.end == reason for c in episodes)
     return m
-
-
-def is_refused(error: str | None) -> bool:
-    """A call the episode loop did not run, for the episode's ``max_tool_calls`` was reached
-    (kitae.agents.episodes: "not run: ..."): no tool failed; ``agent/ended/max_tool_calls`` counts those episodes."""
-    return error is not None and error.startswith("not run")
-
-
-def is_timeout(error: str) -> bool:
-    """A tool call's error that says it ran out of time (kitae.agents.tools.ToolBox.call: "timeout after 10 s")."""
-    return error.lower().startswith(("timeout", "timed out"))
 
 
 def pass_rate_and_partial_metrics(scores: list[GroupScores], completions: list[Completion],

@@ -7,9 +7,11 @@ from kitae.rollout.trajectory import Episode, ToolCall, Turn
 
 
 def call(name: str = "calculator", arguments=None, result: str | None = "42", error: str | None = None,
-         turn: int = 0, seconds: float = 0.01) -> ToolCall:
-    return ToolCall(name, {"expression": "6*7"} if arguments is None else arguments, result=result, error=error,
-                    seconds=seconds, turn=turn)
+         turn: int = 0, seconds: float = 0.01, kind: str = "failed") -> ToolCall:
+    """A call that answered `result`, or, with `error`, failed with error kind `kind`."""
+    made = ToolCall(name, {"expression": "6*7"} if arguments is None else arguments, result=result, seconds=seconds,
+                    turn=turn)
+    return made if error is None else made.fail(kind, error)
 
 
 def an_episode(turn_calls: list[list[ToolCall]], final: str = "42<|im_end|>", end: str = "answer",

@@ -65,7 +65,7 @@ def step_1_completions() -> list[Completion]:
          (ANSWER, 6, [])], gaps=[18], end="answer", environment_reward=1.0)
     hostile = episode_completion(
         [(CALL_1, 14, [ToolCall("calculator", {"expression": XSS_ARG}, result=XSS_RESULT, seconds=0.02)]),
-         (CALL_2, 10, [ToolCall("search", {"q": "37*41"}, error="unknown tool 'search'")])],
+         (CALL_2, 10, [ToolCall("search", {"q": "37*41"}).fail("unknown_tool", "unknown tool 'search'")])],
         gaps=[20, 9], end="max_turns", environment_reward=0.0)
     single = Completion(SINGLE, [1, 2, 3], list(range(200, 207)), [-0.1] * 7, "stop")
     return [right, hostile, single]

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import inspect
 import json
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from kitae.chat import EndMarker, end_marker_of
@@ -33,10 +35,21 @@ TOOLS_TEMPLATE = (
 )
 
 
+COMPACT_TEMPLATE = TOOLS_TEMPLATE.replace("(t | tojson)", "t.function.name")  # tools by name: prompts that fit the
+# bundled model's 192 tokens
+
+
 def tools_tokenizer():
     tok = load_tokenizer(BUNDLED_MODEL)
     tok.chat_template = TOOLS_TEMPLATE
     return tok
+
+
+def tools_model(dest: Path, template: str = COMPACT_TEMPLATE) -> Path:
+    """A copy of the bundled tiny model at `dest` whose chat template (`template`) renders tools."""
+    shutil.copytree(BUNDLED_MODEL, dest)
+    (dest / "chat_template.jinja").write_text(template)
+    return dest
 
 
 class FunctionBox:
@@ -54,8 +67,7 @@ class FunctionBox:
     async def call(self, call: ToolCall) -> ToolCall:
         fn = self.fns.get(call.name)
         if fn is None:
-            call.error = f"unknown tool {call.name!r}"
-            return call
+            return call.fail("unknown_tool", f"unknown tool {call.name!r}")
         self.log.enter()
         try:
             out = fn(**call.arguments)
@@ -63,7 +75,7 @@ class FunctionBox:
                 out = await out
             call.result = str(out)
         except Exception as exc:  # noqa: BLE001
-            call.error = f"{type(exc).__name__}: {exc}"
+            call.fail("failed", f"{type(exc).__name__}: {exc}")
         finally:
             self.log.leave()
         return call

@@ -12,7 +12,6 @@ lists only the tools' names: the bundled model's context is 192 tokens.
 from __future__ import annotations
 
 import json
-import shutil
 import sqlite3
 import textwrap
 from pathlib import Path
@@ -23,16 +22,14 @@ import yaml
 from safetensors.torch import load_file
 
 from kitae.errors import ConfigError
-from kitae.models import BUNDLED_MODEL
 from kitae.store.store import DB_NAME
 from kitae.trainer.config import load_train_config
 from kitae.trainer.loop import Trainer
-from tests.agents.episode_helpers import TOOLS_TEMPLATE, call_text
+from tests.agents.episode_helpers import call_text, tools_model
 from tests.families.conftest import Say
 
 pytestmark = pytest.mark.slow
 
-COMPACT_TEMPLATE = TOOLS_TEMPLATE.replace("(t | tojson)", "t.function.name")
 CALL = call_text("calc", e="3+4") + "<|im_end|>"
 
 ENVS = textwrap.dedent(
@@ -76,9 +73,7 @@ ENVS = textwrap.dedent(
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("agent")
-    model = root / "model"
-    shutil.copytree(BUNDLED_MODEL, model)
-    (model / "chat_template.jinja").write_text(COMPACT_TEMPLATE)
+    tools_model(root / "model")
     rows = [{"messages": [{"role": "user", "content": f"{a}+{b}?"}], "reference_answer": str(a + b)}
             for a in range(3) for b in range(3)]
     (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -7,20 +7,16 @@ import asyncio
 
 import pytest
 
-from kitae.agents.episodes import MALFORMED_TOOL, Limits, run_episodes
+from kitae.agents.episodes import Limits, run_episodes
 from kitae.models import BUNDLED_MODEL, load_causal_lm
 from kitae.rollout.base import SamplingParams
+from kitae.rollout.trajectory import MALFORMED_TOOL
 from kitae.rollout.hf import HFEngine
 from kitae.agents.chat import ToolChat
-from tests.agents.episode_helpers import CallLog, FunctionBox, ScriptedEngine, call_text, tools_tokenizer
+from tests.agents.episode_helpers import CallLog, FunctionBox, ScriptedEngine, call_text
 
 PROMPT = [{"role": "user", "content": "What is 12*7?"}]
 SP = SamplingParams(temperature=1.0, max_new_tokens=99, seed=3)
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return tools_tokenizer()
 
 
 def _run(tok, script, fns=None, limits=Limits(), prompts=(PROMPT,), n=1, reset_text=None, reward=None,
@@ -97,6 +93,7 @@ def test_max_tool_calls_gives_the_extra_call_an_error_and_ends(tok):
     calls = c.episode.tool_calls
     assert c.episode.end == "max_tool_calls" and log.calls == 2
     assert [x.ok for x in calls] == [True, True, False] and "limit of 2 tool calls" in calls[2].error
+    assert [x.error_kind for x in calls] == [None, None, "refused"]  # not run: no tool failed
 
 
 def test_token_budget_cuts_the_next_turn(tok):
@@ -125,6 +122,10 @@ def test_malformed_call_goes_back_as_a_tool_error_and_is_counted(tok):
     tool_msg = c.episode.messages[1]
     assert tool_msg["role"] == "tool" and tool_msg["name"] == MALFORMED_TOOL and "not valid JSON" in tool_msg["content"]
     assert "not valid JSON" in tok.decode(c.completion_ids[t0.end:c.episode.turns[1].start])
+    # ToolChat names a malformed call as the loop does (it once named it "")
+    [own] = ToolChat(tok).malformed_calls(ToolChat(tok).parse(script("", 0)))
+    assert (own.name, own.error_kind, own.error) == (MALFORMED_TOOL, "malformed", tool_msg["content"].removeprefix(
+        "error: "))
 
 
 def test_tool_calls_of_a_turn_run_together(tok):

@@ -5,7 +5,6 @@ claimed and forwarded, evaluation sampling episodes from the rows, and pre-fligh
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 import yaml
@@ -24,19 +23,12 @@ from kitae.rollout.server import ServerEngine
 from kitae.scoring.evaluate import evaluate
 from kitae.trainer.config import load_train_config
 from kitae.trainer.preflight import preflight
-from tests.agents.episode_helpers import TOOLS_TEMPLATE, ScriptedEngine, call_text, tools_tokenizer
-
-COMPACT_TEMPLATE = TOOLS_TEMPLATE.replace("(t | tojson)", "t.function.name")  # the bundled model's 192 tokens
+from tests.agents.episode_helpers import TOOLS_TEMPLATE, ScriptedEngine, call_text, tools_model
 from tests.rollout.scripted import CompletionsServer, choice, reply
 from tests.rollout.test_protocols import implemented, members
 
 PROMPT = [{"role": "user", "content": "What is 12*7?"}]
-FORWARDED = {base.SyncsWeights, base.RemoteLogprobs, base.ReportsStats, base.SavesState}
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return tools_tokenizer()
+FORWARDED = {base.SyncsWeights, base.RemoteLogprobs, base.SavesState}
 
 
 def _calculator(tok, engine, **limits) -> AgentEngine:
@@ -82,6 +74,9 @@ def test_the_wrapper_claims_and_forwards_what_the_wrapped_engine_can(tok):
         assert not missing, f"claims {protocol.__name__} but leaves {missing} to its stub"
     for agent in (server, local):  # its prompts carry tools and it samples episodes, not token continuations
         assert isinstance(agent, base.ReadsRows) and not isinstance(agent, base.EncodesPrompts)
+    # stats: the server engine's own, and (both) the tools' (none here: the calculator has no MCP server)
+    assert isinstance(server.engine, base.ReportsStats) and not isinstance(local.engine, base.ReportsStats)
+    assert server.take_stats() == server.engine.take_stats() and local.take_stats() == {}
     server.version = 3  # forwarded: the trainer's push bookkeeping lands on the servers' engine
     assert server.engine.version == 3 and server.frozen == server.engine.frozen
 
@@ -131,10 +126,8 @@ def test_preflight_refuses_a_tool_function_that_does_not_import(tmp_path):
         preflight(_cfg(tmp_path, BUNDLED_MODEL, {"tools": ["no_such_module_here:search"]}))
 
 
-def test_preflight_refuses_prompts_with_tools_and_budget_over_the_context(tmp_path, tok):
-    model = tmp_path / "model"
-    shutil.copytree(BUNDLED_MODEL, model)
-    tok.save_pretrained(model)  # with the tools template: a prompt with the calculator's schema is ~340 tokens
+def test_preflight_refuses_prompts_with_tools_and_budget_over_the_context(tmp_path):
+    model = tools_model(tmp_path / "model", TOOLS_TEMPLATE)  # a prompt with the calculator's schema: ~340 tokens
     with pytest.raises(Exception, match="environment.episode_max_tokens"):
         preflight(_cfg(tmp_path, model, {"factory": "calculator", "episode_max_tokens": 2048}))
 
@@ -150,14 +143,12 @@ def test_the_agent_examples_load(name, tools):
     assert not cfg.sampling.async_ and cfg.sampling.partial is None
 
 
-def test_kitae_eval_with_a_config_that_has_an_environment_samples_episodes(tmp_path, tok):
+def test_kitae_eval_with_a_config_that_has_an_environment_samples_episodes(tmp_path):
     """`kitae eval --config` takes the run's environment: each sample is an episode (its turns in the results)."""
     import subprocess
     import sys
 
-    model = tmp_path / "model"
-    shutil.copytree(BUNDLED_MODEL, model)
-    (model / "chat_template.jinja").write_text(COMPACT_TEMPLATE)
+    model = tools_model(tmp_path / "model")
     cfg = _cfg(tmp_path, model, {"factory": "calculator", "turn_max_new_tokens": 16, "episode_max_tokens": 64})
     assert cfg.environment is not None
     out = tmp_path / "results"

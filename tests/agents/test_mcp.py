@@ -398,3 +398,58 @@ def test_result_text(names, structured, text):
 
     parts = _parts()
     assert result_text(_result([parts[n] for n in names], structured)) == text
+
+
+# ---- the config's entry, and MCP tools inside episodes (kitae.agents.tools.Tools) ------------------------------
+def test_the_configs_mcp_entry_is_the_one_spec():
+    """environment.mcp_servers reads every key the MCP tools take (the config once had a short spec of its own
+    that refused pass_env, cwd, name, tools, timeout_s ...), and refuses with the same messages."""
+    from kitae.agents.config import EnvironmentConfig
+    from kitae.config import from_dict
+
+    entry = {"command": ["python", "server.py"], "env": {"A": "1"}, "pass_env": ["HOME"], "cwd": "/tmp",
+             "name": "calc", "tools": ["add"], "timeout_s": 3, "start_timeout_s": 20}
+    [spec] = from_dict(EnvironmentConfig, {"mcp_servers": [entry]}, "environment").mcp_servers
+    assert isinstance(spec, McpServerSpec) and spec == McpServerSpec.read(entry, "x")
+    with pytest.raises(ConfigError, match=r"environment\.mcp_servers\[0\]\.timeout: unknown key; did you mean"):
+        from_dict(EnvironmentConfig, {"mcp_servers": [{"command": ["x"], "timeout": 5}]}, "environment")
+
+
+def test_the_config_imports_no_mcp_sdk():
+    """kitae.agents.mcp imports the SDK only when a server starts: a config without MCP never loads it."""
+    code = "import sys, kitae.agents.config, kitae.agents.mcp; print('mcp' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_episode_calls_take_the_servers_timeout_and_count_into_the_steps_stats(tmp_path):
+    """A call to an MCP tool is bounded by its server's timeout_s, not the run's tool_timeout_s; its failures carry
+    their kind; the calls reach the step's metrics as agent/mcp/... (Tools.take_stats, which the agent engine
+    reports)."""
+    from kitae.agents.tools import Tools
+    from kitae.rollout.trajectory import ToolCall
+
+    tools = Tools.from_config({"mcp_servers": [stdio_spec(tmp_path, timeout_s=2, name="calc")], "tool_timeout_s": 0.2})
+
+    async def calls():
+        await tools.start()
+        try:
+            box = tools.toolbox("r")
+            return [await box.call(ToolCall("slow", {"seconds": 0.5})),  # past the run's 0.2 s, within the server's
+                    await box.call(ToolCall("slow", {"seconds": 120})),
+                    await box.call(ToolCall("fail", {})),
+                    await box.call(ToolCall("add", {"a": 1}))]  # the schema's required b is missing
+        finally:
+            await tools.close()
+
+    slow, stuck, failed, bad = asyncio.run(calls())
+    assert slow.ok and slow.result == "slept 0.5"
+    assert stuck.error_kind == "timeout" and "MCP server 'calc'" in stuck.error
+    assert failed.error_kind == "failed" and "always fails" in failed.error
+    assert bad.error_kind == "bad_arguments"  # refused by the tool box: never sent
+    stats = tools.take_stats()
+    assert {k: stats[k] for k in ("agent/mcp/calls", "agent/mcp/timeouts", "agent/mcp/tool_errors",
+                                  "agent/mcp/servers_down")} == {"agent/mcp/calls": 3.0, "agent/mcp/timeouts": 1.0,
+                                                                 "agent/mcp/tool_errors": 1.0,
+                                                                 "agent/mcp/servers_down": 0.0}
+    assert tools.take_stats()["agent/mcp/calls"] == 0.0  # a fresh count for the next step

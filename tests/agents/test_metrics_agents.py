@@ -31,9 +31,9 @@ def test_a_one_turn_step_logs_what_it_logged_before():
 
 def test_an_agent_step_logs_what_its_episodes_did():
     episodes = [
-        an_episode([[call(), call(error="timeout after 10 s", result=None)], [call()]], malformed=[1, 0],
+        an_episode([[call(), call(error="timeout after 10 s", kind="timeout")], [call()]], malformed=[1, 0],
                    end="max_turns"),  # 3 turns, 3 calls (1 timed out), 1 malformed, cut by max_turns
-        an_episode([[call(error="ValueError: no", result=None)]], template_rewrites=True),  # 2 turns, 1 failed call
+        an_episode([[call(error="ValueError: no")]], template_rewrites=True),  # 2 turns, 1 failed call
         an_episode([]),  # answered at once
         an_episode([[call()]], end="max_turns"),
     ]
@@ -54,7 +54,7 @@ def test_an_agent_step_logs_what_its_episodes_did():
 
 
 def test_calls_past_the_episodes_limit_are_no_tool_errors():
-    refused = call(error="not run: the episode's limit of 8 tool calls was reached", result=None)
+    refused = call(error="not run: the episode's limit of 8 tool calls was reached", kind="refused")
     m = agent_metrics([an_episode([[call(), refused]], end="max_tool_calls")])
     assert m["agent/tool_errors"] == 0.0 and m["agent/tool_calls"] == 2.0 and m["agent/ended/max_tool_calls"] == 1.0
 

@@ -20,7 +20,7 @@ def test_a_one_turn_sample_dict_is_unchanged():
 
 
 def test_an_episode_shows_its_turns_calls_and_end_and_counts_its_sampled_tokens():
-    c = an_episode([[call(), call(error="timeout after 10 s", result=None)]], malformed=[1], end="max_turns",
+    c = an_episode([[call(), call(error="timeout after 10 s", kind="timeout")]], malformed=[1], end="max_turns",
                    environment_reward=0.5)
     s = sample_dict(c, 64)
     assert s["output_text"] == "42<|im_end|>"  # the final answer: every existing grader scores it
@@ -28,10 +28,10 @@ def test_an_episode_shows_its_turns_calls_and_end_and_counts_its_sampled_tokens(
     assert s["turns"] == 2 and s["episode_end"] == "max_turns" and s["environment_reward"] == 0.5
     assert s["malformed_calls"] == 1
     assert s["tool_calls"] == [
-        {"name": "calculator", "arguments": {"expression": "6*7"}, "result": "42", "error": None, "seconds": 0.01,
-         "turn": 0},
+        {"name": "calculator", "arguments": {"expression": "6*7"}, "result": "42", "error": None,
+         "error_kind": None, "seconds": 0.01, "turn": 0},
         {"name": "calculator", "arguments": {"expression": "6*7"}, "result": None, "error": "timeout after 10 s",
-         "seconds": 0.01, "turn": 0}]
+         "error_kind": "timeout", "seconds": 0.01, "turn": 0}]
     assert [m["role"] for m in s["messages"]] == ["assistant", "tool", "tool", "assistant"]
     s["messages"][0]["content"] = "changed"  # a grader that writes into its sample changes no episode
     assert c.episode.messages[0]["content"] != "changed"
@@ -41,9 +41,11 @@ def test_an_episode_shows_its_turns_calls_and_end_and_counts_its_sampled_tokens(
 @pytest.mark.parametrize("turn_calls, malformed, spec, score", [
     ([[call()], [call()]], [0, 0], {"type": "tool_format"}, 1.0),  # every call well-formed
     ([[call()], []], [0, 1], {"type": "tool_format"}, 0.5),  # one call, one that could not be read
-    ([[call(name="search", error="unknown tool 'search'", result=None)]], [0], {"type": "tool_format"}, 0.0),
-    ([[call(error="ValueError: bad", result=None)]], [0], {"type": "tool_format"}, 1.0),  # a tool that failed: the
-    # call itself was well-formed
+    ([[call(name="search", error="unknown tool 'search'", kind="unknown_tool")]], [0], {"type": "tool_format"}, 0.0),
+    ([[call(error="ValueError: bad")]], [0], {"type": "tool_format"}, 1.0),  # a tool that failed: the call itself
+    # was well-formed
+    ([[call(error="unknown tool 'x' in the backend")]], [0], {"type": "tool_format"}, 1.0),  # the tool's own
+    # failure, whatever its text says: the kind counts, not the words
     ([], [], {"type": "tool_format"}, None),  # no call: abstains ...
     ([], [], {"type": "tool_format", "no_calls": 0.0}, 0.0),  # ... or scores what the spec says
     ([[call(), call()], [call()]], [0, 0], {"type": "tool_cost"}, -0.15),  # -0.05 per call, 3 calls

@@ -9,25 +9,17 @@ import subprocess
 import sys
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from kitae.cli.runs import register
 from kitae.errors import KitaeError
 from kitae.store import GroupRecord, RunStore, SampleRecord
 from tests.agents._store_fixtures import ANSWER, PROMPT, UNSENT, XSS_ARG, XSS_RESULT, write_agent_run, write_odd_run
+from tests.store.conftest import runs_app
 
 
 @pytest.fixture
 def app():
-    app = typer.Typer()
-    register(app)
-
-    @app.callback()
-    def root() -> None:  # keeps `runs` a sub-command, as in the real `kitae` app
-        pass
-
-    return app
+    return runs_app()
 
 
 @pytest.fixture
@@ -57,7 +49,8 @@ def test_json_has_each_sample_with_its_turns_tool_calls_components_and_spans(app
     assert [m["role"] for m in right["messages"]] == ["assistant", "tool", "assistant"]
     assert right["messages"][0]["tool_calls"][0]["function"]["name"] == "calculator"
     assert right["tool_calls"] == [{"name": "calculator", "arguments": {"expression": "37 * 41"}, "id": None,
-                                    "result": "1517", "error": None, "seconds": 0.01, "turn": 0}]
+                                    "result": "1517", "error": None, "seconds": 0.01, "turn": 0,
+                                    "error_kind": None}]
     assert [t["end"] for t in right["episode"]["turns"]] == [12, 36]
     assert hostile["untrained_spans"] == [[14, 34], [44, 53]] and hostile["episode_end"] == "max_turns"
     assert [(c["name"], c["error"]) for c in hostile["tool_calls"]] == [("calculator", None),
@@ -150,3 +143,29 @@ def test_results_the_model_never_read_and_a_hand_edited_episode(app, tmp_path):
                                                   "--json"]).output)
     odd = as_json["groups"][0]["samples"][1]
     assert (odd["turns"], odd["tool_calls"], odd["messages"]) == (0, [], 7)
+
+
+def test_episodes_stored_before_error_kind_still_read(app, runs_dir):
+    """A run.db written before tool calls carried error_kind (the episode JSON lacks the key): the store, --json
+    and the text read it as they did, the error shown by its words."""
+    import sqlite3
+
+    db = runs_dir / "agent-run" / "run.db"
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT group_id, sample_index, episode FROM samples WHERE episode IS NOT NULL").fetchall()
+        assert rows and all('"error_kind"' in episode for *_, episode in rows)  # what is stripped below
+        for group_id, index, episode in rows:
+            old = json.loads(episode)
+            for turn in old["turns"]:
+                for c in turn["tool_calls"]:
+                    del c["error_kind"]
+            conn.execute("UPDATE samples SET episode = ? WHERE group_id = ? AND sample_index = ?",
+                         (json.dumps(old), group_id, index))
+    conn.close()
+    result = samples(app, runs_dir, "--step", "1", "--json")
+    assert result.exit_code == 0, result.output
+    hostile = json.loads(result.output)["groups"][0]["samples"][1]
+    assert [(c["name"], c["error"], "error_kind" in c) for c in hostile["tool_calls"]] == [
+        ("calculator", None, False), ("search", "unknown tool 'search'", False)]
+    text = samples(app, runs_dir, "--step", "1")
+    assert text.exit_code == 0 and "      ERROR unknown tool 'search'" in text.output

@@ -45,7 +45,8 @@ def test_group_records_keeps_the_episode_spans_and_sampled_tokens(tmp_path):
     assert right.episode == asdict(completions[0].episode)
     assert right.episode["turns"][0]["text"] == CALL_0
     assert right.tool_calls == [{"name": "calculator", "arguments": {"expression": "37 * 41"}, "id": None,
-                                 "result": "1517", "error": None, "seconds": 0.01, "turn": 0}]
+                                 "result": "1517", "error": None, "seconds": 0.01, "turn": 0,
+                                 "error_kind": None}]
     assert hostile.trained_spans == [[0, 14], [34, 44]] and hostile.sampled_tokens == 24
     assert hostile.episode_end == "max_turns" and hostile.environment_reward == 0.0
     assert [c["error"] for c in hostile.tool_calls] == [None, "unknown tool 'search'"]

@@ -125,14 +125,14 @@ def call(toolbox: ToolBox, name: str, arguments) -> ToolCall:
 @pytest.mark.parametrize("fn", [hang, ahang], ids=["sync", "async"])
 def test_a_tool_that_never_returns_is_a_timeout_error(fn):
     done = call(box(fn, timeout_s=0.2), fn.__name__, {"x": 1})
-    assert done.error == "timeout after 0.2 s" and done.result is None
+    assert done.error == "timeout after 0.2 s" and done.result is None and done.error_kind == "timeout"
     assert done.seconds > 0
 
 
 def test_a_tools_own_timeout_wins_over_the_runs():
     tool = Tool("hang", function_tool(hang).schema, hang, timeout_s=0.1)
     done = asyncio.run(ToolBox([tool], timeout_s=60).call(ToolCall("hang", {"x": 1})))
-    assert done.error == "timeout after 0.1 s"
+    assert done.error == "timeout after 0.1 s" and done.error_kind == "timeout"
 
 
 def test_a_hung_sync_tool_does_not_keep_asyncio_run_from_returning():
@@ -152,27 +152,39 @@ def test_a_hung_sync_tool_does_not_keep_asyncio_run_from_returning():
 @pytest.mark.parametrize("fn, error", [
     (fail, "ZeroDivisionError: cannot divide 1 by zero"),       # a tool's exception: type and message
     (afail, "the model reads exactly this"),                    # ToolError: its message as it is
-    (times_out_itself, "TimeoutError"),                          # the tool's own TimeoutError is not the call's timeout
+    (times_out_itself, "TimeoutError"),                          # the tool's own TimeoutError is not the call's
+    # timeout: it failed
     (exits, "the tool raised SystemExit(3)"),                   # even sys.exit in a tool ends only the call
     (aexits, "the tool raised SystemExit(4)"),
 ])
 def test_a_tools_exception_is_the_calls_error(fn, error):
     done = call(box(fn), fn.__name__, {"x": 1})
-    assert done.error == error and done.result is None and not done.ok
+    assert done.error == error and done.result is None and not done.ok and done.error_kind == "failed"
 
 
-@pytest.mark.parametrize("name, arguments, error", [
-    ("ad", {"a": 1, "b": 2}, "unknown tool 'ad'; did you mean 'add'? (tools: add, big)"),
-    ("search", {}, "unknown tool 'search' (tools: add, big)"),
-    ("add", {"a": 1}, "'add' is missing the required argument(s) b (its arguments: a, b)"),
-    ("add", {"a": 1, "b": 2, "c": 3}, "bad arguments for 'add': got an unexpected keyword argument 'c'"),
-    ("add", '{"a": 1, "b"', "the arguments of 'add' are not a JSON object: '{\"a\": 1, \"b\"'"),  # raw, unparsed
-    ("add", [1, 2], "the arguments of 'add' are not a JSON object: '[1, 2]'"),
-    ("add", None, "'add' is missing the required argument(s) a, b (its arguments: a, b)"),  # none given: {}
+@pytest.mark.parametrize("name, arguments, error, kind", [
+    ("ad", {"a": 1, "b": 2}, "unknown tool 'ad'; did you mean 'add'? (tools: add, big)", "unknown_tool"),
+    ("search", {}, "unknown tool 'search' (tools: add, big)", "unknown_tool"),
+    ("add", {"a": 1}, "'add' is missing the required argument(s) b (its arguments: a, b)", "bad_arguments"),
+    ("add", {"a": 1, "b": 2, "c": 3}, "bad arguments for 'add': got an unexpected keyword argument 'c'",
+     "bad_arguments"),
+    ("add", '{"a": 1, "b"', "the arguments of 'add' are not a JSON object: '{\"a\": 1, \"b\"'",
+     "bad_arguments"),  # raw, unparsed
+    ("add", [1, 2], "the arguments of 'add' are not a JSON object: '[1, 2]'", "bad_arguments"),
+    ("add", None, "'add' is missing the required argument(s) a, b (its arguments: a, b)", "bad_arguments"),  # {}
 ])
-def test_calls_that_cannot_be_made_are_errors(name, arguments, error):
+def test_calls_that_cannot_be_made_are_errors(name, arguments, error, kind):
     done = call(box(add, big), name, arguments)
-    assert done.error == error and done.result is None and done.seconds == 0.0
+    assert done.error == error and done.result is None and done.seconds == 0.0 and done.error_kind == kind
+
+
+def test_a_call_that_ran_has_no_error_kind_even_after_a_failed_try():
+    """A ToolCall reused after a failure (a retry) carries no stale kind once it ran."""
+    done = call(box(add, big), "add", {"a": 1})
+    assert done.error_kind == "bad_arguments"
+    done.arguments = {"a": 1, "b": 2}
+    again = asyncio.run(box(add, big).call(done))
+    assert (again.result, again.error, again.error_kind) == ("3", None, None)
 
 
 def test_output_is_capped_with_a_marker():

@@ -10,7 +10,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from kitae.agents.http_tools import http_tool
+from kitae.agents.config import EnvironmentConfig
+from kitae.agents.http_tools import HttpToolSpec, http_tool
+from kitae.config import from_dict
 from kitae.agents.tools import Tools
 from kitae.errors import ConfigError
 from kitae.rollout.trajectory import ToolCall
@@ -247,14 +249,36 @@ def test_the_runs_cap_limits_requests_in_flight(server):
     ({"name": "t", "url": "http://127.0.0.1:1/x", "description": "d",
       "parameters": {"type": "object", "properties": {}, "required": ["q"]}}, "parameters.required"),
     ({"name": "t", "url": "http://127.0.0.1:1/x", "description": "d", "timeout_s": 0}, "http_tools[0].timeout_s"),
-    ({"name": "t", "url": "http://127.0.0.1:1/x", "description": "d", "retries": 1.5}, "expected a whole number"),
+    ({"name": "t", "url": "http://127.0.0.1:1/x", "description": "d", "retries": 1.5},
+     "http_tools[0].retries: expected an integer"),
     ({"name": "t", "url": "http://127.0.0.1:1/x", "description": "d", "headers_env": ["X"]}, "headers_env"),
-    ({"name": "t", "url": "http://127.0.0.1:1/x", "description": "d", "tiemout_s": 3}, "unknown field(s) tiemout_s"),
+    ({"name": "t", "url": "http://127.0.0.1:1/x", "description": "d", "headers_env": {"X-Team": "not a var"}},
+     "http_tools[0].headers_env.X-Team: 'not a var' is not an environment variable's name"),
+    ({"name": "t", "url": "http://127.0.0.1:1/x", "description": "d", "api_key_env": "$TOKEN"},
+     "http_tools[0].api_key_env: '$TOKEN' is not an environment variable's name"),
+    ({"name": "t", "url": "http://127.0.0.1:1/x", "description": "  "}, "description: say what the tool does"),
+    ({"name": "t", "url": "http://127.0.0.1:1/x", "description": "d", "tiemout_s": 3},
+     "http_tools[0].tiemout_s: unknown key; did you mean 'timeout_s'?"),
 ])
-def test_bad_http_tool_entries_name_the_field(entry, says):
+@pytest.mark.parametrize("reader", ["http_tool", "config"])
+def test_bad_http_tool_entries_name_the_field(entry, says, reader):
+    """One spec (HttpToolSpec), one set of rules: the tool built from a mapping and the environment section of a
+    config refuse the same entries with the same message."""
     with pytest.raises(ConfigError) as err:
-        http_tool(entry, "environment.http_tools[0]")
+        if reader == "http_tool":
+            http_tool(entry, "environment.http_tools[0]")
+        else:
+            from_dict(EnvironmentConfig, {"http_tools": [entry]}, "environment")
     assert says in str(err.value)
+
+
+def test_the_configs_entry_is_the_tools_spec(server, monkeypatch):
+    """What the environment section reads (api_key_env included) is what the tool is built from."""
+    cfg = from_dict(EnvironmentConfig, {"http_tools": [{**spec(server, "/search"), "api_key_env": "WIKI_TOKEN",
+                                                         "retries": 0}]}, "environment")
+    assert isinstance(cfg.http_tools[0], HttpToolSpec)
+    tool = http_tool(cfg.http_tools[0], "environment.http_tools[0]", default_timeout_s=3)
+    assert (tool.fn.api_key_env, tool.fn.retries, tool.fn.timeout_s) == ("WIKI_TOKEN", 0, 3)
 
 
 def test_an_entry_may_be_a_config_object(server):

@@ -3,16 +3,13 @@ of 5xx, timeouts, replies that are not a grade; every failure an abstention with
 
 from __future__ import annotations
 
-import json
 import socket
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from kitae.errors import ConfigError
 from kitae.graders import build_grader
+from tests.scripted_http import ScriptedServer
 
 ITEM = {"messages": [{"role": "user", "content": "What is 12*34?"}], "reference_answer": "408", "id": 7}
 SINGLE = {"output_text": "408<|im_end|>", "finish_reason": "stop", "completion_tokens": 4,
@@ -27,53 +24,14 @@ EPISODE = {**SINGLE, "messages": [
     "turns": 2, "episode_end": "answered", "environment_reward": None}
 
 
-class Endpoint:
-    """A real HTTP server that answers from a script of (status, body, delay), then with `default`; it keeps
-    what it was sent."""
-
-    def __init__(self, script=(), default=(200, {"score": 1.0}, 0.0)):
-        self.script, self.default = list(script), default
-        self.lock, self.bodies, self.headers = threading.Lock(), [], []
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
-                raw = self.rfile.read(int(self.headers["Content-Length"]))
-                with owner.lock:
-                    owner.bodies.append(json.loads(raw))
-                    owner.headers.append(dict(self.headers))
-                    status, reply, delay = owner.script.pop(0) if owner.script else owner.default
-                time.sleep(delay)
-                data = reply if isinstance(reply, bytes) else json.dumps(reply).encode()
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except OSError:  # the client gave up (timeout)
-                    pass
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/grade"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
 def endpoint(request):
-    """An Endpoint(*args) from the test's parametrization or a default one."""
+    """A scripted grading endpoint (tests.scripted_http): ``endpoint(script, default=...)``; by default every
+    request gets ``{"score": 1.0}``."""
     made = []
 
-    def make(*args, **kwargs):
-        made.append(Endpoint(*args, **kwargs))
+    def make(script=(), default=(200, {"score": 1.0}, 0.0)):
+        made.append(ScriptedServer(script, default, path="/grade"))
         return made[-1]
 
     yield make

@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -14,6 +12,7 @@ from kitae.graders import build_grader
 from kitae.rewards.remote import RM_PROTOCOLS, RemoteRewardModel, RewardModelError
 from kitae.rewards.reward_model import LocalRewardModel
 from kitae.serving.reward_server import make_server
+from tests.scripted_http import ScriptedServer
 
 CONVS = [
     [{"role": "user", "content": "12+35は?"}, {"role": "assistant", "content": "47です。"}],
@@ -82,55 +81,17 @@ def test_requests_carry_served_model_and_raw_logit_flags():
 
 
 # ---- a scriptable server for failure modes ------------------------------------------------------------
-class Scripted:
-    """A real HTTP server whose replies follow a script: a list of (status, body, delay) per request."""
-
-    def __init__(self, script, default=(200, None, 0.0)):
-        self.script, self.default = list(script), default
-        self.lock, self.in_flight, self.max_in_flight, self.bodies = threading.Lock(), 0, 0, []
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with owner.lock:
-                    owner.bodies.append(body)
-                    status, reply, delay = owner.script.pop(0) if owner.script else owner.default
-                    owner.in_flight += 1
-                    owner.max_in_flight = max(owner.max_in_flight, owner.in_flight)
-                time.sleep(delay)
-                with owner.lock:
-                    owner.in_flight -= 1
-                if reply is None:  # echo one score per conversation: its index
-                    reply = {"scores": [float(i) for i in range(len(body["conversations"]))]}
-                data = json.dumps(reply).encode()
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except OSError:  # the client gave up (timeout)
-                    pass
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+def echo_scores(body: dict) -> dict:
+    """One score per conversation: its index."""
+    return {"scores": [float(i) for i in range(len(body["conversations"]))]}
 
 
 @pytest.fixture
 def scripted():
     servers = []
 
-    def start(script, default=(200, None, 0.0)):
-        servers.append(Scripted(script, default))
+    def start(script, default=(200, echo_scores, 0.0)):
+        servers.append(ScriptedServer(script, default))
         return servers[-1]
 
     yield start
@@ -163,7 +124,7 @@ def test_client_errors_are_not_retried(scripted):
 
 
 def test_timeouts_are_counted_and_retried(scripted):
-    server = scripted([], default=(200, None, 1.0))
+    server = scripted([], default=(200, echo_scores, 1.0))
     client = RemoteRewardModel(server.url, timeout=0.1, retries=1, backoff=0.01)
     with pytest.raises(RewardModelError, match="timed out"):
         asyncio.run(client.score(CONVS[:1]))
@@ -179,7 +140,7 @@ def test_wrong_number_of_scores_is_a_bad_reply(scripted):
 
 
 def test_concurrency_limit_holds(scripted):
-    server = scripted([], default=(200, None, 0.05))
+    server = scripted([], default=(200, echo_scores, 0.05))
     client = RemoteRewardModel(server.url, batch_size=1, max_concurrency=2)
     scores = asyncio.run(client.score(CONVS * 3))  # 9 requests of one conversation
     assert scores == [0.0] * 9 and len(server.bodies) == 9

@@ -3,8 +3,22 @@
 from __future__ import annotations
 
 import pytest
+import typer
 
+from kitae.cli.runs import register
 from kitae.store import GroupRecord, RunStore, SampleRecord
+
+
+def runs_app() -> typer.Typer:
+    """The ``kitae runs`` commands in an app of their own, ``runs`` a sub-command as in the real ``kitae`` app."""
+    app = typer.Typer()
+    register(app)
+
+    @app.callback()
+    def root() -> None:  # keeps `runs` a sub-command
+        pass
+
+    return app
 
 
 def make_sample(reward: float | None, finish_reason: str = "stop", text: str = "x") -> SampleRecord:

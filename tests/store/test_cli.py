@@ -7,26 +7,18 @@ import subprocess
 import sys
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from kitae.cli.runs import fmt_number, register
+from kitae.cli.runs import fmt_number
 from kitae.errors import KitaeError
 from kitae.store import RunStore
 
-from .conftest import make_group
+from .conftest import make_group, runs_app
 
 
 @pytest.fixture
 def app():
-    app = typer.Typer()
-    register(app)
-
-    @app.callback()
-    def root() -> None:  # keeps `runs` a sub-command, as in the real `kitae` app
-        pass
-
-    return app
+    return runs_app()
 
 
 @pytest.fixture
