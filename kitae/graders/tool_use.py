@@ -17,7 +17,7 @@
 
 Each grader scores the whole trajectory with one number: that number, weighted and summed with the other
 components, is the episode's one reward, and the group advantage broadcasts it over every token the policy
-sampled (docs/agents_rewards.md says why kitae trains on no per-turn score). A sample that is not an episode
+sampled (docs/agents.md, "What is trained", says why kitae trains on no per-turn score). A sample that is not an episode
 (a one-turn run) abstains: these graders have nothing to read there.
 """
 
