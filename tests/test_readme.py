@@ -27,6 +27,7 @@ QUICK_START = "test_quick_start_as_written"
 CURATE = "test_curate_walkthrough_as_written"
 TRAINING = "test_minimal_config_as_written"
 GRADERS = "test_grader_commands_as_written"
+AGENTS = "test_agents_demo_as_written"
 # Each README command -> the test here that runs it, or why none does.
 COVERED = {
     "python3 -m venv .venv && . .venv/bin/activate": "CI's (.ci/run makes its fresh venv the same way, under /tmp)",
@@ -34,6 +35,8 @@ COVERED = {
         f"the install is CI's (.ci/run); the training run is {QUICK_START}'s",
     "pip install -c constraints.txt -e '.[dev,ja,embed]' && python -m pytest -q": "the test suite itself (.ci/run)",
     "kitae train examples/zero.yaml": QUICK_START,
+    "kitae train examples/tools.yaml": AGENTS,
+    "kitae runs samples tools --step 40": AGENTS,
     "kitae runs list": QUICK_START,
     "kitae runs show zero": QUICK_START,
     "kitae ui": QUICK_START,
@@ -227,6 +230,31 @@ def test_quick_start_as_written(user_dir):
     finally:
         ui.terminate()
         ui.wait(timeout=30)
+
+
+# examples/tools.yaml's 40 steps with one prompt of two episodes per step, and four eval prompts
+SMALL_AGENT_RUN = ("--set optim.prompts_per_step=1 --set sampling.group_size=2 --set optim.micro_batch_size=2 "
+                   "--set eval.limit=4 --set eval.k=1 --set logging.save_every=40")
+
+
+@pytest.mark.slow
+def test_agents_demo_as_written(user_dir):
+    train = sh(f"{command_for('kitae train examples/tools.yaml')} {SMALL_AGENT_RUN}", user_dir, timeout=1800)
+    printed = [line for line in train.stdout.splitlines() if line.strip()]
+    evals = [line for line in printed if line.startswith("eval step")]
+    assert [line.split()[2] for line in evals] == ["0", "20", "40"]
+    assert all("tool_use" in line for line in evals)  # an agent run's evaluations say how often the tool was called
+    assert printed[-3] == "run tools finished after 40 steps  (runs/tools)"
+
+    shown = sh(command_for("kitae runs samples tools"), user_dir).stdout
+    assert shown.startswith("run tools · step 40 · 1 group")
+    assert shown.count("-- sample #") == 2 and "episode end" in shown and "trained tokens: [0, " in shown
+    as_json = json.loads(sh(command_for("kitae runs samples tools") + " --json", user_dir).stdout)
+    [group] = as_json["groups"]
+    for sample in group["samples"]:  # every token after the prompt is trained or not, once
+        spans = sorted(sample["trained_spans"] + sample["untrained_spans"])
+        assert spans[0][0] == 0 and all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+        assert spans[-1][1] == sample["completion_tokens"]
 
 
 def _kitae() -> str:
