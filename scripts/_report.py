@@ -43,3 +43,11 @@ def build_main(argv: list[str] | None, doc: str, config_cls: type, default_out, 
         eval_only(args.eval_only, args.data_dir, args.seed, args.threads)
         return
     build(config_cls(seed=args.seed, steps=args.steps, threads=args.threads), args.out, args.data_dir)
+
+
+def write_card(out_dir, info: dict, card: str) -> None:
+    """A bundled model's build_info.json and its model card README.md (``card``, rendered from ``info`` alone)."""
+    import json
+
+    (out_dir / "build_info.json").write_text(json.dumps(info, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    (out_dir / "README.md").write_text(card, encoding="utf-8")

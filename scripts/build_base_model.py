@@ -22,7 +22,6 @@ masked out of the loss. The loss covers every token (user turns too), as in pret
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import sys
@@ -35,7 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _corpus  # noqa: E402  (sibling helpers, not part of the package)
-from _report import build_main, print_metrics, score  # noqa: E402
+from _report import build_main, print_metrics, score, write_card  # noqa: E402
 
 from kitae.chat import CHATML_TEMPLATE, END_OF_TEXT, IM_END, IM_START  # noqa: E402
 from kitae.data.loader import load_prompts, write_jsonl  # noqa: E402
@@ -283,12 +282,6 @@ Timings vary with the machine; the numbers above come from the committed checkpo
 """
 
 
-def write_card(out_dir: Path, info: dict) -> None:
-    """build_info.json and the model card README.md, which is rendered from it alone."""
-    (out_dir / "build_info.json").write_text(json.dumps(info, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    (out_dir / "README.md").write_text(render_card(info), encoding="utf-8")
-
-
 def render_card(info: dict) -> str:
     cfg, mix = info["config"], info["mixture"]
     endings = {n: mix[n] for n in ("clean", "ramble", "loop", "fake_turn", "run_on")}
@@ -330,7 +323,7 @@ def build(cfg: BuildConfig, out_dir: Path, data_dir: Path) -> dict:
     t4 = time.time()
     info = {"config": asdict(cfg), "mixture": asdict(_corpus.Mixture()), "params": params,
             "final_loss": sum(losses[-20:]) / len(losses[-20:]), "train_seconds": round(t3 - t2), "metrics": metrics}
-    write_card(out_dir, info)
+    write_card(out_dir, info, render_card(info))
     print(f"timings: task+tokenizer {t1 - t0:.0f}s, corpus {t2 - t1:.0f}s, training {t3 - t2:.0f}s, "
           f"eval {t4 - t3:.0f}s, total {t4 - t0:.0f}s")
     print_metrics(metrics)

@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _tools_corpus as tc  # noqa: E402  (sibling helpers, not part of the package)
-from _report import build_main  # noqa: E402
+from _report import build_main, write_card  # noqa: E402
 from build_base_model import (BuildConfig, build_tokenizer, check_tokenizer, generate_texts, make_model,  # noqa: E402
                               packed_rows, pretrain)
 
@@ -242,12 +242,6 @@ Timings vary with the machine; the numbers above come from the committed checkpo
 """
 
 
-def write_card(out_dir: Path, info: dict) -> None:
-    """build_info.json and the model card README.md, which is rendered from it alone."""
-    (out_dir / "build_info.json").write_text(json.dumps(info, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    (out_dir / "README.md").write_text(render_card(info), encoding="utf-8")
-
-
 def render_card(info: dict) -> str:
     cfg, mix, s = info["config"], info["tools_mixture"], info["metrics"]["sampled_t1"]
     table = "\n".join(f"| {k} | {m['n']} | {m['accuracy']:.2f} | {m['tool_call']:.2f} | {m['exact_call']:.2f} | "
@@ -337,7 +331,7 @@ def build(cfg: ToolsBuildConfig, out_dir: Path, data_dir: Path) -> dict:
             "base_mixture": asdict(tc._corpus.Mixture()),
             "tool_schema": tc.calculator_schema(), "eval": EVAL, "params": params,
             "final_loss": sum(losses[-20:]) / len(losses[-20:]), "train_seconds": round(t3 - t2), "metrics": metrics}
-    write_card(out_dir, info)
+    write_card(out_dir, info, render_card(info))
     print(f"timings: task+tokenizer {t1 - t0:.0f}s, corpus {t2 - t1:.0f}s, training (all stages, with the "
           f"later stages' corpora) {t3 - t2:.0f}s, "
           f"eval {t4 - t3:.0f}s, total {t4 - t0:.0f}s")

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_vs_trl_benchmark import assert_same_sampling_and_update
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
@@ -62,15 +64,7 @@ def test_both_sides_run_the_same_settings(bench, tools_model, rows_file, tool, t
     assert env["episode_max_tokens"] == env["turn_max_new_tokens"] == trl["max_completion_length"] == bench.MAX_NEW
     assert env["max_tool_calls"] >= env["max_turns"]  # TRL has no such limit: kitae's never cuts first here
     assert env["max_concurrent_tools"] == trl["per_device_train_batch_size"]  # every episode's call at once
-    assert k["sampling"]["temperature"] == trl["temperature"] and k["sampling"]["top_p"] == trl["top_p"] == 1.0
-    assert k["sampling"]["top_k"] == trl["top_k"] == 0
-    assert k["data"]["shuffle"] is trl["shuffle_dataset"] is False  # the same prompts at every step
-    assert k["algorithm"]["loss"] == trl["loss_type"] == "grpo"
-    assert k["algorithm"]["kl"]["coef"] == trl["beta"] == 0.0
-    assert k["algorithm"]["eps_low"] == k["algorithm"]["eps_high"] == trl["epsilon"]
-    assert k["optim"]["lr"] == trl["learning_rate"] and k["optim"]["scheduler"] == trl["lr_scheduler_type"]
-    assert k["optim"]["betas"] == [trl["adam_beta1"], trl["adam_beta2"]]
-    assert k["optim"]["weight_decay"] == trl["weight_decay"] and k["optim"]["max_grad_norm"] == trl["max_grad_norm"]
+    assert_same_sampling_and_update(k, trl)
     assert k["optim"]["skip_zero_advantage"] is False  # every row trained, as TRL trains them
     assert k["model"]["gradient_checkpointing"] is trl["gradient_checkpointing"] is False
     assert k["seed"] == trl["seed"]

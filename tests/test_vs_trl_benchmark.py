@@ -22,6 +22,20 @@ def bench():
     return module
 
 
+def assert_same_sampling_and_update(k: dict, trl: dict) -> None:
+    """kitae's config ``k`` and TRL's GRPOConfig ``trl`` sample and update alike: temperature, top-p/k, the
+    prompt order, the loss, no KL, the clip range, the optimizer (also benchmarks/agents.py's two sides)."""
+    assert k["sampling"]["temperature"] == trl["temperature"] and k["sampling"]["top_p"] == trl["top_p"] == 1.0
+    assert k["sampling"]["top_k"] == trl["top_k"] == 0
+    assert k["data"]["shuffle"] is trl["shuffle_dataset"] is False  # the same prompts at every step
+    assert k["algorithm"]["loss"] == trl["loss_type"] == "grpo"
+    assert k["algorithm"]["kl"]["coef"] == trl["beta"] == 0.0
+    assert k["algorithm"]["eps_low"] == k["algorithm"]["eps_high"] == trl["epsilon"]
+    assert k["optim"]["lr"] == trl["learning_rate"] and k["optim"]["scheduler"] == trl["lr_scheduler_type"]
+    assert k["optim"]["betas"] == [trl["adam_beta1"], trl["adam_beta2"]]
+    assert k["optim"]["weight_decay"] == trl["weight_decay"] and k["optim"]["max_grad_norm"] == trl["max_grad_norm"]
+
+
 @pytest.fixture(scope="module")
 def model():
     from kitae.models import BUNDLED_MODEL
@@ -39,15 +53,7 @@ def test_both_sides_run_the_same_settings(bench, model, size, arm, tmp_path):
     assert k["sampling"]["max_new_tokens"] == trl["max_completion_length"] == bench.MAX_NEW
     assert k["sampling"]["group_size"] == trl["num_generations"]
     assert k["optim"]["prompts_per_step"] * k["sampling"]["group_size"] == trl["per_device_train_batch_size"]
-    assert k["sampling"]["temperature"] == trl["temperature"] and k["sampling"]["top_p"] == trl["top_p"] == 1.0
-    assert k["sampling"]["top_k"] == trl["top_k"] == 0
-    assert k["data"]["shuffle"] is trl["shuffle_dataset"] is False  # the same prompts at every step
-    assert k["algorithm"]["loss"] == trl["loss_type"] == "grpo"
-    assert k["algorithm"]["kl"]["coef"] == trl["beta"] == 0.0
-    assert k["algorithm"]["eps_low"] == k["algorithm"]["eps_high"] == trl["epsilon"]
-    assert k["optim"]["lr"] == trl["learning_rate"] and k["optim"]["scheduler"] == trl["lr_scheduler_type"]
-    assert k["optim"]["betas"] == [trl["adam_beta1"], trl["adam_beta2"]]
-    assert k["optim"]["weight_decay"] == trl["weight_decay"] and k["optim"]["max_grad_norm"] == trl["max_grad_norm"]
+    assert_same_sampling_and_update(k, trl)
     assert k["optim"]["skip_zero_advantage"] is (arm != "kitae-all-rows")  # the every-row arm trains them all
     from kitae.trainer.config import load_train_config
 

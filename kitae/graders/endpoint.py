@@ -37,7 +37,7 @@ from kitae.config import setting, short_repr
 from kitae.errors import ConfigError
 from kitae.graders.base import Grade, Grader, Item, Sample, is_finite_number
 from kitae.graders.spec import read_spec, register_grader
-from kitae.graders.template import TemplateError, output_json, output_text
+from kitae.graders.template import sample_with_answer
 from kitae.http.client import Retrier, WireCounters, WireError, auth_headers, token_hint
 from kitae.jsonsafe import dumps
 
@@ -94,7 +94,7 @@ class EndpointGrader(Grader):
 
     async def _grade(self, client: httpx.AsyncClient, item: Item, sample: Sample) -> Grade:
         # strict JSON (NaN -> null); a value JSON has no type for (a user's object in the row) goes as its str()
-        body = dumps({"item": item, "sample": wire_sample(sample)}, default=str).encode()
+        body = dumps({"item": item, "sample": sample_with_answer(sample, leave_out=NOT_SENT)}, default=str).encode()
         try:
             reply = await self._retrier.post(lambda: client.post(
                 self.url, content=body, headers={"Content-Type": "application/json", **auth_headers(self.api_key_env)}))
@@ -115,18 +115,6 @@ class EndpointGrader(Grader):
         return Grade(score=float(reply["score"]), reason=reply.get("reason"),
                      sub_scores={str(k): None if v is None else float(v) for k, v in subs.items()})
 
-
-
-def wire_sample(sample: Sample) -> dict[str, Any]:
-    """What the endpoint gets of a sample: its fields without the token ids, ``output_text`` up to the end marker,
-    ``output_json`` parsed (null when the text is not JSON)."""
-    out = {k: v for k, v in sample.items() if k not in NOT_SENT}
-    out["output_text"] = output_text(sample)
-    try:
-        out["output_json"] = output_json(sample)
-    except TemplateError:
-        out["output_json"] = None
-    return out
 
 
 def _reply_problem(reply: Any) -> str | None:

@@ -36,7 +36,7 @@ from kitae.config import setting
 from kitae.errors import ConfigError
 from kitae.graders.base import Grade, Grader, Item, Sample
 from kitae.graders.spec import read_spec, register_grader
-from kitae.graders.template import TemplateError, output_json, output_text
+from kitae.graders.template import sample_with_answer
 from kitae.sandbox import Sandbox, SandboxKind, open_sandbox
 from kitae.sandbox.seccomp import one_process_hex
 from kitae.sandbox.worker import SandboxError, Worker
@@ -76,7 +76,7 @@ class PythonGrader(Grader):
 
     def grade_sample(self, item: Item, sample: Sample) -> Grade:
         try:
-            value = self.worker.call({"sample": sandbox_sample(sample), "item": item})
+            value = self.worker.call({"sample": sample_with_answer(sample, leave_out=("output_json",)), "item": item})
         except SandboxError as exc:
             return Grade.abstain(error=f"python grader: {exc}")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -91,16 +91,6 @@ class PythonGrader(Grader):
     def close(self) -> None:
         self.worker.close()
         self.sandbox.close()
-
-
-def sandbox_sample(sample: Sample) -> dict[str, Any]:
-    out = {k: v for k, v in sample.items() if k != "output_json"}
-    out["output_text"] = output_text(sample)
-    try:
-        out["output_json"] = output_json(sample)
-    except TemplateError:
-        out["output_json"] = None
-    return out
 
 
 def _check_source(source: str, path: str) -> None:

@@ -145,6 +145,19 @@ def output_json(sample: dict) -> Any:
         raise TemplateError(f"sample output is not JSON ({exc})") from None
 
 
+def sample_with_answer(sample: dict, leave_out: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The sample as code outside kitae gets it (a python grader's sandbox, an endpoint grader): without the fields
+    in ``leave_out``, ``output_text`` up to the end marker, ``output_json`` the one the sample kept (unless left
+    out) or parsed from the text, null when it is not JSON."""
+    out = {k: v for k, v in sample.items() if k not in leave_out}
+    out["output_text"] = output_text(sample)
+    try:
+        out["output_json"] = output_json(out)
+    except TemplateError:
+        out["output_json"] = None
+    return out
+
+
 def output_tools(sample: dict) -> list[dict[str, Any]]:
     """The ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks of the output, as OpenAI's tool calls."""
     calls = []
