@@ -23,7 +23,7 @@ class ScriptedServer:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}{path}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()  # a quick shutdown
 
     def answer(self, body: Any, headers: dict) -> tuple[int, bytes, float]:
         """The next step of the script for a request, counted in flight until :meth:`done`."""

@@ -9,6 +9,8 @@ import json
 
 import pytest
 
+pytestmark = pytest.mark.slow  # builds the real Qwen and Nemo vocabularies (seconds each): the full suite runs it
+
 from tests.agents._chat_fixtures import NEMO_SPECIAL_COUNT, NEMO_VOCAB, package_file, real_tokenizer
 
 TEXTS = ["Hello world! 12*7+1 = 85.\n\n{\"name\": \"calculator\", \"arguments\": {\"expression\": \"12*7\"}}",

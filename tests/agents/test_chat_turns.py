@@ -139,7 +139,13 @@ def check(chat: ToolChat, case: Case, ids: list[int], messages: list[dict]) -> N
         assert chat.tokenizer.decode(rendered[len(ids):]) in ("", "\n")
 
 
-@pytest.mark.parametrize("name", list(CASES))
+def qwen25_fast(names) -> list:
+    """The cases, Qwen2.5's in the fast subset and the other families' in the full suite only (slow): building a
+    real vocabulary takes seconds per family and test process."""
+    return [pytest.param(n, marks=() if n == "qwen2.5" else pytest.mark.slow) for n in names]
+
+
+@pytest.mark.parametrize("name", qwen25_fast(CASES))
 def test_an_episode_built_turn_by_turn_is_the_templates_rendering_or_flagged(name):
     case = CASES[name]
     chat = chat_for(case)
@@ -150,7 +156,7 @@ def test_an_episode_built_turn_by_turn_is_the_templates_rendering_or_flagged(nam
     check(chat, case, ids, messages)
 
 
-@pytest.mark.parametrize("name", MODEL_CASES)
+@pytest.mark.parametrize("name", qwen25_fast(MODEL_CASES))
 def test_a_tiny_model_of_each_family_samples_the_episode_token_in_token_out(name):
     """The same with each family's architecture (random weights, the real vocabulary) sampling through
     HFEngine.generate_tokens from the ids so far, made to say each turn: the kept ids are what it sampled."""
@@ -215,6 +221,7 @@ def test_a_turn_that_would_tokenize_otherwise_keeps_its_ids():
     assert same[:a] == ids[:a]  # the prompt, the first turn and its suffix: the same whatever was sampled after
 
 
+@pytest.mark.slow  # renders every family's template: the full suite runs it
 def test_suffix_ids_are_trls_where_trl_can_compute_them():
     """TRL 1.16's GRPOTrainer._get_tool_suffix_ids on the same templates: the same tokens on Qwen2.5 and Llama 3.1.
     On Qwen3's templates TRL's prefix check fails (the dummy turn renders with an empty <think> block while it is
@@ -234,6 +241,7 @@ def test_suffix_ids_are_trls_where_trl_can_compute_them():
         assert chat.suffix_ids(assistant, results) == GRPOTrainer._get_tool_suffix_ids(trl, results), name
 
 
+@pytest.mark.slow  # builds three real vocabularies: the full suite runs it
 @pytest.mark.parametrize("name", ["qwen3 thinking", "qwen3-2507", "mistral-nemo"])
 def test_suffix_ids_where_trls_dummy_fails(name):
     case = CASES[name]
@@ -257,6 +265,7 @@ def test_a_suffix_without_the_results_is_refused():
         chat.suffix_ids(assistant, [{"role": "observation", "content": "84"}])
 
 
+@pytest.mark.slow  # Qwen3's real vocabulary: the full suite runs it
 def test_an_episode_cut_after_tool_results_is_not_a_rewrite():
     """An episode that ends on a limit after its results ends with the next assistant header."""
     case = CASES["llama3.1"]
@@ -272,7 +281,7 @@ MALFORMED = {"qwen2.5": '<tool_call>\n{"name": "calculator", "arguments": "12*7"
              "mistral-nemo": "[TOOL_CALLS][{'name': 'calculator'}]</s>"}
 
 
-@pytest.mark.parametrize("name", list(MALFORMED))
+@pytest.mark.parametrize("name", qwen25_fast(MALFORMED))
 def test_a_malformed_call_goes_back_as_a_tool_error_and_the_episode_stays_append_only(name):
     """The turn keeps its text as the content (the template renders it back as sampled), its error is the next
     tool message, and the model's next turn follows it. Mistral Nemo's template refuses an assistant message
@@ -295,7 +304,7 @@ INJECTIONS = {  # tool output that writes the template's own markers, to end the
 }
 
 
-@pytest.mark.parametrize("name", list(INJECTIONS))
+@pytest.mark.parametrize("name", qwen25_fast(INJECTIONS))
 def test_tool_output_cannot_write_the_templates_control_tokens(name):
     """Tool output is untrusted text: a result holding the template's markers as text must reach the model as
     text, not as the control tokens that end the result and open a turn (its added tokens, special or not)."""

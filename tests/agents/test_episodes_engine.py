@@ -143,6 +143,7 @@ def test_the_agent_examples_load(name, tools):
     assert not cfg.sampling.async_ and cfg.sampling.partial is None
 
 
+@pytest.mark.slow  # a kitae eval process: the full suite runs it
 def test_kitae_eval_with_a_config_that_has_an_environment_samples_episodes(tmp_path):
     """`kitae eval --config` takes the run's environment: each sample is an episode (its turns in the results)."""
     import subprocess

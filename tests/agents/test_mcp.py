@@ -76,7 +76,7 @@ def stdio_spec(tmp_path: Path, **extra) -> dict:
     return {"command": [sys.executable, SERVER, "--pid-file", str(tmp_path / "pid")], **extra}
 
 
-@pytest.fixture(params=["stdio", "http"])
+@pytest.fixture(params=["stdio", pytest.param("http", marks=pytest.mark.slow)])  # http: the full suite
 def tools(request, tmp_path):
     """Started McpTools for one server, over each transport."""
     if request.param == "stdio":
@@ -127,6 +127,7 @@ def test_unknown_tool_and_arguments_that_are_not_an_object(tools):
     assert err.value.kind == "arguments"
 
 
+@pytest.mark.slow  # waits out timeouts or server starts: the full suite runs it
 def test_a_call_past_timeout_s_fails_and_the_session_goes_on(tools):
     with pytest.raises(McpCallError, match="timeout after 2 s") as err:
         tools.call_sync("slow", {"seconds": 120})  # without the timeout: "slept 120", not an error
@@ -180,6 +181,7 @@ def test_stdio_server_killed_mid_session_fails_calls_at_once(tmp_path):
         mcp.close_sync()
 
 
+@pytest.mark.slow  # waits out timeouts or server starts: the full suite runs it
 def test_stdio_server_killed_during_a_call_ends_the_call(tmp_path):
     mcp = McpTools([stdio_spec(tmp_path, timeout_s=120)])
     mcp.start_sync()
@@ -223,6 +225,7 @@ def test_close_leaves_no_server_process_and_no_thread(tmp_path):
         mcp.call_sync("add", {"a": 1, "b": 2})
 
 
+@pytest.mark.slow  # waits out timeouts or server starts: the full suite runs it
 def test_close_ends_the_helpers_a_server_started(tmp_path):
     """A server that exits when its stdin closes can leave its own child processes (npx's node) behind."""
     mcp = McpTools([stdio_spec(tmp_path, command=[sys.executable, SERVER, "--pid-file", str(tmp_path / "pid"),
@@ -234,6 +237,7 @@ def test_close_ends_the_helpers_a_server_started(tmp_path):
     assert not alive(pid) and not alive(child)
 
 
+@pytest.mark.slow  # waits out timeouts or server starts: the full suite runs it
 def test_a_program_that_forgets_close_still_ends_its_servers(tmp_path):
     script = (f"import sys; from kitae.agents.mcp import McpTools\n"
               f"t = McpTools([{{'command': [sys.executable, {SERVER!r}, '--pid-file', {str(tmp_path / 'pid')!r}, "
@@ -290,6 +294,7 @@ def test_a_missing_program_and_a_closed_port_are_start_errors():
         McpTools([{"url": url, "start_timeout_s": 30}]).start_sync()
 
 
+@pytest.mark.slow  # waits out timeouts or server starts: the full suite runs it
 def test_a_server_that_never_answers_is_a_start_timeout(tmp_path):
     silent = [sys.executable, "-c", "import time; time.sleep(600)"]
     mcp = McpTools([{"command": silent, "start_timeout_s": 2}])
@@ -318,6 +323,7 @@ def test_http_server_gets_the_token_of_api_key_env(monkeypatch):
         proc.wait()
 
 
+@pytest.mark.slow  # waits out timeouts or server starts: the full suite runs it
 def test_two_servers_with_one_tool_name_and_the_tools_list(tmp_path, http_server):
     url, _ = http_server
     first = stdio_spec(tmp_path)
@@ -422,6 +428,7 @@ def test_the_config_imports_no_mcp_sdk():
     assert out.stdout.strip() == "False"
 
 
+@pytest.mark.slow  # waits out timeouts or server starts: the full suite runs it
 def test_episode_calls_take_the_servers_timeout_and_count_into_the_steps_stats(tmp_path):
     """A call to an MCP tool is bounded by its server's timeout_s, not the run's tool_timeout_s; its failures carry
     their kind; the calls reach the step's metrics as agent/mcp/... (Tools.take_stats, which the agent engine

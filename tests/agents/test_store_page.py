@@ -98,6 +98,7 @@ def test_a_single_turn_sample_renders_as_before(serve, agent_runs, page):
     assert card.locator("pre.sample-text").inner_text() == SINGLE
 
 
+@pytest.mark.slow  # two more pages in Chromium: the full suite runs it
 def test_the_prompt_history_and_the_labeling_page_show_episodes_too(serve, agent_runs, page):
     s = serve(agent_runs)
     open_step_1(page, s.url)

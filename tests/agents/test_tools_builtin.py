@@ -97,6 +97,7 @@ def test_python_runs_code_and_reports_stdout_stderr_and_exit_status():
 
 
 @needs_bwrap
+@pytest.mark.slow  # waits out a runaway program's limit: the full suite runs it
 def test_python_syntax_errors_and_runaway_programs_come_back_as_text():
     assert "SyntaxError" in python("def f(:\n").result
     looped = python("while True:\n    pass", cpu_seconds=1)

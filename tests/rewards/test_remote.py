@@ -29,7 +29,7 @@ def local(tiny_rm) -> LocalRewardModel:
 @pytest.fixture(scope="module")
 def served(local):
     server = make_server(local, port=0)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
@@ -205,7 +205,7 @@ def test_a_local_and_a_served_reward_model_giving_nan_abstain(nan_rm):
     """`kitae serve rm`'s server on loopback, in front of a real model that outputs NaN, and the same model
     loaded locally: neither NaN becomes the +10 that min(10, nan) would give."""
     server = make_server(LocalRewardModel(nan_rm), port=0)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
         specs = [{"type": "reward_model", "url": url, "retries": 0}, {"type": "reward_model", "model": nan_rm}]
@@ -225,7 +225,7 @@ def test_serve_rm_replies_are_strict_json_when_the_model_gives_nan(nan_rm):
     import httpx
 
     server = make_server(LocalRewardModel(nan_rm), port=0)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/v1/score"
         reply = httpx.post(url, json={"texts": ["a", "b"]}, timeout=30)
