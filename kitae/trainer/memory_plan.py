@@ -184,10 +184,6 @@ class Setup:
     reward_dtype: str = "float32"
 
 
-# Config keys other branches of issue 34 add; read from the raw config when this kitae's classes lack them.
-PENDING_KEYS = {("model", "quantization"), ("optim", "logprob_chunk_size")}
-
-
 def load_setup(config: str | Path, overrides: list[str] | None = None, cuda: bool = True,
                prompt_tokens: int | None = None) -> Setup:
     """The plan's inputs from a config file and ``--set`` overrides (ConfigError names a bad value)."""
@@ -195,17 +191,14 @@ def load_setup(config: str | Path, overrides: list[str] | None = None, cuda: boo
 
     raw = read_yaml(config)
     apply_overrides(raw, overrides or [])
-    pending = _take_pending(raw, TrainConfig)
-    return setup_of(from_dict(TrainConfig, raw), cuda, prompt_tokens, pending)
+    return setup_of(from_dict(TrainConfig, raw), cuda, prompt_tokens)
 
 
-def setup_of(cfg: Any, cuda: bool, prompt_tokens: int | None = None,
-             pending: dict[tuple[str, str], Any] | None = None) -> Setup:
-    """The plan's inputs from a read TrainConfig (`pending`: PENDING_KEYS taken from its raw config).
-    `prompt_tokens` None: PROMPT_TOKENS, or less where the model's context leaves less room."""
-    pending = pending or {}
-    quant = Quantization.read(pending.get(("model", "quantization"), getattr(cfg.model, "quantization", None)))
-    chunk = pending.get(("optim", "logprob_chunk_size"), getattr(cfg.optim, "logprob_chunk_size", 0))
+def setup_of(cfg: Any, cuda: bool, prompt_tokens: int | None = None) -> Setup:
+    """The plan's inputs from a read TrainConfig. `prompt_tokens` None: PROMPT_TOKENS, or less where the model's
+    context leaves less room."""
+    quant = Quantization.read(cfg.model.quantization)
+    chunk = cfg.optim.logprob_chunk_size
     if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 0:
         raise ConfigError("optim.logprob_chunk_size", f"must be a whole number >= 0, got {chunk!r}")
     config_json, _ = read_model_config(cfg.model.path, cfg.model.revision)
@@ -217,18 +210,6 @@ def setup_of(cfg: Any, cuda: bool, prompt_tokens: int | None = None,
                   prompt_tokens)
     _add_reward_model(setup)
     return setup
-
-
-def _take_pending(raw: dict, cls) -> dict[tuple[str, str], Any]:
-    """Remove from `raw` the PENDING_KEYS whose section's class lacks the field, and return them."""
-    sections = {f.name: f.default_factory for f in dataclasses.fields(cls)}
-    out = {}
-    for section, key in PENDING_KEYS:
-        part = raw.get(section)
-        known = {f.name for f in dataclasses.fields(sections[section]())}
-        if isinstance(part, dict) and key in part and key not in known:
-            out[(section, key)] = part.pop(key)
-    return out
 
 
 def _add_reward_model(setup: Setup) -> None:
