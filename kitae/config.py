@@ -35,7 +35,7 @@ from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 
 from kitae.errors import ConfigError
-from kitae.registry import closest
+from kitae.registry import Registry, closest
 
 T = TypeVar("T")
 
@@ -130,6 +130,121 @@ def _fits(tp: Any, value: Any) -> bool:
     return kinds is not None and isinstance(value, kinds)
 
 
+@dataclasses.dataclass
+class Variant:
+    """The typed settings of one variant of an extension point: a loss, a sampler, an engine, ... Each variant's
+    settings are a dataclass beside its code, subclassing its family's base (a subclass of this class that names
+    the family's ``registry`` and ``kind``), registered with the variant's entry::
+
+        @dataclass
+        class LossSettings(Variant):          # the family: every loss's settings subclass it
+            registry: ClassVar[Registry] = POLICY_LOSSES
+            kind: ClassVar[str] = "loss"
+
+        @dataclass
+        class ClipSettings(LossSettings):
+            eps: float = setting(0.2, minimum=0)
+
+        POLICY_LOSSES.register("clip", clip_loss, settings=ClipSettings)
+
+    A config field typed by the family reads ``clip`` or ``{type: clip, eps: 0.3}`` into a ``ClipSettings``
+    (``.type`` is the name); a key the chosen variant does not take is an error naming the variants that take it.
+    A variant registered without settings reads into the family's base. ``flat_settings`` (a ClassVar of the
+    section holding the field) lets a section keep settings written beside the name, as configs did before
+    (``algorithm: {loss: dapo, eps_high: 0.3}``): :func:`from_dict` hands them to the variant.
+    """
+
+    type: str = ""  # the variant's registered name
+    registry: typing.ClassVar[Registry]
+    kind: typing.ClassVar[str] = "variant"
+    name_key: typing.ClassVar[str] = "type"  # the key of the name in a mapping (kept "name" where configs have it)
+
+    @classmethod
+    def from_config(cls, value: Any, path: str) -> "Variant":
+        return cls.read(value, path)
+
+    @classmethod
+    def read(cls, value: Any, path: str, flat: dict[str, Any] | None = None, flat_path: str = "") -> "Variant":
+        """`value` (NAME, or a mapping with the name under ``name_key`` and the variant's settings) as the
+        settings of that variant; `flat`: settings written beside the field in its section (at `flat_path`)."""
+        if isinstance(value, str):
+            name, given = value, {}
+        elif isinstance(value, dict):
+            if cls.name_key not in value:
+                raise ConfigError(_join(path, cls.name_key), f"missing: which {cls.kind} "
+                                  f"(one of {', '.join(cls.registry.names())})")
+            given = {k: v for k, v in value.items() if k != cls.name_key}
+            name = _str(value[cls.name_key], _join(path, cls.name_key), True)
+        else:
+            raise ConfigError(path, f"expected a {cls.kind} name or a mapping {{{cls.name_key}: NAME, ...its "
+                              f"settings}}, got {short_repr(value)}")
+        settings_cls = cls.settings_class(name, path if isinstance(value, str) else _join(path, cls.name_key))
+        taken = {f.name for f in dataclasses.fields(settings_cls)} - {"type"}
+        for key in flat or {}:
+            if key in given:
+                raise ConfigError(_join(flat_path, key), f"given twice: here and as {_join(path, key)}; keep one")
+        for key, where in [*((k, _join(path, k)) for k in given), *((k, _join(flat_path, k)) for k in flat or {})]:
+            if key not in taken:
+                raise ConfigError(where, cls.not_taken_message(name, str(key), sorted(taken)))
+        obj = from_dict(settings_cls, {**given, **(flat or {})}, path)
+        obj.type = name
+        return obj
+
+    @classmethod
+    def settings_class(cls, name: str, path: str) -> type:
+        """The settings class of variant `name` (the family's base when it registered none)."""
+        found = cls.registry.settings_class(name, path) or cls
+        if not (isinstance(found, type) and issubclass(found, cls)):
+            raise ConfigError(path, f"{cls.kind} '{name}' registered settings {found!r}, which are not a "
+                              f"{cls.__name__}; subclass {cls.__module__}.{cls.__name__}")
+        return found
+
+    @classmethod
+    def all_settings(cls) -> set[str]:
+        """Every setting some registered variant of the family takes."""
+        names: set[str] = set()
+        for name in cls.registry.names():
+            names |= {f.name for f in dataclasses.fields(cls.settings_class(name, ""))}
+        return names - {"type"}
+
+    @classmethod
+    def not_taken_message(cls, name: str, key: str, taken: list[str]) -> str:
+        takers = [n for n in cls.registry.names()
+                  if key in {f.name for f in dataclasses.fields(cls.settings_class(n, ""))}]
+        said = f"not a setting of {cls.kind} '{name}'"
+        if takers:
+            said += f"; {cls.kind} {', '.join(takers)} take{'s' if len(takers) == 1 else ''} it"
+        hint = closest(key, taken)
+        said += f"; did you mean '{hint}'?" if hint else ""
+        return said + (f" ({name}'s settings: {', '.join(taken)})" if taken else f" ({name} takes no settings)")
+
+    @classmethod
+    def default(cls, name: str) -> Any:
+        """A dataclass field whose default is variant `name` with its default settings (read when a config is)."""
+        return dataclasses.field(default_factory=lambda: cls.read(name, ""))
+
+
+def _variant_family(tp: Any) -> type[Variant] | None:
+    """The Variant family a field's type names (``LossSettings``, or ``LossSettings | None``), else None."""
+    for arg in (tp, *typing.get_args(tp)):
+        if isinstance(arg, type) and issubclass(arg, Variant):
+            return arg
+    return None
+
+
+def _take_flat_settings(cls: type, data: dict, hints: dict, path: str) -> tuple[dict, dict[str, dict]]:
+    """Settings of a variant written beside its field in `cls`'s section (``cls.flat_settings`` names the
+    fields): (data without them, field -> its flat settings). A key that is a field of the section stays."""
+    own = {f.metadata.get("key", f.name) for f in dataclasses.fields(cls)}
+    flat: dict[str, dict] = {}
+    for name in getattr(cls, "flat_settings", ()):
+        family = _variant_family(hints[name])
+        keys = family.all_settings() if family else set()
+        flat[name] = {k: data[k] for k in data if k in keys and k not in own}
+    taken = {k for given in flat.values() for k in given}
+    return {k: v for k, v in data.items() if k not in taken}, flat
+
+
 def from_dict(cls: type[T], data: Any, path: str = "", skip: tuple[str, ...] = ()) -> T:
     """Build dataclass `cls` from a mapping, checking keys, value types and bounds recursively.
 
@@ -147,6 +262,7 @@ def from_dict(cls: type[T], data: Any, path: str = "", skip: tuple[str, ...] = (
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     keys = {f.metadata.get("key", f.name): f.name for f in fields.values()}  # YAML key -> attribute
+    data, flat = _take_flat_settings(cls, data, hints, path)
     for key in data:
         if key not in keys and key not in skip:
             valid = [*keys, *skip]
@@ -162,8 +278,17 @@ def from_dict(cls: type[T], data: Any, path: str = "", skip: tuple[str, ...] = (
     kwargs = {}
     for key, value in data.items():  # errors name the YAML key (async), never the attribute (async_)
         f = fields[keys[key]]
+        if flat.get(f.name):
+            continue
         kwargs[f.name] = convert(hints[f.name], value, _join(path, key), f.metadata.get("finite", True))
         check_bounds(f, kwargs[f.name], _join(path, key))
+    for name, given in flat.items():  # a variant with settings written beside it in this section
+        if given:
+            f = fields[name]
+            written = data.get(f.metadata.get("key", name))
+            if written is None:  # left out: the field's default variant, by name
+                written = f.default_factory().type if f.default_factory is not dataclasses.MISSING else f.default.type
+            kwargs[name] = _variant_family(hints[name]).read(written, _join(path, name), given, path)
     try:
         obj = cls(**kwargs)
     except TypeError as exc:

@@ -9,7 +9,9 @@
     LOSSES.get("clpi")          # KeyError: unknown policy loss 'clpi'; did you mean 'clip'?
 
 Entries may be lazy "module:attr" strings, imported on first use, so optional dependencies are only
-imported when their entry is used. :func:`load_target` is that import, also used for the reward functions a
+imported when their entry is used. An entry may carry its typed settings, a dataclass beside its code
+(``LOSSES.register("clip", clip_loss, settings=ClipSettings)``): a config names the entry and gives those settings
+(kitae.config.Variant reads ``{type: clip, eps: 0.2}`` into a ``ClipSettings``). :func:`load_target` is that import, also used for the reward functions a
 config names (``function: my_rewards:brevity``).
 
 A name is taken once: a second entry under it is a KitaeError unless registered with ``replace=True``. The
@@ -71,27 +73,45 @@ class Registry:
     def __init__(self, kind: str):
         self.kind = kind
         self._entries: dict[str, Any] = {}
+        self._settings: dict[str, type | str] = {}  # name -> its settings class, or "module:Class" not imported yet
 
-    def register(self, name: str, obj: Any = None, *, replace: bool = False) -> Callable:
+    def register(self, name: str, obj: Any = None, *, settings: type | str | None = None,
+                 replace: bool = False) -> Callable:
         """Register `obj` under `name`; used bare as a decorator when `obj` is None. A name already taken is a
         KitaeError unless ``replace=True``, or it holds `obj` itself, or the lazy entry that names `obj` (its
-        module registering it as it is imported: the lazy path)."""
+        module registering it as it is imported: the lazy path). ``settings``: the entry's settings class (or
+        "module:Class"), see :meth:`settings_class`."""
 
         def add(target: Any) -> Any:
             if not replace:
                 self._check_free(name, lambda entry: entry is target or _names(entry, target))
             self._entries[name] = target
+            if settings is not None:
+                self._settings[name] = settings
             return target
 
         return add(obj) if obj is not None else add
 
-    def register_lazy(self, name: str, target: str, *, replace: bool = False) -> None:
+    def register_lazy(self, name: str, target: str, *, settings: str | None = None, replace: bool = False) -> None:
         """Register "module:attr", imported (:func:`load_target`) the first time `name` is looked up. A name
-        already taken is a KitaeError unless ``replace=True``, or it holds this string or the object it names."""
+        already taken is a KitaeError unless ``replace=True``, or it holds this string or the object it names.
+        ``settings``: "module:Class" of the entry's settings, imported when asked for."""
         if not replace:
             self._check_free(name, lambda entry: entry == target or _names(target, entry))
         if replace or name not in self._entries:
             self._entries[name] = target
+        if settings is not None and (replace or name not in self._settings):
+            self._settings[name] = settings
+
+    def settings_class(self, name: str, path: str = "") -> type | None:
+        """The settings class registered with entry `name` (imported now if lazy), or None when it has none.
+        Names outside the registry are :meth:`get`'s error. The entry's own module is imported first, so an entry
+        that registers its settings as its module loads has them."""
+        self.get(name, path)
+        found = self._settings.get(name)
+        if isinstance(found, str):
+            found = self._settings[name] = load_target(found, path)
+        return found
 
     def _check_free(self, name: str, same: Callable[[Any], bool]) -> None:
         if name in self._entries and not same(self._entries[name]):
