@@ -178,6 +178,7 @@ class Variant:
         else:
             raise ConfigError(path, f"expected a {cls.kind} name or a mapping {{{cls.name_key}: NAME, ...its "
                               f"settings}}, got {short_repr(value)}")
+        flat = {k: v for k, v in (flat or {}).items() if v is not None}  # a flat setting written null: left out
         settings_cls = cls.settings_class(name, path if isinstance(value, str) else _join(path, cls.name_key))
         taken = {f.name for f in dataclasses.fields(settings_cls)} - {"type"}
         for key in flat or {}:
@@ -186,6 +187,8 @@ class Variant:
         for key, where in [*((k, _join(path, k)) for k in given), *((k, _join(flat_path, k)) for k in flat or {})]:
             if key not in taken:
                 raise ConfigError(where, cls.not_taken_message(name, str(key), sorted(taken)))
+        if flat:  # a bad value written beside the name is named where it was written
+            from_dict(settings_cls, flat, flat_path)
         obj = from_dict(settings_cls, {**given, **(flat or {})}, path)
         obj.type = name
         return obj

@@ -18,7 +18,8 @@ One optimizer step of GRPO-style training uses them like this (shapes in comment
         loss.backward()                                        # no extra division: losses already sum up
     optimizer.step()
 
-A loss takes its LossConfig as given; ``LossConfig.for_loss("dapo")`` gives a preset's settings (PRESETS).
+A loss takes its LossConfig as given: its settings (each loss's own class, beside it: ``LossSettings``) and what the
+run adds; ``LossConfig.for_loss("dapo")`` gives dapo's settings with their defaults.
 
 Registries (unknown names raise ConfigError with a did-you-mean hint): ADVANTAGES (grpo, dr_grpo, rloo,
 batch_std, reinforce_pp), POLICY_LOSSES (grpo, dapo, dr_grpo, gspo, cispo, kimi), AGGREGATIONS
@@ -26,7 +27,7 @@ batch_std, reinforce_pp), POLICY_LOSSES (grpo, dapo, dr_grpo, gspo, cispo, kimi)
 adaptive). Each module docstring names its papers, equations and departures.
 """
 
-from kitae.algorithms.advantages import ADVANTAGES, compute_advantages, dynamic_sampling_keep
+from kitae.algorithms.advantages import ADVANTAGES, AdvantageSettings, compute_advantages, dynamic_sampling_keep
 from kitae.algorithms.kl import (
     KL_CONTROLLERS,
     KL_ESTIMATORS,
@@ -38,11 +39,10 @@ from kitae.algorithms.kl import (
 )
 from kitae.algorithms.losses import (
     AGGREGATIONS,
-    PAIRED_ADVANTAGES,
     POLICY_LOSSES,
-    PRESETS,
     LossConfig,
     LossInputs,
+    LossSettings,
     Normalizer,
     aggregate,
     policy_loss,
@@ -55,13 +55,13 @@ __all__ = [
     "AGGREGATIONS",
     "KL_CONTROLLERS",
     "KL_ESTIMATORS",
-    "PAIRED_ADVANTAGES",
     "POLICY_LOSSES",
-    "PRESETS",
     "AdaptiveKLController",
+    "AdvantageSettings",
     "FixedKLController",
     "LossConfig",
     "LossInputs",
+    "LossSettings",
     "Normalizer",
     "aggregate",
     "compute_advantages",

@@ -19,19 +19,45 @@ Conventions and departures (the same for every estimator):
   group. TRL instead counts an all-None sample as reward 0 (``nansum``) inside the group statistics.
 - A group with a single valid sample has no baseline to compare with: its advantage is 0 (verl instead uses
   mean 0, std 1, i.e. advantage = r). A group whose valid rewards are all equal gets 0, never NaN.
+- ``eps`` is a setting of grpo, batch_std and reinforce_pp (``algorithm.advantage: {type: grpo, eps: 1e-4}``,
+  :class:`StdSettings`); dr_grpo and rloo take none.
 - When ``valid`` is omitted, a sample is valid where its reward is finite, so NaN can stand for None.
 - REINFORCE++ normalizes per sequence here; verl whitens per token (each sequence weighted by its length).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import torch
 
+from kitae.config import Variant, setting
 from kitae.registry import Registry
 
 ADVANTAGES = Registry("advantage estimator")
 
 DEFAULT_EPS = 1e-4
+
+
+@dataclass
+class AdvantageSettings(Variant):
+    """The settings of an advantage estimator (``algorithm.advantage``: NAME or {type: NAME, ...}); an estimator
+    registered without settings takes none. Its settings are passed to it as keywords."""
+
+    registry: ClassVar[Registry] = ADVANTAGES
+    kind: ClassVar[str] = "advantage estimator"
+
+    def keywords(self) -> dict:
+        """The settings as the estimator's keyword arguments."""
+        return {k: v for k, v in self.__dict__.items() if k != "type"}
+
+
+@dataclass
+class StdSettings(AdvantageSettings):
+    """The estimators that divide by a standard deviation (grpo, batch_std, reinforce_pp)."""
+
+    eps: float = setting(DEFAULT_EPS, minimum=0)  # added to the std (TRL), not to the variance
 
 
 # ---- masked statistics ------------------------------------------------------------------------------------
@@ -69,7 +95,7 @@ def _centered(rewards: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
 
 
 # ---- estimators -------------------------------------------------------------------------------------------
-@ADVANTAGES.register("grpo")
+@ADVANTAGES.register("grpo", settings=StdSettings)
 def grpo_advantages(rewards: torch.Tensor, valid: torch.Tensor, eps: float = DEFAULT_EPS) -> torch.Tensor:
     """Group z-score. Example (eps=0): rewards [[1, 0, 0, 1]] -> mean 0.5, std 0.5774 -> [[0.866, -0.866,
     -0.866, 0.866]]. With valid [[T, T, F, T]] and rewards [[1, 0, 9, 1]] the 9 is ignored: mean 2/3,
@@ -93,7 +119,7 @@ def rloo_advantages(rewards: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     return _centered(rewards, valid) * scale  # [N, G]
 
 
-@ADVANTAGES.register("batch_std")
+@ADVANTAGES.register("batch_std", settings=StdSettings)
 def batch_std_advantages(rewards: torch.Tensor, valid: torch.Tensor, eps: float = DEFAULT_EPS) -> torch.Tensor:
     """Group mean subtracted, batch std divided. Example (eps=0): [[1, 0], [1, 1]] -> centered
     [[0.5, -0.5], [0, 0]], batch std of {1, 0, 1, 1} = 0.5 -> [[1, -1], [0, 0]]."""
@@ -101,7 +127,7 @@ def batch_std_advantages(rewards: torch.Tensor, valid: torch.Tensor, eps: float 
     return _centered(rewards, valid) / (std + eps)  # [N, G]
 
 
-@ADVANTAGES.register("reinforce_pp")
+@ADVANTAGES.register("reinforce_pp", settings=StdSettings)
 def reinforce_pp_advantages(rewards: torch.Tensor, valid: torch.Tensor, eps: float = DEFAULT_EPS) -> torch.Tensor:
     """Group baseline, then batch whitening. Example (eps=0): [[1, 0], [3, 1]] -> a = [[0.5, -0.5], [1, -1]],
     batch mean 0, batch std sqrt(2.5/3) = 0.9129 -> [[0.5477, -0.5477], [1.0954, -1.0954]]."""

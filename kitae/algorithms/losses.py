@@ -5,16 +5,16 @@ a :class:`LossConfig` and a :class:`Normalizer`, and returns ``(scalar loss, met
 rho_t = exp(logp_t - old_logp_t); A the sequence's advantage. Papers and equations are named per loss below.
 
 - ``grpo``    PPO clipped surrogate per token, -min(rho A, clip(rho, 1 - eps_low, 1 + eps_high) A)
-              (DeepSeekMath arXiv 2402.03300 Eq. 3), aggregated per ``cfg.aggregation``.
-- ``dapo``    preset: the grpo loss with aggregation ``token_mean`` and clip-higher eps_high = 0.28 (DAPO,
+              (DeepSeekMath arXiv 2402.03300 Eq. 3), aggregated per its ``aggregation`` setting.
+- ``dapo``    the grpo loss with aggregation ``token_mean`` and clip-higher eps_high = 0.28 (DAPO,
               arXiv 2503.14476 Eq. 8-10). Dynamic sampling and overlong filtering are separate:
               ``advantages.dynamic_sampling_keep`` and :func:`truncation_mask`.
-- ``dr_grpo`` preset: the grpo loss with aggregation ``seq_sum_constant`` (Dr. GRPO, arXiv 2503.20783); needs
+- ``dr_grpo`` the grpo loss with aggregation ``seq_sum_constant`` (Dr. GRPO, arXiv 2503.20783); needs
               ``max_completion_length``. Pairs with the ``dr_grpo`` advantage (no std division).
 - ``gspo``    GSPO (arXiv 2507.18071 Eq. 5-7): sequence ratio s = exp(mean_t log rho), -min(s A, clip(s, 1 -
-              gspo_eps_low, 1 + gspo_eps_high) A) per sequence, averaged over sequences (``cfg.aggregation``
-              ignored: the loss is sequence-level by definition).
-- ``cispo``   preset aggregation ``token_mean``: -sg(min(rho, 1 + cispo_eps_high)) A logp (MiniMax-M1, arXiv
+              gspo_eps_low, 1 + gspo_eps_high) A) per sequence, averaged over sequences (no aggregation
+              setting: the loss is sequence-level by definition).
+- ``cispo``   aggregation ``token_mean`` by default: -sg(min(rho, 1 + cispo_eps_high)) A logp (MiniMax-M1, arXiv
               2506.13585 Eq. 4). No lower bound on the weight (the paper sets eps_low^IS large and tunes only
               eps_high^IS); cispo_eps_high = 0.28 is the DAPO clip-higher value, the default of Trinity-RFT's
               CISPO (the paper does not publish its value). The value of this loss is not meaningful, only
@@ -26,14 +26,14 @@ rho_t = exp(logp_t - old_logp_t); A the sequence's advantage. Papers and equatio
               (1/k) sum_j [grad log pi(y_j) (r_j - r_bar) - (tau/2) grad (log pi(y_j)/pi_i(y_j))^2]
               exactly, so at pi = pi_old the step is the REINFORCE step -A grad log pi(y) whatever tau is, and tau
               only sets the pull back toward pi_old. The loss value includes the constant A^2 / (2 tau).
-              tau = 0.1 is our default; the paper gives no value. ``cfg.aggregation`` is ignored.
+              tau = 0.1 is our default; the paper gives no value. No aggregation setting (sequence-level).
 
-Every loss runs with the :class:`LossConfig` it is given, as given. A preset (:data:`PRESETS`) is a loss name
-that runs another loss's function with other default settings; :meth:`LossConfig.for_loss` is where they are
-applied, once: a setting the caller gives is used as given, one it leaves out takes the preset's value, else
-LossConfig's default. The training config does this when it is validated (kitae/trainer/config.py), so the
-saved config.yaml shows every value that ran: ``loss: dapo`` alone runs with eps_high 0.28 and token_mean,
-``loss: dapo`` with ``eps_high: 0.2`` written out runs with 0.2.
+Settings: each loss declares its own, a :class:`LossSettings` subclass beside it registered with it (grpo:
+eps_low, eps_high, aggregation; dapo and dr_grpo: the same with their papers' defaults; gspo: gspo_eps_low,
+gspo_eps_high; cispo: cispo_eps_high, aggregation; kimi: kimi_tau). A loss's defaults are its settings'
+defaults, written there only: ``loss: dapo`` alone runs with eps_high 0.28 and token_mean, ``loss: dapo`` with
+``eps_high: 0.2`` with 0.2. A loss runs with the :class:`LossConfig` it is given (its settings plus what the run
+adds), as given; the training config builds it (``TrainConfig.loss_config``).
 
 KL in the loss (GRPO Eq. 3): when ``cfg.kl_coef > 0`` the per-token ``kl_coef * KL(pi || pi_ref)`` estimate is
 added and aggregated the same way as the policy term (for gspo and kimi: mean over tokens, then sequences).
@@ -70,13 +70,13 @@ weight was truncated; for gspo tokens of clipped sequences), ``clip_frac_low``, 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Sequence
 
 import torch
 
 from kitae.algorithms.kl import KL_ESTIMATORS, kl_estimate
-from kitae.config import check_bounds, setting
+from kitae.config import Variant, check_bounds, check_numbers, setting
 from kitae.errors import ConfigError
 from kitae.registry import Registry
 
@@ -96,57 +96,103 @@ class LossInputs:
     is_weight: torch.Tensor | None = None  # [B, T] truncated importance weights of the sampler (no grad)
 
 
+# ---- settings: each loss's own, a dataclass beside it, registered with it -----------------------------------
+@dataclass
+class LossSettings(Variant):
+    """The settings of a policy loss (``algorithm.loss``): every loss's settings subclass this and are registered
+    with the loss (``POLICY_LOSSES.register(name, fn, settings=...)``). A loss's defaults are its settings' defaults,
+    so a preset of another loss (dapo, dr_grpo) is a subclass with other defaults. Bounds (``setting(minimum=...)``)
+    are checked when a config is read and by :meth:`LossConfig.validate`."""
+
+    registry: ClassVar[Registry] = POLICY_LOSSES
+    kind: ClassVar[str] = "loss"
+    paired_advantage: ClassVar[str] = "grpo"  # the advantage estimator its paper uses, when the config names none
+
+
+@dataclass
+class GrpoSettings(LossSettings):
+    eps_low: float = setting(0.2, minimum=0)  # PPO clip range: ratio in [1 - eps_low, 1 + eps_high]
+    eps_high: float = setting(0.2, minimum=0)
+    aggregation: str = "seq_mean_token_mean"  # a name in AGGREGATIONS: | token_mean | seq_sum_constant
+
+    def validate(self, path: str) -> None:
+        AGGREGATIONS.get(self.aggregation, path=f"{path}.aggregation")
+
+
+@dataclass
+class DapoSettings(GrpoSettings):
+    """DAPO (arXiv 2503.14476 Eq. 8-10): clip-higher and token-level aggregation."""
+
+    eps_high: float = setting(0.28, minimum=0)
+    aggregation: str = "token_mean"
+
+
+@dataclass
+class DrGrpoSettings(GrpoSettings):
+    """Dr. GRPO (arXiv 2503.20783): a constant divisor (needs max_completion_length), r - mean(r) advantages."""
+
+    paired_advantage: ClassVar[str] = "dr_grpo"
+    aggregation: str = "seq_sum_constant"
+
+
+@dataclass
+class GspoSettings(LossSettings):
+    """GSPO: the sequence ratio's clip range (the paper's values); sequence-level, so no aggregation."""
+
+    gspo_eps_low: float = setting(3e-4, minimum=0)
+    gspo_eps_high: float = setting(4e-4, minimum=0)
+
+
+@dataclass
+class CispoSettings(LossSettings):
+    cispo_eps_high: float = setting(0.28, minimum=0)  # importance weights capped at 1 + this; no lower bound
+    aggregation: str = "token_mean"
+
+    def validate(self, path: str) -> None:
+        AGGREGATIONS.get(self.aggregation, path=f"{path}.aggregation")
+
+
+@dataclass
+class KimiSettings(LossSettings):
+    """Kimi k1.5 (r - mean(r) advantages, as the paper): tau, the pull toward the sampling policy."""
+
+    paired_advantage: ClassVar[str] = "dr_grpo"
+    kimi_tau: float = setting(0.1, above=0)  # relative-entropy regularization strength; the paper gives no value
+
+
 @dataclass
 class LossConfig:
-    """The settings a policy loss runs with, and their defaults (written here only; the training config's
-    loss settings are filled from :meth:`for_loss`). Bounds (``setting(minimum=...)``) are checked by
-    :meth:`validate`."""
+    """What a policy loss runs with: its own settings (:class:`LossSettings`, from ``algorithm.loss``) and what
+    the run adds (the completion length of seq_sum_constant, the KL term's weight and estimator)."""
 
-    eps_low: float = setting(0.2, minimum=0)  # clip range of grpo/dapo/dr_grpo: ratio in [1 - eps_low, 1 + eps_high]
-    eps_high: float = setting(0.2, minimum=0)  # DAPO clip-higher uses 0.28
-    aggregation: str = "seq_mean_token_mean"  # a name in AGGREGATIONS: | "token_mean" | "seq_sum_constant"
+    settings: LossSettings = field(default_factory=lambda: GrpoSettings(type="grpo"))
     max_completion_length: int | None = setting(None, minimum=1)  # the constant of seq_sum_constant (Dr. GRPO)
     kl_coef: float = setting(0.0, minimum=0)  # + kl_coef * KL per token, aggregated like the policy term
     kl_estimator: str = "k3"  # k1 | k2 | k3 (kitae.algorithms.kl)
-    gspo_eps_low: float = setting(3e-4, minimum=0)  # GSPO paper's sequence-ratio clip range
-    gspo_eps_high: float = setting(4e-4, minimum=0)
-    cispo_eps_high: float = setting(0.28, minimum=0)  # CISPO IS-weight cap 1 + eps_high; no lower bound
-    kimi_tau: float = 0.1  # Kimi k1.5 relative-entropy regularization strength (> 0)
 
     @classmethod
-    def for_loss(cls, name: str, **given: Any) -> "LossConfig":
-        """The settings loss ``name`` runs with: each value in ``given`` as given (None counts as not given),
-        the preset's value (:data:`PRESETS`) for a setting not given, LossConfig's default for the rest.
+    def for_loss(cls, name: str, *, max_completion_length: int | None = None, kl_coef: float = 0.0,
+                 kl_estimator: str = "k3", **settings: Any) -> "LossConfig":
+        """Loss ``name`` with ``settings`` as given (None counts as not given) and its own defaults for the rest.
 
-        >>> LossConfig.for_loss("dapo").eps_high, LossConfig.for_loss("dapo", eps_high=0.2).eps_high
+        >>> LossConfig.for_loss("dapo").settings.eps_high, LossConfig.for_loss("dapo", eps_high=0.2).settings.eps_high
         (0.28, 0.2)
-        >>> LossConfig.for_loss("dapo", eps_high=None).aggregation, LossConfig.for_loss("grpo").aggregation
-        ('token_mean', 'seq_mean_token_mean')
+        >>> LossConfig.for_loss("dapo", eps_high=None).settings.aggregation
+        'token_mean'
         """
-        written = {k: v for k, v in given.items() if v is not None}
-        return cls(**{**PRESETS.get(name, {}), **written})
+        given = {k: v for k, v in settings.items() if v is not None}
+        return cls(LossSettings.read({"type": name, **given}, "algorithm.loss"), max_completion_length, kl_coef,
+                   kl_estimator)
 
     def validate(self, path: str = "algorithm") -> None:
         """Raise ConfigError naming the field (as a key path under ``path``) when a value cannot work."""
         for f in dataclasses.fields(self):
-            check_bounds(f, getattr(self, f.name), key_path(f.name, path))
-        if self.kimi_tau <= 0:
-            raise ConfigError(key_path("kimi_tau", path), f"must be > 0, got {self.kimi_tau}")
-        AGGREGATIONS.get(self.aggregation, path=key_path("aggregation", path))
+            if f.name != "settings":
+                check_bounds(f, getattr(self, f.name), key_path(f.name, path))
+        check_numbers(self.settings, path)  # a flat key: algorithm.eps_low
+        if hasattr(self.settings, "validate"):
+            self.settings.validate(path)
         KL_ESTIMATORS.get(self.kl_estimator, path=key_path("kl_estimator", path))
-
-
-# ---- presets ----------------------------------------------------------------------------------------------
-# loss name -> the settings it runs with where the caller gives none (LossConfig.for_loss). Each preset name is
-# also registered in POLICY_LOSSES: dapo and dr_grpo as the grpo loss function, cispo as its own.
-PRESETS: dict[str, dict[str, Any]] = {
-    "dapo": {"aggregation": "token_mean", "eps_high": 0.28},
-    "dr_grpo": {"aggregation": "seq_sum_constant"},
-    "cispo": {"aggregation": "token_mean"},
-}
-# loss name -> the advantage estimator (kitae.algorithms.advantages) its paper uses, when the training config
-# names none; every other loss: "grpo"
-PAIRED_ADVANTAGES: dict[str, str] = {"dr_grpo": "dr_grpo", "kimi": "dr_grpo"}
 
 
 # LossConfig field -> its key in the training config (kitae/trainer/config.py), for error messages.
@@ -320,23 +366,24 @@ def _clip_metrics(ratio, adv, lo, hi, mask) -> dict[str, float]:
 
 
 # ---- losses -----------------------------------------------------------------------------------------------
-@POLICY_LOSSES.register("grpo")
+@POLICY_LOSSES.register("grpo", settings=GrpoSettings)
 @_zero_at_zero_advantage
 def grpo_loss(inp: LossInputs, cfg: LossConfig, norm: Normalizer) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped surrogate. Example (eps 0.2, one sequence of 2 tokens, A = 1, old_logp = 0):
     logp [ln 1.5, ln 0.9] -> rho [1.5, 0.9] -> per token -[min(1.5, 1.2), 0.9] = [-1.2, -0.9] ->
     seq_mean_token_mean loss -1.05; only the first token is clipped (clip_frac 0.5)."""
+    s: GrpoSettings = cfg.settings
     mask, log_ratio, adv = _prepare(inp)
     ratio = _ratio(log_ratio)  # [B, T]
-    clipped = ratio.clamp(1 - cfg.eps_low, 1 + cfg.eps_high)  # [B, T]
+    clipped = ratio.clamp(1 - s.eps_low, 1 + s.eps_high)  # [B, T]
     pg = -torch.minimum(ratio * adv, clipped * adv)  # [B, T]
     r = ratio.detach()
-    metrics = _clip_metrics(r, adv, 1 - cfg.eps_low, 1 + cfg.eps_high, mask)
+    metrics = _clip_metrics(r, adv, 1 - s.eps_low, 1 + s.eps_high, mask)
     metrics["ratio_mean"] = _masked_mean(r, mask)
-    return _finish(pg, inp, cfg, norm, cfg.aggregation, metrics)
+    return _finish(pg, inp, cfg, norm, s.aggregation, metrics)
 
 
-@POLICY_LOSSES.register("gspo")
+@POLICY_LOSSES.register("gspo", settings=GspoSettings)
 @_zero_at_zero_advantage
 def gspo_loss(inp: LossInputs, cfg: LossConfig, norm: Normalizer) -> tuple[torch.Tensor, dict[str, float]]:
     """Sequence-level clipped surrogate. Example (eps 3e-4/4e-4, A = 1): token log-ratios [0.01, -0.002]
@@ -345,7 +392,7 @@ def gspo_loss(inp: LossInputs, cfg: LossConfig, norm: Normalizer) -> tuple[torch
     seq_log_ratio = (log_ratio * mask).sum(dim=-1) / mask.sum(dim=-1).clamp(min=1.0)  # [B]
     s = _ratio(seq_log_ratio)  # [B]
     a = adv.squeeze(-1)  # [B]
-    lo, hi = 1 - cfg.gspo_eps_low, 1 + cfg.gspo_eps_high
+    lo, hi = 1 - cfg.settings.gspo_eps_low, 1 + cfg.settings.gspo_eps_high
     per_seq = -torch.minimum(s * a, s.clamp(lo, hi) * a)  # [B]
     s_tok = _per_sequence(s.detach(), mask)  # [B, T]
     metrics = _clip_metrics(s_tok, adv, lo, hi, mask)
@@ -354,7 +401,7 @@ def gspo_loss(inp: LossInputs, cfg: LossConfig, norm: Normalizer) -> tuple[torch
     return _finish(_per_sequence(per_seq, mask), inp, cfg, norm, "seq_mean_token_mean", metrics)
 
 
-@POLICY_LOSSES.register("cispo")
+@POLICY_LOSSES.register("cispo", settings=CispoSettings)
 @_zero_at_zero_advantage
 def cispo_loss(inp: LossInputs, cfg: LossConfig, norm: Normalizer) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped IS-weight policy gradient. Example (cispo_eps_high 0.28, A = 2): rho [1.5, 0.5], logp
@@ -362,37 +409,38 @@ def cispo_loss(inp: LossInputs, cfg: LossConfig, norm: Normalizer) -> tuple[torc
     d loss / d logp = [-2.56, -1] before aggregation."""
     mask, log_ratio, adv = _prepare(inp)
     ratio = _ratio(log_ratio).detach()  # [B, T]
-    weight = ratio.clamp(max=1 + cfg.cispo_eps_high)  # [B, T], no gradient through the weight
+    s: CispoSettings = cfg.settings
+    weight = ratio.clamp(max=1 + s.cispo_eps_high)  # [B, T], no gradient through the weight
     logp = torch.where(mask > 0, inp.logp.float(), torch.zeros_like(mask))  # [B, T]
     pg = -weight * adv * logp  # [B, T]
-    truncated = (ratio > 1 + cfg.cispo_eps_high).float()  # [B, T]
+    truncated = (ratio > 1 + s.cispo_eps_high).float()  # [B, T]
     metrics = {
         "clip_frac": _masked_mean(truncated, mask),
         "clip_frac_low": 0.0,
         "clip_frac_high": _masked_mean(truncated, mask),
         "ratio_mean": _masked_mean(ratio, mask),
     }
-    return _finish(pg, inp, cfg, norm, cfg.aggregation, metrics)
+    return _finish(pg, inp, cfg, norm, s.aggregation, metrics)
 
 
-@POLICY_LOSSES.register("kimi")
+@POLICY_LOSSES.register("kimi", settings=KimiSettings)
 def kimi_loss(inp: LossInputs, cfg: LossConfig, norm: Normalizer) -> tuple[torch.Tensor, dict[str, float]]:
     """Kimi k1.5 squared surrogate. Example (tau 0.1, A = 1): token log-ratios [0.5, 0.5] -> delta 1 ->
     (1 - 0.1)^2 / 0.2 = 4.05; d loss / d logp_t = -(A - tau delta) = -0.9 for each token."""
-    if cfg.kimi_tau <= 0:
-        raise ConfigError(key_path("kimi_tau"), f"must be > 0, got {cfg.kimi_tau}")
+    tau = cfg.settings.kimi_tau
+    if tau <= 0:
+        raise ConfigError(key_path("kimi_tau"), f"must be > 0, got {tau}")
     mask, log_ratio, adv = _prepare(inp)
     delta = (log_ratio * mask).sum(dim=-1)  # [B] log pi(y) - log pi_old(y)
-    tau = cfg.kimi_tau
     per_seq = (adv.squeeze(-1) - tau * delta) ** 2 / (2 * tau)  # [B]
     metrics = {"clip_frac": 0.0, "clip_frac_low": 0.0, "clip_frac_high": 0.0,
                "ratio_mean": _masked_mean(_ratio(log_ratio).detach(), mask)}
     return _finish(_per_sequence(per_seq, mask), inp, cfg, norm, "seq_mean_token_mean", metrics)
 
 
-# the presets of the grpo loss (PRESETS gives their settings)
-POLICY_LOSSES.register("dapo", grpo_loss)
-POLICY_LOSSES.register("dr_grpo", grpo_loss)
+# the grpo loss under other defaults (its settings' subclasses)
+POLICY_LOSSES.register("dapo", grpo_loss, settings=DapoSettings)
+POLICY_LOSSES.register("dr_grpo", grpo_loss, settings=DrGrpoSettings)
 
 
 # ---- entry points -----------------------------------------------------------------------------------------
@@ -409,13 +457,22 @@ def _check_inputs(inp: LossInputs) -> None:
                          f"got shape {tuple(inp.advantages.shape)}")
 
 
+def _check_settings(name: str, settings: LossSettings) -> None:
+    """Settings that lack one the loss reads (gspo's given grpo's) are a programming error, named here."""
+    wanted = LossSettings.settings_class(name, "algorithm.loss")
+    missing = {f.name for f in dataclasses.fields(wanted)} - {f.name for f in dataclasses.fields(settings)}
+    if missing:
+        raise ValueError(f"loss {name!r} reads {', '.join(sorted(missing))}, which {type(settings).__name__} does "
+                         f"not have; build its settings with LossConfig.for_loss({name!r}, ...)")
+
+
 def policy_loss(
     name: str, inp: LossInputs, cfg: LossConfig, norm: Normalizer, *, config_path: str = "algorithm.loss"
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """(scalar loss, metrics) of the loss registered as ``name`` on one micro-batch, with ``cfg`` as given.
 
-    A preset name does not change ``cfg``: build it with ``LossConfig.for_loss(name)`` for the preset's settings
-    (``policy_loss("dapo", inp, LossConfig(), norm)`` is the grpo loss with eps_high 0.2).
+    ``cfg.settings`` must hold the settings the loss reads: ``LossConfig.for_loss(name)`` builds them with the
+    loss's defaults (``policy_loss("dapo", inp, LossConfig(), norm)`` is the grpo loss with grpo's settings).
 
     ``norm`` holds the counts of the whole optimizer batch; summing the returned losses over micro-batches
     gives the full-batch loss. An unknown name raises ConfigError at ``config_path`` with a did-you-mean hint.
@@ -430,6 +487,7 @@ def policy_loss(
     (-1.0, [[-0.5, -0.5]], 0.0)
     """
     fn = POLICY_LOSSES.get(name, path=config_path)
+    _check_settings(name, cfg.settings)
     cfg.validate()
     _check_inputs(inp)
     return fn(inp, cfg, norm)

@@ -39,4 +39,5 @@ def batch_advantages(scores: list[GroupScores], batch: TrainBatch, algorithm: Al
     if batch.ref_logp is not None and algorithm.kl.where == "reward":
         kl = sequence_kl(batch, algorithm.kl.estimator).cpu()  # [B]
         rewards = kl_in_reward(rewards.reshape(-1), kl, kl_coef).view_as(rewards)  # [num_groups, G]
-    return compute_advantages(algorithm.advantage, rewards, valid).reshape(-1)  # [B]
+    estimator = algorithm.advantage
+    return compute_advantages(estimator.type, rewards, valid, **estimator.keywords()).reshape(-1)  # [B]

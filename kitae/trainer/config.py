@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from kitae.agents.config import EnvironmentConfig
+from kitae.algorithms.config import AdaptiveKL, AlgorithmConfig, DynamicSampling, KLConfig, upgrade_saved_algorithm
 from kitae.config import apply_overrides, from_dict, read_yaml, setting, to_dict
 from kitae.data.sources import DatasetSource, RowMap
 from kitae.errors import ConfigError
 from kitae.models import BUNDLED_DATA
 from kitae.quantization import QuantizationConfig
+from kitae.trainer.samplers import SamplerSettings, upgrade_saved_sampler
 
 if TYPE_CHECKING:
     from kitae.algorithms.losses import LossConfig
@@ -62,32 +64,6 @@ class ModelConfig:
 
 
 @dataclass
-class SamplerConfig:
-    """Which prompts each step draws (kitae.trainer.samplers; Kimi k1.5 §2.3.4). Fields a sampler does not use
-    are ignored by it."""
-
-    name: str = "uniform"  # uniform | prioritized | curriculum
-    correct: str | None = None  # reward component whose score makes the pass rates (default: one named 'correct')
-    pass_threshold: float = 1.0  # a sample passes when that component's score >= this
-    ema: float = 0.0  # success-rate memory: 0 = mean of every attempt, else the newest attempt's weight
-    floor: float = setting(0.05, minimum=0)  # prioritized: P(i) ∝ max(1 - s_i, floor)
-    schedule: Literal["hard_focus", "easy_to_hard"] = "hard_focus"  # curriculum
-    warmup_steps: int = setting(10, minimum=0)  # curriculum hard_focus: steps on the whole set before only hard prompts
-    ramp_steps: int = setting(50, minimum=0)  # curriculum easy_to_hard: steps until every level is in the pool
-    difficulty_key: str | None = "difficulty"  # curriculum: the row field with the label; null = measured rates
-    levels: list[str] = field(default_factory=lambda: ["easy", "medium", "hard"])  # every label, easiest first
-    hard_levels: list[str] | None = None  # curriculum hard_focus: labels that count as hard (default: the last)
-    hard_threshold: float = 0.5  # curriculum hard_focus without labels: hard when s_i < this (or never graded)
-
-    def validate(self, path: str) -> None:
-        from kitae.trainer.samplers import SAMPLERS
-
-        SAMPLERS.get(self.name, f"{path}.name")
-        if not 0 <= self.ema < 1:
-            raise ConfigError(f"{path}.ema", f"must be in [0, 1), got {self.ema}")
-
-
-@dataclass
 class DataConfig:
     """The prompt sets. ``train``/``eval``: a file (.jsonl/.json/.parquet), a datasets folder, bundled:NAME, or a
     mapping ``{hub: ORG/NAME, name: CONFIG, split: SPLIT}`` / ``{path: json|csv|parquet, data_files: GLOB}``
@@ -101,7 +77,7 @@ class DataConfig:
     answer_pattern: str | None = None  # a regex; the reference is its first group (else the whole match)
     system: str | None = None  # a system prompt put before every prompt that has none
     shuffle: bool = True  # the prompt order: shuffled each epoch (by the seed) or as in the file
-    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    sampler: SamplerSettings = SamplerSettings.default("uniform")  # {name: uniform | prioritized | curriculum, ...}
 
     def validate(self, path: str) -> None:
         self.rowmap(path)  # a bad pattern fails when the config is read
@@ -149,95 +125,6 @@ class RewardConfig:
 # counts only (the same either way). Kimi's length reward strips: its nested correctness grader must see the
 # answer, and its lengths (unit: tokens) are the completion's tokens either way.
 WHOLE_TURN_GRADERS = ("template", "overlong", "soft_overlong")
-
-
-@dataclass
-class AdaptiveKL:
-    target: float = setting(0.1, above=0)  # the KL per token the controller steers to
-    horizon: int = setting(10000, minimum=1)  # how fast it steers (steps x samples), as in Ziegler et al.
-
-
-@dataclass
-class KLConfig:
-    coef: float = setting(0.0, minimum=0)  # 0: no reference model is loaded
-    estimator: Literal["k1", "k2", "k3"] = "k3"  # the KL estimator (k3: Schulman's unbiased, low-variance one)
-    where: Literal["loss", "reward"] = "loss"  # a KL term in the loss, or subtracted from the reward
-    adaptive: AdaptiveKL | None = None
-
-
-@dataclass
-class DynamicSampling:
-    enabled: bool = False  # resample groups whose rewards are all equal (DAPO)
-    max_rounds: int = setting(3, minimum=1)  # generation rounds per step before training on what there is
-
-
-@dataclass
-class AlgorithmConfig:
-    """The RL algorithm: advantage estimator, policy loss and the loss's settings.
-
-    A loss setting (eps_low ... kimi_tau) you write is used as written. One you leave out (or set to null) takes
-    the value of the loss's preset (``loss: dapo``: aggregation token_mean, eps_high 0.28; ``dr_grpo``:
-    seq_sum_constant; ``cispo``: token_mean; kitae.algorithms.losses.PRESETS), else the loss's default
-    (kitae.algorithms.losses.LossConfig). Reading the config fills them in (``resolve``), so the saved config.yaml
-    shows what ran.
-    """
-
-    advantage: str | None = None  # default: "dr_grpo" (r - group mean) for loss dr_grpo and kimi, as their
-    # papers do; else "grpo"
-    loss: str = "grpo"  # grpo | dapo | dr_grpo | gspo | cispo | kimi
-    eps_low: float | None = None  # PPO clip range: ratio in [1 - eps_low, 1 + eps_high] (default 0.2)
-    eps_high: float | None = None  # default 0.2; dapo: 0.28 (clip-higher)
-    gspo_eps_low: float | None = None  # the sequence-ratio clip range of gspo (default 3e-4, 4e-4)
-    gspo_eps_high: float | None = None  # gspo: the upper side of that range (default 4e-4)
-    cispo_eps_high: float | None = None  # cispo: importance weights capped at 1 + this (default 0.28)
-    aggregation: str | None = None  # seq_mean_token_mean (default) | token_mean (dapo, cispo) | seq_sum_constant
-    # (dr_grpo)
-    kimi_tau: float | None = None  # kimi: pull toward the sampling policy (default 0.1)
-    mu: int = setting(1, minimum=1)  # optimization passes over each batch
-    kl: KLConfig = field(default_factory=KLConfig)
-    dynamic_sampling: DynamicSampling = field(default_factory=DynamicSampling)
-    mask_truncated: bool = False  # DAPO overlong filtering
-    reset_optimizer: bool = False  # Kimi k1.5: fresh optimizer state each iteration
-    max_steps_without_reward: int | None = 3  # after this many steps in a row in which no sample got a reward
-    # (every component abstained or failed on every sample), save a checkpoint and stop with an error; 0 or null:
-    # never stop
-    component_without_reward: Literal["stop", "warn"] = "stop"  # stop (as above, after that many steps in a row
-    # in which one component gave no sample a finite score) or warn (for a component meant to abstain on whole
-    # steps); either way a warning at the first such step
-    tis_cap: float | None = 2.0  # engine server: per-token weight min(pi_train_old / pi_server, tis_cap) on the
-    # loss (truncated importance sampling, kitae/algorithms/mismatch.py); null = no weight (the ratio still uses
-    # the trainer's log-probs)
-
-    def resolve(self, path: str) -> None:
-        """Fill in the advantage and every loss setting left out (see the class)."""
-        from kitae.algorithms import PAIRED_ADVANTAGES, LossConfig
-
-        if self.advantage is None:
-            self.advantage = PAIRED_ADVANTAGES.get(self.loss, "grpo")
-        settings = LossConfig.for_loss(self.loss, **self.loss_settings())
-        for key in self.loss_settings():
-            setattr(self, key, getattr(settings, key))
-
-    def validate(self, path: str) -> None:
-        """Check the loss and advantage names and the loss's settings."""
-        from kitae.algorithms import ADVANTAGES, POLICY_LOSSES, LossConfig
-
-        POLICY_LOSSES.get(self.loss, f"{path}.loss")
-        ADVANTAGES.get(self.advantage, f"{path}.advantage")
-        LossConfig.for_loss(self.loss, **self.loss_settings()).validate(path)
-        if self.max_steps_without_reward is not None and self.max_steps_without_reward < 0:
-            raise ConfigError(f"{path}.max_steps_without_reward",
-                              f"must be 0 or more (0 or null: never stop), got {self.max_steps_without_reward}")
-        if self.tis_cap is not None and self.tis_cap < 1:
-            raise ConfigError(f"{path}.tis_cap", f"must be >= 1 (or null for no correction), got {self.tis_cap}: "
-                              "a cap below 1 would shrink every token's weight")
-
-    def loss_settings(self) -> dict[str, Any]:
-        """The loss settings of this section by name (LossConfig's fields it has); None: left out."""
-        from kitae.algorithms import LossConfig
-
-        names = {f.name for f in dataclasses.fields(LossConfig)}
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name in names}
 
 
 @dataclass
@@ -530,14 +417,13 @@ class TrainConfig:
         return self.environment.episode_max_tokens if self.environment is not None else self.sampling.max_new_tokens
 
     def loss_config(self, kl_coef: float) -> "LossConfig":
-        """The policy loss's settings as this config gives them (a config that was read has every one written;
-        one left out takes the loss's preset value, as ``AlgorithmConfig.resolve`` gives it); `kl_coef` is the KL
+        """What the policy loss runs with: ``algorithm.loss``'s settings and what the run adds; `kl_coef` is the KL
         weight in the loss now (0 unless ``algorithm.kl.where`` is "loss"; the KL controller's value when it is)."""
         from kitae.algorithms import LossConfig
 
         a = self.algorithm
-        lc = LossConfig.for_loss(a.loss, **a.loss_settings(), max_completion_length=self.max_completion_tokens,
-                                 kl_coef=kl_coef, kl_estimator=a.kl.estimator)
+        lc = LossConfig(a.loss, max_completion_length=self.max_completion_tokens, kl_coef=kl_coef,
+                        kl_estimator=a.kl.estimator)
         lc.validate("algorithm")
         return lc
 
@@ -562,7 +448,15 @@ def check_environment_sampling(s: SamplingConfig) -> None:
 def load_train_config(path: str | Path | None = None, overrides: list[str] | None = None, data: dict | None = None) -> TrainConfig:
     raw = read_yaml(path, EMPTY_CONFIG) if path is not None else dict(data or {})
     apply_overrides(raw, overrides or [])
+    upgrade_saved_config(raw)
     return from_dict(TrainConfig, raw)
+
+
+def upgrade_saved_config(raw: dict) -> None:
+    """A run's config.yaml saved by an older kitae, in today's shape (in place): each variant's settings as the
+    old code wrote them, every one whatever the variant, keep only those the variant takes."""
+    upgrade_saved_algorithm(raw.get("algorithm"))
+    upgrade_saved_sampler((raw.get("data") or {}).get("sampler") if isinstance(raw.get("data"), dict) else None)
 
 
 def default_eval_grader(rewards: list[RewardConfig]) -> dict[str, Any]:

@@ -167,9 +167,9 @@ def pass_component(cfg: TrainConfig, names: list[str]) -> str | None:
     names = names + (["repeat"] if rc is not None and rc.penalty != 0 else [])
     if sc.correct is not None and sc.correct not in names:
         raise ConfigError("data.sampler.correct", unknown_name_message("reward component", sc.correct, names))
-    if sc.correct is None and sc.name != "uniform":
+    if sc.correct is None and sc.type != "uniform":
         if "correct" not in names:
-            raise ConfigError("data.sampler.correct", f"the {sc.name} sampler needs pass rates: name the reward "
+            raise ConfigError("data.sampler.correct", f"the {sc.type} sampler needs pass rates: name the reward "
                               f"component that says a sample is correct (one of {', '.join(names)})")
         return "correct"
     return sc.correct

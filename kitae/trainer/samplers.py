@@ -28,12 +28,64 @@ from __future__ import annotations
 import bisect
 import itertools
 import random
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
 
+from kitae.config import Variant, setting
 from kitae.errors import ConfigError
 from kitae.registry import Registry
 
 SAMPLERS = Registry("prompt sampler")
+
+
+@dataclass
+class SamplerSettings(Variant):
+    """Which prompts each step draws (``data.sampler``: ``{name: NAME, ...its settings}``, or NAME alone; the name
+    left out is uniform). The pass-rate settings here are every sampler's (the pass rates are also logged); each
+    sampler's own settings subclass this beside it and are passed to its constructor."""
+
+    registry: ClassVar[Registry] = SAMPLERS
+    kind: ClassVar[str] = "prompt sampler"
+    name_key: ClassVar[str] = "name"
+    type: str = setting("", key="name")  # uniform | prioritized | curriculum
+    correct: str | None = None  # reward component whose score makes the pass rates (default: one named 'correct')
+    pass_threshold: float = 1.0  # a sample passes when that component's score >= this
+    ema: float = 0.0  # success-rate memory: 0 = mean of every attempt, else the newest attempt's weight
+
+    @classmethod
+    def read(cls, value: Any, path: str, flat: dict | None = None, flat_path: str = "") -> "SamplerSettings":
+        if isinstance(value, dict) and cls.name_key not in value:  # {ema: 0.1}: uniform, as it always was
+            value = {cls.name_key: "uniform", **value}
+        return super().read(value, path, flat, flat_path)
+
+    def validate(self, path: str) -> None:
+        if not 0 <= self.ema < 1:
+            raise ConfigError(f"{path}.ema", f"must be in [0, 1), got {self.ema}")
+
+    def options(self) -> dict[str, Any]:
+        """The sampler's constructor keywords: its own settings and the success-rate memory."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("type", "correct", "pass_threshold")}
+
+
+# Every sampler setting a config.yaml saved before each sampler had its own settings holds, written whatever the
+# sampler (see upgrade_saved_sampler).
+SAVED_SAMPLER_KEYS = ("name", "correct", "pass_threshold", "ema", "floor", "schedule", "warmup_steps", "ramp_steps",
+                      "difficulty_key", "levels", "hard_levels", "hard_threshold")
+
+
+def upgrade_saved_sampler(section: Any) -> None:
+    """``data.sampler`` of a config.yaml saved before each sampler had its own settings (every one of
+    SAVED_SAMPLER_KEYS there): keeps only the settings its sampler takes, in place, so the saved run reads back and
+    resumes; a config with a few of them for a sampler that does not take them is still an error."""
+    if not isinstance(section, dict) or not all(key in section for key in SAVED_SAMPLER_KEYS):
+        return
+    try:
+        taken = SamplerSettings.settings_class(str(section["name"]), "data.sampler.name").__dataclass_fields__
+    except ConfigError:
+        return  # an unknown sampler: reading the section names it
+    for key in SAVED_SAMPLER_KEYS[1:]:
+        if key not in taken:
+            del section[key]
 
 
 @SAMPLERS.register("uniform")
@@ -134,7 +186,12 @@ class _TracksRates:
         self.rates.load_state_dict(state["rates"])
 
 
-@SAMPLERS.register("prioritized")
+@dataclass
+class PrioritizedSettings(SamplerSettings):
+    floor: float = setting(0.05, minimum=0)  # P(i) ∝ max(1 - s_i, floor)
+
+
+@SAMPLERS.register("prioritized", settings=PrioritizedSettings)
 class PrioritizedSampler(_TracksRates):
     """P(i) = w_i / Σ_j w_j with w_i = max(1 - s_i, floor); s_i = 0 for a prompt never graded."""
 
@@ -156,7 +213,18 @@ class PrioritizedSampler(_TracksRates):
     def sample(self, k: int, step: int | None = None) -> list[int]:
         return weighted_draw(self.rng, self.weights(), k)
 
-@SAMPLERS.register("curriculum")
+@dataclass
+class CurriculumSettings(SamplerSettings):
+    schedule: Literal["hard_focus", "easy_to_hard"] = "hard_focus"
+    warmup_steps: int = setting(10, minimum=0)  # hard_focus: steps on the whole set before only hard prompts
+    ramp_steps: int = setting(50, minimum=0)  # easy_to_hard: steps until every level is in the pool
+    difficulty_key: str | None = "difficulty"  # the row field with the label; null = measured rates
+    levels: list[str] = field(default_factory=lambda: ["easy", "medium", "hard"])  # every label, easiest first
+    hard_levels: list[str] | None = None  # hard_focus: labels that count as hard (default: the last)
+    hard_threshold: float = 0.5  # hard_focus without labels: hard when s_i < this (or never graded)
+
+
+@SAMPLERS.register("curriculum", settings=CurriculumSettings)
 class CurriculumSampler(_TracksRates):
     """Uniform over a pool that depends on the step.
 

@@ -275,9 +275,8 @@ def make_engine(cfg: TrainConfig, policy, tokenizer, processor, servers: dict | 
 def make_sampler(cfg: TrainConfig, rows: list[dict]):
     """The prompt sampler of ``data.sampler`` (uniform, prioritized, curriculum) over the training rows."""
     sc = cfg.data.sampler
-    options = {k: v for k, v in sc.__dict__.items() if k not in ("name", "correct", "pass_threshold")}
-    cls = SAMPLERS.get(sc.name, "data.sampler.name")
-    return cls(len(rows), seed=cfg.seed, shuffle=cfg.data.shuffle, rows=rows, **options)
+    cls = SAMPLERS.get(sc.type, "data.sampler.name")
+    return cls(len(rows), seed=cfg.seed, shuffle=cfg.data.shuffle, rows=rows, **sc.options())
 
 
 def make_partial(cfg: TrainConfig, engine, tokenizer, num_processes: int) -> PartialRollouts | None:

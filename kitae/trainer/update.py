@@ -193,7 +193,7 @@ class PolicyUpdate:
             if self.in_pass_correction:
                 old, is_weight, mismatch = self._correct_in_pass(logp.detach(), rows.old_logp, rows.mask)
             inp = LossInputs(logp, old, rows.advantages, rows.mask, rows.ref_logp, is_weight)
-            loss, m = policy_loss(self.cfg.algorithm.loss, inp, loss_cfg, norm)
+            loss, m = policy_loss(self.cfg.algorithm.loss.type, inp, loss_cfg, norm)
             m.update(mismatch)
             self.acc.backward(loss * weight if weight != 1.0 else loss)
         m["entropy"] = float((entropy * rows.mask).sum() / rows.mask.sum().clamp(min=1.0))  # over counted tokens
@@ -251,7 +251,7 @@ class PolicyUpdate:
             return torch.zeros(len(batch), dtype=torch.bool, device=batch.mask.device)
         if self.cfg.algorithm.kl.adaptive is not None:
             return batch.mask.sum(dim=-1) == 0
-        return rows_without_gradient(self.cfg.algorithm.loss, batch.advantages, batch.mask, loss_cfg)
+        return rows_without_gradient(self.cfg.algorithm.loss.type, batch.advantages, batch.mask, loss_cfg)
 
     def micro_batches(self, batch: TrainBatch, rows: list[int]) -> list[tuple[list[int], PackedBatch | TrainBatch]]:
         """``rows`` of ``batch`` as the update's micro-batches, each with the indices of its rows in ``batch``.

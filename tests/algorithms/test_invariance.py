@@ -2,6 +2,8 @@
 full-batch loss and accumulated gradients equal the full-batch gradients (every loss, every aggregation), also
 when the rows that cannot change the gradient are left out (rows_without_gradient)."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -10,6 +12,7 @@ from kitae.algorithms import (
     POLICY_LOSSES,
     LossConfig,
     LossInputs,
+    LossSettings,
     Normalizer,
     policy_loss,
     rows_without_gradient,
@@ -48,16 +51,21 @@ def run(name, cfg, inp, splits, per_micro_norm=False):
     return total, grad
 
 
-CFGS = [
-    LossConfig(aggregation=agg, max_completion_length=T, kl_coef=0.1, gspo_eps_low=0.05, gspo_eps_high=0.05)
-    for agg in AGGREGATIONS.names()
-]
+def loss_cfg(name: str, aggregation: str = "seq_mean_token_mean", **run) -> LossConfig:
+    """Loss `name`'s settings with `aggregation` where the loss takes one (gspo and kimi are sequence-level) and
+    gspo's clip range widened to 0.05 (its paper's 3e-4 would clip nearly every sequence of this batch)."""
+    takes = {f.name for f in dataclasses.fields(LossSettings.settings_class(name, ""))}
+    given = {"aggregation": aggregation} if "aggregation" in takes else {}
+    if name == "gspo":
+        given.update(gspo_eps_low=0.05, gspo_eps_high=0.05)
+    return LossConfig.for_loss(name, max_completion_length=T, **given, **run)
 
 
 @pytest.mark.parametrize("name", POLICY_LOSSES.names())
-@pytest.mark.parametrize("cfg", CFGS, ids=[c.aggregation for c in CFGS])
+@pytest.mark.parametrize("aggregation", AGGREGATIONS.names())
 @pytest.mark.parametrize("splits", [[1] * 8, [4, 4], [3, 5]], ids=["8x1", "2x4", "3+5"])
-def test_micro_batches_sum_to_the_full_batch(name, cfg, splits):
+def test_micro_batches_sum_to_the_full_batch(name, aggregation, splits):
+    cfg = loss_cfg(name, aggregation, kl_coef=0.1)
     inp = batch()
     full_loss, full_grad = run(name, cfg, inp, [B])
     loss, grad = run(name, cfg, inp, splits)
@@ -69,7 +77,7 @@ def test_micro_batches_sum_to_the_full_batch(name, cfg, splits):
 @pytest.mark.parametrize("aggregation", ["seq_mean_token_mean", "token_mean", "seq_sum_constant"])
 def test_per_micro_batch_normalizer_would_break_it(aggregation):
     # control: normalizing each micro-batch by its own counts does not add up (the test above can fail)
-    cfg = LossConfig(aggregation=aggregation, max_completion_length=T)
+    cfg = loss_cfg("grpo", aggregation)
     inp = batch()
     full_loss, _ = run("grpo", cfg, inp, [B])
     loss, _ = run("grpo", cfg, inp, [4, 4], per_micro_norm=True)
@@ -99,8 +107,9 @@ def run_processes(name, cfg, inp, shares, global_counts=True):
 
 
 @pytest.mark.parametrize("name", POLICY_LOSSES.names())
-@pytest.mark.parametrize("cfg", CFGS, ids=[c.aggregation for c in CFGS])
-def test_processes_with_uneven_token_counts_give_the_full_batch_gradient(name, cfg):
+@pytest.mark.parametrize("aggregation", AGGREGATIONS.names())
+def test_processes_with_uneven_token_counts_give_the_full_batch_gradient(name, aggregation):
+    cfg = loss_cfg(name, aggregation, kl_coef=0.1)
     inp = batch()
     inp.mask[0] = 0.0  # a row masked out entirely (a truncated sample under overlong filtering)
     _, full_grad = run(name, cfg, inp, [B])
@@ -112,7 +121,7 @@ def test_processes_with_uneven_token_counts_give_the_full_batch_gradient(name, c
 @pytest.mark.parametrize("aggregation", ["seq_mean_token_mean", "token_mean", "seq_sum_constant"])
 def test_per_process_counts_would_break_it(aggregation):
     # control: each process normalizing by its own counts weights a token by how the batch was split
-    cfg = LossConfig(aggregation=aggregation, max_completion_length=T)
+    cfg = loss_cfg("grpo", aggregation)
     inp = batch()
     inp.mask[0] = 0.0
     _, full_grad = run("grpo", cfg, inp, [B])
@@ -157,8 +166,7 @@ def zero_rows_batch() -> LossInputs:
 @pytest.mark.parametrize("aggregation", AGGREGATIONS.names())
 @pytest.mark.parametrize("kl_coef", [0.0, 0.1], ids=["no_kl", "kl_in_loss"])
 def test_skipped_rows_give_the_full_batch_loss_and_gradient(name, aggregation, kl_coef):
-    cfg = LossConfig(aggregation=aggregation, max_completion_length=T, kl_coef=kl_coef, gspo_eps_low=0.05,
-                     gspo_eps_high=0.05)
+    cfg = loss_cfg(name, aggregation, kl_coef=kl_coef)
     inp = zero_rows_batch()
     skip = rows_without_gradient(name, inp.advantages, inp.mask, cfg)
     full_loss, full_grad = run(name, cfg, inp, [B])
@@ -177,7 +185,7 @@ def test_skipped_rows_give_the_full_batch_loss_and_gradient(name, aggregation, k
 def test_skipping_zero_advantage_rows_would_break_kimi_and_kl_in_the_loss(case):
     # control: rows_without_gradient keeps these rows for a reason (the test above can fail)
     name, kl_coef = case
-    cfg = LossConfig(max_completion_length=T, kl_coef=kl_coef)
+    cfg = loss_cfg(name, kl_coef=kl_coef)
     inp = zero_rows_batch()
     _, full_grad = run(name, cfg, inp, [B])
     _, grad = run_rows(name, cfg, inp, (inp.advantages != 0).nonzero().flatten())
@@ -187,7 +195,7 @@ def test_skipping_zero_advantage_rows_would_break_kimi_and_kl_in_the_loss(case):
 @pytest.mark.parametrize("aggregation", AGGREGATIONS.names())
 def test_a_normalizer_of_the_kept_rows_would_break_it(aggregation):
     # control: the divisors must count the skipped rows (sequences, tokens, every row for Dr. GRPO)
-    cfg = LossConfig(aggregation=aggregation, max_completion_length=T)
+    cfg = loss_cfg("grpo", aggregation)
     inp = zero_rows_batch()
     _, full_grad = run("grpo", cfg, inp, [B])
     kept = (~rows_without_gradient("grpo", inp.advantages, inp.mask, cfg)).nonzero().flatten()

@@ -7,9 +7,9 @@ import torch
 
 from kitae.algorithms import (
     POLICY_LOSSES,
-    PRESETS,
     LossConfig,
     LossInputs,
+    LossSettings,
     Normalizer,
     aggregate,
     policy_loss,
@@ -19,6 +19,14 @@ from kitae.errors import ConfigError
 
 LN = math.log
 INF = float("inf")
+
+
+def loss_cfg(name: str = "grpo", *, max_completion_length: int | None = None, kl_coef: float = 0.0,
+             kl_estimator: str = "k3", **settings) -> LossConfig:
+    """What loss `name` runs with: its settings class with `settings`, built as code builds it (unchecked, so a
+    bad value reaches policy_loss's own check)."""
+    cls = LossSettings.settings_class(name, "") if name in POLICY_LOSSES else LossSettings.settings_class("grpo", "")
+    return LossConfig(cls(type=name, **settings), max_completion_length, kl_coef, kl_estimator)
 
 
 def one_token(ratio: float, adv: float, logp: float = -1.0) -> LossInputs:
@@ -44,7 +52,7 @@ GRPO_TOKEN_CASES = [
 @pytest.mark.parametrize("ratio, adv, lo, hi, loss_ref, grad_ref, clip_ref", GRPO_TOKEN_CASES)
 def test_grpo_single_token(ratio, adv, lo, hi, loss_ref, grad_ref, clip_ref):
     inp = one_token(ratio, adv)
-    loss, m = policy_loss("grpo", inp, LossConfig(eps_low=lo, eps_high=hi), Normalizer(1, 1))
+    loss, m = policy_loss("grpo", inp, loss_cfg("grpo", eps_low=lo, eps_high=hi), Normalizer(1, 1))
     loss.backward()
     assert loss.item() == pytest.approx(loss_ref, abs=1e-6)
     assert inp.logp.grad.item() == pytest.approx(grad_ref, abs=1e-6)
@@ -63,7 +71,7 @@ def test_a_huge_log_ratio_is_clamped_so_loss_and_gradient_stay_finite(loss_name)
     lp = torch.tensor([[-1.0, -1.0]], requires_grad=True)
     inp = LossInputs(logp=lp, old_logp=torch.tensor([[-90.0, -1.0 - LN(1.5)]]), advantages=torch.tensor([-1.0]),
                      mask=torch.ones(1, 2))
-    loss, m = policy_loss(loss_name, inp, LossConfig(), Normalizer(1, 2))  # seq_mean_token_mean: token mean here
+    loss, m = policy_loss(loss_name, inp, loss_cfg(loss_name), Normalizer(1, 2))  # one sequence: every mean the same
     loss.backward()
     assert math.isfinite(loss.item()) and torch.isfinite(lp.grad).all()
     assert loss.item() == pytest.approx((E20 + 1.5) / 2, rel=1e-6)
@@ -76,7 +84,7 @@ def test_gspo_clamps_the_sequence_log_ratio():
     lp = torch.tensor([[-1.0, -1.0]], requires_grad=True)
     inp = LossInputs(logp=lp, old_logp=torch.full((1, 2), -90.0), advantages=torch.tensor([-1.0]),
                      mask=torch.ones(1, 2))
-    loss, m = policy_loss("gspo", inp, LossConfig(), Normalizer(1, 2))
+    loss, m = policy_loss("gspo", inp, loss_cfg("gspo"), Normalizer(1, 2))
     loss.backward()
     assert loss.item() == pytest.approx(E20, rel=1e-6)
     torch.testing.assert_close(lp.grad, torch.zeros(1, 2))
@@ -105,7 +113,7 @@ AGG_CASES = [
 @pytest.mark.parametrize("aggregation, loss_ref, grad_ref", AGG_CASES)
 def test_grpo_aggregation_and_gradient_at_ratio_one(aggregation, loss_ref, grad_ref):
     inp = two_sequences()
-    cfg = LossConfig(aggregation=aggregation, max_completion_length=4)
+    cfg = loss_cfg("grpo", aggregation=aggregation, max_completion_length=4)
     loss, m = policy_loss("grpo", inp, cfg, Normalizer(num_sequences=2, num_tokens=3))
     loss.backward()
     assert loss.item() == pytest.approx(loss_ref, abs=1e-6)
@@ -147,52 +155,76 @@ def test_seq_sum_constant_needs_max_completion_length():
 
 def test_unknown_aggregation_suggests_a_name():
     with pytest.raises(ConfigError, match=r"algorithm\.aggregation: .*did you mean 'token_mean'"):
-        policy_loss("grpo", one_token(1.0, 1.0), LossConfig(aggregation="token_maen"), Normalizer(1, 1))
+        policy_loss("grpo", one_token(1.0, 1.0), loss_cfg(aggregation="token_maen"), Normalizer(1, 1))
+    with pytest.raises(ConfigError, match=r"algorithm\.loss\.aggregation: .*did you mean 'token_mean'"):
+        LossConfig.for_loss("grpo", aggregation="token_maen")
 
 
-PRESET_CASES = [
+DEFAULT_CASES = [
     # loss, settings given, field, the value the loss runs with
     ("dapo", {}, "aggregation", "token_mean"),
     ("dapo", {}, "eps_high", 0.28),
     ("dapo", {"eps_high": 0.3}, "eps_high", 0.3),  # a given value wins
-    ("dapo", {"eps_high": 0.2}, "eps_high", 0.2),  # ... also when it equals LossConfig's default
+    ("dapo", {"eps_high": 0.2}, "eps_high", 0.2),  # ... also when it equals grpo's default
     ("dapo", {"aggregation": "seq_mean_token_mean"}, "aggregation", "seq_mean_token_mean"),  # ... here too
     ("dapo", {"eps_high": None}, "eps_high", 0.28),  # None: not given
-    ("dapo", {"eps_low": 0.1}, "eps_low", 0.1),  # settings the preset does not name are kept
-    ("dapo", {}, "eps_low", 0.2),  # ... or LossConfig's default
+    ("dapo", {"eps_low": 0.1}, "eps_low", 0.1),
+    ("dapo", {}, "eps_low", 0.2),
     ("dr_grpo", {}, "aggregation", "seq_sum_constant"),
     ("dr_grpo", {"aggregation": "token_mean"}, "aggregation", "token_mean"),
     ("cispo", {}, "aggregation", "token_mean"),
-    ("grpo", {}, "aggregation", "seq_mean_token_mean"),  # not a preset: LossConfig's defaults
-    ("gspo", {}, "eps_high", 0.2),
+    ("cispo", {}, "cispo_eps_high", 0.28),
+    ("grpo", {}, "aggregation", "seq_mean_token_mean"),
+    ("grpo", {}, "eps_high", 0.2),
+    ("gspo", {}, "gspo_eps_low", 3e-4),
+    ("gspo", {}, "gspo_eps_high", 4e-4),
+    ("kimi", {}, "kimi_tau", 0.1),
 ]
 
 
-@pytest.mark.parametrize("name, given, field, expected", PRESET_CASES)
-def test_for_loss_fills_what_is_not_given_from_the_preset(name, given, field, expected):
-    assert getattr(LossConfig.for_loss(name, **given), field) == expected
+@pytest.mark.parametrize("name, given, field, expected", DEFAULT_CASES)
+def test_for_loss_fills_what_is_not_given_from_the_losss_own_defaults(name, given, field, expected):
+    assert getattr(LossConfig.for_loss(name, **given).settings, field) == expected
 
 
-def test_every_preset_is_a_registered_loss_and_names_real_settings():
-    for name, values in PRESETS.items():
-        assert name in POLICY_LOSSES
-        LossConfig(**values).validate()  # a misspelt setting is a TypeError, a bad value a ConfigError
+@pytest.mark.parametrize("name, given, message", [
+    ("gspo", {"cispo_eps_high": 0.3}, "algorithm.loss.cispo_eps_high: not a setting of loss 'gspo'; loss cispo takes it"),
+    ("kimi", {"aggregation": "token_mean"}, "algorithm.loss.aggregation: not a setting of loss 'kimi'"),
+    ("grpo", {"eps_low": -0.1}, "algorithm.loss.eps_low: must be >= 0"),
+])
+def test_for_loss_refuses_a_setting_the_loss_does_not_take_or_cannot_use(name, given, message):
+    with pytest.raises(ConfigError) as err:
+        LossConfig.for_loss(name, **given)
+    assert message in str(err.value)
+
+
+def test_every_loss_registers_its_settings_and_they_validate():
+    for name in POLICY_LOSSES.names():
+        settings = LossConfig.for_loss(name).settings
+        assert isinstance(settings, LossSettings) and settings.type == name
+        LossConfig(settings).validate()
+
+
+def test_a_loss_given_another_losss_settings_is_told_which_it_reads():
+    with pytest.raises(ValueError, match="loss 'gspo' reads gspo_eps_high, gspo_eps_low"):
+        policy_loss("gspo", one_token(1, 1), loss_cfg("grpo"), Normalizer(1, 1))
 
 
 def test_dapo_is_grpo_with_token_mean_and_clip_higher():
     dapo = LossConfig.for_loss("dapo")
     # ratio 1.25, A = 1: grpo clips at 1.2 -> -1.2; dapo's 1.28 does not -> -1.25
-    assert policy_loss("grpo", one_token(1.25, 1.0), LossConfig(), Normalizer(1, 1))[0].item() == pytest.approx(-1.2)
+    assert policy_loss("grpo", one_token(1.25, 1.0), loss_cfg(), Normalizer(1, 1))[0].item() == pytest.approx(-1.2)
     assert policy_loss("dapo", one_token(1.25, 1.0), dapo, Normalizer(1, 1))[0].item() == pytest.approx(-1.25)
     # and on the two-sequence batch it aggregates like token_mean: 1/3 (see AGG_CASES)
     assert policy_loss("dapo", two_sequences(), dapo, Normalizer(2, 3))[0].item() == pytest.approx(1 / 3)
 
 
-def test_a_preset_loss_runs_with_the_config_as_given():
-    # LossConfig() says eps_high 0.2 and seq_mean_token_mean: dapo then is grpo (no preset applied at loss time)
-    assert policy_loss("dapo", one_token(1.25, 1.0), LossConfig(), Normalizer(1, 1))[0].item() == pytest.approx(-1.2)
-    grpo = policy_loss("grpo", two_sequences(), LossConfig(), Normalizer(2, 3))[0].item()
-    assert policy_loss("dapo", two_sequences(), LossConfig(), Normalizer(2, 3))[0].item() == pytest.approx(grpo)
+def test_a_loss_runs_with_the_settings_as_given():
+    # dapo given grpo's values (eps_high 0.2, seq_mean_token_mean) is grpo: no default is applied at loss time
+    as_grpo = loss_cfg("dapo", eps_high=0.2, aggregation="seq_mean_token_mean")
+    assert policy_loss("dapo", one_token(1.25, 1.0), as_grpo, Normalizer(1, 1))[0].item() == pytest.approx(-1.2)
+    grpo = policy_loss("grpo", two_sequences(), loss_cfg(), Normalizer(2, 3))[0].item()
+    assert policy_loss("dapo", two_sequences(), as_grpo, Normalizer(2, 3))[0].item() == pytest.approx(grpo)
 
 
 def test_dr_grpo_aggregates_with_the_constant():
@@ -223,7 +255,7 @@ def gspo_inputs() -> LossInputs:
 
 def test_gspo_hand_values():
     inp = gspo_inputs()
-    loss, m = policy_loss("gspo", inp, LossConfig(), Normalizer(2, 4))
+    loss, m = policy_loss("gspo", inp, loss_cfg("gspo"), Normalizer(2, 4))
     loss.backward()
     s1 = math.exp(1e-4)  # 1.0001 < 1.0004: inside the range
     # seq 0: s = exp(0.004) = 1.004008 > 1 + 4e-4, A > 0 -> clipped: -1.0004, no gradient
@@ -237,7 +269,7 @@ def test_gspo_hand_values():
 def test_gspo_negative_advantage_is_not_clipped_above():
     inp = gspo_inputs()
     inp.advantages = torch.tensor([-1.0, 0.0])
-    loss, m = policy_loss("gspo", inp, LossConfig(), Normalizer(2, 4))
+    loss, m = policy_loss("gspo", inp, loss_cfg("gspo"), Normalizer(2, 4))
     loss.backward()
     s0 = math.exp(0.004)
     # seq 0: -min(-s0, -1.0004) = s0; d/dlogp_t = s0 / 2; averaged over 2 sequences -> s0 / 4
@@ -279,7 +311,7 @@ def kimi_inputs() -> LossInputs:
 
 def test_kimi_hand_values():
     inp = kimi_inputs()
-    loss, m = policy_loss("kimi", inp, LossConfig(kimi_tau=0.1), Normalizer(2, 3))
+    loss, m = policy_loss("kimi", inp, loss_cfg("kimi", kimi_tau=0.1), Normalizer(2, 3))
     loss.backward()
     # seq 0: (1 - 0.1*1)^2 / 0.2 = 4.05, d/dlogp_t = -(A - tau delta) = -0.9
     # seq 1: (-0.5)^2 / 0.2 = 1.25, d/dlogp_t = 0.5; mean over 2 sequences halves everything
@@ -297,7 +329,7 @@ def test_kimi_gradient_is_the_papers():
     adv = torch.tensor([0.5, -0.25, 1.0, -1.25])
     lp = (old + 0.3 * torch.randn(4, 5, generator=g)).requires_grad_(True)
     tau = 0.3
-    loss, _ = policy_loss("kimi", LossInputs(lp, old, adv, mask), LossConfig(kimi_tau=tau), Normalizer(4, 13))
+    loss, _ = policy_loss("kimi", LossInputs(lp, old, adv, mask), loss_cfg("kimi", kimi_tau=tau), Normalizer(4, 13))
     (ours,) = torch.autograd.grad(loss, lp)
     lp2 = lp.detach().clone().requires_grad_(True)
     log_pi = (lp2 * mask).sum(-1)  # log pi(y_j)
@@ -310,7 +342,7 @@ def test_kimi_gradient_is_the_papers():
 def test_kimi_step_at_the_sampling_policy_is_reinforce_whatever_tau():
     for tau in (0.01, 1.0):
         inp = one_token(1.0, 2.0)
-        policy_loss("kimi", inp, LossConfig(kimi_tau=tau), Normalizer(1, 1))[0].backward()
+        policy_loss("kimi", inp, loss_cfg("kimi", kimi_tau=tau), Normalizer(1, 1))[0].backward()
         assert inp.logp.grad.item() == pytest.approx(-2.0)
 
 
@@ -329,7 +361,7 @@ def test_kl_in_the_loss(loss_name, estimator, kl):
     lp = torch.full((1, 2), LN(0.25), requires_grad=True)
     inp = LossInputs(lp, torch.full((1, 2), LN(0.25)), torch.zeros(1), torch.ones(1, 2),
                      ref_logp=torch.full((1, 2), LN(0.5)))
-    loss, m = policy_loss(loss_name, inp, LossConfig(kl_coef=0.5, kl_estimator=estimator), Normalizer(1, 2))
+    loss, m = policy_loss(loss_name, inp, loss_cfg(loss_name, kl_coef=0.5, kl_estimator=estimator), Normalizer(1, 2))
     assert loss.item() == pytest.approx(0.5 * kl, abs=1e-6)
     assert m["kl"] == pytest.approx(kl, abs=1e-6)
 
@@ -337,21 +369,21 @@ def test_kl_in_the_loss(loss_name, estimator, kl):
 def test_kl_metric_without_kl_in_the_loss():
     inp = one_token(1.0, 0.0, logp=LN(0.25))
     inp.ref_logp = torch.tensor([[LN(0.5)]])
-    loss, m = policy_loss("grpo", inp, LossConfig(), Normalizer(1, 1))
+    loss, m = policy_loss("grpo", inp, loss_cfg(), Normalizer(1, 1))
     assert loss.item() == 0.0 and m["kl"] == pytest.approx(1 - LN(2))
 
 
 ERROR_CASES = [
     # loss, config, inputs, error, message
-    ("drgrpo", LossConfig(), one_token(1, 1), ConfigError, r"algorithm\.loss: .*did you mean 'dr_grpo'"),
-    ("grpo", LossConfig(kl_coef=0.1), one_token(1, 1), ConfigError, r"algorithm\.kl\.coef: .*no reference"),
-    ("grpo", LossConfig(kl_estimator="k4"), one_token(1, 1), ConfigError, r"algorithm\.kl\.estimator"),
-    ("kimi", LossConfig(kimi_tau=0.0), one_token(1, 1), ConfigError, r"algorithm\.kimi_tau: must be > 0"),
-    ("grpo", LossConfig(eps_low=-0.1), one_token(1, 1), ConfigError, r"algorithm\.eps_low: must be >= 0"),
-    ("grpo", LossConfig(),
+    ("drgrpo", loss_cfg(), one_token(1, 1), ConfigError, r"algorithm\.loss: .*did you mean 'dr_grpo'"),
+    ("grpo", loss_cfg(kl_coef=0.1), one_token(1, 1), ConfigError, r"algorithm\.kl\.coef: .*no reference"),
+    ("grpo", loss_cfg(kl_estimator="k4"), one_token(1, 1), ConfigError, r"algorithm\.kl\.estimator"),
+    ("kimi", loss_cfg("kimi", kimi_tau=0.0), one_token(1, 1), ConfigError, r"algorithm\.kimi_tau: must be > 0"),
+    ("grpo", loss_cfg(eps_low=-0.1), one_token(1, 1), ConfigError, r"algorithm\.eps_low: must be >= 0"),
+    ("grpo", loss_cfg(),
      LossInputs(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2, 3), torch.ones(2, 3)),
      ValueError, r"advantages must be \[B\]"),
-    ("grpo", LossConfig(), LossInputs(torch.zeros(2, 3), torch.zeros(2, 4), torch.zeros(2), torch.ones(2, 3)),
+    ("grpo", loss_cfg(), LossInputs(torch.zeros(2, 3), torch.zeros(2, 4), torch.zeros(2), torch.ones(2, 3)),
      ValueError, "old_logp has shape"),
 ]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from kitae.algorithms.advantages import StdSettings
 from kitae.errors import ConfigError
 from kitae.trainer.config import load_train_config
 
@@ -13,7 +14,7 @@ MINIMAL = {"rewards": [{"grader": {"type": "answer"}}]}
 def test_minimal_config_gets_defaults_and_a_component_name():
     cfg = load_train_config(data=MINIMAL)
     assert cfg.model.path == "bundled"
-    assert cfg.algorithm.loss == "grpo" and cfg.sampling.group_size == 8
+    assert cfg.algorithm.loss.type == "grpo" and cfg.sampling.group_size == 8
     assert cfg.rewards[0].name == "answer"
     assert cfg.algorithm.max_steps_without_reward == 3
 
@@ -86,7 +87,7 @@ def test_overrides_are_parsed_as_yaml():
         (["algorithm.loss=grop"], "algorithm.loss: unknown policy loss 'grop'; did you mean 'grpo'?"),
         (["algorithm.advantage=rlo"], "algorithm.advantage: unknown advantage estimator 'rlo'; did you mean 'rloo'?"),
         (["algorithm.eps_low=-0.1"], "algorithm.eps_low: must be >= 0, got -0.1"),
-        (["algorithm.kimi_tau=0"], "algorithm.kimi_tau: must be > 0, got 0"),
+        (["algorithm.loss=kimi", "algorithm.kimi_tau=0"], "algorithm.kimi_tau: must be > 0, got 0"),
         (["model.lora=3"], "model.lora: expected a mapping"),
         (["nonsense"], "an override looks like key.path=value"),
         (["algorithm.max_steps_without_reward=-1"], "algorithm.max_steps_without_reward: must be 0 or more"),
@@ -116,33 +117,39 @@ def test_reward_component_errors(rewards, message):
 
 PRESET_CASES = [
     # algorithm section, field, the value training runs with (and the saved config shows)
-    ({}, "aggregation", "seq_mean_token_mean"),  # grpo: LossConfig's defaults
+    ({}, "aggregation", "seq_mean_token_mean"),  # grpo's defaults
     ({}, "eps_high", 0.2),
-    ({}, "advantage", "grpo"),
-    ({"loss": "dapo"}, "eps_high", 0.28),  # a preset fills what is left out
+    ({"loss": "dapo"}, "eps_high", 0.28),  # the loss's own defaults fill what is left out
     ({"loss": "dapo"}, "aggregation", "token_mean"),
-    ({"loss": "dapo", "eps_high": 0.2}, "eps_high", 0.2),  # a value written out wins, even the default's
+    ({"loss": "dapo", "eps_high": 0.2}, "eps_high", 0.2),  # a value written out wins, even grpo's default
     ({"loss": "dapo", "eps_high": 0.2}, "aggregation", "token_mean"),  # ... and only that one
     ({"loss": "dapo", "aggregation": "seq_mean_token_mean"}, "aggregation", "seq_mean_token_mean"),
     ({"loss": "dapo", "eps_high": None}, "eps_high", 0.28),  # null: left out
-    ({"loss": "dapo"}, "advantage", "grpo"),
     ({"loss": "dr_grpo"}, "aggregation", "seq_sum_constant"),
-    ({"loss": "dr_grpo"}, "advantage", "dr_grpo"),  # the Dr. GRPO paper's pair: r - group mean
-    ({"loss": "dr_grpo", "advantage": "grpo"}, "advantage", "grpo"),  # ... unless written
     ({"loss": "cispo"}, "aggregation", "token_mean"),
     ({"loss": "cispo"}, "cispo_eps_high", 0.28),
-    ({"loss": "kimi"}, "advantage", "dr_grpo"),
     ({"loss": "kimi"}, "kimi_tau", 0.1),
     ({"loss": "gspo", "gspo_eps_high": 1e-3}, "gspo_eps_high", 1e-3),
 ]
 
 
 @pytest.mark.parametrize("algorithm, field, expected", PRESET_CASES)
-def test_loss_settings_left_out_come_from_the_preset_then_the_defaults(algorithm, field, expected):
+def test_loss_settings_left_out_come_from_the_losss_defaults(algorithm, field, expected):
     cfg = load_train_config(data={**MINIMAL, "algorithm": algorithm})
-    assert getattr(cfg.algorithm, field) == expected
-    assert cfg.to_dict()["algorithm"][field] == expected  # what config.yaml saves
-    assert getattr(cfg.loss_config(0.0), field, expected) == expected  # what the loss runs with
+    assert getattr(cfg.algorithm.loss, field) == expected
+    assert cfg.to_dict()["algorithm"]["loss"][field] == expected  # what config.yaml saves
+    assert getattr(cfg.loss_config(0.0).settings, field) == expected  # what the loss runs with
+
+
+@pytest.mark.parametrize("algorithm, advantage", [
+    ({}, "grpo"), ({"loss": "dapo"}, "grpo"),
+    ({"loss": "dr_grpo"}, "dr_grpo"),  # the Dr. GRPO paper's pair: r - group mean
+    ({"loss": "dr_grpo", "advantage": "grpo"}, "grpo"),  # ... unless written
+    ({"loss": "kimi"}, "dr_grpo"),
+])
+def test_the_advantage_left_out_is_the_losss_pair(algorithm, advantage):
+    cfg = load_train_config(data={**MINIMAL, "algorithm": algorithm})
+    assert cfg.algorithm.advantage.type == advantage and cfg.to_dict()["algorithm"]["advantage"]["type"] == advantage
 
 
 def test_the_saved_config_reads_back_to_the_same_config():
@@ -153,13 +160,14 @@ def test_the_saved_config_reads_back_to_the_same_config():
         assert again.loss_config(0.1) == cfg.loss_config(0.1), loss
 
 
-def test_a_loss_setting_left_unset_in_code_is_filled_when_the_loss_config_is_built():
-    """A TrainConfig built in Python and never validated still runs its loss's preset."""
+def test_a_config_built_in_code_runs_its_losss_defaults():
+    """A TrainConfig built in Python and never read from YAML runs its loss's own defaults."""
+    from kitae.algorithms import LossSettings
     from kitae.trainer.config import AlgorithmConfig, RewardConfig, TrainConfig
 
-    cfg = TrainConfig(rewards=[RewardConfig(grader={"type": "answer"})], algorithm=AlgorithmConfig(loss="dapo"))
-    assert cfg.algorithm.eps_high is None
-    assert cfg.loss_config(0.0).eps_high == 0.28
+    algorithm = AlgorithmConfig(loss=LossSettings.read("dapo", "algorithm.loss"))
+    cfg = TrainConfig(rewards=[RewardConfig(grader={"type": "answer"})], algorithm=algorithm)
+    assert cfg.loss_config(0.0).settings.eps_high == 0.28
 
 
 @pytest.mark.parametrize(
@@ -173,7 +181,7 @@ def test_a_loss_setting_left_unset_in_code_is_filled_when_the_loss_config_is_bui
         ("sampling.temperature=.nan", "sampling.temperature: expected a finite number, got nan"),
         ("optim.betas=[0.9, .nan]", "optim.betas[1]: expected a finite number"),
         ("algorithm.eps_high=.inf", "algorithm.eps_high: expected a finite number"),
-        ("algorithm.kimi_tau=.nan", "algorithm.kimi_tau: expected a finite number"),
+        ("algorithm.loss={type: kimi, kimi_tau: .nan}", "algorithm.loss.kimi_tau: expected a finite number"),
         ("algorithm.tis_cap=.nan", "algorithm.tis_cap: expected a finite number"),
         ("sampling.server_timeout=.nan", "sampling.server_timeout: expected a finite number"),
         ("data.sampler.pass_threshold=.nan", "data.sampler.pass_threshold: expected a finite number"),
@@ -199,7 +207,7 @@ def test_a_loss_setting_left_unset_in_code_is_filled_when_the_loss_config_is_bui
         ("algorithm.dynamic_sampling={max_rounds: 0}", "algorithm.dynamic_sampling.max_rounds: must be >= 1, got 0"),
         ("model.lora={dropout: 1.5}", "model.lora.dropout: must be <= 1, got 1.5"),
         ("model.lora={r: 0}", "model.lora.r: must be >= 1, got 0"),
-        ("data.sampler.floor=-0.1", "data.sampler.floor: must be >= 0, got -0.1"),
+        ("data.sampler={name: prioritized, floor: -0.1}", "data.sampler.floor: must be >= 0, got -0.1"),
     ],
 )
 def test_bad_numbers_name_the_key_path(override, message):
@@ -248,7 +256,7 @@ RESOLVED = [
     (lambda c: c.logging, "logging", "report_to", "tensorboard", ["tensorboard"]),  # one name: a list of it
     (lambda c: c.alarms, "alarms", "stop_on", ["all"], None),  # None: every alarm kind (checked below)
     (lambda c: c.sampling, "sampling", "max_staleness", None, 0),  # sync: 0
-    (lambda c: c.algorithm, "algorithm", "eps_high", None, 0.28),  # dapo's preset
+    (lambda c: c.algorithm, "algorithm", "advantage", None, StdSettings(type="grpo")),  # dapo's pair
     (lambda c: c.rewards[0], "rewards[0]", "name", "", "answer"),  # the grader's type
     (lambda c: c.rewards[0], "rewards[0]", "think", None, "strip"),
     (lambda c: c, "", "threads", 2, 2),  # nothing to fill in: resolve leaves it

@@ -21,7 +21,7 @@ def test_the_gsm8k_recipe_reads_as_a_trl_user_expects():
     assert cfg.data.train.hub == cfg.data.eval.hub == "openai/gsm8k"
     assert (cfg.data.train.split, cfg.data.eval.split) == ("train", "test")
     assert cfg.sampling.group_size == 8 and cfg.optim.lr == 1e-6 and cfg.algorithm.kl.coef == 0.0
-    assert cfg.algorithm.loss == "dapo" and cfg.algorithm.eps_high == 0.28  # TRL's loss_type "dapo"
+    assert cfg.algorithm.loss.type == "dapo" and cfg.algorithm.loss.eps_high == 0.28  # TRL's loss_type "dapo"
     assert cfg.data.rowmap().apply({"question": "q", "answer": "so\n#### 72"}, "x", 1)["reference_answer"] == "72"
 
 

@@ -55,7 +55,7 @@ def test_tensorboard_shows_a_whole_train_config_as_hparams(tmp_path):
                                      "algorithm": {"loss": "dapo"}}).to_dict()
     make_loggers(["tensorboard"], tmp_path, config).close()
     shown = hparams(tmp_path / "tensorboard")
-    assert shown["algorithm.loss"] == "dapo" and shown["name"] == "hp"
+    assert shown["algorithm.loss.type"] == "dapo" and shown["name"] == "hp"
     assert shown["optim.betas"] == "[0.9, 0.99]"  # a list as text: hparams take scalars only
     assert set(shown) == {k for k, v in flat_config(config).items() if v is not None}  # None: no hparam
 
