@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from kitae.config import setting
 from kitae.errors import ConfigError
 from kitae.hub import hub_id_snapshot
 from kitae.quantization import QuantizationConfig, quiet_offline_kernel_warnings
@@ -360,3 +361,37 @@ def language_targets(model: Any, names: list[str]) -> list[str] | str:
     if getattr(model.config, "vision_config", None) is None:
         return names
     return rf".*language_model.*\.({'|'.join(re.escape(n) for n in names)})"
+
+
+# ---- the model: section of the training config -----------------------------------------------------------
+@dataclass
+class LoraConfig:
+    r: int = setting(8, minimum=1)  # the adapter's rank
+    alpha: int = 16  # scaling: the update is alpha / r times the low-rank product
+    dropout: float = setting(0.0, minimum=0, maximum=1)  # dropout on the adapter's input
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+
+@dataclass
+class ModelConfig:
+    path: str = "bundled"  # "bundled" (the tiny base model shipped with kitae), a local folder, or a Hub id
+    revision: str | None = None  # a Hub id's branch, tag or commit (default: its main branch)
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # the dtype forward and backward compute in;
+    # with master_weights (kitae.trainer.setup.precision) the weights and the optimizer's state stay float32 and the
+    # forward runs under autocast to this dtype
+    master_weights: Literal["auto", "float32", "dtype"] = "auto"  # auto: float32 on CUDA, `dtype` on CPU
+    attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2"] = "auto"  # auto: flash_attention_2
+    # on CUDA in bf16/fp16 when flash_attn imports, else transformers' default (sdpa)
+    lora: LoraConfig | None = None
+    quantization: QuantizationConfig | None = None  # the base's weights in 4 or 8 bits (QLoRA); needs lora: a
+    # quantized model's own weights cannot be trained
+    gradient_checkpointing: bool = False  # recompute activations in the backward pass: less memory, more time
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # the chat template's variables for every
+    # prompt, e.g. {enable_thinking: false} for Qwen3
+    end_marker: str | None = None  # the model's end of turn; default: found from its chat template (kitae.chat)
+
+    def validate(self, path: str) -> None:
+        if self.quantization is not None and self.lora is None:
+            raise ConfigError(f"{path}.quantization", f"a {self.quantization.bits}-bit model's weights cannot be "
+                              "trained (full fine-tuning needs real-valued weights); add model.lora to train a LoRA "
+                              "adapter over the quantized base (QLoRA), or remove model.quantization")

@@ -1,5 +1,7 @@
 """Write docs/config.md: every field of the training config with its default and the comment beside it in
-kitae/trainer/config.py. tests/test_config_reference.py fails when the page and the code differ.
+its class (kitae/trainer/config.py and the sections beside the code that reads them), and for a field that names
+a variant (a loss, an advantage estimator, a prompt sampler) each variant's settings. tests/test_config_reference.py
+fails when the page and the code differ.
 
     python scripts/config_reference.py          # rewrite docs/config.md
 """
@@ -16,14 +18,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from kitae.config import Variant, _variant_family  # noqa: E402
 from kitae.trainer.config import TrainConfig  # noqa: E402
 
 OUT = ROOT / "docs" / "config.md"
 HEAD = """# Every training setting and its default
 
-Generated from `kitae/trainer/config.py` by `python scripts/config_reference.py` (a test keeps the two equal).
-A run's `config.yaml` (in `runs/NAME/`) holds every value the run used. Set a value in the YAML file or with
-`kitae train CONFIG --set section.key=value`. `null` means "not set": the comment says what happens then.
+Generated from the config classes (`kitae/trainer/config.py` and the sections it names) by
+`python scripts/config_reference.py` (a test keeps the two equal). A run's `config.yaml` (in `runs/NAME/`) holds
+every value the run used. Set a value in the YAML file or with `kitae train CONFIG --set section.key=value`.
+`null` means "not set": the comment says what happens then.
+
+Some settings name a variant: `algorithm.loss`, `algorithm.advantage`, `data.sampler`. Each variant declares its
+own settings beside its code; a row `algorithm.loss` (dapo) `eps_high` is a setting of the dapo loss, with its
+default for that loss. Write the name alone (`loss: dapo`) or the name with its settings (`loss: {type: dapo,
+eps_high: 0.3}`; the sampler's name key is `name`: `sampler: {name: prioritized, floor: 0.1}`). The keys configs
+have always used still work: a loss's settings written beside `loss` in `algorithm` (`algorithm: {loss: kimi,
+kimi_tau: 0.1}`). A setting the chosen variant does not take is an error naming the variants that take it. A
+`config.yaml` saved by an older kitae, which wrote every loss and sampler setting whatever the variant, still
+reads back and resumes: each variant keeps the settings it takes.
 """
 
 
@@ -63,7 +76,10 @@ def rows(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
         key = f"{prefix}{f.metadata.get('key', f.name)}"
         tp = hints[f.name]
         nested = [t for t in (tp, *typing.get_args(tp)) if dataclasses.is_dataclass(t)]
-        if dataclasses.is_dataclass(value):
+        family = _variant_family(tp)
+        if family is not None:
+            out += variant_rows(family, key, value, notes.get(f.name, ""), f.name in getattr(cls, "flat_settings", ()))
+        elif dataclasses.is_dataclass(value):
             out.append((key, "(section)", notes.get(f.name) or summary(type(value))))
             out += rows(type(value), key + ".")
         elif value is None and nested and nested[0] is not type(None) and f.name not in ("train", "eval"):
@@ -72,6 +88,33 @@ def rows(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
         else:
             out.append((key, shown(value), notes.get(f.name, "")))
     return out
+
+
+def variant_rows(family: type[Variant], key: str, value: Variant | None, note: str, flat: bool) -> list[tuple]:
+    """A field naming a variant: its row (the default variant's name), the settings every variant of the family
+    has (``data.sampler.ema``), then each variant's own settings (`key` (NAME) `setting`) with that variant's
+    default."""
+    form = f"NAME or {{{family.name_key}: NAME, ...its settings}}"
+    section = key.rpartition(".")[0]
+    beside = f"; its settings may also be written beside it, as `{section}.SETTING`" if flat else ""
+    article = "an" if family.kind[0] in "aeiou" else "a"
+    out = [(key, shown(value.type if value is not None else None), f"{note} ({article} {family.kind}: {form}{beside})")]
+    shared = {f.name for f in dataclasses.fields(family)}
+    for f in dataclasses.fields(family):
+        if f.name != "type":
+            out.append((f"{key}.{f.name}", shown(getattr(family(), f.name)), field_note(family, f.name)))
+    for name in family.registry.names():
+        settings = family.settings_class(name, "")
+        for f in dataclasses.fields(settings):
+            if f.name not in shared:
+                out.append((f"{key} ({name}) {f.name}", shown(getattr(settings(), f.name)),
+                            field_note(settings, f.name)))
+    return out
+
+
+def field_note(cls: type, name: str) -> str:
+    """The comment of field `name` in `cls`, or in the class it inherits the field from."""
+    return next((c for c in (comments(k).get(name) for k in cls.__mro__ if dataclasses.is_dataclass(k)) if c), "")
 
 
 def summary(cls: type) -> str:
@@ -97,7 +140,8 @@ def page() -> str:
     lines = [HEAD, "| setting | default | what it is |", "|---|---|---|"]
     for key, value, note in rows(TrainConfig):
         cell = value.replace("|", "\\|")
-        lines.append(f"| `{key}` | `{cell}` | {note.replace('|', '/')} |")
+        shown_key = "` (".join(key.split(" (", 1)).replace(") ", ") `") if " (" in key else key
+        lines.append(f"| `{shown_key}` | `{cell}` | {note.replace('|', '/')} |")
     return "\n".join(lines) + "\n"
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from kitae.agents.http_tools import HttpToolSpec
 from kitae.agents.mcp import McpServerSpec
@@ -119,3 +120,16 @@ def check_parser(parser: str, path: str) -> None:
         from kitae.registry import unknown_name_message
 
         raise ConfigError(path, unknown_name_message("tool call format", parser, ["auto", *PARSERS.names()]))
+
+
+def check_environment_sampling(s: Any) -> None:
+    """What an ``environment:`` run cannot sample with (`s`: the ``sampling:`` section), refused with the reason."""
+    if s.async_:
+        raise ConfigError("sampling.async", "does not run with an environment yet: the rollout worker samples single "
+                          "turns from token ids, while an episode's turns wait on its tool calls, which run in the "
+                          "trainer's process; set async: false (an episode's tool calls already overlap sampling)")
+    if s.partial is not None:
+        raise ConfigError("sampling.partial", "does not run with an environment yet: a partial rollout's replay "
+                          "buffer would have to keep each episode's tools and environment state between steps; "
+                          "remove sampling.partial (environment.turn_max_new_tokens and episode_max_tokens bound "
+                          "an episode)")

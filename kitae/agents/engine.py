@@ -12,7 +12,7 @@ that claims the same protocols (kitae.rollout.base: SyncsWeights, RemoteLogprobs
 so weight pushes reach the servers and their log-probs are still corrected. It always reports stats
 (ReportsStats): the wrapped engine's, when it reports any, with the tools' (``agent/mcp/...``). It claims neither
 EncodesPrompts nor ContinuesTokens: an episode's prompt is encoded with the tools, and partial and async rollouts
-are refused with an environment (kitae.trainer.config.check_environment_sampling).
+are refused with an environment (kitae.agents.config.check_environment_sampling).
 
 The tools' coroutines (environment resets, tool calls, rewards, MCP sessions) run on one event loop in a thread of
 their own, the same loop for the whole run (an MCP session belongs to the loop that opened it); sampling runs in

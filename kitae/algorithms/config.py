@@ -56,7 +56,8 @@ class AlgorithmConfig:
 
     flat_settings: ClassVar[tuple[str, ...]] = ("loss",)  # the loss's settings written beside it (today's keys)
 
-    advantage: AdvantageSettings | None = None  # grpo | dr_grpo | rloo | batch_std | reinforce_pp (default: above)
+    advantage: AdvantageSettings | None = None  # grpo | dr_grpo | rloo | batch_std | reinforce_pp; default: the
+    # loss's pair (dr_grpo, r - group mean, for the dr_grpo and kimi losses, as their papers), else grpo
     loss: LossSettings = LossSettings.default("grpo")  # the policy loss and its settings
     mu: int = setting(1, minimum=1)  # optimization passes over each batch
     kl: KLConfig = field(default_factory=KLConfig)

@@ -112,8 +112,9 @@ class LossSettings(Variant):
 @dataclass
 class GrpoSettings(LossSettings):
     eps_low: float = setting(0.2, minimum=0)  # PPO clip range: ratio in [1 - eps_low, 1 + eps_high]
-    eps_high: float = setting(0.2, minimum=0)
-    aggregation: str = "seq_mean_token_mean"  # a name in AGGREGATIONS: | token_mean | seq_sum_constant
+    eps_high: float = setting(0.2, minimum=0)  # the upper side of that range
+    aggregation: str = "seq_mean_token_mean"  # token terms to a loss: seq_mean_token_mean | token_mean |
+    # seq_sum_constant (AGGREGATIONS)
 
     def validate(self, path: str) -> None:
         AGGREGATIONS.get(self.aggregation, path=f"{path}.aggregation")
@@ -123,8 +124,8 @@ class GrpoSettings(LossSettings):
 class DapoSettings(GrpoSettings):
     """DAPO (arXiv 2503.14476 Eq. 8-10): clip-higher and token-level aggregation."""
 
-    eps_high: float = setting(0.28, minimum=0)
-    aggregation: str = "token_mean"
+    eps_high: float = setting(0.28, minimum=0)  # clip-higher
+    aggregation: str = "token_mean"  # every token of the batch weighs the same
 
 
 @dataclass
@@ -132,21 +133,21 @@ class DrGrpoSettings(GrpoSettings):
     """Dr. GRPO (arXiv 2503.20783): a constant divisor (needs max_completion_length), r - mean(r) advantages."""
 
     paired_advantage: ClassVar[str] = "dr_grpo"
-    aggregation: str = "seq_sum_constant"
+    aggregation: str = "seq_sum_constant"  # token sums over a constant (the max completion length)
 
 
 @dataclass
 class GspoSettings(LossSettings):
     """GSPO: the sequence ratio's clip range (the paper's values); sequence-level, so no aggregation."""
 
-    gspo_eps_low: float = setting(3e-4, minimum=0)
-    gspo_eps_high: float = setting(4e-4, minimum=0)
+    gspo_eps_low: float = setting(3e-4, minimum=0)  # the sequence ratio's clip range: [1 - this, 1 + gspo_eps_high]
+    gspo_eps_high: float = setting(4e-4, minimum=0)  # its upper side
 
 
 @dataclass
 class CispoSettings(LossSettings):
     cispo_eps_high: float = setting(0.28, minimum=0)  # importance weights capped at 1 + this; no lower bound
-    aggregation: str = "token_mean"
+    aggregation: str = "token_mean"  # as grpo's aggregation
 
     def validate(self, path: str) -> None:
         AGGREGATIONS.get(self.aggregation, path=f"{path}.aggregation")

@@ -11,120 +11,29 @@ A minimal config is a few lines (everything else has a default):
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from kitae.agents.config import EnvironmentConfig
+from kitae.agents.config import EnvironmentConfig, check_environment_sampling
 from kitae.algorithms.config import AdaptiveKL, AlgorithmConfig, DynamicSampling, KLConfig, upgrade_saved_algorithm
 from kitae.config import apply_overrides, from_dict, read_yaml, setting, to_dict
-from kitae.data.sources import DatasetSource, RowMap
+from kitae.data.config import DataConfig, load_data, resolve_data_path
 from kitae.errors import ConfigError
-from kitae.models import BUNDLED_DATA
-from kitae.quantization import QuantizationConfig
-from kitae.trainer.samplers import SamplerSettings, upgrade_saved_sampler
+from kitae.models import LoraConfig, ModelConfig
+from kitae.scoring.config import EvalConfig, RewardConfig, default_eval_grader
+from kitae.trainer.loggers import LoggingConfig
+from kitae.trainer.samplers import upgrade_saved_sampler
 
 if TYPE_CHECKING:
     from kitae.algorithms.losses import LossConfig
 
-
-@dataclass
-class LoraConfig:
-    r: int = setting(8, minimum=1)  # the adapter's rank
-    alpha: int = 16  # scaling: the update is alpha / r times the low-rank product
-    dropout: float = setting(0.0, minimum=0, maximum=1)  # dropout on the adapter's input
-    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
-
-
-@dataclass
-class ModelConfig:
-    path: str = "bundled"  # "bundled" (the tiny base model shipped with kitae), a local folder, or a Hub id
-    revision: str | None = None  # a Hub id's branch, tag or commit (default: its main branch)
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # the dtype forward and backward compute in;
-    # with master_weights (kitae.trainer.setup.precision) the weights and the optimizer's state stay float32 and the
-    # forward runs under autocast to this dtype
-    master_weights: Literal["auto", "float32", "dtype"] = "auto"  # auto: float32 on CUDA, `dtype` on CPU
-    attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2"] = "auto"  # auto: flash_attention_2
-    # on CUDA in bf16/fp16 when flash_attn imports, else transformers' default (sdpa)
-    lora: LoraConfig | None = None
-    quantization: QuantizationConfig | None = None  # the base's weights in 4 or 8 bits (QLoRA); needs lora: a
-    # quantized model's own weights cannot be trained
-    gradient_checkpointing: bool = False  # recompute activations in the backward pass: less memory, more time
-    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # the chat template's variables for every
-    # prompt, e.g. {enable_thinking: false} for Qwen3
-    end_marker: str | None = None  # the model's end of turn; default: found from its chat template (kitae.chat)
-
-    def validate(self, path: str) -> None:
-        if self.quantization is not None and self.lora is None:
-            raise ConfigError(f"{path}.quantization", f"a {self.quantization.bits}-bit model's weights cannot be "
-                              "trained (full fine-tuning needs real-valued weights); add model.lora to train a LoRA "
-                              "adapter over the quantized base (QLoRA), or remove model.quantization")
-
-
-@dataclass
-class DataConfig:
-    """The prompt sets. ``train``/``eval``: a file (.jsonl/.json/.parquet), a datasets folder, bundled:NAME, or a
-    mapping ``{hub: ORG/NAME, name: CONFIG, split: SPLIT}`` / ``{path: json|csv|parquet, data_files: GLOB}``
-    (kitae.data.sources.DatasetSource). ``fields`` maps kitae's fields to the dataset's columns
-    (``{prompt: question, reference_answer: answer}``), ``answer_pattern`` cuts the reference out of a longer
-    answer (its first group), ``system`` is a system prompt put before every prompt without one."""
-
-    train: str | DatasetSource = "bundled:arith/train"  # the training prompts (the forms: above)
-    eval: str | DatasetSource | None = "bundled:arith/test"  # held-out prompts for evaluations; null = none
-    fields: dict[str, str] = field(default_factory=dict)  # kitae field -> the dataset's column, e.g. {prompt: question}
-    answer_pattern: str | None = None  # a regex; the reference is its first group (else the whole match)
-    system: str | None = None  # a system prompt put before every prompt that has none
-    shuffle: bool = True  # the prompt order: shuffled each epoch (by the seed) or as in the file
-    sampler: SamplerSettings = SamplerSettings.default("uniform")  # {name: uniform | prioritized | curriculum, ...}
-
-    def validate(self, path: str) -> None:
-        self.rowmap(path)  # a bad pattern fails when the config is read
-
-    def rowmap(self, path: str = "data") -> RowMap:
-        return RowMap(self.fields, self.answer_pattern, self.system, path)
-
-
-@dataclass
-class RewardConfig:
-    """One reward component: a grader spec, or a Python callable "module:function" with TRL's signature.
-
-    weight 0 logs the component without training on it. ``think`` (reasoning models): "strip" grades the answer
-    after a ``<think>...</think>`` block (kitae.scoring.rewards.answer_after_think: "" for a completion cut off
-    while thinking), "keep" the whole completion. Left out: "keep" for the grader types that read the whole turn
-    or only its token counts (WHOLE_TURN_GRADERS), "strip" for every other grader and reward function; reading the
-    config fills it in (``resolve``), so the saved config.yaml shows what ran.
-    """
-
-    name: str = ""
-    weight: float = 1.0  # any finite number: a negative weight makes the component a penalty
-    grader: dict[str, Any] | None = None
-    function: str | None = None
-    think: Literal["strip", "keep"] | None = None
-
-    def resolve(self, path: str) -> None:
-        """Fill in the name (the spec's name or type, or the function's name) and ``think`` left out."""
-        spec = self.grader or {}
-        if not self.name:
-            self.name = spec.get("name") or spec.get("type") or (self.function or "").split(":")[-1]
-        if self.think is None:
-            self.think = self.default_think()
-
-    def validate(self, path: str) -> None:
-        if (self.grader is None) == (self.function is None):
-            raise ConfigError(path, "give exactly one of 'grader' (a grader spec) or 'function' (module:function)")
-
-    def default_think(self) -> Literal["strip", "keep"]:
-        return "keep" if (self.grader or {}).get("type") in WHOLE_TURN_GRADERS else "strip"
-
-
-# Grader types that see the whole completion by default. template checks how the turn ends (the same with or
-# without the leading block) but also counts characters (min_chars, full_chars) and would read a turn that ended
-# inside an unclosed think block as "no end marker"; so it sees all of it. overlong and soft_overlong read token
-# counts only (the same either way). Kimi's length reward strips: its nested correctness grader must see the
-# answer, and its lengths (unit: tokens) are the completion's tokens either way.
-WHOLE_TURN_GRADERS = ("template", "overlong", "soft_overlong")
+# Each section's class lives beside the code that reads it; these names are this module's for the modules and
+# tests that import them from here.
+__all__ = ["AdaptiveKL", "AlgorithmConfig", "DataConfig", "DynamicSampling", "EvalConfig", "KLConfig", "LoraConfig",
+           "LoggingConfig", "ModelConfig", "OptimConfig", "PartialRolloutConfig", "RepeatConfig", "RewardConfig",
+           "SamplingConfig", "TrainConfig", "default_eval_grader", "load_data",
+           "load_train_config", "resolve_data_path"]
 
 
 @dataclass
@@ -267,36 +176,6 @@ class OptimConfig:
 
 
 @dataclass
-class LoggingConfig:
-    save_every: int = setting(25, minimum=0)  # 0: a checkpoint at the end only
-    keep_checkpoints: int = setting(2, minimum=0)  # 0: keep every one
-    report_to: list[str] | str = field(default_factory=list)  # tensorboard, wandb, trackio; one name alone is fine
-
-    def resolve(self, path: str) -> None:
-        if isinstance(self.report_to, str):  # HF's TrainingArguments take one name as well as a list
-            self.report_to = [self.report_to]
-
-    def validate(self, path: str) -> None:
-        from kitae.trainer.loggers import check_report_to
-
-        check_report_to(self.report_to, f"{path}.report_to")
-
-
-@dataclass
-class EvalConfig:
-    every: int = setting(25, minimum=0)  # 0 = never during training (a final eval still runs when data.eval is set)
-    k: int = setting(4, minimum=1)  # samples per prompt for pass@1
-    limit: int | None = 100  # eval prompts
-    temperature: float = setting(1.0, minimum=0)  # 0: greedy
-    max_new_tokens: int | None = None  # default: sampling.max_new_tokens
-    grader: dict[str, Any] | None = None  # the spec that decides pass@1; default: the grader of the reward
-    # named `correct`, else {type: answer}
-    pass_threshold: float = 1.0  # a sample passes when its score >= this
-    think: Literal["strip", "keep"] = "strip"  # strip: the grader sees the answer after a <think> block (see
-    # RewardConfig); compliance and lengths are always of the whole completion
-
-
-@dataclass
 class AlarmsConfig:
     """Run alarms (kitae.trainer.alarms): signs of reward hacking and of a run that stopped learning, checked
     after every step from what the run store holds; each is recorded once as an ``alarm`` event."""
@@ -432,19 +311,6 @@ EMPTY_CONFIG = ("a training config needs at least its rewards; start from exampl
                 "every setting)")
 
 
-def check_environment_sampling(s: SamplingConfig) -> None:
-    """What an ``environment:`` run cannot sample with, refused with the reason."""
-    if s.async_:
-        raise ConfigError("sampling.async", "does not run with an environment yet: the rollout worker samples single "
-                          "turns from token ids, while an episode's turns wait on its tool calls, which run in the "
-                          "trainer's process; set async: false (an episode's tool calls already overlap sampling)")
-    if s.partial is not None:
-        raise ConfigError("sampling.partial", "does not run with an environment yet: a partial rollout's replay "
-                          "buffer would have to keep each episode's tools and environment state between steps; "
-                          "remove sampling.partial (environment.turn_max_new_tokens and episode_max_tokens bound "
-                          "an episode)")
-
-
 def load_train_config(path: str | Path | None = None, overrides: list[str] | None = None, data: dict | None = None) -> TrainConfig:
     raw = read_yaml(path, EMPTY_CONFIG) if path is not None else dict(data or {})
     apply_overrides(raw, overrides or [])
@@ -457,44 +323,3 @@ def upgrade_saved_config(raw: dict) -> None:
     old code wrote them, every one whatever the variant, keep only those the variant takes."""
     upgrade_saved_algorithm(raw.get("algorithm"))
     upgrade_saved_sampler((raw.get("data") or {}).get("sampler") if isinstance(raw.get("data"), dict) else None)
-
-
-def default_eval_grader(rewards: list[RewardConfig]) -> dict[str, Any]:
-    """The eval grader a config leaves out: a copy of the spec of the reward component named ``correct`` (so a
-    run rewarded by the ``code`` grader is evaluated by it), else answer matching.
-
-        >>> default_eval_grader([RewardConfig("correct", grader={"type": "code"})])
-        {'type': 'code'}
-        >>> default_eval_grader([RewardConfig("format", grader={"type": "template"})])
-        {'type': 'answer'}
-    """
-    spec = next((r.grader for r in rewards if r.name == "correct" and r.grader is not None), None)
-    return copy.deepcopy(spec) if spec is not None else {"type": "answer"}
-
-
-def load_data(spec: str | DatasetSource | None, key: str, rowmap: RowMap | None = None,
-              limit: int | None = None) -> tuple[str, list[dict]]:
-    """(how errors name the data, its checked rows, the first `limit` only) of a prompt set: a file, a folder,
-    bundled:NAME or a DatasetSource, each row mapped by `rowmap` (``data.fields``, ``answer_pattern``,
-    ``system``) first. The one reader of prompt sets of `kitae train` (pre-flight) and `kitae eval`; `key` (the
-    config key or option that named the data) is in its errors. No spec: ("", [])."""
-    from kitae.data.loader import load_prompts
-
-    if not spec:
-        return "", []
-    source = resolve_data_path(spec)
-    rows = load_prompts(source, rowmap=rowmap, key=key)
-    name = source.describe() if isinstance(source, DatasetSource) else source
-    return name, rows[:limit] if limit else rows
-
-
-def resolve_data_path(spec: str | DatasetSource) -> str | DatasetSource:
-    """`bundled:arith/train` -> the bundled JSONL; anything else (a path, a DatasetSource) is returned unchanged."""
-    if isinstance(spec, str) and spec.startswith("bundled:"):
-        name = spec.removeprefix("bundled:")
-        task, _, split = name.partition("/")
-        path = BUNDLED_DATA.parent / task / f"{split or 'train'}.jsonl"
-        if not path.exists():
-            raise ConfigError("data", f"no bundled dataset '{name}' (looked for {path})")
-        return str(path)
-    return spec

@@ -40,10 +40,12 @@ import importlib
 import json
 import math
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Protocol
 
+from kitae.config import setting
 from kitae.errors import ConfigError
 from kitae.registry import Registry
 
@@ -225,3 +227,17 @@ def trackio_logger(run_dir: Path, config: dict) -> TrackerLogger:
 
     project = os.environ.get("TRACKIO_PROJECT", "kitae")  # accelerate's run_name is the trackio project
     return TrackerLogger(TrackioTracker(project, name=run_name(run_dir, config), config=config))
+
+
+@dataclass
+class LoggingConfig:
+    save_every: int = setting(25, minimum=0)  # 0: a checkpoint at the end only
+    keep_checkpoints: int = setting(2, minimum=0)  # 0: keep every one
+    report_to: list[str] | str = field(default_factory=list)  # tensorboard, wandb, trackio; one name alone is fine
+
+    def resolve(self, path: str) -> None:
+        if isinstance(self.report_to, str):  # HF's TrainingArguments take one name as well as a list
+            self.report_to = [self.report_to]
+
+    def validate(self, path: str) -> None:
+        check_report_to(self.report_to, f"{path}.report_to")

@@ -215,7 +215,8 @@ class PrioritizedSampler(_TracksRates):
 
 @dataclass
 class CurriculumSettings(SamplerSettings):
-    schedule: Literal["hard_focus", "easy_to_hard"] = "hard_focus"
+    schedule: Literal["hard_focus", "easy_to_hard"] = "hard_focus"  # hard prompts after a warm-up, or levels added
+    # one at a time
     warmup_steps: int = setting(10, minimum=0)  # hard_focus: steps on the whole set before only hard prompts
     ramp_steps: int = setting(50, minimum=0)  # easy_to_hard: steps until every level is in the pool
     difficulty_key: str | None = "difficulty"  # the row field with the label; null = measured rates

@@ -188,7 +188,8 @@ def test_for_loss_fills_what_is_not_given_from_the_losss_own_defaults(name, give
 
 
 @pytest.mark.parametrize("name, given, message", [
-    ("gspo", {"cispo_eps_high": 0.3}, "algorithm.loss.cispo_eps_high: not a setting of loss 'gspo'; loss cispo takes it"),
+    ("gspo", {"cispo_eps_high": 0.3},
+     "algorithm.loss.cispo_eps_high: not a setting of loss 'gspo'; loss cispo takes it"),
     ("kimi", {"aggregation": "token_mean"}, "algorithm.loss.aggregation: not a setting of loss 'kimi'"),
     ("grpo", {"eps_low": -0.1}, "algorithm.loss.eps_low: must be >= 0"),
 ])

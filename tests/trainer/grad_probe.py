@@ -74,7 +74,7 @@ def probe(trainer: Trainer, config: str, out: str, zero_rows: tuple[int, ...], g
     local = batch.select(slice(acc.process_index * share, (acc.process_index + 1) * share))
     results = {}
     for name in LOSSES:
-        trainer.cfg.algorithm = load_train_config(config, [f"algorithm.loss={name}"]).algorithm  # its preset's values
+        trainer.cfg.algorithm = load_train_config(config, [f"algorithm.loss={name}"]).algorithm  # its own defaults
         metrics = reduce_metrics(acc, trainer.update.optimize(local, trainer.loss_config()))
         results[name] = {"grad": grads.pop(), "loss": metrics["loss"], "skipped_rows": metrics["skipped_rows"]}
     if acc.is_main_process:

@@ -1,4 +1,4 @@
-"""The saved config is exactly what ran (issue 16): a loss preset fills only the settings the config leaves out.
+"""The saved config is exactly what ran (issue 16): a loss's own defaults fill only the settings the config leaves out.
 
 Each test trains the tiny model one step and records what the registered loss and advantage functions were
 really called with; the run's config.yaml, read back, must give that same LossConfig, and resuming with it must
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kitae.algorithms import ADVANTAGES, POLICY_LOSSES, PRESETS, LossConfig
+from kitae.algorithms import ADVANTAGES, POLICY_LOSSES, LossConfig
 from kitae.registry import Registry
 from kitae.trainer.config import load_train_config
 from kitae.trainer.loop import Trainer
@@ -21,6 +21,9 @@ from kitae.trainer.resume import plan_resume
 from tests.trainer.conftest import write_config
 
 ONE_STEP = {"optim.steps": 1, "data.eval": None, "eval.every": 0, "logging.save_every": 0}
+# the values each loss ran with before it had its own settings (PRESETS then), written out here
+PAPER_DEFAULTS = {"dapo": {"aggregation": "token_mean", "eps_high": 0.28},
+                  "dr_grpo": {"aggregation": "seq_sum_constant"}, "cispo": {"aggregation": "token_mean"}}
 
 
 @pytest.fixture
@@ -80,9 +83,9 @@ def _check_saved_config_is_what_ran(run: Path, loss: str, calls: list) -> LossCo
 def test_the_saved_config_gives_the_loss_config_that_ran(tiny_assets, tmp_path, rewards_on_path, calls, loss):
     run = _train_one_step(tiny_assets, tmp_path, {"loss": loss})
     ran = _check_saved_config_is_what_ran(run, loss, calls)
-    assert ran == LossConfig.for_loss(loss, max_completion_length=6)  # every preset value, nothing else
-    for key, value in PRESETS.get(loss, {}).items():
-        assert getattr(ran, key) == value
+    assert ran == LossConfig.for_loss(loss, max_completion_length=6)  # the loss's defaults, nothing else
+    for key, value in PAPER_DEFAULTS.get(loss, {}).items():
+        assert getattr(ran.settings, key) == value
 
 
 def test_a_value_written_out_beats_the_preset(tiny_assets, tmp_path, rewards_on_path, calls):
@@ -90,8 +93,8 @@ def test_a_value_written_out_beats_the_preset(tiny_assets, tmp_path, rewards_on_
     config said 0.2), and with dapo's token_mean, which was left out."""
     run = _train_one_step(tiny_assets, tmp_path, {"loss": "dapo", "eps_high": 0.2})
     ran = _check_saved_config_is_what_ran(run, "dapo", calls)
-    assert (ran.eps_high, ran.aggregation) == (0.2, "token_mean")
-    assert _saved(run).algorithm.aggregation == "token_mean"  # config.yaml shows the preset's value too
+    assert (ran.settings.eps_high, ran.settings.aggregation) == (0.2, "token_mean")
+    assert _saved(run).algorithm.loss.aggregation == "token_mean"  # config.yaml shows the default's value too
 
 
 @pytest.mark.parametrize("algorithm, advantage", [
@@ -102,7 +105,7 @@ def test_loss_dr_grpo_brings_its_advantage_unless_one_is_written(tiny_assets, tm
                                                                 algorithm, advantage):
     run = _train_one_step(tiny_assets, tmp_path, algorithm)
     assert {name for name, _ in _ran(calls, "advantage estimator")} == {advantage}
-    assert _saved(run).algorithm.advantage == advantage
+    assert _saved(run).algorithm.advantage.type == advantage
     _check_saved_config_is_what_ran(run, "dr_grpo", calls)
 
 
@@ -120,4 +123,4 @@ def test_a_resumed_run_keeps_a_written_value_equal_to_the_default(tiny_assets, t
     run = _train_one_step(tiny_assets, tmp_path, {"loss": "dapo", "eps_high": 0.2})
     calls.clear()
     _resume_with_the_cli(run)
-    assert {c.eps_high for _, c in _ran(calls, "policy loss")} == {0.2}
+    assert {c.settings.eps_high for _, c in _ran(calls, "policy loss")} == {0.2}

@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 
+from kitae.algorithms.advantages import AdvantageSettings
 from kitae.algorithms.kl import AdaptiveKLController, FixedKLController
 from kitae.algorithms.losses import truncation_mask
 from kitae.errors import ConfigError
@@ -66,6 +67,7 @@ def test_the_training_batch_of_partial_rollouts_and_earlier_segments(trainer, ol
 
 
 # ---- advantages -------------------------------------------------------------------------------------------
+DR_GRPO = AdvantageSettings.read("dr_grpo", "algorithm.advantage")
 # One group of two samples, both rewarded 1, each of two tokens sampled at p = 0.5. The reference gives sample 0's
 # tokens p = 0.25: per token k1 = log(0.5 / 0.25) = ln 2, so KL(sample 0) = 2 ln 2 and KL(sample 1) = 0.
 @pytest.mark.parametrize("where, masked, has_ref, advantages", [
@@ -83,7 +85,7 @@ def test_advantages_with_the_kl_in_the_reward(where, masked, has_ref, advantages
     if has_ref:
         batch.ref_logp = batch.old_logp.clone()
         batch.ref_logp[0, 1:3] = math.log(0.25)
-    algorithm = AlgorithmConfig(advantage="dr_grpo", kl=KLConfig(coef=0.5, estimator="k1", where=where))
+    algorithm = AlgorithmConfig(advantage=DR_GRPO, kl=KLConfig(coef=0.5, estimator="k1", where=where))
     scores = [GroupScores({"r": [Grade(1.0), Grade(1.0)]}, [1.0, 1.0])]
     got = batch_advantages(scores, batch, algorithm, kl_coef=0.5)
     assert got.shape == (2,)
@@ -93,7 +95,7 @@ def test_advantages_with_the_kl_in_the_reward(where, masked, has_ref, advantages
 def test_advantages_mask_invalid_rewards():
     batch = build_batch([Completion("", [1], [2], [0.0], "stop")] * 3, [0.0] * 3, pad_id=0)
     scores = [GroupScores({"r": [Grade(1.0), Grade(None), Grade(0.0)]}, [1.0, None, 0.0])]
-    got = batch_advantages(scores, batch, AlgorithmConfig(advantage="dr_grpo"), kl_coef=0.0)
+    got = batch_advantages(scores, batch, AlgorithmConfig(advantage=DR_GRPO), kl_coef=0.0)
     assert got.tolist() == pytest.approx([0.5, 0.0, -0.5])  # the abstained sample: out of the mean, advantage 0
 
 

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from kitae.algorithms import LossInputs, Normalizer, policy_loss
+from kitae.algorithms import LossInputs, LossSettings, Normalizer, policy_loss
 from kitae.trainer.batch import token_logps
 from kitae.trainer.config import load_train_config
 from kitae.trainer.loop import Trainer
@@ -26,10 +26,13 @@ def trainer(tiny_assets, tmp_path, rewards_on_path):
     return Trainer(load_train_config(write_config(tiny_assets, tmp_path, **over)))
 
 
-def use_loss(trainer: Trainer, loss: str, **algorithm) -> None:
-    """Switch the trainer to `loss` with the `algorithm` settings given and its preset's values for the rest."""
-    unset = dict.fromkeys(trainer.cfg.algorithm.loss_settings())  # None: filled from the preset, then the defaults
-    trainer.cfg.algorithm = dataclasses.replace(trainer.cfg.algorithm, loss=loss, **{**unset, **algorithm})
+def use_loss(trainer: Trainer, loss: str, **settings) -> None:
+    """Switch the trainer to `loss` with the `settings` given that it takes (gspo and kimi have no aggregation) and
+    its own defaults for the rest."""
+    takes = {f.name for f in dataclasses.fields(LossSettings.settings_class(loss, ""))}
+    given = {k: v for k, v in settings.items() if k in takes}
+    settings = LossSettings.read({"type": loss, **given}, "")
+    trainer.cfg.algorithm = dataclasses.replace(trainer.cfg.algorithm, loss=settings)
 
 
 def update(trainer: Trainer, batch, loss: str, skip: bool, **algorithm) -> tuple[list[torch.Tensor], dict]:
