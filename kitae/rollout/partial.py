@@ -23,10 +23,21 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from kitae.chat import prompt_opens_thinking
+from kitae.config import setting
 from kitae.rollout.base import Completion, SamplingParams
+
+
+@dataclass
+class PartialRolloutConfig:
+    """Kimi k1.5 partial rollouts (§2.6.2): each iteration a trajectory gets at most `segment_tokens` new tokens;
+    one that has not finished waits in a replay buffer and continues next iteration with the then-current policy."""
+
+    segment_tokens: int = setting(32, minimum=1)  # output-token budget per trajectory per iteration
+    old_segments: Literal["exclude", "importance"] = "exclude"  # tokens of earlier iterations: masked out of the
+    # loss, or kept with the log-probs of the policy that sampled them (ratio = importance weight)
 
 
 @dataclass

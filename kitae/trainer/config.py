@@ -21,8 +21,10 @@ from kitae.config import apply_overrides, from_dict, read_yaml, setting, to_dict
 from kitae.data.config import DataConfig, load_data, resolve_data_path
 from kitae.errors import ConfigError
 from kitae.models import LoraConfig, ModelConfig
+from kitae.rollout.partial import PartialRolloutConfig
 from kitae.scoring.config import EvalConfig, RewardConfig, default_eval_grader
 from kitae.trainer.loggers import LoggingConfig
+from kitae.trainer.optim import OptimConfig
 from kitae.trainer.samplers import upgrade_saved_sampler
 
 if TYPE_CHECKING:
@@ -34,16 +36,6 @@ __all__ = ["AdaptiveKL", "AlgorithmConfig", "DataConfig", "DynamicSampling", "Ev
            "LoggingConfig", "ModelConfig", "OptimConfig", "PartialRolloutConfig", "RepeatConfig", "RewardConfig",
            "SamplingConfig", "TrainConfig", "default_eval_grader", "load_data",
            "load_train_config", "resolve_data_path"]
-
-
-@dataclass
-class PartialRolloutConfig:
-    """Kimi k1.5 partial rollouts (§2.6.2): each iteration a trajectory gets at most `segment_tokens` new tokens;
-    one that has not finished waits in a replay buffer and continues next iteration with the then-current policy."""
-
-    segment_tokens: int = setting(32, minimum=1)  # output-token budget per trajectory per iteration
-    old_segments: Literal["exclude", "importance"] = "exclude"  # tokens of earlier iterations: masked out of the
-    # loss, or kept with the log-probs of the policy that sampled them (ratio = importance weight)
 
 
 @dataclass
@@ -148,31 +140,6 @@ class SamplingConfig:
         if self.engine == "server" and self.sync_every != 1:
             raise ConfigError(f"{path}.sync_every", f"is {self.sync_every}, but async: true pushes the weights "
                               "after every step (max_staleness bounds the lag); set sync_every: 1")
-
-
-@dataclass
-class OptimConfig:
-    steps: int = setting(100, minimum=1)  # training steps (one sample-grade-update round each)
-    prompts_per_step: int = setting(8, minimum=1)  # prompts per step (each gets group_size samples)
-    micro_batch_size: int = setting(32, minimum=1)  # at most this many sequences per forward/backward (rows of
-    # similar length go together, kitae.trainer.batch.micro_batches)
-    logprob_chunk_size: int = setting(256, minimum=0)  # positions whose full-vocabulary logits exist at once when
-    # the update and the reference pass take log-probs (kitae.trainer.logprobs); 0: a micro-batch's all at once
-    skip_zero_advantage: bool = True  # leave rows that cannot change the gradient out of the forward/backward
-    # (advantage 0 with no KL term in the loss; no counted token): same gradient, less work
-    lr: float = setting(1e-4, above=0)  # AdamW's learning rate
-    weight_decay: float = setting(0.0, minimum=0)  # AdamW's weight decay
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.99])  # each in [0, 1)
-    max_grad_norm: float = setting(1.0, above=0)  # gradients are clipped to this norm
-    scheduler: Literal["constant", "linear", "cosine"] = "constant"  # the learning rate after warm-up
-    warmup_steps: int = setting(0, minimum=0)  # steps of linear warm-up to lr
-
-    def validate(self, path: str) -> None:
-        if len(self.betas) != 2:
-            raise ConfigError(f"{path}.betas", f"expected two numbers (Adam's beta1, beta2), got {len(self.betas)}")
-        for i, beta in enumerate(self.betas):
-            if not 0 <= beta < 1:
-                raise ConfigError(f"{path}.betas[{i}]", f"must be in [0, 1) (Adam's beta), got {beta}")
 
 
 @dataclass
