@@ -36,9 +36,10 @@ class EnvironmentConfig:
     """Agents: tools and an environment the model calls during its rollouts, which become multi-turn episodes
     (docs/agents.md)."""
 
-    factory: str | None = None  # an environment class, module:Class (TRL's environment_factory contract: public
-    # methods with type hints and docstrings are the tools, reset(**row), optional get_reward()), or a built-in's
-    # name (calculator, python); one instance per episode
+    factory: str | dict[str, Any] | None = None  # an environment class, module:Class (TRL's environment_factory
+    # contract: public methods with type hints and docstrings are the tools, reset(**row), optional get_reward()), a
+    # built-in's name (calculator, python), or a built-in with its settings ({type: python, cpu_seconds: 8}); one
+    # instance per episode
     tools: list[str] = field(default_factory=list)  # plain tool functions, module:function (schema from type
     # hints and the docstring)
     python: bool = False  # offer the python tool: code runs in kitae's sandbox (the code grader's isolation)
@@ -95,8 +96,14 @@ def builtin_environments() -> list[str] | None:
     return sorted(ENVIRONMENTS.names())
 
 
-def check_factory(factory: str, path: str) -> None:
-    """``factory`` is module:Class or a built-in environment's name (importing is pre-flight's)."""
+def check_factory(factory: str | dict, path: str) -> None:
+    """``factory`` is module:Class, a built-in environment's name, or one with its settings (importing a class is
+    pre-flight's)."""
+    if isinstance(factory, dict):
+        from kitae.agents.environments import EnvironmentSettings
+
+        EnvironmentSettings.read(factory, path)
+        return
     if ":" in factory:
         if not TARGET.match(factory):
             raise ConfigError(path, f"{short_repr(factory)} is not module:Class, e.g. my_envs:Calculator")

@@ -6,7 +6,12 @@ starts an episode from the row's fields and returns None or text appended to the
 ``get_reward()`` scores the finished episode (one more reward component, named after the class).
 
     environment: {factory: calculator}          # a built-in, by name
+    environment: {factory: {type: python, cpu_seconds: 8}}   # a built-in with its settings
     environment: {factory: my_envs:Wordle}      # a user's class, "module:Class"
+
+A built-in's settings are a dataclass beside it (:class:`EnvironmentSettings`, e.g. :class:`PythonSettings`),
+registered with it. A user's class takes none: TRL's contract calls it with no arguments, so its options are its
+own defaults (or a subclass per variant, named as "module:Class").
 
 Built-ins (``ENVIRONMENTS``, in kitae.agents.tools, where these are registered by name):
 
@@ -21,13 +26,32 @@ Built-ins (``ENVIRONMENTS``, in kitae.agents.tools, where these are registered b
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import operator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
 
 from kitae.agents.tools import ENVIRONMENTS, ToolError
+from kitae.config import Variant, setting
+from kitae.registry import Registry
 
-__all__ = ["ENVIRONMENTS", "Calculator", "PythonSandbox", "evaluate"]
+__all__ = ["ENVIRONMENTS", "Calculator", "EnvironmentSettings", "PythonSandbox", "PythonSettings", "evaluate"]
+
+
+@dataclass
+class EnvironmentSettings(Variant):
+    """A built-in environment's settings (``environment.factory``: NAME, or {type: NAME, ...its settings}); a
+    built-in registered without settings takes none."""
+
+    registry: ClassVar[Registry] = ENVIRONMENTS
+    kind: ClassVar[str] = "environment"
+
+    def factory(self, path: str) -> Callable[[], Any]:
+        """What makes one environment per episode: the built-in's class, called with these settings."""
+        cls = ENVIRONMENTS.get(self.type, path)
+        given = {k: v for k, v in self.__dict__.items() if k != "type"}
+        return functools.partial(cls, **given) if given else cls
 
 
 # ---- calculator ---------------------------------------------------------------------------------------------
@@ -91,20 +115,31 @@ class Calculator:
 
 
 # ---- python -------------------------------------------------------------------------------------------------
-@ENVIRONMENTS.register("python")
+@dataclass
+class PythonSettings(EnvironmentSettings):
+    """The limits of each program the python tool runs."""
+
+    cpu_seconds: float = setting(4.0, above=0)  # CPU seconds per program (its wall clock: 2 x this + 1 s)
+    memory_mb: int = setting(1024, minimum=1)  # address space
+    output_kb: int = setting(64, minimum=1)  # stdout and stderr kept
+
+
+@ENVIRONMENTS.register("python", settings=PythonSettings)
 class PythonSandbox:
     """A code interpreter: each call runs the code as a fresh program in kitae's sandbox (the code grader's
-    :func:`kitae.sandbox.programs.run_program`, stdio mode, one case with empty stdin)."""
+    :func:`kitae.sandbox.programs.run_program`, stdio mode, one case with empty stdin). ``limits``: its
+    :class:`PythonSettings` (cpu_seconds, memory_mb, output_kb)."""
 
-    def __init__(self, sandbox: Any = None, cpu_seconds: float = 4.0, memory_mb: int = 1024, output_kb: int = 64):
+    def __init__(self, sandbox: Any = None, **limits: Any):
         from kitae.sandbox import open_sandbox
         from kitae.sandbox.programs import CaseLimits
 
+        s = PythonSettings(type="python", **limits)
         self.sandbox = sandbox if sandbox is not None else open_sandbox("bwrap", "environment.python")
         # Wall clock 2 x cpu + 1 s (9 s): within the default tool_timeout_s of 10 s, so the sandbox, which kills
         # the whole process tree, stops a runaway program before the tool call gives up on it.
-        self.limits = CaseLimits(seconds=cpu_seconds, memory_mb=memory_mb, output_kb=output_kb,
-                                 total_seconds=2 * cpu_seconds + 5)
+        self.limits = CaseLimits(seconds=s.cpu_seconds, memory_mb=s.memory_mb, output_kb=s.output_kb,
+                                 total_seconds=2 * s.cpu_seconds + 5)
 
     def reset(self, **kwargs) -> str | None:
         return None

@@ -54,7 +54,8 @@ MCP_TIMEOUT_MARGIN_S = 1.0  # an MCP tool's bound past its server's timeout_s: t
 # kitae.agents.environments, registered here as "module:Class" strings (imported when a config names one).
 ENVIRONMENTS = Registry("environment")
 ENVIRONMENTS.register_lazy("calculator", "kitae.agents.environments:Calculator")
-ENVIRONMENTS.register_lazy("python", "kitae.agents.environments:PythonSandbox")
+ENVIRONMENTS.register_lazy("python", "kitae.agents.environments:PythonSandbox",
+                           settings="kitae.agents.environments:PythonSettings")
 
 # The kinds of shared tools the ``environment:`` config builds from entries of its own: ``http_tools`` entries
 # (kitae.agents.http_tools) and ``mcp_servers`` entries (kitae.agents.mcp), each "module:function(spec, path,
@@ -558,10 +559,14 @@ class McpSource:
 
 
 def load_factory(spec: Any, path: str) -> Callable[[], Any]:
-    """The factory an ``environment.factory`` names: a built-in's name, "module:Class", or (from Python) a
-    class or function; ConfigError at `path` otherwise."""
+    """The factory an ``environment.factory`` names: a built-in's name, a built-in with its settings ({type: NAME,
+    ...}), "module:Class", or (from Python) a class or function; ConfigError at `path` otherwise."""
     if callable(spec):
         return spec
+    if isinstance(spec, dict):
+        from kitae.agents.environments import EnvironmentSettings
+
+        return EnvironmentSettings.read(spec, path).factory(path)
     if not isinstance(spec, str) or not spec:
         raise ConfigError(path, f"expected a built-in environment's name or 'module:Class', got {spec!r}")
     if ":" in spec:

@@ -273,6 +273,11 @@ def test_an_environment_method_without_docstring_says_how_to_hide_it():
      "two tools are named 'calculator'"),
     ({"factory": "tests.agents.test_tools_environment:NoReset"}, "has no reset() method"),
     ({"factory": "tests.agents.test_tools_environment:Exploding"}, "Exploding() raised RuntimeError: boom"),
+    ({"factory": {"type": "calculator", "cpu_seconds": 8}}, "environment.factory.cpu_seconds: not a setting of "
+                                                            "environment 'calculator'; environment python takes it"),
+    ({"factory": {"type": "python", "cpu_secs": 8}}, "environment.factory.cpu_secs: not a setting of environment "
+                                                     "'python'; did you mean 'cpu_seconds'?"),
+    ({"factory": {"type": "python", "memory_mb": 0}}, "environment.factory.memory_mb: must be >= 1"),
 ])
 def test_bad_environment_configs_are_refused_with_the_field(config, says):
     with pytest.raises(ConfigError) as err:
@@ -387,3 +392,21 @@ def test_closing_a_toolbox_does_not_call_an_environment_method_named_close():
     run(box.close())
     assert not getattr(env, "closed", False)
     assert run(box.call(ToolCall("read", {}))).error.startswith("unknown tool 'read'")  # closed: nothing to call
+
+
+def test_a_built_in_environment_declares_its_settings_beside_it_and_the_config_gives_them():
+    """The python tool's limits are PythonSettings (kitae/agents/environments.py), registered with it; a config
+    names the built-in alone (its defaults) or with settings, which each episode's instance is made with."""
+    from kitae.agents.config import EnvironmentConfig
+    from kitae.agents.environments import ENVIRONMENTS, PythonSandbox, PythonSettings
+    from kitae.agents.tools import load_factory
+    from kitae.config import from_dict
+
+    assert ENVIRONMENTS.settings_class("python") is PythonSettings and ENVIRONMENTS.settings_class("calculator") is None
+    assert PythonSandbox(sandbox=object()).limits.seconds == PythonSettings().cpu_seconds == 4.0  # one default
+    spec = {"type": "python", "cpu_seconds": 8, "memory_mb": 512}
+    cfg = from_dict(EnvironmentConfig, {"factory": spec}, "environment")
+    factory = load_factory(cfg.factory, "environment.factory")
+    limits = factory(sandbox=object()).limits
+    assert (limits.seconds, limits.memory_mb, limits.output_kb) == (8.0, 512, 64)
+    assert load_factory("python", "environment.factory") is PythonSandbox  # by name: no settings, as before
