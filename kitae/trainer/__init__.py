@@ -1,6 +1,7 @@
 """The GRPO trainer: ``kitae train``'s config, checks and loop (docs/architecture.md: one training step).
 
-    config.py      the training config: one typed, validated object (loss presets resolved), saved with the run
+    config.py      the training config: one typed, validated object (each variant's settings filled in), saved
+                   with the run; each section's class beside the code that reads it
     preflight.py   everything that can be wrong, checked before the model loads; the reward components
     setup.py       a run's parts built from its config: policy, reference, optimizer, engine, sampler, store
     loop.py        :class:`Trainer`: steps, evaluations, checkpoints; a step is the five stages below
