@@ -100,7 +100,7 @@ def check_factory(factory: str | dict, path: str) -> None:
     """``factory`` is module:Class, a built-in environment's name, or one with its settings (importing a class is
     pre-flight's)."""
     if isinstance(factory, dict):
-        from kitae.agents.environments import EnvironmentSettings
+        from kitae.agents.tools import EnvironmentSettings
 
         EnvironmentSettings.read(factory, path)
         return

@@ -9,7 +9,7 @@ starts an episode from the row's fields and returns None or text appended to the
     environment: {factory: {type: python, cpu_seconds: 8}}   # a built-in with its settings
     environment: {factory: my_envs:Wordle}      # a user's class, "module:Class"
 
-A built-in's settings are a dataclass beside it (:class:`EnvironmentSettings`, e.g. :class:`PythonSettings`),
+A built-in's settings are a dataclass beside it (an ``EnvironmentSettings``, e.g. :class:`PythonSettings`),
 registered with it. A user's class takes none: TRL's contract calls it with no arguments, so its options are its
 own defaults (or a subclass per variant, named as "module:Class").
 
@@ -26,32 +26,15 @@ Built-ins (``ENVIRONMENTS``, in kitae.agents.tools, where these are registered b
 from __future__ import annotations
 
 import ast
-import functools
 import math
 import operator
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any
 
-from kitae.agents.tools import ENVIRONMENTS, ToolError
-from kitae.config import Variant, setting
-from kitae.registry import Registry
+from kitae.agents.tools import ENVIRONMENTS, EnvironmentSettings, ToolError
+from kitae.config import setting
 
 __all__ = ["ENVIRONMENTS", "Calculator", "EnvironmentSettings", "PythonSandbox", "PythonSettings", "evaluate"]
-
-
-@dataclass
-class EnvironmentSettings(Variant):
-    """A built-in environment's settings (``environment.factory``: NAME, or {type: NAME, ...its settings}); a
-    built-in registered without settings takes none."""
-
-    registry: ClassVar[Registry] = ENVIRONMENTS
-    kind: ClassVar[str] = "environment"
-
-    def factory(self, path: str) -> Callable[[], Any]:
-        """What makes one environment per episode: the built-in's class, called with these settings."""
-        cls = ENVIRONMENTS.get(self.type, path)
-        given = {k: v for k, v in self.__dict__.items() if k != "type"}
-        return functools.partial(cls, **given) if given else cls
 
 
 # ---- calculator ---------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import inspect
 import json
 import math
@@ -35,8 +36,9 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Callable, ClassVar, Protocol, runtime_checkable
 
+from kitae.config import Variant
 from kitae.errors import ConfigError, KitaeError
 from kitae.registry import Registry, closest, load_target, unknown_name_message
 from kitae.rollout.base import ReportsStats
@@ -56,6 +58,22 @@ ENVIRONMENTS = Registry("environment")
 ENVIRONMENTS.register_lazy("calculator", "kitae.agents.environments:Calculator")
 ENVIRONMENTS.register_lazy("python", "kitae.agents.environments:PythonSandbox",
                            settings="kitae.agents.environments:PythonSettings")
+
+
+@dataclass
+class EnvironmentSettings(Variant):
+    """A built-in environment's settings (``environment.factory``: NAME, or {type: NAME, ...its settings}); a
+    built-in registered without settings takes none."""
+
+    registry: ClassVar[Registry] = ENVIRONMENTS
+    kind: ClassVar[str] = "environment"
+
+    def factory(self, path: str) -> Callable[[], Any]:
+        """What makes one environment per episode: the built-in's class, called with these settings."""
+        cls = ENVIRONMENTS.get(self.type, path)
+        given = {k: v for k, v in self.__dict__.items() if k != "type"}
+        return functools.partial(cls, **given) if given else cls
+
 
 # The kinds of shared tools the ``environment:`` config builds from entries of its own: ``http_tools`` entries
 # (kitae.agents.http_tools) and ``mcp_servers`` entries (kitae.agents.mcp), each "module:function(spec, path,
@@ -564,8 +582,6 @@ def load_factory(spec: Any, path: str) -> Callable[[], Any]:
     if callable(spec):
         return spec
     if isinstance(spec, dict):
-        from kitae.agents.environments import EnvironmentSettings
-
         return EnvironmentSettings.read(spec, path).factory(path)
     if not isinstance(spec, str) or not spec:
         raise ConfigError(path, f"expected a built-in environment's name or 'module:Class', got {spec!r}")

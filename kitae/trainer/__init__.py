@@ -12,7 +12,9 @@
     batch.py       rollouts as training tensors; per-token log-probs of a policy on them
     grades.py      a step's grades as two stages read them: the reward tensor, each group's pass rate
     periodic.py    ``due``: what runs every N steps (evaluations, checkpoints, weight pushes)
-    samplers.py    prompt samplers (uniform, prioritized, curriculum), registered by name
+    samplers.py    prompt samplers (uniform, prioritized, curriculum), registered by name, with their settings
+    prompt_sets.py the ``data:`` section (prompt sets, their fields, the sampler) and the one prompt-set reader
+    optim.py       the ``optim:`` section (steps, batch sizes, AdamW and its schedule)
     processes.py   what the processes of a multi-process run share and agree on
     checkpoint.py, resume.py   checkpoints, and what ``--resume`` goes on from
     loggers.py     copies of the metrics for TensorBoard, W&B and trackio (accelerate's trackers)

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from kitae.agents.config import EnvironmentConfig, check_environment_sampling
 from kitae.algorithms.config import AdaptiveKL, AlgorithmConfig, DynamicSampling, KLConfig, upgrade_saved_algorithm
 from kitae.config import apply_overrides, from_dict, read_yaml, setting, to_dict
-from kitae.data.config import DataConfig, load_data, resolve_data_path
 from kitae.errors import ConfigError
 from kitae.models import LoraConfig, ModelConfig
 from kitae.rollout.partial import PartialRolloutConfig
 from kitae.scoring.config import EvalConfig, RewardConfig, default_eval_grader
 from kitae.trainer.loggers import LoggingConfig
 from kitae.trainer.optim import OptimConfig
+from kitae.trainer.prompt_sets import DataConfig, load_data, resolve_data_path
 from kitae.trainer.samplers import upgrade_saved_sampler
 
 if TYPE_CHECKING:

@@ -1,5 +1,6 @@
-"""The ``data:`` section of a training config (the prompt sets, how their rows map to kitae's fields, and the
-prompt sampler), and the one reader of prompt sets of `kitae train` (pre-flight) and `kitae eval`."""
+"""The prompt sets of a run: the ``data:`` section of a training config (the prompt sets, how their rows map to
+kitae's fields, and the prompt sampler), and the one reader of prompt sets of `kitae train` (pre-flight) and
+`kitae eval`."""
 
 from __future__ import annotations
 
