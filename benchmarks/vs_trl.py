@@ -150,7 +150,7 @@ def defaults_that_differ() -> list[tuple[str, object, object, str]]:
     rows = [
         ("gradient checkpointing", trl["gradient_checkpointing"], k.model.gradient_checkpointing,
          "off (both on in the -gc arms)"),
-        ("loss", trl["loss_type"], k.algorithm.loss, "grpo"),
+        ("loss", trl["loss_type"], k.algorithm.loss.type, "grpo"),
         ("KL coefficient", trl["beta"], k.algorithm.kl.coef, "0"),
         ("learning rate", trl["learning_rate"], k.optim.lr, f"{LR}"),
         ("max new tokens", trl["max_completion_length"], k.sampling.max_new_tokens, f"{MAX_NEW}"),

@@ -402,7 +402,8 @@ def test_a_built_in_environment_declares_its_settings_beside_it_and_the_config_g
     from kitae.agents.tools import load_factory
     from kitae.config import from_dict
 
-    assert ENVIRONMENTS.settings_class("python") is PythonSettings and ENVIRONMENTS.settings_class("calculator") is None
+    assert ENVIRONMENTS.settings_class("python") is PythonSettings
+    assert ENVIRONMENTS.settings_class("calculator") is None
     assert PythonSandbox(sandbox=object()).limits.seconds == PythonSettings().cpu_seconds == 4.0  # one default
     spec = {"type": "python", "cpu_seconds": 8, "memory_mb": 512}
     cfg = from_dict(EnvironmentConfig, {"factory": spec}, "environment")

@@ -62,7 +62,8 @@ def test_each_example_runs_its_loss_with_the_values_the_old_code_gave(example):
 @pytest.mark.parametrize("algorithm, path, message", [
     ({"loss": "gspo", "cispo_eps_high": 0.3}, "algorithm.cispo_eps_high",
      "not a setting of loss 'gspo'; loss cispo takes it"),
-    ({"loss": "kimi", "eps_high": 0.3}, "algorithm.eps_high", "not a setting of loss 'kimi'; loss dapo, dr_grpo, grpo take it"),
+    ({"loss": "kimi", "eps_high": 0.3}, "algorithm.eps_high",
+     "not a setting of loss 'kimi'; loss dapo, dr_grpo, grpo take it"),
     ({"kimi_tau": 0.2}, "algorithm.kimi_tau", "not a setting of loss 'grpo'; loss kimi takes it"),  # grpo: default
     ({"loss": "gspo", "aggregation": "token_mean"}, "algorithm.aggregation", "not a setting of loss 'gspo'"),
     ({"loss": {"type": "kimi", "eps_low": 0.1}}, "algorithm.loss.eps_low", "not a setting of loss 'kimi'"),
