@@ -63,7 +63,12 @@ def rows(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
         key = f"{prefix}{f.metadata.get('key', f.name)}"
         tp = hints[f.name]
         nested = [t for t in (tp, *typing.get_args(tp)) if dataclasses.is_dataclass(t)]
-        if dataclasses.is_dataclass(value):
+        if f.metadata.get("spread"):  # a mapping written in the section itself: alarms.KIND.SETTING
+            out.append((f"{prefix}KIND.SETTING", "(below)", notes.get(f.name, "")))
+            for name, sub in value.items():
+                out.append((prefix + name, "(section)", summary(type(sub))))
+                out += rows(type(sub), f"{prefix}{name}.")
+        elif dataclasses.is_dataclass(value):
             out.append((key, "(section)", notes.get(f.name) or summary(type(value))))
             out += rows(type(value), key + ".")
         elif value is None and nested and nested[0] is not type(None) and f.name not in ("train", "eval"):

@@ -617,7 +617,8 @@ class AlarmsConfig:
     clear_steps: int = setting(20, minimum=1)  # an alarm whose sign has been gone this many steps in a row is
     # cleared, and may be raised again
     settings: dict[str, Any] = field(default_factory=default_settings, metadata={"spread": True})  # each alarm's
-    # settings by kind, written in the section itself: alarms.KIND.SETTING
+    # settings, by its kind (below). A setting written flat in the section, as before (alarms.length_jump: 4,
+    # alarms.flat: 0.05), still works: it goes to every alarm that takes it; alarms.KIND.SETTING overrides it
 
     @classmethod
     def from_config(cls, value: Any, path: str) -> "AlarmsConfig":
