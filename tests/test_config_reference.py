@@ -29,8 +29,13 @@ def test_every_setting_is_on_the_page():
 
     def paths(cls, prefix=""):
         for f in dataclasses.fields(cls):
-            yield prefix + f.metadata.get("key", f.name)  # its YAML name (sampling.async)
             value = getattr(cls(), f.name)
+            if f.metadata.get("spread"):  # a mapping written in the section itself: alarms.KIND.SETTING
+                for name, sub in value.items():
+                    yield prefix + name
+                    yield from paths(type(sub), f"{prefix}{name}.")
+                continue
+            yield prefix + f.metadata.get("key", f.name)  # its YAML name (sampling.async)
             if dataclasses.is_dataclass(value):
                 yield from paths(type(value), f"{prefix}{f.name}.")
 

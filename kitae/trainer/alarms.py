@@ -658,8 +658,9 @@ class AlarmsConfig:
         check_kinds(self.stop_on, f"{path}.stop_on")
 
     def of(self, kind: str) -> Any:
-        """The settings of alarm `kind`."""
-        return self.settings[kind]
+        """The settings of alarm `kind` (its defaults when it was registered after this config was read)."""
+        found = self.settings.get(kind)
+        return found if found is not None else ALARMS.settings_class(kind)()
 
 
 def _alarm_settings(kind: str, flat: dict, given: dict, path: str) -> Any:
