@@ -55,7 +55,8 @@ def read_back(store, step: int, s: AlarmsConfig, weights: dict) -> History:
     eval_steps = {evals[-1].step if evals else step, *(e.step for e in best_evals(evals).values())}
     known = set(store.metric_keys())
     keys = [k for k in (*A.METRIC_KEYS, *(f"reward/{n}" for n in weights)) if k in known]
-    for lo, hi in ((1, s.baseline_steps), (step - 2 * s.window + 1, step), *((e - s.window + 1, e) for e in eval_steps)):
+    ranges = ((1, s.baseline_steps), (step - 2 * s.window + 1, step), *((e - s.window + 1, e) for e in eval_steps))
+    for lo, hi in ranges:
         for key, points in store.metrics(keys, since_step=max(lo, 0), until_step=hi).items():
             metrics.setdefault(key, {}).update(points)
     groups = store.groups(step=step, limit=None, with_samples=True)
