@@ -633,9 +633,19 @@ def short_repr(value: Any, limit: int = 60) -> str:
 
 
 def to_dict(obj: Any) -> Any:
-    """A dataclass as plain dicts, each field under its YAML name (``setting(key=...)``), as from_dict reads it."""
+    """A dataclass as plain dicts, each field under its YAML name (``setting(key=...)``), as from_dict reads it.
+    A mapping field whose metadata says ``spread`` is written in the section itself, entry by entry (the alarms'
+    settings by kind: ``alarms.length_jump.length_jump``, not ``alarms.settings.length_jump...``); the section's
+    ``from_config`` reads them back."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.metadata.get("key", f.name): to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(obj):
+            value = to_dict(getattr(obj, f.name))
+            if f.metadata.get("spread"):
+                out.update(value)
+            else:
+                out[f.metadata.get("key", f.name)] = value
+        return out
     if isinstance(obj, (list, tuple)):
         return type(obj)(to_dict(v) for v in obj)
     if isinstance(obj, dict):

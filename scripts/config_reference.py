@@ -79,6 +79,11 @@ def rows(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
         family = _variant_family(tp)
         if family is not None:
             out += variant_rows(family, key, value, notes.get(f.name, ""), f.name in getattr(cls, "flat_settings", ()))
+        elif f.metadata.get("spread"):  # a mapping written in the section itself: alarms.KIND.SETTING
+            out.append((f"{prefix}KIND.SETTING", "(below)", notes.get(f.name, "")))
+            for name, sub in value.items():
+                out.append((prefix + name, "(section)", summary(type(sub))))
+                out += rows(type(sub), f"{prefix}{name}.")
         elif dataclasses.is_dataclass(value):
             out.append((key, "(section)", notes.get(f.name) or summary(type(value))))
             out += rows(type(value), key + ".")

@@ -32,6 +32,12 @@ def test_every_setting_is_on_the_page():
     def paths(cls, prefix=""):
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
+            value = getattr(cls(), f.name)
+            if f.metadata.get("spread"):  # a mapping written in the section itself: alarms.KIND.SETTING
+                for name, sub in value.items():
+                    yield prefix + name
+                    yield from paths(type(sub), f"{prefix}{name}.")
+                continue
             key = prefix + f.metadata.get("key", f.name)
             yield key  # its YAML name (sampling.async)
             family = _variant_family(hints[f.name])
@@ -42,7 +48,6 @@ def test_every_setting_is_on_the_page():
                     own = [s.name for s in dataclasses.fields(family.settings_class(name, "")) if s.name not in shared]
                     yield from (f"{key} ({name}) {s}" for s in own)
                 continue
-            value = getattr(cls(), f.name)
             if dataclasses.is_dataclass(value):
                 yield from paths(type(value), f"{prefix}{f.name}.")
 

@@ -8,11 +8,8 @@
 Every component's scores, reasons and errors are kept per sample, so nothing is summed away before it reaches
 the run store. Weight 0 logs a component without training on it.
 
-A run watches its rewards (:class:`Drought`): steps in a row in which no sample got a reward stop it
-(:func:`no_reward_message`), and so do steps in a row in which one component gave no sample a finite score
-(:func:`component_message`; a reward function that fails on every sample trained on nothing while the others
-carried the run), or they warn (:func:`component_warning`). At the first step, a reward function that gives every
-sample the same score is worth a warning too (:func:`same_score_warning`): it cannot tell completions apart.
+A run watches its rewards (steps in a row without a finite score, a reward function that gives every sample one
+score): kitae.trainer.health, with the rest of the run's health.
 
 Reasoning models: a component whose ``think`` is "strip" grades the answer after a ``<think>...</think>`` block
 (:func:`answer_after_think`); its ``completion_tokens`` and ``completion_ids`` still count every token. Where the
@@ -25,12 +22,10 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from kitae.chat import THINK_CLOSE, THINK_OPEN
-from kitae.graders.adapters import CallableGrader
 from kitae.graders.base import Grade, Grader, is_finite_number
-from kitae.store.records import valid_text
 
 
 Think = Literal["strip", "keep"]
@@ -139,124 +134,6 @@ def score_groups(
         per = {c.name: within_reward_limit(flat[g * len(components) + k], c.weight) for k, c in enumerate(components)}
         out.append(GroupScores(per, combine(per, weights)))
     return out
-
-
-def last_problems(components: list[RewardComponent], scores: list[GroupScores]) -> dict[str, str]:
-    """Per component, why its last sample of the step has no score: the grader's error, else its reason."""
-    out = {}
-    for c in components:
-        grades = [g for gs in scores for g in gs.grades[c.name] if g.score is None]
-        last = grades[-1] if grades else None
-        why = (last.error or last.reason) if last is not None else None
-        out[c.name] = why or ("abstained without saying why" if last is not None else "scored (weight 0: logs only)")
-    return out
-
-
-def no_reward_message(steps: int, last_step: int, problems: dict[str, str], run_dir: Any) -> str:
-    """The error that stops a run in which no sample got a reward for ``steps`` steps in a row."""
-    first = last_step - steps + 1
-    span = f"step {last_step}" if steps == 1 else f"steps {first}-{last_step}"
-    lines = [f"no sample got a reward in {span}: every reward component abstained or failed on every sample, so "
-             f"training learned nothing (algorithm.max_steps_without_reward: {steps}). Each component's last error:"]
-    lines += [f"  {name}: {_short(why)}" for name, why in problems.items()]
-    lines.append(f"Fix the rewards (the run page, `kitae ui`, shows every sample's errors), then continue from the "
-                 f"checkpoint of step {last_step} with `kitae train --resume {run_dir}`; "
-                 f"algorithm.max_steps_without_reward: 0 never stops.")
-    return "\n".join(lines)
-
-
-class Drought:
-    """Steps in a row without a finite score: of the whole reward (no sample got one) and of each component.
-
-    >>> d = Drought(["a", "b"])
-    >>> d.update(no_reward=False, dry={"a": True, "b": False})
-    ['a']
-    >>> d.update(no_reward=False, dry={"a": True, "b": False}), d.steps["a"]
-    ([], 2)
-    """
-
-    def __init__(self, names: list[str]):
-        self.no_reward = 0
-        self.steps = dict.fromkeys(names, 0)
-        self._told: set[str] = set()
-
-    def update(self, no_reward: bool, dry: dict[str, bool]) -> list[str]:
-        """Count one step; returns the components dry for the first time in the run (to warn about, once)."""
-        self.no_reward = self.no_reward + 1 if no_reward else 0
-        for name, is_dry in dry.items():
-            self.steps[name] = self.steps[name] + 1 if is_dry else 0
-        new = [n for n, k in self.steps.items() if k and n not in self._told]
-        self._told.update(new)
-        return new
-
-    def longest(self) -> tuple[str, int]:
-        """The component dry for the most steps in a row, and how many ("", 0 without components)."""
-        return max(self.steps.items(), key=lambda kv: kv[1], default=("", 0))
-
-
-def component_errors(name: str, scores: list[GroupScores], keep: int = 3) -> list[str]:
-    """The last ``keep`` distinct reasons the component's samples of a step have no score (errors, else reasons)."""
-    out: list[str] = []
-    for grade in (g for gs in scores for g in gs.grades[name] if not is_finite_number(g.score)):
-        why = _short(grade.error or grade.reason or "abstained without saying why")
-        if why in out:
-            out.remove(why)
-        out.append(why)
-    return out[-keep:]
-
-
-def _span(steps: int, last_step: int) -> str:
-    return f"step {last_step}" if steps == 1 else f"steps {last_step - steps + 1}-{last_step}"
-
-
-def component_message(name: str, steps: int, last_step: int, errors: list[str], run_dir: Any) -> str:
-    """The error that stops a run in which component ``name`` gave no sample a finite score for ``steps`` steps
-    in a row (the others did)."""
-    lines = [f"reward component {name!r} gave no sample a finite score in {_span(steps, last_step)}, so the run "
-             f"trained on the other components alone (algorithm.max_steps_without_reward: {steps}). Its last errors:"]
-    lines += [f"  {e}" for e in errors]
-    lines.append(f"Fix it (the run page, `kitae ui`, shows every sample's errors), then continue from the checkpoint "
-                 f"of step {last_step} with `kitae train --resume {run_dir}`; algorithm.component_without_reward: warn "
-                 f"only warns (for a component meant to abstain on whole steps).")
-    return "\n".join(lines)
-
-
-def component_warning(name: str, step: int, errors: list[str], limit: int, mode: str) -> str:
-    """The warning at the first step in which component ``name`` gave no sample a finite score; ``limit`` and
-    ``mode`` are ``algorithm.max_steps_without_reward`` and ``algorithm.component_without_reward``."""
-    if mode == "stop" and limit:
-        then = f"the run stops if it goes on for {limit} steps in a row (algorithm.max_steps_without_reward)"
-    elif mode == "stop":
-        then = "the run goes on without it (algorithm.max_steps_without_reward: 0)"
-    else:
-        then = "the run goes on without it (algorithm.component_without_reward: warn)"
-    return (f"reward component {name!r} gave no sample a finite score in step {step}; {then}. Its last errors: "
-            + " | ".join(errors))
-
-
-def function_scores(components: list[RewardComponent], scores: list[GroupScores]) -> dict[str, tuple[list[float], int]]:
-    """Per reward-function component (a ``function:`` reward): up to two of its distinct finite scores of the
-    step and how many samples got one. One value for several samples: every sample scored the same."""
-    out = {}
-    for c in components:
-        if isinstance(c.grader, CallableGrader):
-            got = [float(g.score) for gs in scores for g in gs.grades[c.name] if is_finite_number(g.score)]
-            out[c.name] = (sorted(set(got))[:2], len(got))
-    return out
-
-
-def same_score_warning(name: str, value: float, step: int, conversational: bool) -> str:
-    """The warning when reward function ``name`` gave every sample of a whole step the same score."""
-    shape = ('completions are lists of chat messages, [{"role": "assistant", "content": TEXT}] (TRL\'s conversational '
-             'format): read completion[0]["content"]' if conversational else
-             "completions are strings (the prompts are plain strings, TRL's standard format)")
-    return (f"reward function {name!r} gave every sample it scored in step {step} the same score ({value:g}): it "
-            f"cannot tell completions apart, so it adds nothing to the advantages. Check what it reads: here {shape}.")
-
-
-def _short(text: str, limit: int = 300) -> str:
-    text = " ".join(valid_text(text).split())  # printable, one line
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def counter_deltas(components: list[RewardComponent], before: dict[str, float]) -> tuple[dict[str, float], dict[str, float]]:

@@ -9,6 +9,8 @@
     update.py      2. the training batch and 4. the policy update (micro-batches, packing, ``mu`` passes)
     advantages.py  3. advantages from the step's grades
     metrics.py     5. what a step logs besides the update's numbers; the groups for the run store
+    health.py      after each step: alarms (alarms.py: the checks, their settings, the history in memory),
+                   skipped optimizer steps, steps without a reward
     batch.py       rollouts as training tensors; per-token log-probs of a policy on them
     grades.py      a step's grades as two stages read them: the reward tensor, each group's pass rate
     periodic.py    ``due``: what runs every N steps (evaluations, checkpoints, weight pushes)

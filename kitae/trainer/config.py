@@ -25,6 +25,7 @@ from kitae.scoring.config import EvalConfig, RewardConfig, default_eval_grader
 from kitae.trainer.loggers import LoggingConfig
 from kitae.trainer.optim import OptimConfig
 from kitae.trainer.prompt_sets import DataConfig, load_data, resolve_data_path
+from kitae.trainer.alarms import AlarmsConfig
 from kitae.trainer.samplers import upgrade_saved_sampler
 
 if TYPE_CHECKING:
@@ -140,64 +141,6 @@ class SamplingConfig:
         if self.engine == "server" and self.sync_every != 1:
             raise ConfigError(f"{path}.sync_every", f"is {self.sync_every}, but async: true pushes the weights "
                               "after every step (max_staleness bounds the lag); set sync_every: 1")
-
-
-@dataclass
-class AlarmsConfig:
-    """Run alarms (kitae.trainer.alarms): signs of reward hacking and of a run that stopped learning, checked
-    after every step from what the run store holds; each is recorded once as an ``alarm`` event."""
-
-    enabled: bool = True  # false: no alarm is checked
-    stop_on: list[str] = field(default_factory=list)  # alarm kinds that stop the run at a checkpoint (as Ctrl-C
-    # does); "all" = every kind. `kitae train --stop-on-alarm KIND` adds to it
-    baseline_steps: int = setting(3, minimum=1)  # the first steps, whose samples and metrics are the run's baseline
-    window: int = setting(5, minimum=1)  # the latest steps compared with the baseline
-    clear_steps: int = setting(20, minimum=1)  # an alarm whose sign has been gone this many steps in a row is
-    # cleared, and may be raised again
-    reward_rise: float = setting(0.1, above=0)  # reward_vs_eval, component_dominance: the rise of the mean training
-    # reward (latest window over the baseline) that counts as rising
-    flat: float = setting(0.02, minimum=0)  # reward_vs_eval, component_dominance: a held-out score or a component's
-    # mean score that rose by at most this is flat; eval_collapse: a reward that fell by at most this did not fall
-    component_share: float = setting(0.8, above=0, maximum=1)  # component_dominance: one component's share of the
-    # reward's rise, while every other component stays flat or falls
-    shape_share: float = setting(0.5, above=0, maximum=1)  # answer_shape: share of the latest window's samples
-    # with the pattern ...
-    shape_baseline: float = setting(0.1, minimum=0, maximum=1)  # ... when the baseline's samples had at most this
-    length_jump: float = setting(3.0, above=1)  # length_jump: mean completion length this many times the baseline's
-    entropy_floor: float = setting(0.02, minimum=0)  # entropy_collapse: mean token entropy below this (nats)
-    length_floor: float = setting(1.5, minimum=0)  # length_collapse: mean completion length below this (tokens)
-    kl_max: float = setting(1.0, above=0)  # kl_blowup: the KL to the reference above this (per token) ...
-    kl_growth: float = setting(10.0, above=1)  # ... or this many times its mean over the window before
-    zero_spread: float = setting(0.9, above=0, maximum=1)  # zero_spread: share of groups whose samples all got one
-    # reward, over the whole window
-    eval_drop: float = setting(0.5, above=0, maximum=1)  # eval_collapse: a held-out metric (pass@1, compliance)
-    # fell this share below its best earlier evaluation ...
-    eval_drop_min: float = setting(0.05, minimum=0)  # ... and by at least this much (0.06 -> 0.03 on a few prompts is
-    # noise), while the training reward did not fall by more than `flat`
-    mismatch_kl: float = setting(0.05, above=0)  # mismatch_growth: sampler/trainer mismatch KL above this ...
-    mismatch_growth: float = setting(5.0, above=1)  # ... and this many times its baseline mean
-    tool_error_rate: float = setting(0.2, above=0, maximum=1)  # tool_errors (agents): the share of tool calls that
-    # came back with an error, over the latest window, reached this ...
-    tool_error_jump: float = setting(2.0, above=1)  # ... and this many times its baseline mean
-    max_turns_share: float = setting(0.5, above=0, maximum=1)  # max_turns (agents): the share of episodes that
-    # ended on environment.max_turns, over every step of the latest window
-    tool_calls_growth: float = setting(2.0, above=1)  # tool_calls_without_reward (agents): tool calls per episode
-    # this many times the baseline's ...
-    tool_calls_rise: float = setting(0.5, above=0)  # ... and this many more, while the reward rose by at most `flat`
-
-    def resolve(self, path: str) -> None:
-        """``stop_on: [all]`` as every kind."""
-        from kitae.trainer.alarms import check_kinds
-
-        try:
-            self.stop_on = check_kinds(self.stop_on, f"{path}.stop_on")
-        except ConfigError:
-            pass  # an unknown kind: left as written, for validate to name
-
-    def validate(self, path: str) -> None:
-        from kitae.trainer.alarms import check_kinds
-
-        check_kinds(self.stop_on, f"{path}.stop_on")
 
 
 @dataclass

@@ -17,8 +17,9 @@ One step (:meth:`Trainer.train_step`), stage by stage, each in the module named:
    into group-relative advantages.
 4. update (kitae.trainer.update): ``mu`` optimization passes over the batch with the configured policy loss.
 5. log (kitae.trainer.metrics): everything the step produced goes to the run store and the loggers.
-6. alarms (kitae.trainer.alarms): signs of reward hacking or of a run that stopped learning, read back from the
-   run store; each new one is an event, and one of ``alarms.stop_on`` stops the run at a checkpoint.
+6. health (kitae.trainer.health): alarms (signs of reward hacking or of a run that stopped learning, on the run's
+   history kept in memory; one of ``alarms.stop_on`` stops the run at a checkpoint), skipped optimizer steps,
+   steps without a reward.
 
 Kimi k1.5: ``algorithm.reset_optimizer`` starts each iteration with fresh optimizer state; the reference of the
 mirror descent step is the policy that sampled the batch: its log-probs come from the engine as ``old_logp``.
@@ -46,28 +47,18 @@ from kitae.errors import ConfigError, KitaeError
 from kitae.lifetime import die_with_parent
 from kitae.rollout.base import ContinuesTokens, RemoteLogprobs, ReportsStats, SamplingParams
 from kitae.scoring.evaluate import evaluate
-from kitae.scoring.rewards import (
-    Drought,
-    GroupScores,
-    component_errors,
-    component_message,
-    component_warning,
-    counter_deltas,
-    function_scores,
-    last_problems,
-    no_reward_message,
-    same_score_warning,
-)
+from kitae.scoring.rewards import GroupScores, counter_deltas
 from kitae.store.images import RunImages
 from kitae.store.lock import RunLock
 from kitae.threads import available_cpus, load_average, set_threads, worker_core_problem
 from kitae.agents.engine import environment_component
 from kitae.trainer import setup, sharded
 from kitae.trainer.advantages import batch_advantages
-from kitae.trainer.alarms import Alarm, RunAlarms
+from kitae.trainer.alarms import Alarm
 from kitae.trainer.checkpoint import save_checkpoint, set_rng_state
 from kitae.trainer.collect import Collected, Rollouts
 from kitae.trainer.config import TrainConfig
+from kitae.trainer.health import RunHealth
 from kitae.trainer.loggers import make_loggers
 from kitae.trainer.metrics import group_records, pass_rate_and_partial_metrics, policy_lag, reward_metrics
 from kitae.trainer.periodic import due
@@ -154,11 +145,11 @@ class Trainer:
         self.loggers = make_loggers(cfg.logging.report_to if self.store else [], self.run_dir, cfg.to_dict())
         self._stop_requested = False
         self.final_eval_interrupted = False  # a signal ended the final evaluation early (see evaluate)
-        self._drought = Drought([c.name for c in self.components])  # steps in a row without a finite score
         self.stop_signal: int | None = None  # the signal (SIGINT, SIGTERM) that stopped the run, if one did
         self.stop_alarm: Alarm | None = None  # the alarm (one of alarms.stop_on) that stopped the run, if one did
-        weights = {r.name: r.weight for r in cfg.rewards}
-        self.alarms = RunAlarms(self.store, cfg.alarms, weights) if self.store is not None else None
+        self.health = RunHealth(cfg, self.acc, self.store, self.components, self.start_step, save=self.save,
+                                request_stop=self._stop_for_alarm, skipped_total=lambda: self.update.skipped_steps,
+                                on_alarm=lambda alarm: self.on_alarm(alarm) if self.on_alarm else None)
         self._counters: dict[str, float] = {}  # graders' own counters (judge tokens, ...) at the last step
 
     def _async_pipeline(self) -> RolloutPipeline:
@@ -333,10 +324,8 @@ class Trainer:
             self.kl_ctl.update(metrics["kl"], 1)  # the KL coefficient of the next step
         records = group_records(got.rows, got.groups, got.scores, advantages.view(len(got.groups), -1),
                                 self._run_images)
-        self._log(step, metrics, records)
-        self._check_alarms(step)
-        self._record_skipped_steps(step, trained)
-        self._watch_rewards(step, metrics, got)
+        records = self._log(step, metrics, records)
+        self.health.after_step(step, metrics, records, got, trained)
         return metrics
 
     def _step_metrics(self, got: Collected, trained: dict[str, float], times: dict[str, float]) -> dict[str, float]:
@@ -372,8 +361,9 @@ class Trainer:
             warnings.simplefilter("ignore", UserWarning)
             self.scheduler.step()
 
-    def _log(self, step: int, metrics: dict[str, float], records: list) -> None:
-        """The step's metrics and groups (every process's) into the run store and the loggers."""
+    def _log(self, step: int, metrics: dict[str, float], records: list) -> list:
+        """The step's metrics and groups (every process's) into the run store and the loggers; returns the groups
+        as logged (every process's)."""
         if self.acc.num_processes > 1:
             records = gather(self.acc, records)
             for i, r in enumerate(records):
@@ -382,72 +372,13 @@ class Trainer:
             self.store.log_groups(step, records)
             self.store.log_metrics(step, metrics)
             self.loggers.log(step, metrics)
+        return records
 
-    def _check_alarms(self, step: int) -> None:
-        """The run's alarms after the step is logged (kitae.trainer.alarms, main process): each new one is an event
-        and goes to the console; one of ``alarms.stop_on`` stops the run after this step, at a checkpoint, as
-        Ctrl-C does. Every process learns whether to stop."""
-        raised = self.alarms.check(step) if self.alarms is not None else []
-        for alarm in raised:
-            if self.on_alarm:
-                self.on_alarm(alarm)
-        stop = next((a for a in raised if a.kind in self.cfg.alarms.stop_on), None)
-        if self.cfg.alarms.stop_on and self.acc.num_processes > 1:
-            stop = next((a for a in gather(self.acc, [stop]) if a is not None), None)
-        if stop is not None and self.stop_alarm is None:
-            self.stop_alarm, self._stop_requested = stop, True
-
-    def _record_skipped_steps(self, step: int, trained: dict[str, float]) -> None:
-        """An optimizer step skipped for a gradient norm that was not finite (kitae.trainer.update) is an event
-        of the run: it says the step's batch did not train."""
-        skipped = int(trained.get("skipped_steps", 0))
-        if skipped and self.store is not None:
-            self.store.log_event(step, "step_skipped", f"{skipped} of {self.cfg.algorithm.mu} optimizer step(s) "
-                                 f"skipped: the gradient norm was not finite ({trained['grad_norm']}); the weights "
-                                 "were left as they were", {"skipped_steps": skipped,
-                                                            "total": self.update.skipped_steps})
-
-    def _watch_rewards(self, step: int, metrics: dict[str, float], got: Collected) -> None:
-        """Stop (a checkpoint saved, an error raised) after `algorithm.max_steps_without_reward` steps in a row in
-        which no sample got a reward (a grader failing on every sample, a reward server down), or in which one
-        component gave no sample a finite score (a reward function that fails on every sample: the run trained
-        on the others alone); `algorithm.component_without_reward: warn` only warns for the latter. A run that
-        trains on nothing, or not on what was asked, must not end as "finished". Warns at the first step a
-        component has no finite score, and at the run's first step when a reward function gives every sample
-        the same score. The rates are means over processes, so every process decides alike."""
-        a = self.cfg.algorithm
-        limit = a.max_steps_without_reward or 0
-        dry = {c.name: metrics[f"grader/{c.name}/abstain_rate"] >= 1.0 for c in self.components}
-        first_dry = self._drought.update(metrics["invalid_rate"] >= 1.0, dry)
-        if limit and self._drought.no_reward >= limit:
-            self.save(step)
-            raise KitaeError(no_reward_message(self._drought.no_reward, step,
-                                               last_problems(self.components, got.scores), self.run_dir))
-        name, steps = self._drought.longest()
-        if limit and steps >= limit and a.component_without_reward == "stop":
-            self.save(step)
-            raise KitaeError(component_message(name, steps, step, component_errors(name, got.scores), self.run_dir))
-        if self.acc.is_main_process:
-            for name in first_dry:
-                warnings.warn(component_warning(name, step, component_errors(name, got.scores), limit,
-                                                a.component_without_reward), stacklevel=2)
-        if step == self.start_step + 1:
-            self._warn_same_scores(step, got)
-
-    def _warn_same_scores(self, step: int, got: Collected) -> None:
-        """A reward function that gave every sample of the step (all processes) one score reads its input wrong,
-        often: for chat prompts TRL's completions are message lists, not strings."""
-        values: dict[str, set[float]] = {}
-        scored: dict[str, int] = {}
-        for per_process in gather(self.acc, [function_scores(self.components, got.scores)]):
-            for name, (distinct, n) in per_process.items():
-                values.setdefault(name, set()).update(distinct)
-                scored[name] = scored.get(name, 0) + n
-        row = got.rows[0]
-        conversational = isinstance(row.get("prompt", row.get("messages")), list)
-        for name, seen in values.items():
-            if len(seen) == 1 and scored[name] > 1 and self.acc.is_main_process:
-                warnings.warn(same_score_warning(name, next(iter(seen)), step, conversational), stacklevel=2)
+    def _stop_for_alarm(self, alarm: Alarm) -> None:
+        """An alarm of ``alarms.stop_on`` (kitae.trainer.health) stops the run after this step, at a checkpoint,
+        as Ctrl-C does; the first one is the reason the run gives."""
+        if self.stop_alarm is None:
+            self.stop_alarm, self._stop_requested = alarm, True
 
     # ---- evaluation, checkpoints, summary -------------------------------------------------------
     def evaluate(self, step: int, final: bool = False) -> dict[str, float] | None:
@@ -464,6 +395,7 @@ class Trainer:
                 self.final_eval_interrupted = True
                 self.store.log_event(step, "eval_interrupted", f"the final evaluation at step {step} was stopped "
                                      "by a signal; the run is trained and saved. `kitae train --resume` runs it")
+        self.health.after_eval(step, metrics)  # the alarms compare evaluations
         self.acc.wait_for_everyone()
         return metrics
 

@@ -8,7 +8,8 @@ import pytest
 from kitae.errors import ConfigError
 from kitae.graders import build_grader, grader_from_callable
 from kitae.graders.base import Grade
-from kitae.scoring.rewards import Drought, GroupScores, RewardComponent, component_errors, function_scores
+from kitae.scoring.rewards import GroupScores, RewardComponent
+from kitae.trainer.health import Drought, component_errors, function_scores
 from kitae.trainer.config import load_train_config
 
 
@@ -54,7 +55,7 @@ def test_component_without_reward_is_stop_or_warn(value, ok):
             load_train_config(data=data, overrides=over)
 
 
-@pytest.mark.parametrize("module", ["kitae.scoring.rewards", "kitae.graders.adapters"])
+@pytest.mark.parametrize("module", ["kitae.scoring.rewards", "kitae.trainer.health", "kitae.graders.adapters"])
 def test_docstring_examples(module):
     import doctest
     import importlib
@@ -72,7 +73,7 @@ def test_docstring_examples(module):
     ],
 )
 def test_the_first_step_warning_says_what_happens_next(limit, mode, then):
-    from kitae.scoring.rewards import component_warning
+    from kitae.trainer.health import component_warning
 
     assert component_warning("fn", 4, ["E1", "E2"], limit, mode) == (
         f"reward component 'fn' gave no sample a finite score in step 4; {then}. Its last errors: E1 | E2")

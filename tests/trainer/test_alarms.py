@@ -9,7 +9,8 @@ from kitae.errors import ConfigError
 from kitae.store import GroupRow, RunStore, SampleRecord
 from kitae.store.records import EvalRow
 from kitae.trainer import alarms as A
-from kitae.trainer.config import AlarmsConfig, load_train_config
+from kitae.trainer.alarms import AlarmsConfig
+from kitae.trainer.config import load_train_config
 
 S = AlarmsConfig()  # baseline_steps 3, window 5
 STEP = 10  # the step the histories stand at: window 6..10 after baseline 1..3
@@ -48,7 +49,7 @@ REWARD_UP = {"reward": series(lambda s: 0.1 if s <= 3 else 0.6)}
     ([ev(0, 0.30), ev(5, 0.20)], False),    # the latest evaluation is inside the baseline + window
 ])
 def test_reward_vs_eval(evals, fires):
-    got = A.reward_vs_eval(history(REWARD_UP, evals), S)
+    got = A.reward_vs_eval(history(REWARD_UP, evals), S.of("reward_vs_eval"))
     assert (got is not None) == fires
     if fires:
         assert got.evidence["eval_metric"] == "pass@1" and got.evidence["reward_after"] == 0.6
@@ -56,7 +57,7 @@ def test_reward_vs_eval(evals, fires):
 
 def test_reward_vs_eval_needs_the_reward_to_rise():
     flat = {"reward": series(lambda s: 0.4)}
-    assert A.reward_vs_eval(history(flat, [ev(0, 0.3), ev(10, 0.2)]), S) is None
+    assert A.reward_vs_eval(history(flat, [ev(0, 0.3), ev(10, 0.2)]), S.of("reward_vs_eval")) is None
 
 
 # ---- component_dominance -------------------------------------------------------------------------------------
@@ -75,7 +76,7 @@ def two_components(format_rise: float, correct_rise: float) -> dict:
 ])
 def test_component_dominance(format_rise, correct_rise, evals, fires):
     h = history(two_components(format_rise, correct_rise), evals, weights={"format": 1.0, "correct": 1.0})
-    got = A.component_dominance(h, S)
+    got = A.component_dominance(h, S.of("component_dominance"))
     assert (got is not None) == fires
     if fires:
         assert got.subject == "format" and got.key == "component_dominance:format"
@@ -84,7 +85,7 @@ def test_component_dominance(format_rise, correct_rise, evals, fires):
 def test_component_dominance_weighs_each_component():
     # correctness rose 0.1, but with weight 0.1 it adds 0.01: flat
     h = history(two_components(0.8, 0.1), [ev(0, 0.2), ev(10, 0.2)], weights={"format": 1.0, "correct": 0.1})
-    assert A.component_dominance(h, S).subject == "format"
+    assert A.component_dominance(h, S.of("component_dominance")).subject == "format"
 
 
 # ---- answer_shape ----------------------------------------------------------------------------------------------
@@ -100,7 +101,7 @@ PLAIN = ["7", "5", "the answer is 6", "8", "4", "6", "7", "3"]
 def test_answer_shape_names_the_new_pattern_and_its_groups(now, pattern):
     base = [group(1, PLAIN, gid=1), group(2, PLAIN, gid=2)]
     groups = [group(STEP, now[:4], gid=30, index=0), group(STEP, now[4:], gid=31, index=1)]
-    got = A.answer_shape(history(baseline=base, groups=groups), S)
+    got = A.answer_shape(history(baseline=base, groups=groups), S.of("answer_shape"))
     assert [a.subject for a in got] == [pattern]
     a = got[0]
     assert a.evidence["pattern"] == pattern and a.evidence["baseline_share"] == 0.0
@@ -114,14 +115,15 @@ def test_answer_shape_names_the_new_pattern_and_its_groups(now, pattern):
     (["3+4=7", "2+2=4"] + PLAIN[:6], ["3+4=7"] * 8),         # the first steps had 25% already: not new
 ])
 def test_answer_shape_stays_quiet(base_texts, now):
-    got = A.answer_shape(history(baseline=[group(1, base_texts)], groups=[group(STEP, now)]), S)
+    got = A.answer_shape(history(baseline=[group(1, base_texts)], groups=[group(STEP, now)]), S.of("answer_shape"))
     assert got == []
 
 
 def test_answer_shape_needs_enough_samples_and_a_baseline():
     lists = ["2 3 4 5 6 7 8"] * 8
-    assert A.answer_shape(history(baseline=[], groups=[group(STEP, lists)]), S) == []
-    assert A.answer_shape(history(baseline=[group(1, PLAIN)], groups=[group(STEP, lists[:4])]), S) == []
+    assert A.answer_shape(history(baseline=[], groups=[group(STEP, lists)]), S.of("answer_shape")) == []
+    few = history(baseline=[group(1, PLAIN)], groups=[group(STEP, lists[:4])])
+    assert A.answer_shape(few, S.of("answer_shape")) == []
 
 
 # ---- lengths, entropy, KL, spread, mismatch --------------------------------------------------------------------
@@ -147,7 +149,7 @@ def test_answer_shape_needs_enough_samples_and_a_baseline():
 ])
 def test_metric_checks(check, metrics, fires):
     flat_group = group(STEP, ["7"] * 4, [1.0] * 4, gid=50)
-    got = check(history(metrics, groups=[flat_group]), S)
+    got = check(history(metrics, groups=[flat_group]), S.of(check.__name__))
     assert (got is not None) == fires
     if fires:
         assert got.kind == check.__name__ and got.groups == [{"id": 50, "step": STEP, "group_index": 0}]
@@ -162,7 +164,7 @@ def test_metric_checks(check, metrics, fires):
 ])
 def test_zero_spread_says_when_every_reward_was_missing(invalid, message):
     m = {"zero_var_frac": series(lambda s: 1.0), "invalid_rate": series(lambda s: invalid)}
-    got = A.zero_spread(history(m, groups=[group(STEP, ["7"] * 4, [1.0] * 4)]), S)
+    got = A.zero_spread(history(m, groups=[group(STEP, ["7"] * 4, [1.0] * 4)]), S.of("zero_spread"))
     assert got.message.startswith(message) and got.evidence["invalid_rate"] == invalid
     assert ("got no reward at all" in got.message) == (invalid == 0.5)
 
@@ -188,7 +190,7 @@ NEWCOMER = [evm(0, pass1=0.125, compliance=0.565), evm(5, pass1=0.1, compliance=
     ([evm(0, pass1=0.0), evm(10, pass1=0.0)], lambda s: 0.3, []),  # never above 0
 ])
 def test_eval_collapse(evals, reward, subjects):
-    got = A.eval_collapse(history({"reward": series(reward)}, evals), S)
+    got = A.eval_collapse(history({"reward": series(reward)}, evals), S.of("eval_collapse"))
     assert [a.subject for a in got] == subjects
     for a in got:
         assert a.kind == "eval_collapse" and a.key == f"eval_collapse:{a.subject}"
@@ -196,23 +198,35 @@ def test_eval_collapse(evals, reward, subjects):
 
 
 def test_eval_collapse_message_names_the_metric_its_best_and_the_reward():
-    (a, _) = A.eval_collapse(history({"reward": series(lambda s: 0.3)}, NEWCOMER), S)
+    (a, _) = A.eval_collapse(history({"reward": series(lambda s: 0.3)}, NEWCOMER), S.of("eval_collapse"))
     assert a.message.startswith("held-out pass@1 fell 0.125 -> 0.020 (84% below its best, step 0 -> 10) while the "
                                 "training reward did not fall (0.300 -> 0.300)")
 
 
-def test_eval_collapse_on_a_stored_run(tmp_path):
-    """The newcomer's run as the run store holds it: the reward flat, pass@1 and compliance collapsing."""
+def log_step(store, checker, step: int, metrics: dict, groups=()) -> None:
+    """A step logged as the trainer logs it: into the run store, and the checker's history in memory."""
+    store.log_metrics(step, metrics)
+    store.log_groups(step, list(groups))
+    checker.add_step(step, metrics, list(groups))
+
+
+def log_eval(store, checker, step: int, metrics: dict) -> None:
+    store.log_eval(step, metrics)
+    checker.add_eval(step, metrics)
+
+
+def test_eval_collapse_on_a_logged_run(tmp_path):
+    """The newcomer's run as it logged it: the reward flat, pass@1 and compliance collapsing."""
     store = RunStore.create(tmp_path / "r", config={})
     try:
         checker = A.RunAlarms(store, AlarmsConfig(), {"numeric": 1.0})
         raised = {}
         for step in range(0, 31):
             if step % 10 == 0:
-                store.log_eval(step, {"pass@1": [0.125, 0.11, 0.05, 0.02][step // 10],
-                                      "compliance": [0.565, 0.5, 0.2, 0.065][step // 10], "len_mean": 9.0})
+                log_eval(store, checker, step, {"pass@1": [0.125, 0.11, 0.05, 0.02][step // 10],
+                                                "compliance": [0.565, 0.5, 0.2, 0.065][step // 10], "len_mean": 9.0})
             if step:
-                store.log_metrics(step, {"reward": 0.3 + 0.001 * (step % 3), "zero_var_frac": 0.2})
+                log_step(store, checker, step, {"reward": 0.3 + 0.001 * (step % 3), "zero_var_frac": 0.2})
                 raised.update({a.key: step for a in checker.check(step)})
         assert raised == {"eval_collapse:pass@1": 20, "eval_collapse:compliance": 20}
         alarms = store.summary()["alarms"]
@@ -226,7 +240,8 @@ def test_nothing_fires_before_the_baseline_and_a_window():
     m = {"len_mean": series(lambda s: 10 if s <= 3 else 50, range(1, 7)),
          "reward/format": series(lambda s: 0.0 if s <= 3 else 1.0, range(1, 7))}
     h = history(m, [ev(0, 0.2), ev(6, 0.2)], step=6, weights={"format": 1.0, "correct": 1.0})
-    assert A.length_jump(h, S) is None and A.component_dominance(h, S) is None
+    assert A.length_jump(h, S.of("length_jump")) is None
+    assert A.component_dominance(h, S.of("component_dominance")) is None
 
 
 def test_detect_collects_every_sign():
@@ -291,13 +306,14 @@ def test_alarms_are_stored_as_events_and_listed_by_the_summary(tmp_path):
         from kitae.store import GroupRecord
 
         for step in (1, 2, 3):
-            store.log_metrics(step, {"zero_var_frac": 1.0, "reward": 0.0})
-            store.log_groups(step, [GroupRecord("p", [], "7", {}, [SampleRecord("7", 1, "stop", 0.0, 0.0)] * 4, 0)])
+            groups = [GroupRecord("p", [], "7", {}, [SampleRecord("7", 1, "stop", 0.0, 0.0)] * 4, 0)]
+            log_step(store, checker, step, {"zero_var_frac": 1.0, "reward": 0.0}, groups)
             raised = checker.check(step)
             assert [a.kind for a in raised] == (["zero_spread"] if step == 2 else [])
         alarms = store.summary()["alarms"]
         assert [(a["kind"], a["step"]) for a in alarms] == [("zero_spread", 2)]
         assert alarms[0]["groups"][0]["step"] == 2 and "zero_var_frac" in alarms[0]["evidence"]
+        assert alarms[0]["groups"][0]["id"] == store.groups(step=2)[0].id  # the stored group's id, for its link
         assert alarms[0]["message"].startswith("100% of the groups")
         # a checker opened again on the run (a resume) does not raise it again
         again = A.RunAlarms(store, AlarmsConfig(window=2, baseline_steps=1), {"numeric": 1.0})
@@ -309,8 +325,9 @@ def test_alarms_are_stored_as_events_and_listed_by_the_summary(tmp_path):
 def test_alarms_can_be_switched_off(tmp_path):
     store = RunStore.create(tmp_path / "r", config={})
     try:
-        store.log_metrics(1, {"entropy": 0.0})
-        assert A.RunAlarms(store, AlarmsConfig(window=1, enabled=False), {}).check(1) == []
+        checker = A.RunAlarms(store, AlarmsConfig(window=1, enabled=False), {})
+        log_step(store, checker, 1, {"entropy": 0.0})
+        assert checker.check(1) == []
         assert store.events() == []
     finally:
         store.close()
@@ -336,7 +353,7 @@ def test_alarms_can_be_switched_off(tmp_path):
     (A.tool_calls_without_reward, {"reward": series(lambda s: 0.4)}, False),                    # a one-turn run
 ])
 def test_agent_checks(check, metrics, fires):
-    got = check(history(metrics, groups=[group(STEP, ["7"] * 4, [1.0] * 4, gid=50)]), S)
+    got = check(history(metrics, groups=[group(STEP, ["7"] * 4, [1.0] * 4, gid=50)]), S.of(check.__name__))
     assert (got is not None) == fires
     if fires:
         assert got.kind == check.__name__ and got.groups == [{"id": 50, "step": STEP, "group_index": 0}]
@@ -344,7 +361,7 @@ def test_agent_checks(check, metrics, fires):
 
 def test_tool_errors_says_how_many_timed_out():
     m = {"agent/tool_errors": series(lambda s: 0.0 if s <= 3 else 0.5), "agent/tool_timeouts": series(lambda s: 0.4)}
-    got = A.tool_errors(history(m), S)
+    got = A.tool_errors(history(m), S.of("tool_errors"))
     assert "tool errors 0% -> 50% of the tool calls" in got.message and "40% of the calls timed out" in got.message
 
 
@@ -355,16 +372,16 @@ def test_agent_alarms_are_known_kinds_with_settings():
         load_train_config(data={"alarms": {"tool_error_rate": 1.5}})
 
 
-def test_agent_alarms_read_the_agent_metrics_a_stored_run_logged(tmp_path):
-    """The checker reads the agent/... metrics back from the run store (the keys it asks for) and raises."""
+def test_agent_alarms_read_the_agent_metrics_a_run_logged(tmp_path):
+    """The checker keeps the agent/... metrics each step logged (the keys it reads) and raises."""
     store = RunStore.create(tmp_path / "r", config={})
     try:
         checker = A.RunAlarms(store, AlarmsConfig(window=2, baseline_steps=1), {"numeric": 1.0})
         raised = []
         for step in (1, 2, 3):
-            store.log_metrics(step, {"reward": 0.3, "agent/tool_calls": 1.0 if step == 1 else 4.0,
-                                     "agent/tool_errors": 0.0 if step == 1 else 0.5, "agent/tool_timeouts": 0.5,
-                                     "agent/ended/max_turns": 0.9, "agent/ended/answer": 0.1})
+            log_step(store, checker, step, {"reward": 0.3, "agent/tool_calls": 1.0 if step == 1 else 4.0,
+                                            "agent/tool_errors": 0.0 if step == 1 else 0.5, "agent/tool_timeouts": 0.5,
+                                            "agent/ended/max_turns": 0.9, "agent/ended/answer": 0.1})
             raised += [(a.kind, a.step) for a in checker.check(step)]
         assert sorted(raised) == [("max_turns", 2), ("tool_calls_without_reward", 3), ("tool_errors", 3)]
     finally:

@@ -57,11 +57,12 @@ def shape_alarms(run: Path) -> list[dict]:
 def test_the_alarm_fires_where_the_lists_take_over_names_them_and_links_their_groups(gamed_run):
     shares = list_shares(gamed_run)
     limits = load_train_config(gamed_run / "config.yaml").alarms  # as the run had them
+    shape = limits.of("answer_shape")
     # every step has the same number of samples, so the baseline's share is the mean of its steps' shares
     before = sum(shares[s] for s in range(1, limits.baseline_steps + 1)) / limits.baseline_steps
-    assert before <= limits.shape_baseline
+    assert before <= shape.shape_baseline
     # the first step after the baseline where lists are the alarm's share of the samples: lists took over there
-    start = next(s for s, share in shares.items() if s > limits.baseline_steps and share >= limits.shape_share)
+    start = next(s for s, share in shares.items() if s > limits.baseline_steps and share >= shape.shape_share)
     (alarm,) = shape_alarms(gamed_run)
     assert alarm["subject"] == "number_list" and "list of four or more numbers" in alarm["message"]
     assert alarm["step"] == start, (alarm["step"], shares)
