@@ -8,6 +8,7 @@ test files that use them.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -36,3 +37,37 @@ def test_a_pure_test_files_session_never_imports_torch_or_transformers(tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert " passed" in done.stdout  # the probe saw a session that ran tests
     assert out.read_text() == "", f"a session of pure-Python tests imported {out.read_text()}"
+
+
+THREADS = """
+import torch
+
+START = torch.get_num_threads()
+
+def test_a_changes_torch_threads():
+    torch.set_num_threads(1 if START != 1 else 2)
+
+def test_b_starts_with_the_sessions_count():
+    assert torch.get_num_threads() == START
+"""
+
+
+def test_each_test_starts_with_the_sessions_torch_threads_where_torch_is_loaded(tmp_path):
+    """The root conftest restores torch's thread count after a test changed it, without importing torch itself."""
+    (tmp_path / "test_threads_restored.py").write_text(THREADS)
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest", "-p", "no:cacheprovider",
+                           "-p", "no:xdist", "--rootdir", str(tmp_path), str(tmp_path / "test_threads_restored.py")],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "2 passed" in done.stdout
+
+
+def test_no_test_imports_a_conftest():
+    """Fixtures shared by several packages are plugins (tests/plugins, registered by the root conftest) and helpers
+    are plain modules: a conftest imported by name is loaded a second time beside pytest's own copy of it, and its
+    fixtures then shadow the package's."""
+    imports = re.compile(r"^\s*(from\s+(tests\.[\w.]*conftest|\.conftest)\s+import|import\s+tests\.[\w.]*conftest)")
+    found = [f"{path.relative_to(ROOT)}:{n}" for path in sorted((ROOT / "tests").rglob("*.py"))
+             for n, line in enumerate(path.read_text().splitlines(), 1) if imports.match(line)]
+    assert not found, f"these lines import a conftest: {found}"

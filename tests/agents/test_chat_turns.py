@@ -18,7 +18,7 @@ from kitae.rollout.base import SamplingParams
 from kitae.rollout.hf import HFEngine
 from kitae.rollout.trajectory import ToolCall
 from tests.agents._chat_fixtures import real_tokenizer
-from tests.families.conftest import Say
+from tests.families.say import Say
 from tests.families.families import BY_NAME
 
 TOOLS = [{"type": "function", "function": {

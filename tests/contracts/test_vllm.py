@@ -10,7 +10,7 @@ from kitae.rollout.base import SamplingParams
 from kitae.rollout.server import SERVER_APIS, Replica, ServerEngine, request_stops
 from kitae.rollout.sync import ADAPTER_ROUTES, VLLM_ROUTES, adapter_name
 from kitae.serving.server import LOAD_ADAPTER_PATH, UNLOAD_ADAPTER_PATH
-from tests.contracts.conftest import run_checks
+from tests.contracts.checks import run_checks
 
 CONFIGS = [  # (sampling settings, n, served model name)
     (SamplingParams(), 4, None),  # kitae's defaults: no seed, two stop strings

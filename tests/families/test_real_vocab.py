@@ -13,7 +13,7 @@ from kitae.rewards.chat_template import TemplateConfig
 from kitae.rollout.base import SamplingParams
 from kitae.rollout.hf import HFEngine
 from kitae.scoring.graded import sample_dict
-from tests.families.conftest import Say
+from tests.families.say import Say
 from tests.families.families import LLAMA3_TEMPLATE
 from tests.families.real_vocab import llama3_tokenizer, llama3_vocab_file
 

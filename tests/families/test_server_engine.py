@@ -21,7 +21,7 @@ from kitae.serving.server import load_service, make_server
 from kitae.store import RunStore
 from kitae.trainer.config import load_train_config
 from kitae.trainer.loop import Trainer
-from tests.trainer.conftest import write_config
+from tests.plugins.tiny_run import write_config
 
 
 class Script:

@@ -15,7 +15,7 @@ from kitae.rollout.base import SamplingParams
 from kitae.rollout.hf import HFEngine
 from kitae.scoring.graded import sample_and_grade
 from kitae.scoring.rewards import RewardComponent
-from tests.families.conftest import Say
+from tests.families.say import Say
 from tests.families.families import QWEN3_HYBRID, QWEN3_THINKING_2507
 
 ITEM = {"messages": to_messages("what is 40+2?"), "reference_answer": "42"}
@@ -150,7 +150,7 @@ def test_a_training_run_grades_and_stores_the_thinking_its_prompts_opened(folder
     from kitae.store import RunStore
     from kitae.trainer.config import load_train_config
     from kitae.trainer.loop import Trainer
-    from tests.trainer.conftest import write_config
+    from tests.plugins.tiny_run import write_config
 
     train = tmp_path / "train.jsonl"
     train.write_text("".join(json.dumps({**ITEM, "messages": to_messages(f"what is {a}+2?")}) + "\n"

@@ -15,7 +15,7 @@ from kitae.store import RunStore
 from kitae.trainer.config import LoraConfig, ModelConfig, load_train_config
 from kitae.trainer.loop import Trainer
 from kitae.trainer.setup import load_policy
-from tests.trainer.conftest import write_config
+from tests.plugins.tiny_run import write_config
 
 
 def test_lora_default_targets_fit_the_family_and_checkpointed_backward_works(family):

@@ -21,7 +21,7 @@ from kitae.trainer.config import SamplingConfig, load_train_config
 from kitae.trainer.loop import Trainer
 from kitae.trainer.preflight import check_images
 from tests.tiny import tiny_llama, tiny_tokenizer
-from tests.trainer.conftest import write_config
+from tests.plugins.tiny_run import write_config
 
 INSTANCE_LEVEL = [base.RolloutEngine, base.EncodesPrompts, base.ContinuesTokens, base.SyncsWeights,
                   base.RemoteLogprobs, base.ReportsStats, base.SavesState, base.ReadsRows]

@@ -21,7 +21,7 @@ import pytest
 
 from kitae.store import RunStore
 
-from .conftest import make_group
+from tests.store.hand_made import make_group
 
 REPO = Path(__file__).resolve().parents[2]
 
