@@ -25,7 +25,7 @@ import pytest
 
 # fixtures shared across test packages (each imports torch inside the fixtures that need it)
 pytest_plugins = ("tests.plugins.tiny_run", "tests.plugins.long_model", "tests.plugins.tiny_models",
-                  "tests.plugins.run_page")
+                  "tests.plugins.run_page", "tests.plugins.registries")
 
 ROOT = Path(__file__).resolve().parents[1]
 # what a test run may leave in the checkout (screenshots of the browser tests, caches)
@@ -67,7 +67,7 @@ def _restore_torch_threads(request):
     _note_session_threads(request.config)
     yield
     torch, count = sys.modules.get("torch"), request.config.stash.get(_SESSION_THREADS, None)
-    if torch is not None and count is not None and torch.get_num_threads() != count:  # torch not loaded: untouched
+    if torch is not None and count is not None and torch.get_num_threads() != count:  # torch unloaded: untouched
         torch.set_num_threads(count)
 
 
