@@ -77,25 +77,9 @@ LONGEST = ("tests/test_readme.py::test_curate_walkthrough_as_written", "tests/te
            "tests/trainer/test_fsdp.py::")
 
 
-# Files whose tests share an expensive module-scoped fixture: each goes to one pytest-xdist worker as a whole, so
-# the fixture is built once (handed out test by test, both workers built it). pytest-xdist's own --dist loadgroup
-# does not group under pytest 9 (it renames item._nodeid, which pytest 9 no longer reads).
-SHARED_FIXTURE_FILES = ("tests/curate/test_testcases.py", "tests/trainer/test_gamed_run.py",
-                        "tests/contracts/test_vllm.py", "tests/web/test_thinking.py", "tests/trainer/test_train_e2e.py")
-
-
-@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: no error where it is not installed
-def pytest_xdist_make_scheduler(config, log):
-    """`-n N` hands tests out one by one as usual (in the order below), but a file of SHARED_FIXTURE_FILES as one
-    unit; those units go first (xdist's scope scheduler hands out the largest units first)."""
-    from xdist.scheduler import LoadScopeScheduling
-
-    class Scheduler(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            return path if path in SHARED_FIXTURE_FILES else nodeid
-
-    return Scheduler(config, log)
+# `-n 2` hands tests out one by one (pytest-xdist's default), so both workers may run tests of one module: an
+# expensive module fixture (a trained run, a two-process launch) builds its product once for the session with
+# tests/built_once.py. (pytest-xdist's --dist loadgroup does not group under pytest 9: pytest-xdist issue 1386.)
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -71,3 +71,43 @@ def test_no_test_imports_a_conftest():
     found = [f"{path.relative_to(ROOT)}:{n}" for path in sorted((ROOT / "tests").rglob("*.py"))
              for n, line in enumerate(path.read_text().splitlines(), 1) if imports.match(line)]
     assert not found, f"these lines import a conftest: {found}"
+
+
+SHARED = """
+import os
+
+import pytest
+
+from tests.built_once import built_once
+
+
+def build(folder):
+    with open(os.environ["BUILDS"], "a") as builds:
+        builds.write("built\\n")
+    (folder / "product.txt").write_text("made once")
+
+
+@pytest.fixture(scope="module")
+def product(tmp_path_factory):
+    return (built_once(tmp_path_factory, "product", build) / "product.txt").read_text()
+
+
+@pytest.mark.parametrize("i", range(6))
+def test_reads_the_product(product, i):
+    with open(os.environ["RAN"], "a") as ran:
+        ran.write(os.environ["PYTEST_XDIST_WORKER"] + "\\n")
+    assert product == "made once"
+"""
+
+
+def test_a_module_fixture_built_once_is_built_once_for_two_xdist_workers(tmp_path):
+    """Both workers run tests of the module and set up its fixture; the product is built by one of them only."""
+    (tmp_path / "test_shared_product.py").write_text(SHARED)
+    builds, ran = tmp_path / "builds.txt", tmp_path / "ran.txt"
+    env = os.environ | {"PYTHONPATH": str(ROOT), "BUILDS": str(builds), "RAN": str(ran)}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider",
+                           "--rootdir", str(tmp_path), str(tmp_path / "test_shared_product.py")],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert sorted(set(ran.read_text().split())) == ["gw0", "gw1"]  # the module's tests ran on both workers
+    assert builds.read_text().split() == ["built"]

@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 from kitae.store import RunStore
 from kitae.trainer.config import load_train_config
 from kitae.trainer.loop import Trainer
+from tests.built_once import built_once
 from tests.plugins.tiny_run import write_config
 from tests.signals import sigint_as_in_a_terminal
 
@@ -182,12 +183,13 @@ ZERO_ROWS = "1,4,5,7"
 def two_process_grads(tiny_assets, tmp_path_factory) -> dict[str, dict]:
     """One two-process launch of tests.trainer.grad_probe (skip_zero_advantage on, its default) on two batches:
     "all" (every advantage set) and "zero" (rows 1, 4, 5 and 7 at advantage 0)."""
-    root = tmp_path_factory.mktemp("two-process-grads")
-    cfg = write_config(tiny_assets, root, **PROBE)
-    outs = {"all": root / "all.pt", "zero": root / "zero.pt"}
-    accelerate_launch("tests.trainer.grad_probe", str(cfg), str(outs["all"]), f"{outs['zero']}:{ZERO_ROWS}",
-                      env={"PYTHONPATH": str(Path(__file__).resolve().parents[2])})
-    return {name: torch.load(path) for name, path in outs.items()}
+    def launch(root: Path) -> None:
+        cfg = write_config(tiny_assets, root, **PROBE)
+        accelerate_launch("tests.trainer.grad_probe", str(cfg), str(root / "all.pt"), f"{root / 'zero.pt'}:{ZERO_ROWS}",
+                          env={"PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+
+    root = built_once(tmp_path_factory, "two-process-grads", launch)
+    return {name: torch.load(root / f"{name}.pt") for name in ("all", "zero")}
 
 
 def one_process_grads(cfg: Path, tmp_path: Path, zero_rows: str = "") -> dict:
