@@ -25,7 +25,7 @@ import pytest
 
 # fixtures shared across test packages (each imports torch inside the fixtures that need it)
 pytest_plugins = ("tests.plugins.tiny_run", "tests.plugins.long_model", "tests.plugins.tiny_models",
-                  "tests.plugins.run_page", "tests.plugins.registries")
+                  "tests.plugins.run_page", "tests.plugins.read_only", "tests.plugins.registries")
 
 ROOT = Path(__file__).resolve().parents[1]
 # what a test run may leave in the checkout (screenshots of the browser tests, caches)

@@ -15,8 +15,8 @@ from kitae.rollout.base import SamplingParams
 from kitae.rollout.hf import HFEngine
 from kitae.scoring.graded import sample_and_grade
 from kitae.scoring.rewards import RewardComponent
-from tests.families.say import Say
 from tests.families.families import QWEN3_HYBRID, QWEN3_THINKING_2507
+from tests.families.say import Say
 
 ITEM = {"messages": to_messages("what is 40+2?"), "reference_answer": "42"}
 
