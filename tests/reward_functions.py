@@ -60,3 +60,20 @@ def flaky(prompts, completions, completion_ids=None, **kw):
     if "1" in prompts[0][-1]["content"]:
         raise RuntimeError("grader service down")
     return [None if i % 2 else 1.0 for i in range(len(completions))]
+
+
+# the model families' tests (tests/families)
+def chars(prompts, completions, **kw):  # a reward with variance in every group of a random model
+    return [len(c[0]["content"]) / 10 for c in completions]
+
+
+def answered(prompts, completions, **kw):  # 1 for a completion with an answer (what think: strip left of it)
+    return [float(bool(c[0]["content"].strip())) for c in completions]
+
+
+SEEN: list[str] = []  # what `seen` was given (a test that reads it puts an empty list of its own here first)
+
+
+def seen(prompts, completions, **kw):  # what a reward function is given: the content, without the marker
+    SEEN.extend(c[0]["content"] for c in completions)
+    return [float(len(c[0]["content"])) for c in completions]
