@@ -16,7 +16,8 @@ config names (``function: my_rewards:brevity``).
 
 A name is taken once: a second entry under it is a KitaeError unless registered with ``replace=True``. The
 module of a lazy entry registering the object the entry names, as it is imported, is the lazy path, not a
-second entry.
+second entry. ``with LOSSES.scoped("mine", my_loss):`` registers an entry for one block (a test's) and leaves the
+registry as it found it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import reprlib
+from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 from kitae.errors import ConfigError, KitaeError
@@ -113,6 +115,36 @@ class Registry:
             found = self._settings[name] = load_target(found, path)
         return found
 
+    @contextmanager
+    def scoped(self, name: str, obj: Any = None, **register_kwargs: Any) -> Iterator[Any]:
+        """`obj` registered under `name` for the `with` block only (a test's own grader, or a stand-in for an
+        engine), replacing what is there; on exit the registry holds exactly what it held before: the previous
+        entry, or no entry. Without `obj` the block registers `name` itself (with a decorator such as
+        ``register_grader``); on exit the same holds. `register_kwargs` go to :meth:`register`.
+
+        >>> LOSSES = Registry("policy loss")
+        >>> with LOSSES.scoped("clip", max):
+        ...     LOSSES.get("clip")
+        <built-in function max>
+        >>> "clip" in LOSSES
+        False
+        """
+        before = [(table, table.get(name, _ABSENT)) for table in self._tables()]
+        try:
+            if obj is not None:
+                self.register(name, obj, replace=True, **register_kwargs)
+            yield obj
+        finally:
+            for table, entry in before:
+                if entry is _ABSENT:
+                    table.pop(name, None)
+                else:
+                    table[name] = entry
+
+    def _tables(self) -> tuple[dict[str, Any], ...]:
+        """Every map keyed by entry name (what :meth:`scoped` puts back)."""
+        return (self._entries,)
+
     def _check_free(self, name: str, same: Callable[[Any], bool]) -> None:
         if name in self._entries and not same(self._entries[name]):
             raise KitaeError(f"{self.kind} '{name}' is already registered ({_shown(self._entries[name])}); "
@@ -134,6 +166,9 @@ class Registry:
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
+
+
+_ABSENT = object()  # no entry under a name (None may be an entry)
 
 
 def _names(lazy: Any, obj: Any) -> bool:

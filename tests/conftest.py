@@ -5,11 +5,16 @@ after each test keeps every later test's result independent of the order tests r
 
 Hub ids resolve offline from an empty cache of the session's own (set before huggingface_hub is imported, so
 its constants and every subprocess see it): a test that needs a cached model lays it out (tests/hub_cache.py).
+
+Nothing heavy is imported here or in the plugins below (every pytest start loads them): torch is imported by the
+tests that use it, and this file only looks at it when it is already loaded (tests/test_harness.py checks that a
+pure-Python test file's session never imports it).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -17,11 +22,11 @@ _HF_HOME = tempfile.mkdtemp(prefix="kitae-tests-hf-")
 os.environ.update(HF_HUB_OFFLINE="1", HF_HOME=_HF_HOME, HF_HUB_CACHE=os.path.join(_HF_HOME, "hub"))
 
 import pytest
-import torch
 
-from tests.long_model import long_engine, long_model_dir  # noqa: F401  (tests/rollout, tests/long2short)
+# fixtures shared across test packages (each imports torch inside the fixtures that need it)
+pytest_plugins = ("tests.plugins.tiny_run", "tests.plugins.long_model", "tests.plugins.tiny_models",
+                  "tests.plugins.run_page", "tests.plugins.read_only", "tests.plugins.registries")
 
-_SESSION_THREADS = torch.get_num_threads()
 ROOT = Path(__file__).resolve().parents[1]
 # what a test run may leave in the checkout (screenshots of the browser tests, caches)
 MAY_WRITE = {".pytest_cache", "test-artifacts", "__pycache__", ".benchmarks"}
@@ -43,11 +48,27 @@ def _nothing_written_into_the_checkout():
     assert not new, f"tests wrote {', '.join(new)} into the checkout {ROOT}; write into tmp_path instead"
 
 
+# torch's thread count before any test ran: read once the test modules are imported (all that a session does
+# before its first test), or, in a session whose modules do not import torch, before the first test that finds it
+_SESSION_THREADS = pytest.StashKey[int]()
+
+
+def _note_session_threads(config) -> None:
+    if _SESSION_THREADS not in config.stash and "torch" in sys.modules:
+        config.stash[_SESSION_THREADS] = sys.modules["torch"].get_num_threads()
+
+
+def pytest_collection_finish(session):
+    _note_session_threads(session.config)
+
+
 @pytest.fixture(autouse=True)
-def _restore_torch_threads():
+def _restore_torch_threads(request):
+    _note_session_threads(request.config)
     yield
-    if torch.get_num_threads() != _SESSION_THREADS:
-        torch.set_num_threads(_SESSION_THREADS)
+    torch, count = sys.modules.get("torch"), request.config.stash.get(_SESSION_THREADS, None)
+    if torch is not None and count is not None and torch.get_num_threads() != count:  # torch unloaded: untouched
+        torch.set_num_threads(count)
 
 
 # The longest tests (minutes each on a 2-core machine), started first so that `-n 2` ends both workers together:
@@ -56,25 +77,9 @@ LONGEST = ("tests/test_readme.py::test_curate_walkthrough_as_written", "tests/te
            "tests/trainer/test_fsdp.py::")
 
 
-# Files whose tests share an expensive module-scoped fixture: each goes to one pytest-xdist worker as a whole, so
-# the fixture is built once (handed out test by test, both workers built it). pytest-xdist's own --dist loadgroup
-# does not group under pytest 9 (it renames item._nodeid, which pytest 9 no longer reads).
-SHARED_FIXTURE_FILES = ("tests/curate/test_testcases.py", "tests/trainer/test_gamed_run.py",
-                        "tests/contracts/test_vllm.py", "tests/web/test_thinking.py", "tests/trainer/test_train_e2e.py")
-
-
-@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: no error where it is not installed
-def pytest_xdist_make_scheduler(config, log):
-    """`-n N` hands tests out one by one as usual (in the order below), but a file of SHARED_FIXTURE_FILES as one
-    unit; those units go first (xdist's scope scheduler hands out the largest units first)."""
-    from xdist.scheduler import LoadScopeScheduling
-
-    class Scheduler(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            return path if path in SHARED_FIXTURE_FILES else nodeid
-
-    return Scheduler(config, log)
+# `-n 2` hands tests out one by one (pytest-xdist's default), so both workers may run tests of one module: an
+# expensive module fixture (a trained run, a two-process launch) builds its product once for the session with
+# tests/built_once.py. (pytest-xdist's --dist loadgroup does not group under pytest 9: pytest-xdist issue 1386.)
 
 
 def pytest_collection_modifyitems(session, config, items):

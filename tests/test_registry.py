@@ -4,6 +4,7 @@ a second entry under it is refused unless asked to replace."""
 
 from __future__ import annotations
 
+import doctest
 import math
 import re
 import subprocess
@@ -33,12 +34,15 @@ def test_load_target_errors_name_the_key_and_the_target(target, message):
         load_target(target, "x.function")
 
 
-def test_a_lazy_entry_is_imported_once_on_first_use():
+def test_a_lazy_entry_is_imported_once_on_first_use(tmp_path, monkeypatch):
+    (tmp_path / "lazy_thing.py").write_text("IMPORTS = []\nIMPORTS.append(1)\n\ndef thing():\n    return 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "lazy_thing", raising=False)
     reg = Registry("thing")
-    reg.register_lazy("root", "math:sqrt")
-    assert reg._entries["root"] == "math:sqrt"  # not imported yet
-    assert reg.get("root") is math.sqrt
-    assert reg._entries["root"] is math.sqrt
+    reg.register_lazy("root", "lazy_thing:thing")
+    assert "lazy_thing" not in sys.modules  # not imported yet
+    assert reg.get("root")() == 2 and reg.get("root") is sys.modules["lazy_thing"].thing
+    assert sys.modules["lazy_thing"].IMPORTS == [1]
 
 
 def test_a_lazy_entry_that_does_not_import_is_a_config_error_at_the_key():
@@ -94,9 +98,9 @@ def test_a_lazy_entry_is_replaced_only_by_the_object_it_names(lazy, obj, allowed
         reg.register("it", obj)
         assert reg.get("it") is obj
     else:
-        with pytest.raises(KitaeError, match=re.escape(f"thing 'it' is already registered ({lazy})")):
-            reg.register("it", obj)
-        assert reg._entries["it"] == lazy
+        for _ in range(2):  # the second time: the entry is still the lazy one
+            with pytest.raises(KitaeError, match=re.escape(f"thing 'it' is already registered ({lazy})")):
+                reg.register("it", obj)
 
 
 def test_the_same_object_again_and_a_lazy_entry_again_are_no_conflict():
@@ -129,3 +133,61 @@ def test_every_lazy_builtin_imports_and_registers_itself_in_a_fresh_process():
     assert done.returncode == 0, done.stderr
     graders, steps, engines = map(int, done.stdout.split())
     assert graders >= 20 and steps >= 6 and engines >= 2  # the loop above saw every registry
+
+
+def test_the_docstring_examples_run():
+    import kitae.registry
+
+    result = doctest.testmod(kitae.registry)
+    assert result.failed == 0 and result.attempted > 0
+
+
+def _filled() -> Registry:
+    reg = Registry("thing")
+    reg.register("taken", math.floor)
+    reg.register_lazy("lazy", "no_such_module_xyz:thing")  # still lazy when getting it is "cannot import"
+    return reg
+
+
+@pytest.mark.parametrize("name", [
+    "new",  # not registered before: gone after
+    "taken",  # replaced in the block, the previous entry back after
+    "lazy",  # a lazy entry replaced: the "module:attr" string back after
+])
+def test_a_scoped_entry_is_there_in_the_block_and_the_registry_as_it_was_after(name):
+    reg = _filled()
+    with reg.scoped(name, math.sqrt) as obj:
+        assert obj is math.sqrt and reg.get(name) is math.sqrt
+    assert reg.names() == ["lazy", "taken"] and reg.get("taken") is math.floor
+    with pytest.raises(ConfigError, match=re.escape("cannot import 'no_such_module_xyz:thing'")):
+        reg.get("lazy")
+
+
+def test_a_scoped_entry_is_taken_back_when_the_block_raises():
+    reg = _filled()
+    with pytest.raises(RuntimeError, match="in the block"):
+        with reg.scoped("taken", math.sqrt), reg.scoped("new", math.sqrt):
+            raise RuntimeError("in the block")
+    assert reg.get("taken") is math.floor and "new" not in reg
+
+
+def test_a_scope_without_an_object_takes_back_what_the_block_registered():
+    reg = _filled()
+    with reg.scoped("decorated"):
+        @reg.register("decorated")
+        def decorated():
+            pass
+
+        assert reg.get("decorated") is decorated
+    with reg.scoped("taken"):
+        reg.register("taken", math.sqrt, replace=True)
+    assert "decorated" not in reg and reg.get("taken") is math.floor
+
+
+def test_scopes_nest():
+    reg = _filled()
+    with reg.scoped("taken", math.sqrt):
+        with reg.scoped("taken", math.fabs):
+            assert reg.get("taken") is math.fabs
+        assert reg.get("taken") is math.sqrt
+    assert reg.get("taken") is math.floor

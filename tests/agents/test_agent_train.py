@@ -3,7 +3,7 @@ grades them (the environment's get_reward() is a component of its own), trains a
 the middle of a step resumes and gives the uninterrupted run's samples and weights.
 
 The bundled model never writes a tool call by itself, so turn 0 of every episode is made to say one (the output
-layer puts all the probability on the call's tokens while turn 0 samples: tests.families.conftest.Say); the tool
+layer puts all the probability on the call's tokens while turn 0 samples: tests.families.say.Say); the tool
 runs, its result goes in as template tokens, and turn 1 is the model's own sampling, which differs per sample and
 seed. The tokenizer carries a small chat template in Qwen2.5's tool format (<tool_call>{json}</tool_call>) that
 lists only the tools' names: the bundled model's context is 192 tokens.
@@ -26,7 +26,7 @@ from kitae.store.store import DB_NAME
 from kitae.trainer.config import load_train_config
 from kitae.trainer.loop import Trainer
 from tests.agents.episode_helpers import call_text, tools_model
-from tests.families.conftest import Say
+from tests.families.say import Say
 
 pytestmark = pytest.mark.slow
 

@@ -18,8 +18,8 @@ from kitae.rollout.base import SamplingParams
 from kitae.rollout.hf import HFEngine
 from kitae.rollout.trajectory import ToolCall
 from tests.agents._chat_fixtures import real_tokenizer
-from tests.families.conftest import Say
 from tests.families.families import BY_NAME
+from tests.families.say import Say
 
 TOOLS = [{"type": "function", "function": {
     "name": "calculator", "description": "Evaluate an arithmetic expression.",

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from kitae.errors import KitaeError
 from kitae.store import GroupRecord, RunStore, SampleRecord
 from tests.agents._store_fixtures import ANSWER, PROMPT, UNSENT, XSS_ARG, XSS_RESULT, write_agent_run, write_odd_run
-from tests.store.conftest import runs_app
+from tests.store.hand_made import runs_app
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from tests.agents._store_fixtures import (
     step_1_completions,
     write_agent_run,
 )
-from tests.store.conftest import make_group
+from tests.store.hand_made import make_group
 
 NEW_COLUMNS = ("turns", "sampled_tokens", "trained_spans", "episode")
 

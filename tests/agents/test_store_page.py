@@ -21,7 +21,7 @@ from tests.agents._store_fixtures import (
     write_agent_run,
     write_odd_run,
 )
-from tests.web.conftest import browser, page, screenshot, serve  # noqa: F401 (the run page's fixtures)
+from tests.plugins.run_page import screenshot
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ environment already built, never build one."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
@@ -14,9 +13,6 @@ import pytest
 
 from tests.contracts import env
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-
 
 @pytest.fixture(scope="session")
 def contract_python() -> Path:
@@ -24,15 +20,6 @@ def contract_python() -> Path:
     if python is None:
         pytest.skip(f"vllm and sglang could not be installed in the contract environment: {why}")
     return python
-
-
-def run_checks(python: Path, checks: dict) -> dict:
-    """vllm_checks.py's checks ``{key: [name, input]}`` run in the contract environment, in one process."""
-    done = subprocess.run([str(python), str(HERE / "vllm_checks.py")], input=json.dumps(checks),
-                          capture_output=True, text=True, timeout=600, env=os.environ | {"PYTHONPATH": str(ROOT)},
-                          cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="session")

@@ -4,13 +4,17 @@ unpacks from the broadcast). The NCCL transport itself is not run: no GPU here (
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from kitae.rollout.base import SamplingParams
 from kitae.rollout.server import SERVER_APIS, Replica, ServerEngine, request_stops
 from kitae.rollout.sync import ADAPTER_ROUTES, VLLM_ROUTES, adapter_name
 from kitae.serving.server import LOAD_ADAPTER_PATH, UNLOAD_ADAPTER_PATH
-from tests.contracts.conftest import run_checks
+from tests.built_once import built_once
+from tests.contracts.checks import run_checks
 
 CONFIGS = [  # (sampling settings, n, served model name)
     (SamplingParams(), 4, None),  # kitae's defaults: no seed, two stop strings
@@ -30,16 +34,21 @@ CHANGED = [[[5, 6, 7], [-0.5, -1.0, -0.25], "stop", [["4", 0, 1], ["5", 1, 3]]],
 
 
 @pytest.fixture(scope="module")
-def vllm_says(contract_python) -> dict:
+def vllm_says(contract_python, tmp_path_factory) -> dict:
     """Every check of this file, run in the contract environment at once."""
     bodies = [SERVER_APIS.get("openai").build([1, 2, 3], n, sp, model) for sp, n, model in CONFIGS]
-    return run_checks(contract_python, {
+    checks = {
         "requests": ["requests", bodies], "chat": ["chat", CHAT_BODIES], "changed": ["reply", {"choices": CHANGED}],
         "fresh": ["reply", {"choices": [[[5], [-1.0], "stop", [["5", 0, 1]]]]}],
         "protocols": ["protocols", {}], "sync": ["sync", {"world_size": 2, "versions": [5, 6]}],
         "adapter_request": ["requests", [SERVER_APIS.get("openai").build([1, 2, 3], 2, SamplingParams(), "base",
                                                                          adapter_name(7))]],
-        "lora": ["lora", {"folder": "/srv/kitae-sync", "versions": [1, 2, 3]}]})
+        "lora": ["lora", {"folder": "/srv/kitae-sync", "versions": [1, 2, 3]}]}
+
+    def check(folder: Path) -> None:  # run_checks' answer is JSON
+        (folder / "says.json").write_text(json.dumps(run_checks(contract_python, checks)))
+
+    return json.loads((built_once(tmp_path_factory, "vllm-says", check) / "says.json").read_text())
 
 
 def test_completion_bodies_are_what_vllm_reads(vllm_says):

@@ -19,6 +19,7 @@ agree 7, min_pass 9; indices are into each row's `solutions`):
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ from kitae.curate import parse_step, run_step
 from kitae.data.loader import load_prompts
 from kitae.errors import ConfigError
 from kitae.graders import build_grader
+from tests.built_once import built_once
 
 PROBLEMS = Path(__file__).resolve().parents[2] / "kitae" / "assets" / "data" / "code" / "problems.jsonl"
 
@@ -40,10 +42,13 @@ DROPPED = {"fizzbuzz": ("too few solutions pass", [8, 9]), "palindrome": ("too f
 
 @pytest.fixture(scope="module")
 def curated(tmp_path_factory):
-    out = tmp_path_factory.mktemp("testcases") / "code.jsonl"
-    step = parse_step("testcases", {"cases": 6, "time_limit": 1}, "")
-    result = run_step(step, load_prompts(PROBLEMS), out, str(PROBLEMS))
-    return result, out
+    def curate(folder: Path) -> None:
+        step = parse_step("testcases", {"cases": 6, "time_limit": 1}, "")
+        result = run_step(step, load_prompts(PROBLEMS), folder / "code.jsonl", str(PROBLEMS))
+        (folder / "result.pickle").write_bytes(pickle.dumps(result))
+
+    folder = built_once(tmp_path_factory, "curated-testcases", curate)
+    return pickle.loads((folder / "result.pickle").read_bytes()), folder / "code.jsonl"
 
 
 def test_the_bundled_set_is_as_designed():

@@ -1,4 +1,4 @@
-"""Each family's tiny model saved in a folder (session-wide), and a hook that makes a model say chosen tokens."""
+"""Each family's tiny model saved in a folder (session-wide); tests/families/say.py makes a model say chosen tokens."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from tests.families.families import BY_NAME, FAMILIES
 
@@ -31,22 +30,3 @@ def family_dirs(tmp_path_factory) -> dict[str, Path]:
 def family(request, family_dirs):
     """(Family, its model folder), once per family."""
     return BY_NAME[request.param], family_dirs[request.param]
-
-
-class Say:
-    """A forward hook on the output layer: the i-th forward pass (prefill, then one per new token) puts all the
-    probability on ``tokens[i]`` (the last one from then on), so greedy and sampled decoding say exactly them."""
-
-    def __init__(self, model, tokens: list[int]):
-        self.tokens, self.calls = tokens, 0
-        self.handle = model.get_output_embeddings().register_forward_hook(self)
-
-    def __call__(self, _module, _inputs, logits):
-        tok = self.tokens[min(self.calls, len(self.tokens) - 1)]
-        self.calls += 1
-        forced = torch.full_like(logits, -1e4)
-        forced[..., tok] = 0.0
-        return forced
-
-    def remove(self) -> None:
-        self.handle.remove()

@@ -13,8 +13,8 @@ from kitae.rewards.chat_template import TemplateConfig
 from kitae.rollout.base import SamplingParams
 from kitae.rollout.hf import HFEngine
 from kitae.scoring.graded import sample_dict
-from tests.families.conftest import Say
 from tests.families.families import LLAMA3_TEMPLATE
+from tests.families.say import Say
 from tests.families.real_vocab import llama3_tokenizer, llama3_vocab_file
 
 pytestmark = pytest.mark.slow  # building the 128k-token BPE takes tens of seconds

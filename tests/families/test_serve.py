@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from kitae.serving.server import load_service, make_server
-from tests.families.conftest import Say
+from tests.families.say import Say
 
 
 @pytest.fixture

@@ -21,7 +21,8 @@ from kitae.serving.server import load_service, make_server
 from kitae.store import RunStore
 from kitae.trainer.config import load_train_config
 from kitae.trainer.loop import Trainer
-from tests.trainer.conftest import write_config
+from tests import reward_functions
+from tests.plugins.tiny_run import write_config
 
 
 class Script:
@@ -122,15 +123,6 @@ def test_a_stray_control_token_from_the_server_breaks_the_template(serve):
     assert grade.reason == "stray template token <|start_header_id|>"
 
 
-SEEN = """
-TEXTS = []
-
-def seen(prompts, completions, **kw):  # what a reward function is given: the content, without the marker
-    TEXTS.extend(c[0]["content"] for c in completions)
-    return [float(len(c[0]["content"])) for c in completions]
-"""
-
-
 def test_two_grpo_steps_through_kitae_serve_model_with_a_llama3_model(serve, family_dirs, tmp_path, monkeypatch):
     """Training against the server: the samples stop at <|eot_id|>, the template reward sees a turn that ended,
     a reward function sees the content without the marker, and the weights are pushed to the server."""
@@ -139,14 +131,14 @@ def test_two_grpo_steps_through_kitae_serve_model_with_a_llama3_model(serve, fam
     folder = family_dirs["llama3"]
     prompt_end = HFEngine(None, tok).encode_prompt(to_messages("x"))[-1]  # every prompt ends with its header
     script = saying(service, prompt_end, [*_words(tok, "hello"), tok.convert_tokens_to_ids("<|eot_id|>")])
-    (tmp_path / "family_seen.py").write_text(SEEN)
-    monkeypatch.syspath_prepend(str(tmp_path))
+    seen: list[str] = []  # what tests.reward_functions:seen is given
+    monkeypatch.setattr(reward_functions, "SEEN", seen)
     cfg = load_train_config(write_config(folder.parent, tmp_path, **{
         "model.path": str(folder), "data.train": str(folder.parent / "train.jsonl"), "eval.every": 0,
         "sampling.engine": "server", "sampling.servers": [url], "sampling.sync": "disk",
         "sampling.server_down_secs": 60.0, "sampling.server_max_wait": 120.0,
         "sampling.group_size": 2, "sampling.max_new_tokens": 6, "optim.steps": 2, "logging.save_every": 0,
-        "rewards": [{"name": "seen", "function": "family_seen:seen"},
+        "rewards": [{"name": "seen", "function": "tests.reward_functions:seen"},
                     {"name": "template", "grader": {"type": "template", "min_chars": 1, "full_chars": 0}}],
     }))
     try:
@@ -154,9 +146,7 @@ def test_two_grpo_steps_through_kitae_serve_model_with_a_llama3_model(serve, fam
     finally:
         script.remove()
     assert summary["status"] == "finished" and summary["steps"] == 2
-    import family_seen
-
-    assert family_seen.TEXTS and set(family_seen.TEXTS) == {"hello"}
+    assert seen and set(seen) == {"hello"}
     store = RunStore.open(cfg.run_dir)
     rows = [s for step in (1, 2) for g in store.groups(step=step, with_samples=True) for s in g.samples]
     assert rows and all((s.text, s.finish_reason) == ("hello<|eot_id|>", "stop") for s in rows)

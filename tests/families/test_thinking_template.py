@@ -15,8 +15,8 @@ from kitae.rollout.base import SamplingParams
 from kitae.rollout.hf import HFEngine
 from kitae.scoring.graded import sample_and_grade
 from kitae.scoring.rewards import RewardComponent
-from tests.families.conftest import Say
 from tests.families.families import QWEN3_HYBRID, QWEN3_THINKING_2507
+from tests.families.say import Say
 
 ITEM = {"messages": to_messages("what is 40+2?"), "reference_answer": "42"}
 
@@ -138,28 +138,20 @@ def test_kitae_chat_takes_the_chat_template_kwargs_and_turns_qwen3_thinking_off(
 
 
 # ---- a training run ------------------------------------------------------------------------------------------
-ANSWERED = """
-def answered(prompts, completions, **kw):  # 1 for a completion with an answer (what think: strip left of it)
-    return [float(bool(c[0]["content"].strip())) for c in completions]
-"""
-
-
-def test_a_training_run_grades_and_stores_the_thinking_its_prompts_opened(folders, tmp_path, monkeypatch):
+def test_a_training_run_grades_and_stores_the_thinking_its_prompts_opened(folders, tmp_path):
     import json
 
     from kitae.store import RunStore
     from kitae.trainer.config import load_train_config
     from kitae.trainer.loop import Trainer
-    from tests.trainer.conftest import write_config
+    from tests.plugins.tiny_run import write_config
 
     train = tmp_path / "train.jsonl"
     train.write_text("".join(json.dumps({**ITEM, "messages": to_messages(f"what is {a}+2?")}) + "\n"
                              for a in range(4)))
-    (tmp_path / "thinking_rewards.py").write_text(ANSWERED)
-    monkeypatch.syspath_prepend(str(tmp_path))
     cfg = load_train_config(write_config(tmp_path, tmp_path / "runs", **{
         "model.path": str(folders["qwen3-thinking-2507"]), "data.train": str(train), "data.eval": str(train),
-        "rewards": [{"name": "answered", "function": "thinking_rewards:answered"}],
+        "rewards": [{"name": "answered", "function": "tests.reward_functions:answered"}],
         "sampling.group_size": 2, "sampling.max_new_tokens": 4,  # a random model: cut off while thinking
         "optim.steps": 1, "eval.every": 0, "logging.save_every": 0,
     }))

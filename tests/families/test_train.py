@@ -15,7 +15,7 @@ from kitae.store import RunStore
 from kitae.trainer.config import LoraConfig, ModelConfig, load_train_config
 from kitae.trainer.loop import Trainer
 from kitae.trainer.setup import load_policy
-from tests.trainer.conftest import write_config
+from tests.plugins.tiny_run import write_config
 
 
 def test_lora_default_targets_fit_the_family_and_checkpointed_backward_works(family):
@@ -41,21 +41,13 @@ def test_a_lora_target_the_model_lacks_is_an_error_naming_its_layers(family_dirs
         load_policy(ModelConfig(path=folder, lora=LoraConfig(target_modules=["q_proj", "qkv"])), folder)
 
 
-LENGTH_REWARD = """
-def chars(prompts, completions, **kw):  # a reward with variance in every group of a random model
-    return [len(c[0]["content"]) / 10 for c in completions]
-"""
-
-
-def test_two_grpo_steps_an_eval_a_checkpoint_transformers_reloads_and_kitae_chat(family, tmp_path, monkeypatch):
+def test_two_grpo_steps_an_eval_a_checkpoint_transformers_reloads_and_kitae_chat(family, tmp_path):
     fam, folder = family
     train = folder.parent / "train.jsonl"
-    (tmp_path / "family_rewards.py").write_text(LENGTH_REWARD)
-    monkeypatch.syspath_prepend(str(tmp_path))
     cfg = load_train_config(write_config(folder.parent, tmp_path, **{
         "model.path": str(folder), "model.gradient_checkpointing": True,
         "data.train": str(train), "data.eval": str(train),
-        "rewards": [{"name": "chars", "function": "family_rewards:chars"},
+        "rewards": [{"name": "chars", "function": "tests.reward_functions:chars"},
                     {"name": "template", "grader": {"type": "template", "min_chars": 1}},
                     {"name": "repetition", "grader": {"type": "repetition"}, "weight": 0.5}],
         "sampling.group_size": 2, "sampling.max_new_tokens": 6, "optim.steps": 2, "optim.lr": 1e-2,

@@ -59,16 +59,16 @@ def test_conversational_prompts_and_completions():
 
 @pytest.fixture
 def group_grader():
-    @register_grader("test_batch_rank")
-    class Rank(Grader):
-        needs_group = True
+    with GRADERS.scoped("test_batch_rank"):
+        @register_grader("test_batch_rank")
+        class Rank(Grader):
+            needs_group = True
 
-        def grade_samples(self, item, samples):
-            lengths = [len(s["output_text"]) for s in samples]
-            return [Grade(score=float(n == max(lengths))) for n in lengths]
+            def grade_samples(self, item, samples):
+                lengths = [len(s["output_text"]) for s in samples]
+                return [Grade(score=float(n == max(lengths))) for n in lengths]
 
-    yield build_grader("test_batch_rank")
-    GRADERS._entries.pop("test_batch_rank")
+        yield build_grader("test_batch_rank")
 
 
 def test_consecutive_rows_of_one_prompt_form_a_group(group_grader):

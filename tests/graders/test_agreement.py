@@ -149,15 +149,13 @@ def test_validate_counts_errors_and_flat_groups():
 
 
 def test_checks_are_a_registry_others_can_extend():
-    @CHECKS.register("test_always")
-    def always(ctx):
-        return [f"saw {len(ctx.rows)} rows"]
+    with CHECKS.scoped("test_always"):
+        @CHECKS.register("test_always")
+        def always(ctx):
+            return [f"saw {len(ctx.rows)} rows"]
 
-    try:
         report = validate(build_grader("numeric"), rows_of([("5", [("5", 1)])]))
         assert "saw 1 rows" in report.warnings
-    finally:
-        CHECKS._entries.pop("test_always")
 
 
 def test_bad_human_score_names_row_and_field():

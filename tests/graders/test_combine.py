@@ -15,34 +15,33 @@ from kitae.graders.formula import FormulaError, parse_formula
 def fixed_graders():
     """Graders whose scores come from the item, so combinations can be computed by hand."""
 
-    @register_grader("test_fixed")
-    class Fixed(Grader):
-        def __init__(self, field: str):
-            self.field = field
+    with GRADERS.scoped("test_fixed"), GRADERS.scoped("test_group"):
+        @register_grader("test_fixed")
+        class Fixed(Grader):
+            def __init__(self, field: str):
+                self.field = field
 
-        @classmethod
-        def from_spec(cls, spec, path):
-            return cls(spec.get("field", "x"))
+            @classmethod
+            def from_spec(cls, spec, path):
+                return cls(spec.get("field", "x"))
 
-        def grade_sample(self, item, sample):
-            value = item[self.field]
-            if value == "error":
-                raise RuntimeError("broken part")
-            return Grade(score=value, sub_scores={"raw": value}, reason=f"{self.field}={value}")
+            def grade_sample(self, item, sample):
+                value = item[self.field]
+                if value == "error":
+                    raise RuntimeError("broken part")
+                return Grade(score=value, sub_scores={"raw": value}, reason=f"{self.field}={value}")
 
-    @register_grader("test_group")
-    class GroupRank(Grader):
-        """Needs the group: scores each sample by its rank of length within the group."""
+        @register_grader("test_group")
+        class GroupRank(Grader):
+            """Needs the group: scores each sample by its rank of length within the group."""
 
-        needs_group = True
+            needs_group = True
 
-        def grade_samples(self, item, samples):
-            order = sorted(range(len(samples)), key=lambda i: len(samples[i]["output_text"]))
-            return [Grade(score=order.index(i) / (len(samples) - 1)) for i in range(len(samples))]
+            def grade_samples(self, item, samples):
+                order = sorted(range(len(samples)), key=lambda i: len(samples[i]["output_text"]))
+                return [Grade(score=order.index(i) / (len(samples) - 1)) for i in range(len(samples))]
 
-    yield
-    GRADERS._entries.pop("test_fixed")
-    GRADERS._entries.pop("test_group")
+        yield
 
 
 def fixed(field: str, **extra) -> dict:

@@ -20,20 +20,20 @@ NAN, INF = float("nan"), float("inf")
 def item_value_grader():
     """A grader that returns the item's ``x`` as the score and ``sub`` as a sub-score, unchecked."""
 
-    @register_grader("test_value")
-    class Value(Grader):
-        def __init__(self, field: str = "x"):
-            self.field = field
+    with GRADERS.scoped("test_value"):
+        @register_grader("test_value")
+        class Value(Grader):
+            def __init__(self, field: str = "x"):
+                self.field = field
 
-        @classmethod
-        def from_spec(cls, spec, path):
-            return cls(spec.get("field", "x"))
+            @classmethod
+            def from_spec(cls, spec, path):
+                return cls(spec.get("field", "x"))
 
-        def grade_sample(self, item, sample):
-            return Grade(score=item[self.field], sub_scores={"raw": item.get("sub", 0.5)})
+            def grade_sample(self, item, sample):
+                return Grade(score=item[self.field], sub_scores={"raw": item.get("sub", 0.5)})
 
-    yield
-    GRADERS._entries.pop("test_value")
+        yield
 
 
 def grade_one(spec: dict, **item) -> Grade:

@@ -156,20 +156,20 @@ def test_register_a_custom_grader_and_read_typed_fields():
         max_chars: int = setting(10, minimum=1)
         labels: list[str] = field(default_factory=list)
 
-    @register_grader("test_length")
-    class LengthGrader(Grader):
-        def __init__(self, max_chars: int, labels: list):
-            self.max_chars, self.labels = max_chars, labels
+    with GRADERS.scoped("test_length"):
+        @register_grader("test_length")
+        class LengthGrader(Grader):
+            def __init__(self, max_chars: int, labels: list):
+                self.max_chars, self.labels = max_chars, labels
 
-        @classmethod
-        def from_spec(cls, spec, path):
-            s = read_spec(LengthSpec, spec, path)
-            return cls(s.max_chars, s.labels)
+            @classmethod
+            def from_spec(cls, spec, path):
+                s = read_spec(LengthSpec, spec, path)
+                return cls(s.max_chars, s.labels)
 
-        def grade_sample(self, item, sample):
-            return Grade(score=float(len(sample["output_text"]) <= self.max_chars))
+            def grade_sample(self, item, sample):
+                return Grade(score=float(len(sample["output_text"]) <= self.max_chars))
 
-    try:
         grader = build_grader({"type": "test_length", "max_chars": 3})
         assert [g.score for g in grader.grade_group({}, [{"output_text": "abc"}, {"output_text": "abcd"}])] == [1.0, 0.0]
         with pytest.raises(ConfigError, match=r"grader.max_chars: expected an integer, got 2.5"):
@@ -180,22 +180,18 @@ def test_register_a_custom_grader_and_read_typed_fields():
             build_grader({"type": "test_length", "labels": "a"})
         with pytest.raises(ConfigError, match=r"grader.max_char: unknown key; did you mean 'max_chars'\?"):
             build_grader({"type": "test_length", "max_char": 3})
-    finally:
-        GRADERS._entries.pop("test_length")
 
 
 def test_a_grader_without_fields_needs_no_from_spec():
-    @register_grader("test_constant")
-    class Constant(Grader):
-        def grade_sample(self, item, sample):
-            return Grade(score=1.0)
+    with GRADERS.scoped("test_constant"):
+        @register_grader("test_constant")
+        class Constant(Grader):
+            def grade_sample(self, item, sample):
+                return Grade(score=1.0)
 
-    try:
         assert build_grader({"type": "test_constant", "name": "c"}).grade_group({}, [{"output_text": ""}])[0].score == 1.0
         with pytest.raises(ConfigError, match="grader.value: unknown key"):
             build_grader({"type": "test_constant", "value": 1})
-    finally:
-        GRADERS._entries.pop("test_constant")
 
 
 def test_reward_graders_are_known_by_name_and_imported_only_when_a_spec_names_one():

@@ -191,7 +191,7 @@ def nan_rm(tmp_path_factory) -> str:
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    from tests.rewards.conftest import build_random_rm
+    from tests.plugins.tiny_models import build_random_rm
 
     folder = build_random_rm(tmp_path_factory.mktemp("nan-rm"))
     model = AutoModelForSequenceClassification.from_pretrained(folder)

@@ -19,7 +19,7 @@ from tests.served import serve_model
 
 @pytest.fixture(scope="module")
 def base_folder(tmp_path_factory):
-    from tests.judge.conftest import build_tiny_lm
+    from tests.plugins.tiny_models import build_tiny_lm
 
     return build_tiny_lm(tmp_path_factory.mktemp("base"))
 

@@ -9,7 +9,7 @@ import torch
 
 from kitae.rollout.base import SamplingParams
 from kitae.rollout.partial import PartialRollouts
-from tests.long_model import LONG_ANSWER, LONG_USER, LOOP_USER
+from tests.plugins.long_model import LONG_ANSWER, LONG_USER, LOOP_USER
 
 
 def _run(pr: PartialRollouts, prompts, n: int, sp: SamplingParams, iterations: int):

@@ -21,7 +21,7 @@ from kitae.trainer.config import SamplingConfig, load_train_config
 from kitae.trainer.loop import Trainer
 from kitae.trainer.preflight import check_images
 from tests.tiny import tiny_llama, tiny_tokenizer
-from tests.trainer.conftest import write_config
+from tests.plugins.tiny_run import write_config
 
 INSTANCE_LEVEL = [base.RolloutEngine, base.EncodesPrompts, base.ContinuesTokens, base.SyncsWeights,
                   base.RemoteLogprobs, base.ReportsStats, base.SavesState, base.ReadsRows]
@@ -155,16 +155,16 @@ class Counts(OnlyGenerates, SavesState):
         self.prompts = state["prompts"]
 
 
-def _trainer(tiny_assets: Path, root: Path, monkeypatch, cls: type, **over) -> Trainer:
+def _trainer(tiny_assets: Path, root: Path, scoped_entry, cls: type, **over) -> Trainer:
     name = f"test-{cls.__name__.lower()}"
-    monkeypatch.setitem(ENGINES._entries, name, cls)  # registered for this test only
+    scoped_entry(ENGINES, name, cls)  # registered for this test only
     cfg = load_train_config(write_config(tiny_assets, root, **{
         "sampling.engine": name, "optim.steps": 3, "eval.every": 0, "logging.save_every": 0, **over}))
     return Trainer(cfg)
 
 
-def test_an_engine_with_generate_alone_trains_and_evaluates(tiny_assets, tmp_path, rewards_on_path, monkeypatch):
-    trainer = _trainer(tiny_assets, tmp_path, monkeypatch, OnlyGenerates)
+def test_an_engine_with_generate_alone_trains_and_evaluates(tiny_assets, tmp_path, rewards_on_path, scoped_entry):
+    trainer = _trainer(tiny_assets, tmp_path, scoped_entry, OnlyGenerates)
     seen = []
     trainer.on_step = lambda step, m: seen.append(m)
     summary = trainer.train()
@@ -179,10 +179,10 @@ def test_an_engine_with_generate_alone_trains_and_evaluates(tiny_assets, tmp_pat
     ({"sampling.partial": {"segment_tokens": 4}}, "sampling.partial: the test-onlygenerates engine cannot continue"),
     ({"sampling.async": True}, "sampling.async: samples from token ids, which the test-onlygenerates engine does not"),
 ], ids=["partial", "async"])
-def test_what_needs_token_ids_refuses_an_engine_without_them(tiny_assets, tmp_path, rewards_on_path, monkeypatch,
+def test_what_needs_token_ids_refuses_an_engine_without_them(tiny_assets, tmp_path, rewards_on_path, scoped_entry,
                                                              over, error):
     with pytest.raises(ConfigError, match=error):
-        _trainer(tiny_assets, tmp_path, monkeypatch, OnlyGenerates, **over)
+        _trainer(tiny_assets, tmp_path, scoped_entry, OnlyGenerates, **over)
 
 
 @pytest.mark.parametrize("over,field", [
@@ -190,10 +190,10 @@ def test_what_needs_token_ids_refuses_an_engine_without_them(tiny_assets, tmp_pa
     ({"model.end_marker": "<|im_end|>"}, "model.end_marker"),
 ], ids=["chat_template_kwargs", "end_marker"])
 def test_chat_settings_refuse_an_engine_that_applies_no_chat_template(tiny_assets, tmp_path, rewards_on_path,
-                                                                      monkeypatch, over, field):
+                                                                      scoped_entry, over, field):
     """An engine without EncodesPrompts never hears of them: the run would sample without what the user set."""
     with pytest.raises(ConfigError, match=f"{field}: the test-onlygenerates engine does not apply the chat template"):
-        _trainer(tiny_assets, tmp_path, monkeypatch, OnlyGenerates, **over)
+        _trainer(tiny_assets, tmp_path, scoped_entry, OnlyGenerates, **over)
 
 
 class OwnSampling(HFEngine):
@@ -204,13 +204,13 @@ class OwnSampling(HFEngine):
 
 
 def test_async_refuses_an_in_process_engine_the_rollout_worker_would_replace(tiny_assets, tmp_path, rewards_on_path,
-                                                                            monkeypatch):
+                                                                            scoped_entry):
     with pytest.raises(ConfigError, match="sampling.async: the rollout worker samples with kitae's in-process engine"):
-        _trainer(tiny_assets, tmp_path, monkeypatch, OwnSampling, **{"sampling.async": True})
+        _trainer(tiny_assets, tmp_path, scoped_entry, OwnSampling, **{"sampling.async": True})
 
 
-def test_an_engine_that_syncs_weights_gets_the_policys_when_due(tiny_assets, tmp_path, rewards_on_path, monkeypatch):
-    trainer = _trainer(tiny_assets, tmp_path, monkeypatch, OwnCopy, **{"sampling.sync_every": 2})
+def test_an_engine_that_syncs_weights_gets_the_policys_when_due(tiny_assets, tmp_path, rewards_on_path, scoped_entry):
+    trainer = _trainer(tiny_assets, tmp_path, scoped_entry, OwnCopy, **{"sampling.sync_every": 2})
     seen = []
     trainer.on_step = lambda step, m: seen.append(m)
     trainer.train()
@@ -222,8 +222,8 @@ def test_an_engine_that_syncs_weights_gets_the_policys_when_due(tiny_assets, tmp
 
 
 def test_a_frozen_engine_is_never_pushed_and_evaluations_sample_the_policy(tiny_assets, tmp_path, rewards_on_path,
-                                                                          monkeypatch):
-    trainer = _trainer(tiny_assets, tmp_path, monkeypatch, FrozenCopy)
+                                                                          scoped_entry):
+    trainer = _trainer(tiny_assets, tmp_path, scoped_entry, FrozenCopy)
     trainer.train()
     assert trainer.engine.pushed == [] and trainer.engine.version is None
     assert trainer.engine.prompts == 3 * 2  # the evaluations sampled with the policy in this process
@@ -231,9 +231,9 @@ def test_a_frozen_engine_is_never_pushed_and_evaluations_sample_the_policy(tiny_
 
 
 def test_an_engines_own_state_is_checkpointed_and_given_back_on_resume(tiny_assets, tmp_path, rewards_on_path,
-                                                                      monkeypatch):
+                                                                      scoped_entry):
     over = {"optim.steps": 2, "logging.save_every": 2, "data.eval": None}
-    trainer = _trainer(tiny_assets, tmp_path, monkeypatch, Counts, **over)
+    trainer = _trainer(tiny_assets, tmp_path, scoped_entry, Counts, **over)
     trainer.train()
     assert trainer.engine.prompts == 4 and trainer.engine.restored is None
     cfg = load_train_config(trainer.run_dir / "config.yaml", ["optim.steps=3"])
@@ -246,10 +246,10 @@ def test_an_engines_own_state_is_checkpointed_and_given_back_on_resume(tiny_asse
 
 @pytest.mark.parametrize("registered,refused", [(HFEngine, False), (ServerEngine, True), (OnlyGenerates, True),
                                                 (None, True)], ids=["hf", "server", "generate-only", "unknown"])
-def test_image_prompts_take_the_in_process_engine_whatever_its_name(tiny_assets, tmp_path, monkeypatch, registered,
+def test_image_prompts_take_the_in_process_engine_whatever_its_name(tiny_assets, tmp_path, scoped_entry, registered,
                                                                     refused):
     if registered is not None:
-        monkeypatch.setitem(ENGINES._entries, "mine", registered)
+        scoped_entry(ENGINES, "mine", registered)
     cfg = load_train_config(write_config(tiny_assets, tmp_path, **{"sampling.engine": "mine"}))
     vision = object()  # a vision-language model's processor: its vision engine takes the in-process engine's place
     if refused:

@@ -6,7 +6,7 @@ import pytest
 
 from kitae.rollout.base import SamplingParams
 from kitae.rollout.hf import repeat_period
-from tests.long_model import LONG_USER, LOOP_USER
+from tests.plugins.long_model import LONG_USER, LOOP_USER
 
 
 @pytest.mark.parametrize(

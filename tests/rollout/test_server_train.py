@@ -16,7 +16,7 @@ from kitae.rollout.replicas import Replicas
 from kitae.trainer.batch import build_batch, token_logps
 from kitae.trainer.config import load_train_config
 from kitae.trainer.loop import Trainer
-from tests.trainer.conftest import write_config
+from tests.plugins.tiny_run import write_config
 
 FIXED_PROMPT = [{"role": "user", "content": "what is 2+3?"}]
 

@@ -1,42 +1,11 @@
-"""Both loopback JSON servers, in process, with small limits so every attack is cheap to send."""
+"""Both loopback JSON servers, in process, with small limits so every attack is cheap to send (the tiny models
+they serve: tests/plugins/tiny_models.py)."""
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
-from kitae.http.server import HttpLimits
-
-LIMITS = HttpLimits(max_body_bytes=64 * 1024, read_timeout_s=1.0)
-TOKEN = "t" * 24
-
-
-def _serve(server):
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    return server
-
-
-@pytest.fixture(scope="session")
-def random_rm(tmp_path_factory) -> str:
-    from tests.rewards.conftest import build_random_rm
-
-    return build_random_rm(tmp_path_factory.mktemp("random-rm"))
-
-
-@pytest.fixture(scope="session")
-def tiny_rm(tmp_path_factory) -> str:
-    from tests.rewards.conftest import bundled_or_random_rm
-
-    return bundled_or_random_rm(tmp_path_factory)
-
-
-@pytest.fixture(scope="session")
-def random_lm(tmp_path_factory) -> str:
-    from tests.judge.conftest import build_tiny_lm
-
-    return build_tiny_lm(tmp_path_factory.mktemp("random-lm"))
+from tests.serving.loopback import LIMITS, TOKEN, serve_in_thread
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +16,9 @@ def servers(random_rm, random_lm):
     from kitae.serving.reward_server import make_server as make_rm_server
     from kitae.serving.server import load_service, make_server as make_model_server
 
-    rm = _serve(make_rm_server(LocalRewardModel(random_rm), port=0, limits=LIMITS))
-    lm = _serve(make_model_server(load_service(random_lm, name="tiny", default_max_tokens=4), port=0,
-                                  limits=LIMITS))
+    rm = serve_in_thread(make_rm_server(LocalRewardModel(random_rm), port=0, limits=LIMITS))
+    lm = serve_in_thread(make_model_server(load_service(random_lm, name="tiny", default_max_tokens=4), port=0,
+                                            limits=LIMITS))
     yield {"rm": rm.server_address[1], "model": lm.server_address[1]}
     for server in (rm, lm):
         server.shutdown()
@@ -63,8 +32,8 @@ def guarded(random_rm, random_lm):
     from kitae.serving.reward_server import make_server as make_rm_server
     from kitae.serving.server import load_service, make_server as make_model_server
 
-    rm = _serve(make_rm_server(LocalRewardModel(random_rm), port=0, token=TOKEN))
-    lm = _serve(make_model_server(load_service(random_lm, name="tiny", default_max_tokens=4), port=0, token=TOKEN))
+    rm = serve_in_thread(make_rm_server(LocalRewardModel(random_rm), port=0, token=TOKEN))
+    lm = serve_in_thread(make_model_server(load_service(random_lm, name="tiny", default_max_tokens=4), port=0, token=TOKEN))
     yield {"rm": rm.server_address[1], "model": lm.server_address[1]}
     for server in (rm, lm):
         server.shutdown()

@@ -15,7 +15,7 @@ import torch
 from kitae.errors import ConfigError
 from kitae.models import load_causal_lm
 from kitae.serving.server import load_service, make_server
-from tests.serving.conftest import TOKEN
+from tests.serving.loopback import TOKEN
 
 TIMEOUT = 120
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from kitae.judge.testing import ScriptedServer
-from tests.serving.conftest import TOKEN
+from tests.serving.loopback import TOKEN
 
 PATHS = {"rm": "/v1/score", "model": "/v1/chat/completions", "judge": "/v1/chat/completions"}
 GOOD = {"rm": {"texts": ["hello"]}, "model": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
@@ -110,9 +110,9 @@ def networked(random_rm):
     """`kitae serve rm` bound to every interface (reached here through 127.0.0.1), with its access token."""
     from kitae.rewards.reward_model import LocalRewardModel
     from kitae.serving.reward_server import make_server
-    from tests.serving.conftest import _serve
+    from tests.serving.loopback import serve_in_thread
 
-    server = _serve(make_server(LocalRewardModel(random_rm), host="0.0.0.0", port=0, token=TOKEN))
+    server = serve_in_thread(make_server(LocalRewardModel(random_rm), host="0.0.0.0", port=0, token=TOKEN))
     yield server.server_address[1]
     server.shutdown()
     server.server_close()

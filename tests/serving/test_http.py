@@ -15,7 +15,7 @@ import pytest
 
 from kitae.errors import ConfigError
 from kitae.http.server import bearer_token, check_bind
-from tests.serving.conftest import LIMITS, TOKEN
+from tests.serving.loopback import LIMITS, TOKEN
 
 PATHS = {"rm": "/v1/score", "model": "/v1/chat/completions"}
 GOOD = {"rm": {"texts": ["hello"]}, "model": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}}

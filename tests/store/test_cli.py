@@ -13,7 +13,7 @@ from kitae.cli.runs import fmt_number
 from kitae.errors import KitaeError
 from kitae.store import RunStore
 
-from .conftest import make_group, runs_app
+from tests.store.hand_made import make_group, runs_app
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import importlib.util
 from pathlib import Path
 
 from kitae.store import RunStore
-from tests.store.conftest import make_group
+from tests.store.hand_made import make_group
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "compare_runs.py"
 spec = importlib.util.spec_from_file_location("compare_runs", SCRIPT)

@@ -18,7 +18,7 @@ from kitae.errors import KitaeError
 from kitae.store import RunStore
 from kitae.store.lock import RunLock
 
-from .conftest import make_group
+from tests.store.hand_made import make_group
 
 REPO = Path(__file__).resolve().parents[2]
 

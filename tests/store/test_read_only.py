@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -20,49 +18,8 @@ from pathlib import Path
 import pytest
 
 from kitae.store import RunStore
-
-from .conftest import make_group
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _unshare_works(folder: Path) -> bool:
-    """True when this process can give a child a read-only bind mount of `folder` (and the mount holds)."""
-    if shutil.which("unshare") is None:
-        return False
-    probe = f"mount --bind -o ro {shlex.quote(str(folder))} {shlex.quote(str(folder))} && ! touch {shlex.quote(str(folder / 'x'))}"
-    done = subprocess.run(["unshare", "-rm", "sh", "-c", probe], capture_output=True)
-    return done.returncode == 0 and not (folder / "x").exists()
-
-
-@pytest.fixture(scope="module")
-def read_only_view(tmp_path_factory):
-    """``run(folder, python_code) -> CompletedProcess``: the code runs in a process that sees `folder` read-only."""
-    if _unshare_works(tmp_path_factory.mktemp("probe")):
-        def run(folder: Path, code: str) -> subprocess.CompletedProcess:
-            inner = f"mount --bind -o ro {shlex.quote(str(folder))} {shlex.quote(str(folder))} && " \
-                    f"exec {shlex.quote(sys.executable)} -c {shlex.quote(code)}"
-            return subprocess.run(["unshare", "-rm", "sh", "-c", inner], capture_output=True, text=True,
-                                  timeout=120, env=_env())
-        return run
-    if os.geteuid() != 0:
-        def run(folder: Path, code: str) -> subprocess.CompletedProcess:
-            modes = {p: p.stat().st_mode for p in [folder, *folder.rglob("*")]}
-            for p, mode in modes.items():
-                p.chmod(mode & ~0o222)
-            try:
-                return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                                      env=_env())
-            finally:
-                for p, mode in modes.items():
-                    p.chmod(mode)
-        return run
-    pytest.skip("root without user namespaces (unshare -rm): no way to make a folder read-only for this process")
-
-
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": f"{REPO}:{os.environ.get('PYTHONPATH', '')}"}
-
+from tests.plugins.read_only import repo_env
+from tests.store.hand_made import make_group
 
 CHECKS = textwrap.dedent(
     """
@@ -132,7 +89,7 @@ def test_a_crashed_run_on_read_only_storage_shows_its_last_steps(tmp_path, read_
         os._exit(0)  # killed: nothing is checkpointed into run.db, the steps are in run.db-wal only
         """
     )
-    subprocess.run([sys.executable, "-c", writer], check=True, env=_env())
+    subprocess.run([sys.executable, "-c", writer], check=True, env=repo_env())
     assert (run / "run.db-wal").stat().st_size > 0 and (run / "run.db-shm").exists()
     out = _check(read_only_view, tmp_path / "runs")
     summary = json.loads(out["show"]["output"])
@@ -153,7 +110,7 @@ def test_unreadable_steps_in_a_lone_wal_file_are_an_error_not_a_shorter_history(
         os._exit(0)
         """
     )
-    subprocess.run([sys.executable, "-c", writer], check=True, env=_env())
+    subprocess.run([sys.executable, "-c", writer], check=True, env=repo_env())
     (run / "run.db-shm").unlink()
     out = _check(read_only_view, tmp_path / "runs")
     assert out["show"]["code"] != 0

@@ -6,7 +6,7 @@ import pytest
 
 from kitae.errors import ConfigError
 
-from .conftest import make_group
+from tests.store.hand_made import make_group
 
 # step -> groups (group_index = position); group i has prompt "question i" at every step
 STEPS = {

@@ -8,7 +8,7 @@ import pytest
 
 from kitae.store.records import eval_score, group_stats, prompt_key, scalar
 
-from .conftest import make_sample
+from tests.store.hand_made import make_sample
 
 STATS_CASES = [
     # rewards, finish reasons -> n_samples, n_scored, n_truncated, mean, std

@@ -10,7 +10,7 @@ import pytest
 from kitae.errors import KitaeError
 from kitae.store import SCHEMA_VERSION, GroupRecord, RunStore, SampleRecord
 
-from .conftest import make_group
+from tests.store.hand_made import make_group
 
 
 def reopen(store: RunStore) -> RunStore:

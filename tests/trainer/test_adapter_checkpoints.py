@@ -15,7 +15,7 @@ import torch
 from kitae.trainer.config import load_train_config
 from kitae.trainer.loop import Trainer
 from tests.hub_cache import lay_out, offline_hub
-from tests.trainer.conftest import write_config
+from tests.plugins.tiny_run import write_config
 
 pytestmark = pytest.mark.slow
 

@@ -19,7 +19,7 @@ from kitae.errors import ConfigError
 from kitae.store import RunStore
 from kitae.trainer.config import load_train_config
 from kitae.trainer.loop import Trainer
-from tests.trainer.conftest import write_config
+from tests.plugins.tiny_run import write_config
 
 pytestmark = pytest.mark.slow
 
@@ -76,7 +76,7 @@ def _stop_after(trainer: Trainer, step: int) -> None:
 
 PRIORITIZED = {"optim.steps": 5, "logging.save_every": 0, "sampling.max_staleness": 2,
                "data.sampler": {"name": "prioritized", "correct": "right"},
-               "rewards": [{"name": "short", "function": "tiny_rewards:short"},
+               "rewards": [{"name": "short", "function": "tests.reward_functions:short"},
                            {"name": "right", "weight": 0.0, "grader": {"type": "text_similarity",
                                                                        "evaluation_metric": "fuzzy_match"}}]}
 

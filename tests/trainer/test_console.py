@@ -13,7 +13,7 @@ import pytest
 from tqdm import tqdm
 
 from kitae.cli.train import Console, StepClock, eval_line, format_summary, step_bar
-from tests.trainer.conftest import write_config
+from tests.plugins.tiny_run import write_config
 from tests.signals import sigint_as_in_a_terminal
 
 METRICS = {"pass@1": 0.25, "compliance": 0.5, "len_mean": 3.25, "trunc_rate": 0.0, "pass@1/en": 0.25}

@@ -25,8 +25,8 @@ import pytest
 from kitae.errors import KitaeError
 from kitae.store import RunStore
 from kitae.store.status import pid_alive
-from tests.store.test_read_only import read_only_view  # noqa: F401  (fixture)
-from tests.trainer.conftest import write_config
+
+from tests.plugins.tiny_run import write_config
 from tests.trainer.test_resume import FAST, _cli, _resume, _steps, four_steps, run  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.slow

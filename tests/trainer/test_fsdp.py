@@ -23,7 +23,7 @@ from safetensors.torch import load_file
 from kitae.errors import KitaeError
 from kitae.store import RunStore
 from kitae.trainer.checkpoint import MANIFEST, checkpoint_problem
-from tests.trainer.conftest import write_config
+from tests.plugins.tiny_run import write_config
 from tests.trainer.test_durability import _children, _gone_within
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,18 +46,17 @@ KEYS = ("loss", "reward", "grad_norm", "skipped_rows")
 LORA = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
 
 
-def launch_command(config_file: str, jobs: list[tuple[Path, Path, str]], tiny_assets: Path,
-                   log: Path) -> tuple[list[str], dict[str, str]]:
+def launch_command(config_file: str, jobs: list[tuple[Path, Path, str]], log: Path) -> tuple[list[str], dict[str, str]]:
     """(the command, its environment) of tests.trainer.fsdp_probe in two processes, launched with
     examples/accelerate/CONFIG_FILE: ``jobs`` (config, out, how) one after another."""
     log.write_text(json.dumps([[str(c), str(o), how] for c, o, how in jobs]))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{tiny_assets}{os.pathsep}{ROOT}"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ROOT / "examples/accelerate" /
             config_file), "--num_processes", "2", "-m", "tests.trainer.fsdp_probe", str(log)], env
 
 
-def launch(config_file: str, jobs: list[tuple[Path, Path, str]], tiny_assets: Path, log: Path) -> None:
-    command, env = launch_command(config_file, jobs, tiny_assets, log)
+def launch(config_file: str, jobs: list[tuple[Path, Path, str]], log: Path) -> None:
+    command, env = launch_command(config_file, jobs, log)
     proc = subprocess.run(command, capture_output=True, text=True, timeout=1200, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
@@ -85,7 +84,7 @@ def three_steps(tiny_assets: Path, root: Path) -> Path:
     and runs fewer micro-batches than process 0: under FSDP it must still run as many forwards."""
     return write_config(tiny_assets, root, **{
         "optim.steps": 3, "optim.prompts_per_step": 4, "optim.micro_batch_size": 2, "logging.save_every": 1,
-        "logging.keep_checkpoints": 3, "eval.every": 2, "rewards": [{"name": "picky", "function": "tiny_rewards:picky"}],
+        "logging.keep_checkpoints": 3, "eval.every": 2, "rewards": [{"name": "picky", "function": "tests.reward_functions:picky"}],
     })
 
 
@@ -93,7 +92,7 @@ def lora_with_kl(tiny_assets: Path, root: Path) -> Path:
     return write_config(tiny_assets, root, **{
         "optim.steps": 2, "optim.prompts_per_step": 4, "optim.micro_batch_size": 2, "data.eval": None,
         "model.lora": LORA, "algorithm.kl": {"coef": 0.1},
-        "rewards": [{"name": "picky", "function": "tiny_rewards:picky"}],
+        "rewards": [{"name": "picky", "function": "tests.reward_functions:picky"}],
     })
 
 
@@ -123,11 +122,11 @@ def fsdp_runs(tiny_assets, tmp_path_factory):
             (lora_with_kl(tiny_assets, root / "lora-fsdp"), root / "lora-fsdp.json", ""),
             (pushing(tiny_assets, root / "push-full", replicas.urls[0], False), root / "push-full.json", ""),
             (pushing(tiny_assets, root / "push-lora", replicas.urls[1], True), root / "push-lora.json", ""),
-        ], tiny_assets, root / "fsdp-jobs.json")
+        ], root / "fsdp-jobs.json")
         launch("ddp.yaml", [
             (three_steps(tiny_assets, root / "ddp"), root / "ddp.json", ""),
             (lora_with_kl(tiny_assets, root / "lora-ddp"), root / "lora-ddp.json", ""),
-        ], tiny_assets, root / "ddp-jobs.json")
+        ], root / "ddp-jobs.json")
         yield root, replicas.urls
 
 
@@ -287,7 +286,7 @@ def endless(tiny_assets: Path, root: Path) -> Path:
     """A run that trains until it is stopped; no evaluation, a checkpoint only when it stops."""
     return write_config(tiny_assets, root, **{
         "optim.steps": 100000, "optim.prompts_per_step": 4, "optim.micro_batch_size": 2, "data.eval": None,
-        "logging.save_every": 0, "rewards": [{"name": "picky", "function": "tiny_rewards:picky"}]})
+        "logging.save_every": 0, "rewards": [{"name": "picky", "function": "tests.reward_functions:picky"}]})
 
 
 def _wait_for_step(run: Path, step: int, launcher: subprocess.Popen, log: Path, timeout: float = 600) -> int:
@@ -317,7 +316,7 @@ def test_fsdp2_ranks_stop_together_on_sigterm_to_one_and_end_with_a_killed_launc
     first, second = tmp_path / "first", tmp_path / "second"
     command, env = launch_command("fsdp2.yaml", [(endless(tiny_assets, first), tmp_path / "first.json", ""),
                                                  (endless(tiny_assets, second), tmp_path / "second.json", "")],
-                                  tiny_assets, tmp_path / "jobs.json")
+                                  tmp_path / "jobs.json")
     log = tmp_path / "launch.log"
     with log.open("w") as out:  # a file, not a pipe: nobody reads a pipe while the ranks train
         launcher = subprocess.Popen(command, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,

@@ -20,6 +20,7 @@ from kitae.store import RunStore
 from kitae.trainer.alarms import PATTERNS
 from kitae.trainer.config import load_train_config
 from kitae.trainer.loop import Trainer
+from tests.built_once import built_once
 from tests.trainer import gamed
 
 pytestmark = pytest.mark.slow
@@ -29,14 +30,15 @@ IS_LIST = PATTERNS["number_list"][1]
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory) -> Path:
-    return gamed.build(tmp_path_factory.mktemp("gamed"))
+    return built_once(tmp_path_factory, "gamed-assets", gamed.build)
 
 
 @pytest.fixture(scope="module")
 def gamed_run(assets, tmp_path_factory) -> Path:
-    runs = tmp_path_factory.mktemp("runs")
-    Trainer(load_train_config(data=gamed.config(assets, runs))).train()
-    return runs / "gamed"
+    def train(runs: Path) -> None:
+        Trainer(load_train_config(data=gamed.config(assets, runs))).train()
+
+    return built_once(tmp_path_factory, "gamed-runs", train) / "gamed"
 
 
 def list_shares(run: Path) -> dict[int, float]:

@@ -14,7 +14,7 @@ from kitae.store import RunStore
 from kitae.trainer.config import load_train_config
 from kitae.trainer.loop import Trainer
 from tests.hub_cache import commit_of, lay_out, offline_hub
-from tests.trainer.conftest import write_config
+from tests.plugins.tiny_run import write_config
 
 REPO = "kitae-test/tiny-policy"
 

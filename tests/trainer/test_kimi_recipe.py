@@ -15,7 +15,7 @@ from kitae.trainer.batch import build_batch, mask_earlier_segments
 from kitae.trainer.checkpoint import latest_checkpoint, load_state
 from kitae.trainer.config import load_train_config
 from kitae.trainer.loop import Trainer
-from tests.trainer.conftest import write_config
+from tests.plugins.tiny_run import write_config
 
 KIMI = {
     "algorithm.loss": "kimi",

@@ -143,10 +143,8 @@ def test_every_logger_is_closed_even_when_one_fails(tmp_path):
 
 
 def test_a_registered_backend_is_used_by_name(tmp_path):
-    register_logger("test_recorder")(Recorder)
-    try:
+    with LOGGERS.scoped("test_recorder"):
+        register_logger("test_recorder")(Recorder)
         logger = make_loggers(["test_recorder"], tmp_path)
         logger.log_eval(5, {"pass@1": 0.5})
         assert logger.loggers[0].calls == [("eval", 5, {"pass@1": 0.5})]
-    finally:
-        LOGGERS._entries.pop("test_recorder")

@@ -18,11 +18,11 @@ from kitae.errors import KitaeError
 from kitae.store import RunStore
 from kitae.trainer.config import load_train_config
 from kitae.trainer.loop import Trainer
-from tests.trainer.conftest import write_config
+from tests.plugins.tiny_run import write_config
 
 pytestmark = pytest.mark.slow
 
-BROKEN = [{"name": "down", "function": "tiny_rewards:down"}, {"name": "silent", "function": "tiny_rewards:silent"}]
+BROKEN = [{"name": "down", "function": "tests.reward_functions:down"}, {"name": "silent", "function": "tests.reward_functions:silent"}]
 
 
 @pytest.fixture
@@ -92,7 +92,7 @@ def test_one_component_failing_on_every_sample_stops_the_run_naming_it(tiny_asse
                                                                       service_down):
     cfg = load_train_config(write_config(tiny_assets, tmp_path, **{
         "optim.steps": 4, "data.eval": None, "logging.save_every": 100, "algorithm.max_steps_without_reward": 2,
-        "rewards": [{"name": "short", "function": "tiny_rewards:short"}, {"name": "down", "function": "tiny_rewards:down"}],
+        "rewards": [{"name": "short", "function": "tests.reward_functions:short"}, {"name": "down", "function": "tests.reward_functions:down"}],
     }))
     with pytest.warns(UserWarning, match="reward component 'down' gave no sample a finite score in step 1; the run stops "
                                          "if it goes on for 2 steps in a row"):
@@ -114,7 +114,7 @@ def test_warn_goes_on_and_says_so_at_the_first_step(tiny_assets, tmp_path, rewar
     cfg = load_train_config(write_config(tiny_assets, tmp_path, **{
         "optim.steps": 3, "data.eval": None, "algorithm.max_steps_without_reward": 1,
         "algorithm.component_without_reward": "warn",
-        "rewards": [{"name": "short", "function": "tiny_rewards:short"}, {"name": "down", "function": "tiny_rewards:down"}],
+        "rewards": [{"name": "short", "function": "tests.reward_functions:short"}, {"name": "down", "function": "tests.reward_functions:down"}],
     }))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -127,7 +127,7 @@ def test_reward_functions_written_as_trls_docs_write_them_train(tiny_assets, tmp
     """completion_ids and trainer_state reach the functions: each scores every sample (each failed every one)."""
     names = ["by_tokens", "ramp", "repetition"]
     cfg = load_train_config(write_config(tiny_assets, tmp_path, **{
-        "optim.steps": 3, "data.eval": None, "rewards": [{"name": n, "function": f"tiny_rewards:{n}"} for n in names],
+        "optim.steps": 3, "data.eval": None, "rewards": [{"name": n, "function": f"tests.reward_functions:{n}"} for n in names],
     }))
     assert Trainer(cfg).train()["status"] == "finished"
     store = RunStore.open(tmp_path / "t")
@@ -145,8 +145,8 @@ def test_reward_functions_written_as_trls_docs_write_them_train(tiny_assets, tmp
 def test_a_function_giving_every_sample_one_score_is_warned_about_at_the_first_step(tiny_assets, tmp_path,
                                                                                    rewards_on_path):
     cfg = load_train_config(write_config(tiny_assets, tmp_path, **{
-        "optim.steps": 2, "data.eval": None, "rewards": [{"name": "short", "function": "tiny_rewards:short"},
-                                                         {"name": "strings", "function": "tiny_rewards:as_strings"}],
+        "optim.steps": 2, "data.eval": None, "rewards": [{"name": "short", "function": "tests.reward_functions:short"},
+                                                         {"name": "strings", "function": "tests.reward_functions:as_strings"}],
     }))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -162,7 +162,7 @@ def test_a_huge_finite_reward_is_a_grader_error_not_a_crash(tiny_assets, tmp_pat
     """A reward function returning 1e308 crashed the step (OverflowError in the mean of the step's rewards); now
     each such score is a grader error, counted in the component's error rate and shown with the sample."""
     cfg = load_train_config(write_config(tiny_assets, tmp_path, **{
-        "optim.steps": 2, "data.eval": None, "rewards": [{"name": "huge", "function": "tiny_rewards:huge"}],
+        "optim.steps": 2, "data.eval": None, "rewards": [{"name": "huge", "function": "tests.reward_functions:huge"}],
     }))
     assert Trainer(cfg).train()["status"] == "finished"
     store = RunStore.open(tmp_path / "t")

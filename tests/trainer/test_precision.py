@@ -13,7 +13,7 @@ from kitae.trainer.batch import micro_batch_rows, token_logps
 from kitae.trainer.config import ModelConfig, load_train_config
 from kitae.trainer.loop import Trainer
 from kitae.trainer.setup import Precision, attention, load_policy, precision
-from tests.trainer.conftest import write_config
+from tests.plugins.tiny_run import write_config
 
 
 @pytest.mark.parametrize("dtype, master, cuda, expected", [

@@ -21,7 +21,7 @@ from kitae.models import load_causal_lm
 from kitae.trainer.config import load_train_config
 from kitae.trainer.loop import Trainer
 from kitae.trainer.preflight import SHOWN_ROWS, preflight
-from tests.trainer.conftest import write_config
+from tests.plugins.tiny_run import write_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SYNTAX_ERROR = {"name": "py", "grader": {"type": "python", "source": "def grade(sample, item):\n    return (\n"}}
@@ -34,7 +34,7 @@ def clean_imports(monkeypatch):
     before = set(sys.modules)
     yield
     for name in set(sys.modules) - before:
-        if name in ("my_rewards", "tiny_rewards"):
+        if name == "my_rewards":
             del sys.modules[name]
 
 
@@ -176,7 +176,7 @@ def test_a_nan_reward_model_scale_is_refused_before_the_model_loads(tiny_assets,
     """``scale: .nan`` made every reward model score the top reward (min(clip, nan) is clip)."""
     path = tmp_path / "cfg.yaml"
     path.write_text(write_config(tiny_assets, tmp_path / "runs", **{"model.path": str(corrupt_model)}).read_text()
-                    .replace("- function: tiny_rewards:short\n  name: short",
+                    .replace("- function: tests.reward_functions:short\n  name: short",
                              "- grader: {type: reward_model, model: bundled, scale: .nan}\n  name: rm"))
     assert "scale: .nan" in path.read_text()
     with pytest.raises(ConfigError, match=re.escape("rewards[0].grader.scale: expected a finite number, got nan")):

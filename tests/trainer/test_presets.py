@@ -18,7 +18,7 @@ from kitae.registry import Registry
 from kitae.trainer.config import load_train_config
 from kitae.trainer.loop import Trainer
 from kitae.trainer.resume import plan_resume
-from tests.trainer.conftest import write_config
+from tests.plugins.tiny_run import write_config
 
 ONE_STEP = {"optim.steps": 1, "data.eval": None, "eval.every": 0, "logging.save_every": 0}
 # the values each loss ran with before it had its own settings (PRESETS then), written out here

@@ -13,7 +13,7 @@ from kitae.store import RunStore
 from kitae.trainer.config import ModelConfig, QuantizationConfig, load_train_config
 from kitae.trainer.loop import Trainer
 from kitae.trainer.update import BASE_UNDER_ADAPTER
-from tests.trainer.conftest import write_config
+from tests.plugins.tiny_run import write_config
 
 pytest.importorskip("bitsandbytes")
 pytestmark = pytest.mark.slow
@@ -31,8 +31,7 @@ def qlora_assets(tiny_assets, tmp_path_factory):
     from kitae.models import load_tokenizer
 
     root = tmp_path_factory.mktemp("qlora")
-    for name in ("train.jsonl", "tiny_rewards.py"):
-        shutil.copy(tiny_assets / name, root / name)
+    shutil.copy(tiny_assets / "train.jsonl", root / "train.jsonl")
     tiny_llama(len(load_tokenizer(str(tiny_assets / "model"))), hidden=64).save_pretrained(root / "model")
     for file in (tiny_assets / "model").iterdir():
         if "token" in file.name or file.name.endswith(".jinja"):

@@ -31,7 +31,7 @@ from kitae.store import RunStore
 from kitae.trainer.checkpoint import save_checkpoint
 from kitae.trainer.config import load_train_config
 from kitae.trainer.loop import Trainer
-from tests.trainer.conftest import write_config
+from tests.plugins.tiny_run import write_config
 
 pytestmark = pytest.mark.slow
 
@@ -95,12 +95,7 @@ def _point_model_at(run: Path, path: str) -> None:
 def four_steps(tiny_assets, tmp_path_factory) -> Path:
     """A finished 4-step run with checkpoints at steps 2 and 4 (tests copy it before changing anything)."""
     root = tmp_path_factory.mktemp("four")
-    sys.path.insert(0, str(tiny_assets))
-    try:
-        return _train(tiny_assets, root, **{"optim.steps": 4, "logging.save_every": 2})
-    finally:
-        sys.path.remove(str(tiny_assets))
-        sys.modules.pop("tiny_rewards", None)
+    return _train(tiny_assets, root, **{"optim.steps": 4, "logging.save_every": 2})
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from kitae.trainer.batch import build_batch
 from kitae.trainer.config import AdaptiveKL, AlgorithmConfig, KLConfig, PartialRolloutConfig, load_train_config
 from kitae.trainer.loop import Trainer
 from kitae.trainer.setup import make_kl_controller
-from tests.trainer.conftest import write_config
+from tests.plugins.tiny_run import write_config
 
 LN2 = math.log(2)
 

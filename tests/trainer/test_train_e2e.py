@@ -17,7 +17,8 @@ from safetensors.torch import load_file
 from kitae.store import RunStore
 from kitae.trainer.config import load_train_config
 from kitae.trainer.loop import Trainer
-from tests.trainer.conftest import write_config
+from tests.built_once import built_once
+from tests.plugins.tiny_run import write_config
 from tests.signals import sigint_as_in_a_terminal
 
 pytestmark = pytest.mark.slow
@@ -56,8 +57,8 @@ def _steps(db: Path, table: str = "metrics") -> list[int]:
 
 def test_short_run_stores_every_group_component_and_eval(tiny_assets, tmp_path, rewards_on_path):
     cfg = load_train_config(write_config(tiny_assets, tmp_path, **{
-        "rewards": [{"name": "short", "function": "tiny_rewards:short"},
-                    {"name": "flaky", "function": "tiny_rewards:flaky", "weight": 0.5}],
+        "rewards": [{"name": "short", "function": "tests.reward_functions:short"},
+                    {"name": "flaky", "function": "tests.reward_functions:flaky", "weight": 0.5}],
         "logging.report_to": ["tensorboard"],
     }))
     summary = Trainer(cfg).train()
@@ -182,12 +183,13 @@ ZERO_ROWS = "1,4,5,7"
 def two_process_grads(tiny_assets, tmp_path_factory) -> dict[str, dict]:
     """One two-process launch of tests.trainer.grad_probe (skip_zero_advantage on, its default) on two batches:
     "all" (every advantage set) and "zero" (rows 1, 4, 5 and 7 at advantage 0)."""
-    root = tmp_path_factory.mktemp("two-process-grads")
-    cfg = write_config(tiny_assets, root, **PROBE)
-    outs = {"all": root / "all.pt", "zero": root / "zero.pt"}
-    accelerate_launch("tests.trainer.grad_probe", str(cfg), str(outs["all"]), f"{outs['zero']}:{ZERO_ROWS}",
-                      env={"PYTHONPATH": f"{tiny_assets}:{Path(__file__).resolve().parents[2]}"})
-    return {name: torch.load(path) for name, path in outs.items()}
+    def launch(root: Path) -> None:
+        cfg = write_config(tiny_assets, root, **PROBE)
+        accelerate_launch("tests.trainer.grad_probe", str(cfg), str(root / "all.pt"), f"{root / 'zero.pt'}:{ZERO_ROWS}",
+                          env={"PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+
+    root = built_once(tmp_path_factory, "two-process-grads", launch)
+    return {name: torch.load(root / f"{name}.pt") for name in ("all", "zero")}
 
 
 def one_process_grads(cfg: Path, tmp_path: Path, zero_rows: str = "") -> dict:
@@ -269,7 +271,7 @@ def test_two_process_run_with_dynamic_sampling(tiny_assets, tmp_path, rewards_on
     cfg = write_config(tiny_assets, tmp_path, **{
         "optim.steps": 3, "eval.every": 0, "optim.prompts_per_step": 4, "optim.micro_batch_size": 4,
         "logging.save_every": 3, "data.sampler": {"name": "uniform", "correct": "picky", "pass_threshold": -0.5},
-        "rewards": [{"name": "picky", "function": "tiny_rewards:picky"}],
+        "rewards": [{"name": "picky", "function": "tests.reward_functions:picky"}],
         "algorithm.dynamic_sampling": {"enabled": True, "max_rounds": 3},
     })
     launch_two_processes(cfg)
@@ -289,7 +291,7 @@ def test_judge_component_scores_reasons_and_tokens_reach_the_store(tiny_assets, 
         judge = {"type": "judge", "model": server.model, "base_url": server.base_url, "retries": 0}
         cfg = load_train_config(write_config(tiny_assets, tmp_path, **{
             "optim.steps": 2, "data.eval": None,
-            "rewards": [{"name": "short", "function": "tiny_rewards:short"}, {"name": "judge", "grader": judge}],
+            "rewards": [{"name": "short", "function": "tests.reward_functions:short"}, {"name": "judge", "grader": judge}],
         }))
         Trainer(cfg).train()
     store = RunStore.open(tmp_path / "t")
@@ -334,7 +336,7 @@ def test_reward_model_server_killed_mid_run_abstains_and_training_goes_on(tiny_a
         rm = {"type": "reward_model", "url": url, "retries": 0, "timeout": 5, "gate": False}  # score every sample
         cfg = load_train_config(write_config(tiny_assets, tmp_path, **{
             "optim.steps": 3, "data.eval": None,
-            "rewards": [{"name": "short", "function": "tiny_rewards:short"}, {"name": "quality", "grader": rm}],
+            "rewards": [{"name": "short", "function": "tests.reward_functions:short"}, {"name": "quality", "grader": rm}],
         }))
         trainer = Trainer(cfg)
         trainer.on_step = lambda step, m: server.kill() if step == 1 else None

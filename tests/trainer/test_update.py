@@ -14,7 +14,7 @@ from kitae.algorithms import LossInputs, LossSettings, Normalizer, policy_loss
 from kitae.trainer.batch import token_logps
 from kitae.trainer.config import load_train_config
 from kitae.trainer.loop import Trainer
-from tests.trainer.conftest import write_config
+from tests.plugins.tiny_run import write_config
 from tests.trainer.grad_probe import LOSSES, full_batch
 
 ZERO = (1, 4, 5)  # rows given advantage 0; row 6 has no counted token (grad_probe.MASKED)

@@ -1,27 +1,11 @@
-"""Image prompts: small pictures drawn here, and the bundled vision-language model loaded once per session."""
+"""The bundled vision-language model loaded once per session, and the bundled image prompts (pictures drawn for
+a test: tests/vision/pictures.py)."""
 
 from __future__ import annotations
 
-import base64
-from pathlib import Path
-
 import pytest
-from PIL import Image, ImageDraw
 
 from kitae.models import BUNDLED_VL
-
-
-def draw(path: Path, colour: str = "red", size: int = 48) -> Path:
-    """A real PNG: one coloured square on white."""
-    img = Image.new("RGB", (size, size), "white")
-    ImageDraw.Draw(img).rectangle([size // 4, size // 4, 3 * size // 4, 3 * size // 4], fill=colour)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    img.save(path)
-    return path
-
-
-def data_url(path: Path) -> str:
-    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode()
 
 
 @pytest.fixture(scope="session")
@@ -40,29 +24,3 @@ def vision_rows():
     from kitae.trainer.config import resolve_data_path
 
     return load_prompts(resolve_data_path("bundled:vision/test"))
-
-
-# ---- a run whose groups have images, written the way the trainer writes one ---------------------------
-from tests.web.conftest import browser, page, serve  # noqa: E402,F401  (the run page's fixtures)
-
-MARKUP = '<img src=x onerror="window.__kitae_pwned = 1">what colour?'
-
-
-def image_run(runs_dir: Path, name: str = "vision-run") -> Path:
-    """One step, two groups: group 0 a red picture (its question holds markup), group 1 a text prompt."""
-    from kitae.data.loader import validate_row
-    from kitae.store import GroupRecord, RunStore, SampleRecord
-    from kitae.store.images import RunImages
-
-    pic = draw(runs_dir.parent / "data" / "red.png")
-    row = validate_row({"messages": [{"role": "user", "content": [{"type": "image", "image": str(pic)},
-                                                                  {"type": "text", "text": MARKUP}]}],
-                        "reference_answer": "red"}, "rows.jsonl", 1)
-    messages, names = RunImages(runs_dir / name).stored_row(row["messages"], row["images"])
-    samples = [SampleRecord(t, 2, "stop", r, r - 0.5) for t, r in (("red<|im_end|>", 1.0), ("blue", 0.0))]
-    with RunStore.create(runs_dir / name, name=name, config={}, model="kitae-tiny-vl") as store:
-        store.log_groups(1, [GroupRecord("[image] " + MARKUP, messages, "red", {"images": names}, samples, 0),
-                             GroupRecord("2+2?", [{"role": "user", "content": "2+2?"}], "4", {}, samples, 1)])
-        store.log_metrics(1, {"reward": 0.5})
-        store.finish("finished")
-    return runs_dir / name

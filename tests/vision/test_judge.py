@@ -10,7 +10,7 @@ from kitae.data.loader import validate_row
 from kitae.graders import build_grader
 from kitae.judge.prompt import read_samples
 from kitae.judge.testing import Reply, ScriptedServer, judge_brain
-from tests.vision.conftest import draw
+from tests.vision.pictures import draw
 
 SAMPLES = [{"output_text": "red<|im_end|>"}, {"output_text": "blue"}]
 

@@ -13,7 +13,7 @@ from PIL import Image
 from kitae.data import images as image_limits
 from kitae.data.loader import load_prompts
 from kitae.errors import DataError
-from tests.vision.conftest import data_url, draw
+from tests.vision.pictures import data_url, draw
 
 
 def write_rows(folder: Path, rows: list) -> Path:

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from kitae.store.images import IMAGES_DIR, RunImages
-from tests.vision.conftest import MARKUP, data_url, draw, image_run
+from tests.vision.pictures import MARKUP, data_url, draw, image_run
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +81,7 @@ def test_the_group_browser_shows_the_image_beside_the_samples(serve, runs, page)
     page.wait_for_selector(".lightbox img")
     width = page.locator(".lightbox img").evaluate("img => img.getBoundingClientRect().width")
     assert width > 200
-    from tests.web.conftest import screenshot
+    from tests.plugins.run_page import screenshot
 
     screenshot(page, "vision-group")
     page.keyboard.press("Escape")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.web.conftest import Served
+from tests.plugins.run_page import Served
 from tests.web.runs import JUDGE_REASON, SAME_PROMPT, UNTRUSTED
 
 

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from tests.web.conftest import screenshot
+from tests.plugins.run_page import screenshot
 from tests.web.runs import CRITERIA, JUDGE_REASON, UNTRUSTED, LiveRun
 
 

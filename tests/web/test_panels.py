@@ -43,11 +43,9 @@ def test_panels_come_in_their_order_and_extras_last():
 
 
 def test_a_registered_panel_claims_its_keys():
-    register_panel("test_lr", Panel(85, "Learning rate", ("lr",)))
-    try:
+    with PANELS.scoped("test_lr"):
+        register_panel("test_lr", Panel(85, "Learning rate", ("lr",)))
         assert panels_of(["lr"]) == {"test_lr": (["lr"], [])}
-    finally:
-        PANELS._entries.pop("test_lr")
 
 
 def test_the_eval_set_gets_one_small_chart_per_metric_in_one_group():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kitae.store import GroupRecord, RunStore, SampleRecord
-from tests.web.conftest import screenshot
+from tests.plugins.run_page import screenshot
 
 THINKING = '2+2: <script>window.__kitae_pwned = 1</script><img src=x onerror="window.__kitae_pwned = 2"> is 4'
 SAMPLES = [

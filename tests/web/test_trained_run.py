@@ -11,8 +11,8 @@ from kitae.errors import KitaeError
 from kitae.store import RunStore
 from kitae.trainer.config import load_train_config
 from kitae.trainer.loop import Trainer
-from tests.trainer.conftest import rewards_on_path, tiny_assets, write_config  # noqa: F401 - fixtures
-from tests.web.conftest import screenshot
+from tests.plugins.run_page import screenshot
+from tests.plugins.tiny_run import write_config
 
 pytestmark = pytest.mark.slow
 STEPS = 8
@@ -32,11 +32,11 @@ def wait_for_step(run_dir, step: int, timeout: float = 120) -> None:
 
 
 @pytest.mark.slow
-def test_the_page_follows_a_training_run(tiny_assets, tmp_path, rewards_on_path, serve, page):  # noqa: F811
+def test_the_page_follows_a_training_run(tiny_assets, tmp_path, rewards_on_path, serve, page):
     cfg = load_train_config(write_config(tiny_assets, tmp_path, **{
-        "rewards": [{"name": "short", "function": "tiny_rewards:short"},
-                    {"name": "flaky", "function": "tiny_rewards:flaky", "weight": 0.5},
-                    {"name": "paced", "function": "tiny_rewards:paced", "weight": 0.0}],
+        "rewards": [{"name": "short", "function": "tests.reward_functions:short"},
+                    {"name": "flaky", "function": "tests.reward_functions:flaky", "weight": 0.5},
+                    {"name": "paced", "function": "tests.reward_functions:paced", "weight": 0.0}],
         "optim.steps": STEPS, "eval.every": 4, "logging.save_every": 100,
     }))
     result: dict = {}

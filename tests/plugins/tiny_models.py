@@ -1,10 +1,19 @@
-"""A tiny real reward model for the tests: the bundled kitae-tiny-rm when it is built, else a random one."""
+"""Tiny real models saved as model folders (no downloads): a causal LM for the judge and the model server, a
+reward model for the reward-model graders and the reward server; each built once per session."""
 
 from __future__ import annotations
 
 import pytest
 
-from kitae.rewards.reward_model import bundled_rm_path
+
+def build_tiny_lm(folder) -> str:
+    """A 2-layer random Llama with the tests' ChatML tokenizer, saved like a real checkpoint."""
+    from tests.tiny import tiny_llama, tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    tiny_llama(len(tok)).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return str(folder)
 
 
 def build_random_rm(folder) -> str:
@@ -26,10 +35,27 @@ def build_random_rm(folder) -> str:
 
 def bundled_or_random_rm(tmp_path_factory) -> str:
     """The bundled kitae-tiny-rm when it is built, else a random one."""
+    from kitae.rewards.reward_model import bundled_rm_path
+
     bundled = bundled_rm_path()
     if (bundled / "config.json").exists():
         return str(bundled)
     return build_random_rm(tmp_path_factory.mktemp("tiny-rm"))
+
+
+@pytest.fixture(scope="session")
+def tiny_lm(tmp_path_factory) -> str:
+    """The bundled kitae-tiny-base once it is built, else a random tiny LM."""
+    from kitae.models import BUNDLED_MODEL
+
+    if (BUNDLED_MODEL / "config.json").exists():
+        return str(BUNDLED_MODEL)
+    return build_tiny_lm(tmp_path_factory.mktemp("tiny-lm"))
+
+
+@pytest.fixture(scope="session")
+def random_lm(tmp_path_factory) -> str:
+    return build_tiny_lm(tmp_path_factory.mktemp("random-lm"))
 
 
 @pytest.fixture(scope="session")
