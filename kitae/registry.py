@@ -143,7 +143,7 @@ class Registry:
 
     def _tables(self) -> tuple[dict[str, Any], ...]:
         """Every map keyed by entry name (what :meth:`scoped` puts back)."""
-        return (self._entries,)
+        return (self._entries, self._settings)
 
     def _check_free(self, name: str, same: Callable[[Any], bool]) -> None:
         if name in self._entries and not same(self._entries[name]):
