@@ -39,13 +39,11 @@ import time
 import warnings
 from typing import Any, Callable
 
-import torch
 
 from kitae.algorithms.losses import LossConfig
-from kitae.errors import ConfigError, KitaeError
+from kitae.errors import KitaeError
 from kitae.lifetime import die_with_parent
-from kitae.rollout.base import ContinuesTokens, RemoteLogprobs, ReportsStats, SamplingParams
-from kitae.scoring.evaluate import evaluate
+from kitae.rollout.base import RemoteLogprobs, ReportsStats
 from kitae.scoring.rewards import (
     Drought,
     GroupScores,
@@ -60,18 +58,19 @@ from kitae.scoring.rewards import (
 )
 from kitae.store.images import RunImages
 from kitae.store.lock import RunLock
-from kitae.threads import available_cpus, load_average, set_threads, worker_core_problem
+from kitae.threads import set_threads
 from kitae.agents.engine import environment_component
 from kitae.trainer import setup, sharded
-from kitae.trainer.advantages import batch_advantages
 from kitae.trainer.alarms import Alarm, RunAlarms
 from kitae.trainer.checkpoint import save_checkpoint, set_rng_state
 from kitae.trainer.collect import Collected, Rollouts
 from kitae.trainer.config import TrainConfig
+from kitae.trainer.engine_sync import EngineSync
+from kitae.trainer.evaluation import Evaluations
 from kitae.trainer.loggers import make_loggers
 from kitae.trainer.metrics import group_records, pass_rate_and_partial_metrics, policy_lag, reward_metrics
 from kitae.trainer.periodic import due
-from kitae.trainer.pipeline import RolloutPipeline, in_worker
+from kitae.trainer.pipeline import RolloutPipeline
 from kitae.trainer.preflight import Checked, preflight
 from kitae.trainer.processes import agree_to_stop, gather, reduce_metrics
 from kitae.trainer.resume import ResumePlan, plan_resume, remove_stale_saves
@@ -136,15 +135,18 @@ class Trainer:
         self.model, self.optimizer = self.acc.prepare(model, optimizer)
         self.engine = setup.make_engine(cfg, self.policy, self.tokenizer, self.processor, checked.servers)
         self.components = checked.components + setup.repeat_component(cfg) + environment_component(cfg, self.engine)
-        self.eval_grader, self.eval_rows = checked.eval_grader, checked.eval_rows
+        self.eval_rows = checked.eval_rows
         sampler = setup.make_sampler(cfg, checked.train_rows)
         partial = setup.make_partial(cfg, self.engine, self.tokenizer, self.acc.num_processes)
         self.rollouts = Rollouts(cfg, self.acc, self.engine, sampler, partial, checked.train_rows, self.components,
                                  checked.pass_component)
+        self.engine_sync = EngineSync(cfg, self.acc, self.engine)
+        off_policy = isinstance(self.engine, RemoteLogprobs) or cfg.sampling.async_  # not the trainer's log-probs
         self.update = PolicyUpdate(cfg, self.acc, self.model, self.optimizer, self.ref_model,
-                                   self.tokenizer.pad_token_id)
+                                   self.tokenizer.pad_token_id, off_policy)
         if cfg.sampling.async_:
-            self.rollouts.pipeline = self._async_pipeline()
+            self.rollouts.pipeline = self.engine_sync.pipeline = RolloutPipeline.for_run(
+                cfg, self.acc, self.rollouts, self.engine_sync.push_to_servers, self.processor)
         self.kl_ctl = setup.make_kl_controller(cfg.algorithm.kl)
         self.loss_config()  # a loss setting that cannot work fails here, not at the first update
         if ckpt:
@@ -152,8 +154,10 @@ class Trainer:
             ckpt.state = None  # restored: its tensors are not held twice
         self.store = setup.create_or_trim_store(cfg, self.resume_plan, run_lock) if self.acc.is_main_process else None
         self.loggers = make_loggers(cfg.logging.report_to if self.store else [], self.run_dir, cfg.to_dict())
+        self.evaluations = Evaluations(cfg, self.acc, self.model, self.tokenizer, checked.eval_rows,
+                                       checked.eval_grader, self.engine_sync, self.store, self.loggers)
         self._stop_requested = False
-        self.final_eval_interrupted = False  # a signal ended the final evaluation early (see evaluate)
+        self.final_eval_interrupted = False  # a signal ended the final evaluation early (kitae.trainer.evaluation)
         self._drought = Drought([c.name for c in self.components])  # steps in a row without a finite score
         self.stop_signal: int | None = None  # the signal (SIGINT, SIGTERM) that stopped the run, if one did
         self.stop_alarm: Alarm | None = None  # the alarm (one of alarms.stop_on) that stopped the run, if one did
@@ -161,51 +165,10 @@ class Trainer:
         self.alarms = RunAlarms(self.store, cfg.alarms, weights) if self.store is not None else None
         self._counters: dict[str, float] = {}  # graders' own counters (judge tokens, ...) at the last step
 
-    def _async_pipeline(self) -> RolloutPipeline:
-        """``sampling.async``'s pipeline (kitae.trainer.pipeline). The in-process engine's rollout worker and the
-        trainer split the torch threads the trainer was given (at least one each)."""
-        where = "sampling.async"
-        if self.acc.num_processes > 1:
-            raise ConfigError(where, f"runs in one training process; this run has {self.acc.num_processes} "
-                              "(accelerate): set async: false, or train in one process")
-        if self.processor is not None:
-            raise ConfigError(where, "does not sample image prompts (a vision-language model); set async: false")
-        if not isinstance(self.engine, ContinuesTokens):
-            raise ConfigError(where, f"samples from token ids, which the {self.cfg.sampling.engine} engine does not "
-                              "(kitae.rollout.base.ContinuesTokens); set async: false")
-        from kitae.rollout.hf import HFEngine
-
-        if in_worker(self.engine) and type(self.engine) is not HFEngine:
-            raise ConfigError(where, "the rollout worker samples with kitae's in-process engine (kitae.rollout.hf."
-                              f"HFEngine) on its own copy of the policy, not with the {self.cfg.sampling.engine} "
-                              f"engine ({type(self.engine).__name__}); set async: false, or give the engine "
-                              "sync_weights (kitae.rollout.base.SyncsWeights): then its requests are sent from a "
-                              "background thread")
-        # mu 1: the update's one forward gives the old log-probs and the weights (no forward more per step)
-        self.update.in_pass_correction = self.cfg.algorithm.mu == 1
-        threads = max(1, torch.get_num_threads() // 2)
-        if in_worker(self.engine):
-            torch.set_num_threads(threads)  # the other half is the rollout worker's
-        pipeline = RolloutPipeline(self.rollouts, threads)
-        if self.acc.is_main_process and (problem := self._worker_core_problem(pipeline, running=False)):
-            warnings.warn(f"sampling.async: the rollout worker has no core of its own ({problem}), so sampling "
-                          "and the update take turns: async is slower than sync here (docs/performance.md). Set "
-                          "sampling.async: false, or train on a machine with free cores", stacklevel=2)
-        return pipeline
-
-    def _worker_core_problem(self, pipeline: RolloutPipeline | None = None, running: bool = True) -> str | None:
-        """Why the rollout worker of ``sampling.async`` has no core of its own now, or None (also without one).
-        ``running``: the trainer and the worker are busy, so the load average holds their threads."""
-        pipeline = pipeline or self.rollouts.pipeline
-        if pipeline is None or not in_worker(self.engine):
-            return None
-        trainer, worker = torch.get_num_threads(), pipeline.threads
-        return worker_core_problem(available_cpus(), load_average(), trainer, worker,
-                                   own=trainer + worker if running else 1.0)
-
     def worker_has_no_core(self) -> bool:
         """For the step line: the rollout worker of ``sampling.async`` shares its cores now (a busy machine)."""
-        return self._worker_core_problem() is not None
+        pipeline = self.rollouts.pipeline
+        return pipeline is not None and pipeline.worker_core_problem() is not None
 
     @property
     def policy(self):
@@ -219,7 +182,8 @@ class Trainer:
     def _restore(self, state: dict[str, Any], plan: ResumePlan) -> None:
         sharded.load_optimizer_state(self.acc, self.model, self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        self.rollouts.load_state_dict(state)  # the prompt sampler and the partial-rollout buffer
+        self.rollouts.load_state_dict(state)  # the prompt sampler, the partial-rollout buffer, the steps ahead
+        self.engine_sync.load_state_dict(state)
         self.kl_ctl.load_state_dict(state["kl"])
         set_rng_state(state["rng"])
         setup.apply_optim_config(self.optimizer, self.scheduler, self.cfg.optim)
@@ -232,7 +196,7 @@ class Trainer:
         old_handlers = self._install_signal_handlers()
         status, error = "crashed", None
         try:
-            self.rollouts.sync_weights(self.policy, self.start_step, force=True)  # the servers sample with our weights
+            self.engine_sync.sync_weights(self.policy, self.start_step, force=True)  # the servers sample with ours
             if self.start_step == 0 and self.eval_rows:
                 self.evaluate(0)
             step, last = self.start_step, self.cfg.optim.steps
@@ -258,6 +222,7 @@ class Trainer:
             raise
         finally:
             self.rollouts.close()  # the rollout worker of sampling.async
+            self.engine_sync.close()
             for s, h in old_handlers.items():
                 signal.signal(s, h)
             self.loggers.close()
@@ -309,30 +274,22 @@ class Trainer:
         t_gen = time.perf_counter()
         if not got.groups:  # partial rollouts: no group finished this iteration
             return self._log_idle_step(step, t0, t_gen)
-        # 2. the training batch: the sampler's log-probs (corrected for a server's mismatch), the reference's
-        batch = self.update.batch_before_advantages(got.completions)  # [B, L] on the device
-        # the sampler's log-probs are not the trainer's: a server's kernels, or async's older weights
-        off_policy = isinstance(self.engine, RemoteLogprobs) or self.cfg.sampling.async_
-        mismatch = self.update.correct_mismatch(batch) if off_policy and not self.update.in_pass_correction else {}
-        if self.ref_model is not None:
-            batch.ref_logp = self.update.reference_logps(batch)  # [B, L-1]
-        # 3. advantages
-        advantages = batch_advantages(got.scores, batch, self.cfg.algorithm, self.kl_ctl.value)  # [B]
-        batch.advantages = advantages.to(self.acc.device)
+        # 2. the training batch: old (mismatch-corrected) and reference log-probs, advantages
+        batch, mismatch = self.update.prepare(got.completions, got.scores, self.kl_ctl.value)
         t_prep = time.perf_counter()
-        # 4. update
+        # 3. update, and the engine given the new weights
         trained = self.update.optimize(batch, self.loss_config())
         self._step_scheduler()  # also after a skipped optimizer step: the schedule counts steps, as verl's does
-        synced = self.rollouts.sync_weights(self.policy, step)
+        synced = self.engine_sync.sync_weights(self.policy, step)
         t_end = time.perf_counter()
-        # 5. log
+        # 4. log
         times = {"secs_per_step": t_end - t0, "secs_generate": t_gen - t0, "secs_train": t_end - t_prep}
         lag = policy_lag(got.completions, step)
         metrics = self._step_metrics(got, {**trained, **mismatch, **synced, **lag}, times)
         if metrics.get("kl") is not None:
             self.kl_ctl.update(metrics["kl"], 1)  # the KL coefficient of the next step
-        records = group_records(got.rows, got.groups, got.scores, advantages.view(len(got.groups), -1),
-                                self._run_images)
+        advantages = batch.advantages.cpu().view(len(got.groups), -1)  # [num_groups, G]
+        records = group_records(got.rows, got.groups, got.scores, advantages, self._run_images)
         self._log(step, metrics, records)
         self._check_alarms(step)
         self._record_skipped_steps(step, trained)
@@ -451,46 +408,11 @@ class Trainer:
 
     # ---- evaluation, checkpoints, summary -------------------------------------------------------
     def evaluate(self, step: int, final: bool = False) -> dict[str, float] | None:
-        """Pass@1 and the eval grader's metrics on the eval rows (main process), stored and logged. ``final``: the
-        evaluation after the last step, which a signal ends early (after the batch of prompts it is in): the run
-        is trained and saved, so it finishes without this evaluation, an ``eval_interrupted`` event says so, and
-        ``kitae train --resume`` runs it. Other evaluations run to their end before the run stops."""
-        self.rollouts.sync_weights(self.policy, step, force=True)  # sync_every > 1: evaluate this step's policy
-        with sharded.full_weights(self.acc, self.model):  # FSDP: the main process samples alone
-            try:
-                metrics = self._evaluate_main(step, final)
-            except _EvalInterrupted:
-                metrics = None
-                self.final_eval_interrupted = True
-                self.store.log_event(step, "eval_interrupted", f"the final evaluation at step {step} was stopped "
-                                     "by a signal; the run is trained and saved. `kitae train --resume` runs it")
-        self.acc.wait_for_everyone()
-        return metrics
-
-    def _evaluate_main(self, step: int, final: bool = False) -> dict[str, float] | None:
-        metrics = None
-        if self.acc.is_main_process:
-            e = self.cfg.eval
-            sp = SamplingParams(
-                temperature=e.temperature, max_new_tokens=e.max_new_tokens or self.cfg.sampling.max_new_tokens,
-                seed=self.cfg.seed + 12345,
-            )
-            shown = self.on_eval_start(step, len(self.eval_rows)) if self.on_eval_start else None
-
-            def progress(done: int) -> None:
-                if shown:
-                    shown(done)
-                if final and self._stop_requested and done < len(self.eval_rows):  # a whole one is kept
-                    raise _EvalInterrupted
-
-            t0 = time.perf_counter()
-            metrics, samples = evaluate(self.rollouts.eval_engine(self.policy, self.tokenizer), self.eval_rows,
-                                        self.eval_grader, e.k, sp, e.pass_threshold, progress=progress,
-                                        think=e.think)
-            self.store.log_eval(step, metrics, samples)
-            self.loggers.log_eval(step, metrics)
-            if self.on_eval:
-                self.on_eval(step, metrics, time.perf_counter() - t0)
+        """The evaluation of step ``step`` (kitae.trainer.evaluation); ``final``: the one after the last step,
+        which a signal ends early."""
+        metrics, interrupted = self.evaluations.run(step, final, lambda: self._stop_requested, self.on_eval_start,
+                                                    self.on_eval)
+        self.final_eval_interrupted = self.final_eval_interrupted or interrupted
         return metrics
 
     def save(self, step: int) -> None:
@@ -499,7 +421,7 @@ class Trainer:
         weights, optimizer = sharded.checkpoint_state(self.acc, self.model, self.optimizer)  # FSDP: gathered
         if self.acc.is_main_process:
             state = {"optimizer": optimizer, "scheduler": self.scheduler.state_dict(),
-                     **self.rollouts.state_dict(), "kl": self.kl_ctl.state_dict()}
+                     **self.rollouts.state_dict(), **self.engine_sync.state_dict(), "kl": self.kl_ctl.state_dict()}
             save_checkpoint(self.run_dir, step, self.policy, self.processor or self.tokenizer, state,
                             self.cfg.logging.keep_checkpoints, weights, self.model_path, self.cfg.model.quantization)
         self.acc.wait_for_everyone()
@@ -516,6 +438,3 @@ class Trainer:
             out["stopped_by"] = {"alarm": a.kind, "subject": a.subject, "step": a.step, "message": a.message}
         return out
 
-
-class _EvalInterrupted(Exception):
-    """A signal came during the final evaluation (:meth:`Trainer.evaluate`)."""
