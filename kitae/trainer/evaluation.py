@@ -14,16 +14,17 @@ from kitae.scoring.evaluate import evaluate
 from kitae.trainer import sharded
 from kitae.trainer.config import TrainConfig
 from kitae.trainer.engine_sync import EngineSync
+from kitae.trainer.run_log import RunLog
 
 
 class Evaluations:
     """Evaluates ``model`` (as accelerate prepared it) on the run's eval ``rows`` with its eval ``grader``; the
-    results go to ``store`` and ``loggers`` (main process)."""
+    results go to the run's record (kitae.trainer.run_log, main process)."""
 
     def __init__(self, cfg: TrainConfig, acc, model, tokenizer, rows: list[dict], grader, engine_sync: EngineSync,
-                 store, loggers):
+                 run_log: RunLog):
         self.cfg, self.acc, self.model, self.tokenizer = cfg, acc, model, tokenizer
-        self.rows, self.grader, self.engine_sync, self.store, self.loggers = rows, grader, engine_sync, store, loggers
+        self.rows, self.grader, self.engine_sync, self.run_log = rows, grader, engine_sync, run_log
 
     def run(self, step: int, final: bool, stop_requested: Callable[[], bool],
             on_start: Callable[[int, int], Callable[[int], None]] | None = None,
@@ -40,8 +41,8 @@ class Evaluations:
                 metrics = self._main(step, policy, final, stop_requested, on_start, on_done)
             except _EvalInterrupted:
                 metrics, interrupted = None, True
-                self.store.log_event(step, "eval_interrupted", f"the final evaluation at step {step} was stopped "
-                                     "by a signal; the run is trained and saved. `kitae train --resume` runs it")
+                self.run_log.event(step, "eval_interrupted", f"the final evaluation at step {step} was stopped "
+                                   "by a signal; the run is trained and saved. `kitae train --resume` runs it")
         self.acc.wait_for_everyone()
         return metrics, interrupted
 
@@ -64,8 +65,7 @@ class Evaluations:
         t0 = time.perf_counter()
         metrics, samples = evaluate(self.engine_sync.eval_engine(policy, self.tokenizer), self.rows, self.grader,
                                     e.k, sp, e.pass_threshold, progress=progress, think=e.think)
-        self.store.log_eval(step, metrics, samples)
-        self.loggers.log_eval(step, metrics)
+        self.run_log.eval(step, metrics, samples)
         if on_done:
             on_done(step, metrics, time.perf_counter() - t0)
         return metrics

@@ -43,14 +43,13 @@ from typing import Any, Callable
 from kitae.algorithms.losses import LossConfig
 from kitae.errors import KitaeError
 from kitae.lifetime import die_with_parent
-from kitae.rollout.base import RemoteLogprobs, ReportsStats
+from kitae.rollout.base import RemoteLogprobs
 from kitae.scoring.rewards import (
     Drought,
     GroupScores,
     component_errors,
     component_message,
     component_warning,
-    counter_deltas,
     function_scores,
     last_problems,
     no_reward_message,
@@ -68,12 +67,14 @@ from kitae.trainer.config import TrainConfig
 from kitae.trainer.engine_sync import EngineSync
 from kitae.trainer.evaluation import Evaluations
 from kitae.trainer.loggers import make_loggers
-from kitae.trainer.metrics import group_records, pass_rate_and_partial_metrics, policy_lag, reward_metrics
+from kitae.trainer.metrics import StepMetrics, group_records, policy_lag
 from kitae.trainer.periodic import due
 from kitae.trainer.pipeline import RolloutPipeline
 from kitae.trainer.preflight import Checked, preflight
-from kitae.trainer.processes import agree_to_stop, gather, reduce_metrics
+from kitae.trainer.processes import gather
 from kitae.trainer.resume import ResumePlan, plan_resume, remove_stale_saves
+from kitae.trainer.run_log import RunLog
+from kitae.trainer.stopping import StopRequest
 from kitae.trainer.update import PolicyUpdate
 
 
@@ -141,6 +142,7 @@ class Trainer:
         self.rollouts = Rollouts(cfg, self.acc, self.engine, sampler, partial, checked.train_rows, self.components,
                                  checked.pass_component)
         self.engine_sync = EngineSync(cfg, self.acc, self.engine)
+        self.step_metrics = StepMetrics(cfg, self.acc, self.rollouts)
         off_policy = isinstance(self.engine, RemoteLogprobs) or cfg.sampling.async_  # not the trainer's log-probs
         self.update = PolicyUpdate(cfg, self.acc, self.model, self.optimizer, self.ref_model,
                                    self.tokenizer.pad_token_id, off_policy)
@@ -153,17 +155,21 @@ class Trainer:
             self._restore(ckpt.state, self.resume_plan)
             ckpt.state = None  # restored: its tensors are not held twice
         self.store = setup.create_or_trim_store(cfg, self.resume_plan, run_lock) if self.acc.is_main_process else None
-        self.loggers = make_loggers(cfg.logging.report_to if self.store else [], self.run_dir, cfg.to_dict())
+        loggers = make_loggers(cfg.logging.report_to if self.store else [], self.run_dir, cfg.to_dict())
+        self.run_log = RunLog(self.acc, self.store, loggers)
         self.evaluations = Evaluations(cfg, self.acc, self.model, self.tokenizer, checked.eval_rows,
-                                       checked.eval_grader, self.engine_sync, self.store, self.loggers)
-        self._stop_requested = False
+                                       checked.eval_grader, self.engine_sync, self.run_log)
+        self.stop = StopRequest(self.acc)  # a signal, or an alarm of alarms.stop_on, asked the run to stop
         self.final_eval_interrupted = False  # a signal ended the final evaluation early (kitae.trainer.evaluation)
         self._drought = Drought([c.name for c in self.components])  # steps in a row without a finite score
-        self.stop_signal: int | None = None  # the signal (SIGINT, SIGTERM) that stopped the run, if one did
         self.stop_alarm: Alarm | None = None  # the alarm (one of alarms.stop_on) that stopped the run, if one did
         weights = {r.name: r.weight for r in cfg.rewards}
         self.alarms = RunAlarms(self.store, cfg.alarms, weights) if self.store is not None else None
-        self._counters: dict[str, float] = {}  # graders' own counters (judge tokens, ...) at the last step
+
+    @property
+    def stop_signal(self) -> int | None:
+        """The signal (SIGINT, SIGTERM) that stopped the run, if one did."""
+        return self.stop.signal
 
     def worker_has_no_core(self) -> bool:
         """For the step line: the rollout worker of ``sampling.async`` shares its cores now (a busy machine)."""
@@ -193,20 +199,20 @@ class Trainer:
     # ---- the loop -----------------------------------------------------------------------------
     def train(self) -> dict[str, Any]:
         """Run until `optim.steps`; returns the final summary. Ctrl-C (or SIGTERM) saves and stops cleanly."""
-        old_handlers = self._install_signal_handlers()
+        self.stop.catch_signals()
         status, error = "crashed", None
         try:
             self.engine_sync.sync_weights(self.policy, self.start_step, force=True)  # the servers sample with ours
             if self.start_step == 0 and self.eval_rows:
                 self.evaluate(0)
             step, last = self.start_step, self.cfg.optim.steps
-            stop = self._agreed_stop()
+            stop = self.stop.agreed()
             while step < last and not stop:
                 step += 1
                 metrics = self.train_step(step)
                 if self.on_step:
                     self.on_step(step, metrics)
-                stop = self._agreed_stop()  # every process decides alike, whichever got the signal
+                stop = self.stop.agreed()  # every process decides alike, whichever got the signal
                 if due(step, self.cfg.eval.every) and step != last and self.eval_rows:
                     self.evaluate(step)
                 if (due(step, self.cfg.logging.save_every) or stop) and not self._complete(step):
@@ -223,43 +229,14 @@ class Trainer:
         finally:
             self.rollouts.close()  # the rollout worker of sampling.async
             self.engine_sync.close()
-            for s, h in old_handlers.items():
-                signal.signal(s, h)
-            self.loggers.close()
-            if self.store is not None:
-                final = self.summary(status) if status != "crashed" else {"status": status, "error": error}
-                try:
-                    self.store.finish(status, final)
-                except KitaeError:  # a full disk: the error that stopped the run is the one to see
-                    if error is None:
-                        raise
-                finally:
-                    self.store.close()  # and lets the run's lock go
+            self.stop.release_signals()
+            final = self.summary(status) if status != "crashed" else {"status": status, "error": error}
+            self.run_log.finish(status, final, error)
 
     def _complete(self, step: int) -> bool:
         """Every step is trained and no alarm stopped the run: it finishes, whatever signal comes now (a signal
         during the final evaluation ends that evaluation early, :meth:`evaluate`)."""
         return step >= self.cfg.optim.steps and self.stop_alarm is None
-
-    def _agreed_stop(self) -> bool:
-        """Whether to stop after this step: asked (a signal, an alarm of ``alarms.stop_on``) in any process. A
-        collective call in multi-process runs: a signal to one rank alone (``kill PID``) stops them all at the
-        same step, where each deciding alone would leave the others waiting in a collective call."""
-        stop, signum = agree_to_stop(self.acc, self.stop_signal, self._stop_requested)
-        if stop:  # a signal that came after the agreement counts at the next step
-            self._stop_requested, self.stop_signal = True, self.stop_signal or signum
-        return stop
-
-    def _install_signal_handlers(self) -> dict:
-        def request_stop(signum, frame):
-            if self._stop_requested:  # a second Ctrl-C stops at once
-                raise KeyboardInterrupt
-            self._stop_requested, self.stop_signal = True, signum
-
-        try:
-            return {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
-        except ValueError:  # not the main thread
-            return {}
 
     # ---- one step -----------------------------------------------------------------------------
     def train_step(self, step: int) -> dict[str, float]:
@@ -285,35 +262,17 @@ class Trainer:
         # 4. log
         times = {"secs_per_step": t_end - t0, "secs_generate": t_gen - t0, "secs_train": t_end - t_prep}
         lag = policy_lag(got.completions, step)
-        metrics = self._step_metrics(got, {**trained, **mismatch, **synced, **lag}, times)
+        metrics = self.step_metrics.of(got, {**trained, **mismatch, **synced, **lag}, times, self.kl_ctl.value,
+                                       self.scheduler.get_last_lr()[0])
         if metrics.get("kl") is not None:
             self.kl_ctl.update(metrics["kl"], 1)  # the KL coefficient of the next step
         advantages = batch.advantages.cpu().view(len(got.groups), -1)  # [num_groups, G]
         records = group_records(got.rows, got.groups, got.scores, advantages, self._run_images)
-        self._log(step, metrics, records)
+        self.run_log.step(step, metrics, records)
         self._check_alarms(step)
         self._record_skipped_steps(step, trained)
         self._watch_rewards(step, metrics, got)
         return metrics
-
-    def _step_metrics(self, got: Collected, trained: dict[str, float], times: dict[str, float]) -> dict[str, float]:
-        """The step's metrics over all processes: rewards, the update's (and the mismatch and weight sync's),
-        the engine's own, the KL coefficient and lr, timings, pass rate and partial rollouts, grader counters."""
-        completions = got.completions
-        metrics = {
-            **reward_metrics(self.components, got.scores, completions),
-            **trained,
-            **(self.engine.take_stats() if isinstance(self.engine, ReportsStats) else {}),
-            "kl_coef": self.kl_ctl.value,
-            "lr": self.scheduler.get_last_lr()[0],
-            **times,
-            "groups": len(got.groups),
-            **({"sampling_rounds": got.rounds} if self.cfg.algorithm.dynamic_sampling.enabled else {}),
-            **pass_rate_and_partial_metrics(got.scores, completions, self.rollouts.pass_component,
-                                            self.cfg.data.sampler.pass_threshold, self.rollouts.partial),
-        }
-        counters, self._counters = counter_deltas(self.components, self._counters)  # this step's change
-        return {**reduce_metrics(self.acc, metrics), **reduce_metrics(self.acc, counters, "sum")}
 
     def _log_idle_step(self, step: int, t0: float, t_gen: float) -> dict[str, float]:
         """A partial-rollout iteration in which no group finished: nothing to train on; the schedule moves on."""
@@ -321,24 +280,13 @@ class Trainer:
         partial = self.rollouts.partial
         metrics = {"groups": 0, "lr": self.scheduler.get_last_lr()[0], "secs_per_step": time.perf_counter() - t0,
                    "secs_generate": t_gen - t0, **(partial.stats() if partial else {})}
-        self._log(step, metrics, [])
+        self.run_log.step(step, metrics, [])
         return metrics
 
     def _step_scheduler(self) -> None:
         with warnings.catch_warnings():  # torch warns when the scheduler steps before any optimizer step
             warnings.simplefilter("ignore", UserWarning)
             self.scheduler.step()
-
-    def _log(self, step: int, metrics: dict[str, float], records: list) -> None:
-        """The step's metrics and groups (every process's) into the run store and the loggers."""
-        if self.acc.num_processes > 1:
-            records = gather(self.acc, records)
-            for i, r in enumerate(records):
-                r.group_index = i
-        if self.store is not None:
-            self.store.log_groups(step, records)
-            self.store.log_metrics(step, metrics)
-            self.loggers.log(step, metrics)
 
     def _check_alarms(self, step: int) -> None:
         """The run's alarms after the step is logged (kitae.trainer.alarms, main process): each new one is an event
@@ -352,7 +300,7 @@ class Trainer:
         if self.cfg.alarms.stop_on and self.acc.num_processes > 1:
             stop = next((a for a in gather(self.acc, [stop]) if a is not None), None)
         if stop is not None and self.stop_alarm is None:
-            self.stop_alarm, self._stop_requested = stop, True
+            self.stop_alarm, self.stop.requested = stop, True
 
     def _record_skipped_steps(self, step: int, trained: dict[str, float]) -> None:
         """An optimizer step skipped for a gradient norm that was not finite (kitae.trainer.update) is an event
@@ -410,7 +358,7 @@ class Trainer:
     def evaluate(self, step: int, final: bool = False) -> dict[str, float] | None:
         """The evaluation of step ``step`` (kitae.trainer.evaluation); ``final``: the one after the last step,
         which a signal ends early."""
-        metrics, interrupted = self.evaluations.run(step, final, lambda: self._stop_requested, self.on_eval_start,
+        metrics, interrupted = self.evaluations.run(step, final, lambda: self.stop.requested, self.on_eval_start,
                                                     self.on_eval)
         self.final_eval_interrupted = self.final_eval_interrupted or interrupted
         return metrics
