@@ -10,15 +10,20 @@ One step (:meth:`Trainer.train_step`), stage by stage, each in the module named:
    ``sampling.repeat`` ends looping samples early. ``sampling.async`` samples the next steps' groups while this
    step updates, at most ``sampling.max_staleness`` policy versions behind (kitae.trainer.pipeline); the step
    logs ``policy_lag`` and ``policy_lag_max``.
-2. the training batch (kitae.trainer.update): old log-probs are the sampling policy's, from the engine (the
-   server engine's, and async's, corrected for the sampler mismatch); the reference's log-probs when the KL
-   weight is non-zero.
-3. advantages (kitae.trainer.advantages): total rewards, less the KL with ``algorithm.kl.where: reward``, turned
-   into group-relative advantages.
-4. update (kitae.trainer.update): ``mu`` optimization passes over the batch with the configured policy loss.
-5. log (kitae.trainer.metrics): everything the step produced goes to the run store and the loggers.
-6. alarms (kitae.trainer.alarms): signs of reward hacking or of a run that stopped learning, read back from the
-   run store; each new one is an event, and one of ``alarms.stop_on`` stops the run at a checkpoint.
+2. the training batch, finished in one call (kitae.trainer.update, ``PolicyUpdate.prepare``): old log-probs are
+   the sampling policy's, from the engine (the server engine's, and async's, corrected for the sampler
+   mismatch); the reference's log-probs when the KL weight is non-zero; the advantages (kitae.trainer.advantages):
+   total rewards, less the KL with ``algorithm.kl.where: reward``, turned into group-relative advantages.
+3. update (kitae.trainer.update): ``mu`` optimization passes over the batch with the configured policy loss;
+   then the engine gets the new weights (kitae.trainer.engine_sync: the rollout servers every
+   ``sampling.sync_every`` steps, or async's rollout worker).
+4. log (kitae.trainer.metrics, kitae.trainer.run_log): everything the step produced goes to the run store and
+   the loggers.
+
+After the step, the alarms (kitae.trainer.alarms): signs of reward hacking or of a run that stopped learning,
+read back from the run store; each new one is an event, and one of ``alarms.stop_on`` stops the run at a
+checkpoint, as Ctrl-C does (kitae.trainer.stopping). Between steps: evaluations (kitae.trainer.evaluation) and
+checkpoints.
 
 Kimi k1.5: ``algorithm.reset_optimizer`` starts each iteration with fresh optimizer state; the reference of the
 mirror descent step is the policy that sampled the batch: its log-probs come from the engine as ``old_logp``.
