@@ -84,7 +84,8 @@ from kitae.trainer.update import PolicyUpdate
 
 
 class Trainer:
-    """Owns the model, optimizer, engine, rewards and run store of one run. `train()` runs it.
+    """One run: builds its parts (kitae.trainer.setup) and the owners a step calls, one each (sampling and
+    grading, the update, keeping the engine in step, the record, evaluations, stopping); `train()` runs it.
 
     ``resume``: go on from the run's newest complete checkpoint (kitae.trainer.resume: what is refused and what
     is recorded); ``allow_config_change`` applies config fields that differ from the run's saved config;
