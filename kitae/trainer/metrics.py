@@ -1,7 +1,7 @@
-"""What a training step logs (:class:`StepMetrics` puts it together) besides the update's own numbers: reward statistics (each component separately,
+"""What a training step logs besides the update's own numbers: reward statistics (each component separately,
 with its graders' abstain and error rates), what the agent episodes did (``agent/...``, only for a step with
 episodes), the pass rate and the partial-rollout buffer, and the groups of samples the run page shows
-(:class:`kitae.store.GroupRecord`).
+(:class:`kitae.store.GroupRecord`). :class:`StepMetrics` puts a step's metrics together.
 
 Only finite numbers count in a statistic: graders abstain on others, and should one slip through,
 ``statistics.pstdev`` would raise on it at every step, resumed or not.

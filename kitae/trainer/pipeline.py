@@ -16,7 +16,10 @@ Checkpoints: a checkpoint of step s holds the groups of the steps already submit
 waits for them), so a resumed run trains on exactly the samples the uninterrupted run would have: no step is
 lost or repeated.
 
-The update treats the samples as off-policy (kitae.trainer.loop): the trainer's log-probs before the update are
+Built for a run by :meth:`RolloutPipeline.for_run`: refused where it cannot run (several training processes, image
+prompts, an engine that does not sample from token ids), the torch threads split with the rollout worker.
+
+The update treats the samples as off-policy (kitae.trainer.update): the trainer's log-probs before the update are
 the ratio's old log-probs, and the sampler's give truncated importance weights (kitae.algorithms.mismatch).
 """
 
@@ -52,12 +55,13 @@ class Ahead:
 
 
 class RolloutPipeline:
-    """The schedule of the module docstring over ``rollouts`` (kitae.trainer.collect.Rollouts). ``push(policy,
-    version)`` takes the weights to an engine that syncs them (the rollout servers); an in-process engine samples
-    in a rollout worker with ``threads`` torch threads."""
+    """The schedule of the module docstring over ``rollouts`` (kitae.trainer.collect.Rollouts).
+    ``push_to_servers(policy, version)`` takes the weights to an engine that syncs them (the rollout servers;
+    kitae.trainer.engine_sync.EngineSync.push_to_servers); an in-process engine samples in a rollout worker with
+    ``threads`` torch threads."""
 
-    def __init__(self, rollouts: Any, push: Callable[[Any, int], Any], threads: int = 1):
-        self.rollouts, self.push_to_servers, self.threads = rollouts, push, threads
+    def __init__(self, rollouts: Any, push_to_servers: Callable[[Any, int], Any], threads: int = 1):
+        self.rollouts, self.push_to_servers, self.threads = rollouts, push_to_servers, threads
         self.k = rollouts.cfg.sampling.max_staleness
         self.runner: Runner | None = None
         self.version: int | None = None
@@ -65,7 +69,7 @@ class RolloutPipeline:
         self.next_step: int | None = None  # the first step not submitted yet
 
     @classmethod
-    def for_run(cls, cfg: Any, acc: Any, rollouts: Any, push: Callable[[Any, int], Any],
+    def for_run(cls, cfg: Any, acc: Any, rollouts: Any, push_to_servers: Callable[[Any, int], Any],
                 processor: Any) -> "RolloutPipeline":
         """``sampling.async``'s pipeline for a run, refused (ConfigError) where it cannot run. The in-process
         engine's rollout worker and the trainer split the torch threads the trainer was given (at least one
@@ -90,7 +94,7 @@ class RolloutPipeline:
         threads = max(1, torch.get_num_threads() // 2)
         if in_worker(engine):
             torch.set_num_threads(threads)  # the other half is the rollout worker's
-        pipeline = cls(rollouts, push, threads)
+        pipeline = cls(rollouts, push_to_servers, threads)
         if acc.is_main_process and (problem := pipeline.worker_core_problem(running=False)):
             warnings.warn(f"sampling.async: the rollout worker has no core of its own ({problem}), so sampling "
                           "and the update take turns: async is slower than sync here (docs/performance.md). Set "
