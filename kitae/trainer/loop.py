@@ -236,8 +236,8 @@ class Trainer:
             self.rollouts.close()  # the rollout worker of sampling.async
             self.engine_sync.close()
             self.stop.release_signals()
-            final = self.summary(status) if status != "crashed" else {"status": status, "error": error}
-            self.run_log.finish(status, final, error)
+            crashed = {"status": status, "error": error}
+            self.run_log.finish(status, lambda: self.summary(status) if status != "crashed" else crashed, error)
 
     def _complete(self, step: int) -> bool:
         """Every step is trained and no alarm stopped the run: it finishes, whatever signal comes now (a signal

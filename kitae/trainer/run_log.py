@@ -4,7 +4,7 @@ evaluation, the run's events and how it ended."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from kitae.errors import KitaeError
 from kitae.trainer.loggers import Loggers
@@ -37,15 +37,16 @@ class RunLog:
         if self.store is not None:
             self.store.log_event(step, kind, message)
 
-    def finish(self, status: str, summary: dict[str, Any], error: str | None) -> None:
-        """The loggers closed; the run's status and summary stored and the store closed (which lets the run's
-        lock go). A store that cannot write (a full disk) raises, unless an ``error`` stopped the run already:
-        that is the one to see."""
+    def finish(self, status: str, summary: Callable[[], dict[str, Any]], error: str | None) -> None:
+        """The loggers closed; the run's status and ``summary()`` stored and the store closed (which lets the
+        run's lock go). A store that cannot write (a full disk) raises, unless an ``error`` stopped the run
+        already: that is the one to see."""
         self.loggers.close()
         if self.store is None:
             return
+        final = summary()
         try:
-            self.store.finish(status, summary)
+            self.store.finish(status, final)
         except KitaeError:
             if error is None:
                 raise
