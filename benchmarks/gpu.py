@@ -91,7 +91,7 @@ def make_trainer(root: Path, name: str, folder: Path, args, servers: list[str] |
 def run_phase(trainer: Trainer, args, deadline: float) -> list[dict]:
     """Train steps until ``--steps`` or the deadline; each step's metrics with the process's peak memory."""
     cuda = args.device == "cuda"
-    trainer.rollouts.sync_weights(trainer.policy, 0, force=True)  # as train() does before its first step
+    trainer.engine_sync.sync_weights(trainer.policy, 0, force=True)  # as train() does before its first step
     seen = []
     for step in range(1, args.steps + 1):
         if cuda:

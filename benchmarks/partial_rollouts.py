@@ -71,7 +71,7 @@ def run_interleaved(trainers: list[Trainer], steps: int) -> list[list[dict]]:
         for t, log in zip(trainers, out):
             log.append(t.train_step(step))
     for t in trainers:
-        t.loggers.close()
+        t.run_log.loggers.close()
         t.store.finish("finished")
         t.store.close()
     return out

@@ -63,7 +63,7 @@ def main() -> None:
                 "1 replica": make_trainer(root, "one", args, one.urls),
                 "2 replicas": make_trainer(root, "two", args, two.urls)}
         for t in runs.values():
-            t.rollouts.sync_weights(t.policy, 0, force=True)  # as train() does before its first step
+            t.engine_sync.sync_weights(t.policy, 0, force=True)  # as train() does before its first step
         seen: dict[str, list[dict]] = {k: [] for k in runs}
         for step in range(1, args.steps + 1):
             for name, t in runs.items():

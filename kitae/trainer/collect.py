@@ -6,29 +6,26 @@ engine, every reward component's grade.
 - Partial rollouts (Kimi k1.5, ``sampling.partial``): new prompts start and unfinished trajectories continue
   from the replay buffer (kitae.rollout.partial); only the groups that finished this step come back.
 - After grading, the prompt sampler is told each prompt's pass rate (prioritized and curriculum sampling).
-- An engine with its own copy of the weights (kitae.rollout.base.SyncsWeights: the rollout servers) gets the
-  policy's every ``sampling.sync_every`` steps.
 - ``sampling.async``: the groups of the next steps are sampled while this step updates (kitae.trainer.pipeline).
+
+Keeping the engine in step with the policy (weight pushes, the evaluation engine, the engine's state in
+checkpoints) is kitae.trainer.engine_sync's.
 
 In a multi-process run each process samples its share of the prompts (kitae.trainer.processes).
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from kitae.agents.engine import AgentEngine
 from kitae.algorithms.advantages import dynamic_sampling_keep
-from kitae.rollout.base import Completion, SamplingParams, SavesState, SyncsWeights
+from kitae.rollout.base import Completion, SamplingParams
 from kitae.rollout.partial import PartialRollouts
 from kitae.scoring.graded import grade_completions, sample_and_grade
 from kitae.scoring.rewards import GroupScores, RewardComponent
-from kitae.trainer import sharded
 from kitae.trainer.config import TrainConfig
 from kitae.trainer.grades import pass_rates, reward_tensor
-from kitae.trainer.periodic import due
 from kitae.trainer.pipeline import RolloutPipeline
 from kitae.trainer.processes import fewest, gather, local_count, local_share
 
@@ -60,7 +57,8 @@ class Collected:
 
 
 class Rollouts:
-    """The rollout engine, the prompt sampler, the partial-rollout buffer and the reward components of a run."""
+    """Sampling and grading a run's steps: the rollout engine it samples with, the prompt sampler, the
+    partial-rollout buffer, the async pipeline's rollouts sampled ahead, and the reward components."""
 
     def __init__(self, cfg: TrainConfig, acc, engine, sampler, partial: PartialRollouts | None,
                  rows: list[dict], components: list[RewardComponent], pass_component: str | None):
@@ -146,65 +144,21 @@ class Rollouts:
         return SamplingParams(s.temperature, s.top_p, s.top_k, s.repetition_penalty, self.cfg.max_completion_tokens,
                               seed=seed, **rep)  # an environment samples each turn within its own budgets
 
-    # ---- the engine's weights, checkpoints -------------------------------------------------------------
-    def sync_weights(self, policy, version: int, force: bool = False) -> dict[str, float]:
-        """The policy is at ``version``: with ``sampling.async`` its weights go to the rollout worker or servers
-        and the next steps are submitted (kitae.trainer.pipeline); else :meth:`push_to_servers`."""
-        if self.pipeline is not None:
-            return self.pipeline.push(policy, version)
-        return self.push_to_servers(policy, version, force)
-
-    def push_to_servers(self, policy, version: int, force: bool = True) -> dict[str, float]:
-        """Push the policy to an engine that syncs weights (the rollout servers) every ``sampling.sync_every``
-        steps (or now, with ``force``) unless it holds ``version`` already; returns ``sync_secs`` when it pushed, and
-        the bytes it moved against a full push's (``sync/bytes``, ``sync/full_bytes``; the main process's)."""
-        engine = self.engine
-        if not isinstance(engine, SyncsWeights) or engine.frozen or engine.version == version:
-            return {}
-        if not (force or due(version, self.cfg.sampling.sync_every)):
-            return {}
-        t0 = time.perf_counter()
-        state = sharded.full_model_state(self.acc, policy)  # FSDP: every process gathers, the main one pushes
-        moved: dict[str, float] = {}
-        if self.acc.is_main_process:
-            moved = engine.sync_weights(policy, version, state) or {}  # sync/bytes, sync/full_bytes
-        if self.acc.num_processes > 1:  # every process's engine learns what the replicas now hold
-            from accelerate.utils import broadcast_object_list
-
-            synced = [engine.synced_state(), moved]  # the bytes too: every process logs the same metric keys
-            broadcast_object_list(synced)
-            engine.load_synced_state(synced[0])
-            moved = synced[1]
-        return {"sync_secs": time.perf_counter() - t0, **moved}
-
-    def eval_engine(self, policy, tokenizer):
-        """The engine that samples evaluations: the run's, unless it keeps weights of its own that never take the
-        policy's (frozen servers, ``sampling.sync: none``); then the policy in this process, with the run's chat
-        settings."""
-        if isinstance(self.engine, SyncsWeights) and self.engine.frozen:
-            from kitae.rollout.hf import HFEngine
-
-            engine = HFEngine(policy, tokenizer)
-            engine.set_chat(self.cfg.model.chat_template_kwargs, self.cfg.model.end_marker)
-            return self.engine.with_engine(engine) if isinstance(self.engine, AgentEngine) else engine
-        return self.engine
-
     def close(self) -> None:
+        """The rollout worker of ``sampling.async``."""
         if self.pipeline is not None:
             self.pipeline.close()
-        if isinstance(self.engine, AgentEngine):  # the tools' MCP sessions and event loop
-            self.engine.close()
 
+    # ---- checkpoints -------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        """The prompt sampler's, the partial-rollout buffer's and the steps sampled ahead (the engine's own state
+        is kitae.trainer.engine_sync's)."""
         return {"sampler": self.sampler.state_dict(),
                 "partial": self.partial.state_dict() if self.partial is not None else None,
-                "ahead": self.pipeline.state_dict() if self.pipeline is not None else None,
-                "engine": self.engine.state_dict() if isinstance(self.engine, SavesState) else None}
+                "ahead": self.pipeline.state_dict() if self.pipeline is not None else None}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.sampler.load_state_dict(state["sampler"])
-        if isinstance(self.engine, SavesState) and state.get("engine") is not None:
-            self.engine.load_state_dict(state["engine"])
         if self.pipeline is not None:
             self.pipeline.load_state_dict(state.get("ahead"))
         if self.partial is not None and state.get("partial") is not None:

@@ -1,5 +1,5 @@
 """A step's grades as more than one stage reads them: the total rewards as a tensor (dynamic sampling in stage 1,
-the advantages of stage 3) and each group's pass rate (the prompt sampler in stage 1, the metrics of stage 5).
+the advantages of stage 2) and each group's pass rate (the prompt sampler in stage 1, the metrics of stage 4).
 
 A total that is None (every component abstained) or not finite is invalid; a pass rate counts only the samples
 its component graded.

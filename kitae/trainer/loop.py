@@ -10,16 +10,20 @@ One step (:meth:`Trainer.train_step`), stage by stage, each in the module named:
    ``sampling.repeat`` ends looping samples early. ``sampling.async`` samples the next steps' groups while this
    step updates, at most ``sampling.max_staleness`` policy versions behind (kitae.trainer.pipeline); the step
    logs ``policy_lag`` and ``policy_lag_max``.
-2. the training batch (kitae.trainer.update): old log-probs are the sampling policy's, from the engine (the
-   server engine's, and async's, corrected for the sampler mismatch); the reference's log-probs when the KL
-   weight is non-zero.
-3. advantages (kitae.trainer.advantages): total rewards, less the KL with ``algorithm.kl.where: reward``, turned
-   into group-relative advantages.
-4. update (kitae.trainer.update): ``mu`` optimization passes over the batch with the configured policy loss.
-5. log (kitae.trainer.metrics): everything the step produced goes to the run store and the loggers.
-6. health (kitae.trainer.health): alarms (signs of reward hacking or of a run that stopped learning, on the run's
-   history kept in memory; one of ``alarms.stop_on`` stops the run at a checkpoint), skipped optimizer steps,
-   steps without a reward.
+2. the training batch, finished in one call (kitae.trainer.update, ``PolicyUpdate.prepare``): old log-probs are
+   the sampling policy's, from the engine (the server engine's, and async's, corrected for the sampler
+   mismatch); the reference's log-probs when the KL weight is non-zero; the advantages (kitae.trainer.advantages):
+   total rewards, less the KL with ``algorithm.kl.where: reward``, turned into group-relative advantages.
+3. update (kitae.trainer.update): ``mu`` optimization passes over the batch with the configured policy loss;
+   then the engine gets the new weights (kitae.trainer.engine_sync: the rollout servers every
+   ``sampling.sync_every`` steps, or async's rollout worker).
+4. log (kitae.trainer.metrics, kitae.trainer.run_log): everything the step produced goes to the run store and
+   the loggers.
+
+After the step, its health (kitae.trainer.health, one call): the alarms (signs of reward hacking or of a run that
+stopped learning, on the run's history kept in memory; each new one is an event, and one of ``alarms.stop_on``
+stops the run at a checkpoint, as Ctrl-C does: kitae.trainer.stopping), skipped optimizer steps, steps without a
+reward. Between steps: evaluations (kitae.trainer.evaluation) and checkpoints.
 
 Kimi k1.5: ``algorithm.reset_optimizer`` starts each iteration with fresh optimizer state; the reference of the
 mirror descent step is the policy that sampled the batch: its log-probs come from the engine as ``old_logp``.
@@ -40,37 +44,39 @@ import time
 import warnings
 from typing import Any, Callable
 
-import torch
 
 from kitae.algorithms.losses import LossConfig
-from kitae.errors import ConfigError, KitaeError
+from kitae.errors import KitaeError
 from kitae.lifetime import die_with_parent
-from kitae.rollout.base import ContinuesTokens, RemoteLogprobs, ReportsStats, SamplingParams
-from kitae.scoring.evaluate import evaluate
-from kitae.scoring.rewards import GroupScores, counter_deltas
+from kitae.rollout.base import RemoteLogprobs
+from kitae.scoring.rewards import GroupScores
 from kitae.store.images import RunImages
 from kitae.store.lock import RunLock
-from kitae.threads import available_cpus, load_average, set_threads, worker_core_problem
+from kitae.threads import set_threads
 from kitae.agents.engine import environment_component
 from kitae.trainer import setup, sharded
-from kitae.trainer.advantages import batch_advantages
 from kitae.trainer.alarms import Alarm
 from kitae.trainer.checkpoint import save_checkpoint, set_rng_state
 from kitae.trainer.collect import Collected, Rollouts
 from kitae.trainer.config import TrainConfig
+from kitae.trainer.engine_sync import EngineSync
+from kitae.trainer.evaluation import Evaluations
 from kitae.trainer.health import RunHealth
 from kitae.trainer.loggers import make_loggers
-from kitae.trainer.metrics import group_records, pass_rate_and_partial_metrics, policy_lag, reward_metrics
+from kitae.trainer.metrics import StepMetrics, group_records, policy_lag
 from kitae.trainer.periodic import due
-from kitae.trainer.pipeline import RolloutPipeline, in_worker
+from kitae.trainer.pipeline import RolloutPipeline
 from kitae.trainer.preflight import Checked, preflight
-from kitae.trainer.processes import agree_to_stop, gather, reduce_metrics
+from kitae.trainer.processes import gather
 from kitae.trainer.resume import ResumePlan, plan_resume, remove_stale_saves
+from kitae.trainer.run_log import RunLog
+from kitae.trainer.stopping import StopRequest
 from kitae.trainer.update import PolicyUpdate
 
 
 class Trainer:
-    """Owns the model, optimizer, engine, rewards and run store of one run. `train()` runs it.
+    """One run: builds its parts (kitae.trainer.setup) and the owners a step calls, one each (sampling and
+    grading, the update, keeping the engine in step, the record, evaluations, stopping); `train()` runs it.
 
     ``resume``: go on from the run's newest complete checkpoint (kitae.trainer.resume: what is refused and what
     is recorded); ``allow_config_change`` applies config fields that differ from the run's saved config;
@@ -127,76 +133,45 @@ class Trainer:
         self.model, self.optimizer = self.acc.prepare(model, optimizer)
         self.engine = setup.make_engine(cfg, self.policy, self.tokenizer, self.processor, checked.servers)
         self.components = checked.components + setup.repeat_component(cfg) + environment_component(cfg, self.engine)
-        self.eval_grader, self.eval_rows = checked.eval_grader, checked.eval_rows
+        self.eval_rows = checked.eval_rows
         sampler = setup.make_sampler(cfg, checked.train_rows)
         partial = setup.make_partial(cfg, self.engine, self.tokenizer, self.acc.num_processes)
         self.rollouts = Rollouts(cfg, self.acc, self.engine, sampler, partial, checked.train_rows, self.components,
                                  checked.pass_component)
+        self.engine_sync = EngineSync(cfg, self.acc, self.engine)
+        self.step_metrics = StepMetrics(cfg, self.acc, self.rollouts)
+        off_policy = isinstance(self.engine, RemoteLogprobs) or cfg.sampling.async_  # not the trainer's log-probs
         self.update = PolicyUpdate(cfg, self.acc, self.model, self.optimizer, self.ref_model,
-                                   self.tokenizer.pad_token_id)
+                                   self.tokenizer.pad_token_id, off_policy)
         if cfg.sampling.async_:
-            self.rollouts.pipeline = self._async_pipeline()
+            self.rollouts.pipeline = self.engine_sync.pipeline = RolloutPipeline.for_run(
+                cfg, self.acc, self.rollouts, self.engine_sync.push_to_servers, self.processor)
         self.kl_ctl = setup.make_kl_controller(cfg.algorithm.kl)
         self.loss_config()  # a loss setting that cannot work fails here, not at the first update
         if ckpt:
             self._restore(ckpt.state, self.resume_plan)
             ckpt.state = None  # restored: its tensors are not held twice
         self.store = setup.create_or_trim_store(cfg, self.resume_plan, run_lock) if self.acc.is_main_process else None
-        self.loggers = make_loggers(cfg.logging.report_to if self.store else [], self.run_dir, cfg.to_dict())
-        self._stop_requested = False
-        self.final_eval_interrupted = False  # a signal ended the final evaluation early (see evaluate)
-        self.stop_signal: int | None = None  # the signal (SIGINT, SIGTERM) that stopped the run, if one did
+        loggers = make_loggers(cfg.logging.report_to if self.store else [], self.run_dir, cfg.to_dict())
+        self.run_log = RunLog(self.acc, self.store, loggers)
+        self.evaluations = Evaluations(cfg, self.acc, self.model, self.tokenizer, checked.eval_rows,
+                                       checked.eval_grader, self.engine_sync, self.run_log)
+        self.stop = StopRequest(self.acc)  # a signal, or an alarm of alarms.stop_on, asked the run to stop
+        self.final_eval_interrupted = False  # a signal ended the final evaluation early (kitae.trainer.evaluation)
         self.stop_alarm: Alarm | None = None  # the alarm (one of alarms.stop_on) that stopped the run, if one did
         self.health = RunHealth(cfg, self.acc, self.store, self.components, self.start_step, save=self.save,
                                 request_stop=self._stop_for_alarm, skipped_total=lambda: self.update.skipped_steps,
                                 on_alarm=lambda alarm: self.on_alarm(alarm) if self.on_alarm else None)
-        self._counters: dict[str, float] = {}  # graders' own counters (judge tokens, ...) at the last step
 
-    def _async_pipeline(self) -> RolloutPipeline:
-        """``sampling.async``'s pipeline (kitae.trainer.pipeline). The in-process engine's rollout worker and the
-        trainer split the torch threads the trainer was given (at least one each)."""
-        where = "sampling.async"
-        if self.acc.num_processes > 1:
-            raise ConfigError(where, f"runs in one training process; this run has {self.acc.num_processes} "
-                              "(accelerate): set async: false, or train in one process")
-        if self.processor is not None:
-            raise ConfigError(where, "does not sample image prompts (a vision-language model); set async: false")
-        if not isinstance(self.engine, ContinuesTokens):
-            raise ConfigError(where, f"samples from token ids, which the {self.cfg.sampling.engine} engine does not "
-                              "(kitae.rollout.base.ContinuesTokens); set async: false")
-        from kitae.rollout.hf import HFEngine
-
-        if in_worker(self.engine) and type(self.engine) is not HFEngine:
-            raise ConfigError(where, "the rollout worker samples with kitae's in-process engine (kitae.rollout.hf."
-                              f"HFEngine) on its own copy of the policy, not with the {self.cfg.sampling.engine} "
-                              f"engine ({type(self.engine).__name__}); set async: false, or give the engine "
-                              "sync_weights (kitae.rollout.base.SyncsWeights): then its requests are sent from a "
-                              "background thread")
-        # mu 1: the update's one forward gives the old log-probs and the weights (no forward more per step)
-        self.update.in_pass_correction = self.cfg.algorithm.mu == 1
-        threads = max(1, torch.get_num_threads() // 2)
-        if in_worker(self.engine):
-            torch.set_num_threads(threads)  # the other half is the rollout worker's
-        pipeline = RolloutPipeline(self.rollouts, threads)
-        if self.acc.is_main_process and (problem := self._worker_core_problem(pipeline, running=False)):
-            warnings.warn(f"sampling.async: the rollout worker has no core of its own ({problem}), so sampling "
-                          "and the update take turns: async is slower than sync here (docs/performance.md). Set "
-                          "sampling.async: false, or train on a machine with free cores", stacklevel=2)
-        return pipeline
-
-    def _worker_core_problem(self, pipeline: RolloutPipeline | None = None, running: bool = True) -> str | None:
-        """Why the rollout worker of ``sampling.async`` has no core of its own now, or None (also without one).
-        ``running``: the trainer and the worker are busy, so the load average holds their threads."""
-        pipeline = pipeline or self.rollouts.pipeline
-        if pipeline is None or not in_worker(self.engine):
-            return None
-        trainer, worker = torch.get_num_threads(), pipeline.threads
-        return worker_core_problem(available_cpus(), load_average(), trainer, worker,
-                                   own=trainer + worker if running else 1.0)
+    @property
+    def stop_signal(self) -> int | None:
+        """The signal (SIGINT, SIGTERM) that stopped the run, if one did."""
+        return self.stop.signal
 
     def worker_has_no_core(self) -> bool:
         """For the step line: the rollout worker of ``sampling.async`` shares its cores now (a busy machine)."""
-        return self._worker_core_problem() is not None
+        pipeline = self.rollouts.pipeline
+        return pipeline is not None and pipeline.worker_core_problem() is not None
 
     @property
     def policy(self):
@@ -210,7 +185,8 @@ class Trainer:
     def _restore(self, state: dict[str, Any], plan: ResumePlan) -> None:
         sharded.load_optimizer_state(self.acc, self.model, self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        self.rollouts.load_state_dict(state)  # the prompt sampler and the partial-rollout buffer
+        self.rollouts.load_state_dict(state)  # the prompt sampler, the partial-rollout buffer, the steps ahead
+        self.engine_sync.load_state_dict(state)
         self.kl_ctl.load_state_dict(state["kl"])
         set_rng_state(state["rng"])
         setup.apply_optim_config(self.optimizer, self.scheduler, self.cfg.optim)
@@ -220,20 +196,20 @@ class Trainer:
     # ---- the loop -----------------------------------------------------------------------------
     def train(self) -> dict[str, Any]:
         """Run until `optim.steps`; returns the final summary. Ctrl-C (or SIGTERM) saves and stops cleanly."""
-        old_handlers = self._install_signal_handlers()
+        self.stop.catch_signals()
         status, error = "crashed", None
         try:
-            self.rollouts.sync_weights(self.policy, self.start_step, force=True)  # the servers sample with our weights
+            self.engine_sync.sync_weights(self.policy, self.start_step, force=True)  # the servers sample with ours
             if self.start_step == 0 and self.eval_rows:
                 self.evaluate(0)
             step, last = self.start_step, self.cfg.optim.steps
-            stop = self._agreed_stop()
+            stop = self.stop.agreed()
             while step < last and not stop:
                 step += 1
                 metrics = self.train_step(step)
                 if self.on_step:
                     self.on_step(step, metrics)
-                stop = self._agreed_stop()  # every process decides alike, whichever got the signal
+                stop = self.stop.agreed()  # every process decides alike, whichever got the signal
                 if due(step, self.cfg.eval.every) and step != last and self.eval_rows:
                     self.evaluate(step)
                 if (due(step, self.cfg.logging.save_every) or stop) and not self._complete(step):
@@ -249,43 +225,15 @@ class Trainer:
             raise
         finally:
             self.rollouts.close()  # the rollout worker of sampling.async
-            for s, h in old_handlers.items():
-                signal.signal(s, h)
-            self.loggers.close()
-            if self.store is not None:
-                final = self.summary(status) if status != "crashed" else {"status": status, "error": error}
-                try:
-                    self.store.finish(status, final)
-                except KitaeError:  # a full disk: the error that stopped the run is the one to see
-                    if error is None:
-                        raise
-                finally:
-                    self.store.close()  # and lets the run's lock go
+            self.engine_sync.close()
+            self.stop.release_signals()
+            crashed = {"status": status, "error": error}
+            self.run_log.finish(status, lambda: self.summary(status) if status != "crashed" else crashed, error)
 
     def _complete(self, step: int) -> bool:
         """Every step is trained and no alarm stopped the run: it finishes, whatever signal comes now (a signal
         during the final evaluation ends that evaluation early, :meth:`evaluate`)."""
         return step >= self.cfg.optim.steps and self.stop_alarm is None
-
-    def _agreed_stop(self) -> bool:
-        """Whether to stop after this step: asked (a signal, an alarm of ``alarms.stop_on``) in any process. A
-        collective call in multi-process runs: a signal to one rank alone (``kill PID``) stops them all at the
-        same step, where each deciding alone would leave the others waiting in a collective call."""
-        stop, signum = agree_to_stop(self.acc, self.stop_signal, self._stop_requested)
-        if stop:  # a signal that came after the agreement counts at the next step
-            self._stop_requested, self.stop_signal = True, self.stop_signal or signum
-        return stop
-
-    def _install_signal_handlers(self) -> dict:
-        def request_stop(signum, frame):
-            if self._stop_requested:  # a second Ctrl-C stops at once
-                raise KeyboardInterrupt
-            self._stop_requested, self.stop_signal = True, signum
-
-        try:
-            return {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
-        except ValueError:  # not the main thread
-            return {}
 
     # ---- one step -----------------------------------------------------------------------------
     def train_step(self, step: int) -> dict[str, float]:
@@ -299,61 +247,36 @@ class Trainer:
             got = self.rollouts.sample_grade_and_tell_sampler(step)
         t_gen = time.perf_counter()
         if not got.groups:  # partial rollouts: no group finished this iteration
-            return self._log_idle_step(step, t0, t_gen)
-        # 2. the training batch: the sampler's log-probs (corrected for a server's mismatch), the reference's
-        batch = self.update.batch_before_advantages(got.completions)  # [B, L] on the device
-        # the sampler's log-probs are not the trainer's: a server's kernels, or async's older weights
-        off_policy = isinstance(self.engine, RemoteLogprobs) or self.cfg.sampling.async_
-        mismatch = self.update.correct_mismatch(batch) if off_policy and not self.update.in_pass_correction else {}
-        if self.ref_model is not None:
-            batch.ref_logp = self.update.reference_logps(batch)  # [B, L-1]
-        # 3. advantages
-        advantages = batch_advantages(got.scores, batch, self.cfg.algorithm, self.kl_ctl.value)  # [B]
-        batch.advantages = advantages.to(self.acc.device)
+            return self._log_idle_step(step, got, t0, t_gen)
+        # 2. the training batch: old (mismatch-corrected) and reference log-probs, advantages
+        batch, mismatch = self.update.prepare(got.completions, got.scores, self.kl_ctl.value)
         t_prep = time.perf_counter()
-        # 4. update
+        # 3. update, and the engine given the new weights
         trained = self.update.optimize(batch, self.loss_config())
         self._step_scheduler()  # also after a skipped optimizer step: the schedule counts steps, as verl's does
-        synced = self.rollouts.sync_weights(self.policy, step)
+        synced = self.engine_sync.sync_weights(self.policy, step)
         t_end = time.perf_counter()
-        # 5. log
+        # 4. log
         times = {"secs_per_step": t_end - t0, "secs_generate": t_gen - t0, "secs_train": t_end - t_prep}
         lag = policy_lag(got.completions, step)
-        metrics = self._step_metrics(got, {**trained, **mismatch, **synced, **lag}, times)
+        metrics = self.step_metrics.of(got, {**trained, **mismatch, **synced, **lag}, times, self.kl_ctl.value,
+                                       self.scheduler.get_last_lr()[0])
         if metrics.get("kl") is not None:
             self.kl_ctl.update(metrics["kl"], 1)  # the KL coefficient of the next step
-        records = group_records(got.rows, got.groups, got.scores, advantages.view(len(got.groups), -1),
-                                self._run_images)
-        records = self._log(step, metrics, records)
+        advantages = batch.advantages.cpu().view(len(got.groups), -1)  # [num_groups, G]
+        records = group_records(got.rows, got.groups, got.scores, advantages, self._run_images)
+        records = self.run_log.step(step, metrics, records)
         self.health.after_step(step, metrics, records, got, trained)
         return metrics
 
-    def _step_metrics(self, got: Collected, trained: dict[str, float], times: dict[str, float]) -> dict[str, float]:
-        """The step's metrics over all processes: rewards, the update's (and the mismatch and weight sync's),
-        the engine's own, the KL coefficient and lr, timings, pass rate and partial rollouts, grader counters."""
-        completions = got.completions
-        metrics = {
-            **reward_metrics(self.components, got.scores, completions),
-            **trained,
-            **(self.engine.take_stats() if isinstance(self.engine, ReportsStats) else {}),
-            "kl_coef": self.kl_ctl.value,
-            "lr": self.scheduler.get_last_lr()[0],
-            **times,
-            "groups": len(got.groups),
-            **({"sampling_rounds": got.rounds} if self.cfg.algorithm.dynamic_sampling.enabled else {}),
-            **pass_rate_and_partial_metrics(got.scores, completions, self.rollouts.pass_component,
-                                            self.cfg.data.sampler.pass_threshold, self.rollouts.partial),
-        }
-        counters, self._counters = counter_deltas(self.components, self._counters)  # this step's change
-        return {**reduce_metrics(self.acc, metrics), **reduce_metrics(self.acc, counters, "sum")}
-
-    def _log_idle_step(self, step: int, t0: float, t_gen: float) -> dict[str, float]:
+    def _log_idle_step(self, step: int, got: Collected, t0: float, t_gen: float) -> dict[str, float]:
         """A partial-rollout iteration in which no group finished: nothing to train on; the schedule moves on."""
         self._step_scheduler()
         partial = self.rollouts.partial
         metrics = {"groups": 0, "lr": self.scheduler.get_last_lr()[0], "secs_per_step": time.perf_counter() - t0,
                    "secs_generate": t_gen - t0, **(partial.stats() if partial else {})}
-        self._log(step, metrics, [])
+        self.run_log.step(step, metrics, [])
+        self.health.after_step(step, metrics, [], got, {})  # remembered for the alarms' history, nothing checked
         return metrics
 
     def _step_scheduler(self) -> None:
@@ -361,68 +284,20 @@ class Trainer:
             warnings.simplefilter("ignore", UserWarning)
             self.scheduler.step()
 
-    def _log(self, step: int, metrics: dict[str, float], records: list) -> list:
-        """The step's metrics and groups (every process's) into the run store and the loggers; returns the groups
-        as logged (every process's)."""
-        if self.acc.num_processes > 1:
-            records = gather(self.acc, records)
-            for i, r in enumerate(records):
-                r.group_index = i
-        if self.store is not None:
-            self.store.log_groups(step, records)
-            self.store.log_metrics(step, metrics)
-            self.loggers.log(step, metrics)
-        return records
-
     def _stop_for_alarm(self, alarm: Alarm) -> None:
         """An alarm of ``alarms.stop_on`` (kitae.trainer.health) stops the run after this step, at a checkpoint,
         as Ctrl-C does; the first one is the reason the run gives."""
         if self.stop_alarm is None:
-            self.stop_alarm, self._stop_requested = alarm, True
+            self.stop_alarm, self.stop.requested = alarm, True
 
     # ---- evaluation, checkpoints, summary -------------------------------------------------------
     def evaluate(self, step: int, final: bool = False) -> dict[str, float] | None:
-        """Pass@1 and the eval grader's metrics on the eval rows (main process), stored and logged. ``final``: the
-        evaluation after the last step, which a signal ends early (after the batch of prompts it is in): the run
-        is trained and saved, so it finishes without this evaluation, an ``eval_interrupted`` event says so, and
-        ``kitae train --resume`` runs it. Other evaluations run to their end before the run stops."""
-        self.rollouts.sync_weights(self.policy, step, force=True)  # sync_every > 1: evaluate this step's policy
-        with sharded.full_weights(self.acc, self.model):  # FSDP: the main process samples alone
-            try:
-                metrics = self._evaluate_main(step, final)
-            except _EvalInterrupted:
-                metrics = None
-                self.final_eval_interrupted = True
-                self.store.log_event(step, "eval_interrupted", f"the final evaluation at step {step} was stopped "
-                                     "by a signal; the run is trained and saved. `kitae train --resume` runs it")
+        """The evaluation of step ``step`` (kitae.trainer.evaluation); ``final``: the one after the last step,
+        which a signal ends early."""
+        metrics, interrupted = self.evaluations.run(step, final, lambda: self.stop.requested, self.on_eval_start,
+                                                    self.on_eval)
+        self.final_eval_interrupted = self.final_eval_interrupted or interrupted
         self.health.after_eval(step, metrics)  # the alarms compare evaluations
-        self.acc.wait_for_everyone()
-        return metrics
-
-    def _evaluate_main(self, step: int, final: bool = False) -> dict[str, float] | None:
-        metrics = None
-        if self.acc.is_main_process:
-            e = self.cfg.eval
-            sp = SamplingParams(
-                temperature=e.temperature, max_new_tokens=e.max_new_tokens or self.cfg.sampling.max_new_tokens,
-                seed=self.cfg.seed + 12345,
-            )
-            shown = self.on_eval_start(step, len(self.eval_rows)) if self.on_eval_start else None
-
-            def progress(done: int) -> None:
-                if shown:
-                    shown(done)
-                if final and self._stop_requested and done < len(self.eval_rows):  # a whole one is kept
-                    raise _EvalInterrupted
-
-            t0 = time.perf_counter()
-            metrics, samples = evaluate(self.rollouts.eval_engine(self.policy, self.tokenizer), self.eval_rows,
-                                        self.eval_grader, e.k, sp, e.pass_threshold, progress=progress,
-                                        think=e.think)
-            self.store.log_eval(step, metrics, samples)
-            self.loggers.log_eval(step, metrics)
-            if self.on_eval:
-                self.on_eval(step, metrics, time.perf_counter() - t0)
         return metrics
 
     def save(self, step: int) -> None:
@@ -431,7 +306,7 @@ class Trainer:
         weights, optimizer = sharded.checkpoint_state(self.acc, self.model, self.optimizer)  # FSDP: gathered
         if self.acc.is_main_process:
             state = {"optimizer": optimizer, "scheduler": self.scheduler.state_dict(),
-                     **self.rollouts.state_dict(), "kl": self.kl_ctl.state_dict()}
+                     **self.rollouts.state_dict(), **self.engine_sync.state_dict(), "kl": self.kl_ctl.state_dict()}
             save_checkpoint(self.run_dir, step, self.policy, self.processor or self.tokenizer, state,
                             self.cfg.logging.keep_checkpoints, weights, self.model_path, self.cfg.model.quantization)
         self.acc.wait_for_everyone()
@@ -448,6 +323,3 @@ class Trainer:
             out["stopped_by"] = {"alarm": a.kind, "subject": a.subject, "step": a.step, "message": a.message}
         return out
 
-
-class _EvalInterrupted(Exception):
-    """A signal came during the final evaluation (:meth:`Trainer.evaluate`)."""

@@ -1,7 +1,7 @@
 """What a training step logs besides the update's own numbers: reward statistics (each component separately,
 with its graders' abstain and error rates), what the agent episodes did (``agent/...``, only for a step with
 episodes), the pass rate and the partial-rollout buffer, and the groups of samples the run page shows
-(:class:`kitae.store.GroupRecord`).
+(:class:`kitae.store.GroupRecord`). :class:`StepMetrics` puts a step's metrics together.
 
 Only finite numbers count in a statistic: graders abstain on others, and should one slip through,
 ``statistics.pstdev`` would raise on it at every step, resumed or not.
@@ -17,13 +17,14 @@ import torch
 
 from kitae.chat import content_text
 from kitae.graders.base import is_finite_number
-from kitae.rollout.base import Completion
+from kitae.rollout.base import Completion, ReportsStats
 from kitae.rollout.partial import PartialRollouts
 from kitae.rollout.trajectory import EPISODE_ENDS, trained_spans
-from kitae.scoring.rewards import GroupScores, RewardComponent
+from kitae.scoring.rewards import GroupScores, RewardComponent, counter_deltas
 from kitae.store import GroupRecord, SampleRecord
 from kitae.store.images import RunImages
 from kitae.trainer.grades import pass_rates
+from kitae.trainer.processes import reduce_metrics
 
 
 def reward_metrics(components: list[RewardComponent], scores: list[GroupScores],
@@ -168,3 +169,34 @@ def policy_lag(completions: list[Completion], step: int) -> dict[str, float]:
     if not lags:
         return {}
     return {"policy_lag": sum(lags) / len(lags), "policy_lag_max": float(max(lags))}
+
+
+class StepMetrics:
+    """A step's metrics over all processes, for ``rollouts`` (kitae.trainer.collect.Rollouts: its engine, reward
+    components, pass component and partial-rollout buffer): the rewards, the update's own (and the mismatch and
+    weight sync's), the engine's, the KL coefficient and lr, timings, pass rate and partial rollouts, and the
+    change of the graders' own counters (judge tokens, ...) since the last step, whose values it keeps."""
+
+    def __init__(self, cfg, acc, rollouts):
+        self.cfg, self.acc, self.rollouts = cfg, acc, rollouts
+        self._counters: dict[str, float] = {}  # the graders' counters at the last step
+
+    def of(self, got, trained: dict[str, float], times: dict[str, float], kl_coef: float,
+           lr: float) -> dict[str, float]:
+        """The metrics of the step that collected ``got`` (kitae.trainer.collect.Collected), means over processes
+        (the counters' changes: sums)."""
+        r, completions = self.rollouts, got.completions
+        metrics = {
+            **reward_metrics(r.components, got.scores, completions),
+            **trained,
+            **(r.engine.take_stats() if isinstance(r.engine, ReportsStats) else {}),
+            "kl_coef": kl_coef,
+            "lr": lr,
+            **times,
+            "groups": len(got.groups),
+            **({"sampling_rounds": got.rounds} if self.cfg.algorithm.dynamic_sampling.enabled else {}),
+            **pass_rate_and_partial_metrics(got.scores, completions, r.pass_component,
+                                            self.cfg.data.sampler.pass_threshold, r.partial),
+        }
+        counters, self._counters = counter_deltas(r.components, self._counters)  # this step's change
+        return {**reduce_metrics(self.acc, metrics), **reduce_metrics(self.acc, counters, "sum")}

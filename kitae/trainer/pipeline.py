@@ -16,7 +16,10 @@ Checkpoints: a checkpoint of step s holds the groups of the steps already submit
 waits for them), so a resumed run trains on exactly the samples the uninterrupted run would have: no step is
 lost or repeated.
 
-The update treats the samples as off-policy (kitae.trainer.loop): the trainer's log-probs before the update are
+Built for a run by :meth:`RolloutPipeline.for_run`: refused where it cannot run (several training processes, image
+prompts, an engine that does not sample from token ids), the torch threads split with the rollout worker.
+
+The update treats the samples as off-policy (kitae.trainer.update): the trainer's log-probs before the update are
 the ratio's old log-probs, and the sampler's give truncated importance weights (kitae.algorithms.mismatch).
 """
 
@@ -24,10 +27,15 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
+import warnings
+from typing import Any, Callable
 
-from kitae.rollout.base import Completion, SyncsWeights
+import torch
+
+from kitae.errors import ConfigError
+from kitae.rollout.base import Completion, ContinuesTokens, SyncsWeights
 from kitae.rollout.worker import Runner, ThreadRunner, WorkerRunner
+from kitae.threads import available_cpus, load_average, worker_core_problem
 
 
 def in_worker(engine: Any) -> bool:
@@ -47,22 +55,67 @@ class Ahead:
 
 
 class RolloutPipeline:
-    """The schedule of the module docstring over ``rollouts`` (kitae.trainer.collect.Rollouts)."""
+    """The schedule of the module docstring over ``rollouts`` (kitae.trainer.collect.Rollouts).
+    ``push_to_servers(policy, version)`` takes the weights to an engine that syncs them (the rollout servers;
+    kitae.trainer.engine_sync.EngineSync.push_to_servers); an in-process engine samples in a rollout worker with
+    ``threads`` torch threads."""
 
-    def __init__(self, rollouts: Any, threads: int = 1):
-        self.rollouts, self.threads = rollouts, threads
+    def __init__(self, rollouts: Any, push_to_servers: Callable[[Any, int], Any], threads: int = 1):
+        self.rollouts, self.push_to_servers, self.threads = rollouts, push_to_servers, threads
         self.k = rollouts.cfg.sampling.max_staleness
         self.runner: Runner | None = None
         self.version: int | None = None
         self.ahead: dict[int, Ahead] = {}
         self.next_step: int | None = None  # the first step not submitted yet
 
+    @classmethod
+    def for_run(cls, cfg: Any, acc: Any, rollouts: Any, push_to_servers: Callable[[Any, int], Any],
+                processor: Any) -> "RolloutPipeline":
+        """``sampling.async``'s pipeline for a run, refused (ConfigError) where it cannot run. The in-process
+        engine's rollout worker and the trainer split the torch threads the trainer was given (at least one
+        each); a warning when the worker has no core of its own."""
+        where, engine = "sampling.async", rollouts.engine
+        if acc.num_processes > 1:
+            raise ConfigError(where, f"runs in one training process; this run has {acc.num_processes} "
+                              "(accelerate): set async: false, or train in one process")
+        if processor is not None:
+            raise ConfigError(where, "does not sample image prompts (a vision-language model); set async: false")
+        if not isinstance(engine, ContinuesTokens):
+            raise ConfigError(where, f"samples from token ids, which the {cfg.sampling.engine} engine does not "
+                              "(kitae.rollout.base.ContinuesTokens); set async: false")
+        from kitae.rollout.hf import HFEngine
+
+        if in_worker(engine) and type(engine) is not HFEngine:
+            raise ConfigError(where, "the rollout worker samples with kitae's in-process engine (kitae.rollout.hf."
+                              f"HFEngine) on its own copy of the policy, not with the {cfg.sampling.engine} "
+                              f"engine ({type(engine).__name__}); set async: false, or give the engine "
+                              "sync_weights (kitae.rollout.base.SyncsWeights): then its requests are sent from a "
+                              "background thread")
+        threads = max(1, torch.get_num_threads() // 2)
+        if in_worker(engine):
+            torch.set_num_threads(threads)  # the other half is the rollout worker's
+        pipeline = cls(rollouts, push_to_servers, threads)
+        if acc.is_main_process and (problem := pipeline.worker_core_problem(running=False)):
+            warnings.warn(f"sampling.async: the rollout worker has no core of its own ({problem}), so sampling "
+                          "and the update take turns: async is slower than sync here (docs/performance.md). Set "
+                          "sampling.async: false, or train on a machine with free cores", stacklevel=2)
+        return pipeline
+
+    def worker_core_problem(self, running: bool = True) -> str | None:
+        """Why the rollout worker has no core of its own now, or None (also without a worker: the servers').
+        ``running``: the trainer and the worker are busy, so the load average holds their threads."""
+        if not in_worker(self.rollouts.engine):
+            return None
+        trainer, worker = torch.get_num_threads(), self.threads
+        return worker_core_problem(available_cpus(), load_average(), trainer, worker,
+                                   own=trainer + worker if running else 1.0)
+
     def _make_runner(self, policy: Any, version: int) -> Runner:
         """The runner of the engine, holding the policy at ``version``."""
         engine = self.rollouts.engine
         if in_worker(engine):
             return WorkerRunner(policy, engine, version, self.threads)  # a copy of the policy
-        runner = ThreadRunner(engine, lambda p, v: self.rollouts.push_to_servers(p, v), version)
+        runner = ThreadRunner(engine, lambda p, v: self.push_to_servers(p, v), version)
         runner.push(policy, version)  # the servers get the weights now
         return runner
 

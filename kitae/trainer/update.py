@@ -1,6 +1,8 @@
 """The policy update: a step's completions as a training batch, the log-probs the loss compares, and ``mu``
 optimizer steps over the batch.
 
+:meth:`PolicyUpdate.prepare` turns a step's graded groups into the finished batch, in this order:
+
 - :meth:`PolicyUpdate.batch_before_advantages`: prompt + completion ids and the sampler's log-probs as tensors on
   the device (kitae.trainer.batch), advantages 0 until the advantages stage sets them. ``algorithm.mask_truncated``
   takes truncated samples out of the loss (DAPO overlong filtering, kitae.algorithms.losses.truncation_mask); with
@@ -9,6 +11,11 @@ optimizer steps over the batch.
   become the ratio's old log-probs; the server's give truncated importance weights.
 - :meth:`PolicyUpdate.reference_logps`: the KL's reference (the reference model, or for LoRA the base model with
   the adapter off).
+- the advantages (kitae.trainer.advantages): total rewards, less the KL with ``algorithm.kl.where: reward``,
+  turned into group-relative advantages.
+
+Then:
+
 - :meth:`PolicyUpdate.optimize`: the :class:`UpdatePlan` (the Normalizer of the whole batch over all
   processes; micro-batches of the rows that can change the gradient), then ``mu`` passes, each accumulating
   gradients over the micro-batches, clipping them and stepping the optimizer.
@@ -43,6 +50,8 @@ from kitae.algorithms.losses import (
 )
 from kitae.algorithms.mismatch import mismatch_metrics, tis_weight
 from kitae.rollout.base import Completion
+from kitae.scoring.rewards import GroupScores
+from kitae.trainer.advantages import batch_advantages
 from kitae.trainer.batch import (
     PackedBatch,
     TrainBatch,
@@ -79,21 +88,37 @@ class PolicyUpdate:
     """The policy's update from training batches: ``model`` (as accelerate prepared it), its ``optimizer``, and
     the reference for the KL (None without one)."""
 
-    def __init__(self, cfg: TrainConfig, acc, model, optimizer, ref_model, pad_id: int):
+    def __init__(self, cfg: TrainConfig, acc, model, optimizer, ref_model, pad_id: int, off_policy: bool):
         self.cfg, self.acc, self.model, self.optimizer, self.ref_model = cfg, acc, model, optimizer, ref_model
         self.pad_id = pad_id
         self.skipped_steps = 0  # optimizer steps skipped for a gradient norm that was not finite
-        # sampling.async with mu 1: the update's own forward gives the old log-probs (see in_pass_correction)
-        self.in_pass_correction = False
+        # the sampler's log-probs are not the trainer's (a server's kernels, or async's older weights): corrected
+        self.off_policy = off_policy
+        # sampling.async with mu 1: the update's own forward gives the old log-probs (see _correct_in_pass)
+        self.in_pass_correction = cfg.sampling.async_ and cfg.algorithm.mu == 1
 
     @property
     def policy(self):
         return self.acc.unwrap_model(self.model)
 
     # ---- the batch and the log-probs it is compared with ---------------------------------------------------
+    def prepare(self, completions: list[Completion], scores: list[GroupScores],
+                kl_coef: float) -> tuple[TrainBatch, dict[str, float]]:
+        """The step's finished training batch on the device (ids, mask, old and reference log-probs, TIS weights,
+        advantages [B]) from its completions and their groups' ``scores`` (group by group), and the mismatch
+        metrics (empty unless the samples are off-policy and corrected here). ``kl_coef``: the KL controller's
+        value, for a KL in the reward."""
+        batch = self.batch_before_advantages(completions)  # [B, L] on the device
+        mismatch = self.correct_mismatch(batch) if self.off_policy and not self.in_pass_correction else {}
+        if self.ref_model is not None:
+            batch.ref_logp = self.reference_logps(batch)  # [B, L-1]
+        advantages = batch_advantages(scores, batch, self.cfg.algorithm, kl_coef)  # [B] on the CPU
+        batch.advantages = advantages.to(self.acc.device)
+        return batch, mismatch
+
     def batch_before_advantages(self, completions: list[Completion]) -> TrainBatch:
         """The completions as tensors on the device ([B, L] ids, [B, L-1] mask and sampler log-probs) with
-        advantages 0: the caller sets them (they need the batch's reference log-probs for a KL in the reward);
+        advantages 0: :meth:`prepare` sets them (they need the batch's reference log-probs for a KL in the reward);
         truncated samples and earlier segments out of the mask as the config says."""
         batch = build_batch(completions, [0.0] * len(completions), self.pad_id)
         if self.cfg.algorithm.mask_truncated:  # DAPO overlong filtering

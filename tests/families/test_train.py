@@ -84,7 +84,7 @@ def test_a_run_s_chat_template_kwargs_and_end_marker_reach_its_engines(family_di
     }))
     trainer = Trainer(cfg)
     try:
-        for engine in (trainer.engine, trainer.rollouts.eval_engine(trainer.policy, trainer.tokenizer)):
+        for engine in (trainer.engine, trainer.engine_sync.eval_engine(trainer.policy, trainer.tokenizer)):
             ids = engine.encode_prompt([{"role": "user", "content": "hi"}])
             assert trainer.tokenizer.decode(ids).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
             assert engine.end_marker.text == "</think>"

@@ -227,7 +227,7 @@ def test_a_frozen_engine_is_never_pushed_and_evaluations_sample_the_policy(tiny_
     trainer.train()
     assert trainer.engine.pushed == [] and trainer.engine.version is None
     assert trainer.engine.prompts == 3 * 2  # the evaluations sampled with the policy in this process
-    assert type(trainer.rollouts.eval_engine(trainer.policy, trainer.tokenizer)) is HFEngine
+    assert type(trainer.engine_sync.eval_engine(trainer.policy, trainer.tokenizer)) is HFEngine
 
 
 def test_an_engines_own_state_is_checkpointed_and_given_back_on_resume(tiny_assets, tmp_path, rewards_on_path,

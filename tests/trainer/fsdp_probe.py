@@ -28,7 +28,7 @@ def run(config: str, out: str, how: str = "") -> None:
     if how.isdigit():
         def stop_after(step: int, metrics: dict) -> None:
             if step == int(how):
-                trainer._stop_requested = True  # what Ctrl-C sets: the step's checkpoint, then a clean stop
+                trainer.stop.requested = True  # what Ctrl-C sets: the step's checkpoint, then a clean stop
 
         trainer.on_step = stop_after
     trainer.train()

@@ -69,7 +69,7 @@ def test_no_sample_is_more_than_max_staleness_versions_behind(tiny_assets, tmp_p
 def _stop_after(trainer: Trainer, step: int) -> None:
     def on_step(s, metrics):
         if s == step:
-            trainer._stop_requested = True  # as Ctrl-C does: the loop saves this step and stops
+            trainer.stop.requested = True  # as Ctrl-C does: the loop saves this step and stops
 
     trainer.on_step = on_step
 

@@ -66,6 +66,27 @@ def test_the_training_batch_of_partial_rollouts_and_earlier_segments(trainer, ol
     assert batch.old_logp.tolist() == [[0, 0, -0.5, -0.5, -0.5, -0.5]]
 
 
+@pytest.mark.parametrize("off_policy", [False, True])
+def test_prepare_returns_the_finished_batch(trainer, off_policy):
+    """One call gives every field the update reads: the advantages of the groups (grpo, rewards 1 and 0: +-1/sqrt 2
+    over an unbiased std), no reference without a KL weight, and off-policy samples (a server's, async's) with the
+    trainer's own old log-probs in place of the sampler's and the mismatch metrics."""
+    trainer.cfg.algorithm.mask_truncated = False
+    trainer.cfg.sampling.partial = None
+    scores = [GroupScores({"correct": [Grade(1.0), Grade(0.0)]}, [1.0, 0.0])]
+    trainer.update.off_policy = off_policy
+    try:
+        batch, mismatch = trainer.update.prepare([completion(3, "stop"), completion(3, "stop")], scores, 0.0)
+    finally:
+        trainer.update.off_policy = False
+    expected = 0.5 / (math.sqrt(0.5) + 1e-4)
+    assert batch.advantages.tolist() == pytest.approx([expected, -expected])
+    assert batch.ref_logp is None  # the KL weight is 0: no reference
+    sampler = (batch.old_logp[batch.mask > 0] == -0.5).all()
+    assert bool(sampler) == (not off_policy)
+    assert bool(mismatch) == off_policy
+
+
 # ---- advantages -------------------------------------------------------------------------------------------
 DR_GRPO = AdvantageSettings.read("dr_grpo", "algorithm.advantage")
 # One group of two samples, both rewarded 1, each of two tokens sampled at p = 0.5. The reference gives sample 0's
