@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import string
 from dataclasses import dataclass, field
 from typing import Any

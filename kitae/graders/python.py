@@ -30,7 +30,6 @@ import ast
 import asyncio
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from kitae.config import setting
 from kitae.errors import ConfigError

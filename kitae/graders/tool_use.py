@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kitae.config import setting
 from kitae.graders.base import Grade, Grader, Item, Sample, is_finite_number
 from kitae.graders.spec import read_spec, register_grader
 

@@ -49,7 +49,6 @@ from kitae.algorithms.losses import LossConfig
 from kitae.errors import KitaeError
 from kitae.lifetime import die_with_parent
 from kitae.rollout.base import RemoteLogprobs
-from kitae.scoring.rewards import GroupScores
 from kitae.store.images import RunImages
 from kitae.store.lock import RunLock
 from kitae.threads import set_threads
@@ -67,7 +66,6 @@ from kitae.trainer.metrics import StepMetrics, group_records, policy_lag
 from kitae.trainer.periodic import due
 from kitae.trainer.pipeline import RolloutPipeline
 from kitae.trainer.preflight import Checked, preflight
-from kitae.trainer.processes import gather
 from kitae.trainer.resume import ResumePlan, plan_resume, remove_stale_saves
 from kitae.trainer.run_log import RunLog
 from kitae.trainer.stopping import StopRequest

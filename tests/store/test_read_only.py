@@ -9,13 +9,11 @@ Each check runs in a real subprocess that sees the folder read-only.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-import pytest
 
 from kitae.store import RunStore
 from tests.plugins.read_only import repo_env

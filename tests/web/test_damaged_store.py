@@ -4,7 +4,6 @@ do not read the damaged cell) still answers. Real HTTP on loopback, real SQLite,
 
 from __future__ import annotations
 
-import shutil
 
 import pytest
 

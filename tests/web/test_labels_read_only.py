@@ -9,7 +9,6 @@ The test talks to that server over real HTTP on loopback and drives the page in 
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import shutil
