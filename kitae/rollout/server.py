@@ -24,7 +24,7 @@ Wire APIs, registered in :data:`SERVER_APIS` (``sampling.server_api``):
     server runs here.
 
 Same samples as the in-process engine: the server's tokens are read back with the in-process engine's own rules
-(:class:`kitae.rollout.hf.HFEngine`): a sample ends at the first token where a stop string is complete (on the
+and its :class:`~kitae.rollout.codec.TokenCodec` (each engine holds one): a sample ends at the first token where a stop string is complete (on the
 token sequence or the decoded tail, so a multi-token ``<|im_end|>`` stops it), then where repeat detection fires
 (finish reason "repeat"), else at max_new_tokens ("length"); the text is decoded here and cut after the stop
 string. A server that already stopped there returns exactly these tokens.
@@ -63,12 +63,13 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from kitae.chat import prompt_opens_thinking
+from kitae.chat import EndMarker, Message
 from kitae.errors import ConfigError, KitaeError
 from kitae.registry import Registry
-from kitae.rollout.base import (CHATML_STOPS, BuiltFromConfig, ChecksServers, Completion, RemoteLogprobs,
-                                ReportsStats, SamplingParams, SyncsWeights)
-from kitae.rollout.hf import HFEngine, repeat_period
+from kitae.rollout.base import (CHATML_STOPS, BuiltFromConfig, ChecksServers, Completion, ContinuesTokens,
+                                RemoteLogprobs, ReportsStats, RolloutEngine, SamplingParams, SyncsWeights)
+from kitae.rollout.codec import TokenCodec
+from kitae.rollout.hf import repeat_period
 from kitae.rollout.sync import ReloadsWeights
 from kitae.http.client import Retrier, WireCounters, WireError, auth_headers
 
@@ -327,19 +328,20 @@ class RolloutStats:
     wait_secs: float = 0.0  # the longest time a group waited with every replica down
 
 
-class ServerEngine(HFEngine, SyncsWeights, RemoteLogprobs, ReportsStats, ChecksServers, BuiltFromConfig):
-    """Rollouts from inference servers. It is the in-process engine without the decoding loop: prompts are
-    encoded, stop strings matched and texts decoded by the same code (see the module docstring). The trainer
-    pushes its weights to the servers, recomputes its own log-probs, and logs the replicas' counters
-    (kitae.rollout.base's protocols)."""
-
-    remote_logprobs = True  # the trainer recomputes its own log-probs and corrects for the mismatch
+class ServerEngine(RolloutEngine, ContinuesTokens, SyncsWeights, RemoteLogprobs, ReportsStats, ChecksServers,
+                   BuiltFromConfig):
+    """Rollouts from inference servers. Prompts are encoded, stop strings matched and texts decoded by a
+    :class:`~kitae.rollout.codec.TokenCodec`, as in the in-process engine (see the module docstring). The trainer
+    pushes its weights to the servers, recomputes its own log-probs (RemoteLogprobs), and logs the replicas'
+    counters (kitae.rollout.base's abilities). ``model`` is the trainer's policy, which a sync strategy pushes
+    from (None: an engine that encodes prompts only)."""
 
     def __init__(self, model: Any, tokenizer: Any, servers: list[str] | tuple[str, ...] = (), *,
                  api: str = "openai", timeout: float = 600.0, down_secs: float = 30.0, max_wait: float = 1800.0,
                  max_staleness: int | None = 0, api_key_env: str | None = None, weight_sync: Any = None,
                  served_models: dict[str, str | None] | None = None):
-        super().__init__(model, tokenizer)
+        self.model = model
+        self.codec = TokenCodec(tokenizer)
         self.api = SERVER_APIS.get(api, "sampling.server_api")
         self.timeout, self.down_secs, self.max_wait = timeout, down_secs, max_wait
         self.max_staleness, self.api_key_env = max_staleness, api_key_env
@@ -371,6 +373,24 @@ class ServerEngine(HFEngine, SyncsWeights, RemoteLogprobs, ReportsStats, ChecksS
                    down_secs=sampling.server_down_secs, max_wait=sampling.server_max_wait,
                    max_staleness=sampling.max_staleness if tracked else None, api_key_env=sampling.api_key_env,
                    weight_sync=build_sync(sampling, run_dir, model), served_models=names)
+
+    # ---- prompts and stops: the codec's ---------------------------------------------------------------------
+    @property
+    def tokenizer(self) -> Any:
+        return self.codec.tokenizer
+
+    @property
+    def end_marker(self) -> EndMarker:
+        return self.codec.end_marker
+
+    def set_chat(self, chat_template_kwargs: dict[str, Any] | None = None, end_marker: str | None = None) -> None:
+        self.codec.set_chat(chat_template_kwargs, end_marker)
+
+    def encode_prompt(self, messages: list[Message], chat_template_kwargs: dict[str, Any] | None = None) -> list[int]:
+        return self.codec.encode_prompt(messages, chat_template_kwargs)
+
+    def ending(self, sp: SamplingParams) -> SamplingParams:
+        return self.codec.ending(sp)
 
     # ---- weights ----------------------------------------------------------------------------------------
     @property
@@ -424,6 +444,9 @@ class ServerEngine(HFEngine, SyncsWeights, RemoteLogprobs, ReportsStats, ChecksS
         return out
 
     # ---- sampling ---------------------------------------------------------------------------------------
+    def generate(self, prompts: list[list[Message]], n: int, sampling: SamplingParams) -> list[list[Completion]]:
+        return self.generate_tokens([self.encode_prompt(m) for m in prompts], n, sampling)
+
     def generate_tokens(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> list[list[Completion]]:
         from kitae.aio import run_sync
 
@@ -561,17 +584,15 @@ class ServerEngine(HFEngine, SyncsWeights, RemoteLogprobs, ReportsStats, ChecksS
 
     # ---- one sample, read back with the in-process engine's rules ------------------------------------------
     def _completion(self, prompt_ids: list[int], choice: Choice, sp: SamplingParams) -> Completion:
+        codec = self.codec
         tokens, logps, reason = cut_sample(choice.token_ids, choice.logprobs, choice.finish_reason, sp,
-                                           lambda toks: self.hit_stop(toks, self.stop_ids(tuple(sp.stop))))
-        return Completion(text=self.decode(tokens, sp.stop), prompt_ids=list(prompt_ids), completion_ids=tokens,
-                          logprobs=logps, finish_reason=reason, end_marker=self.end_marker.text,
-                          control_tokens=self.end_marker.controls,
-                          thinking_open=prompt_opens_thinking(self.tokenizer, prompt_ids))
+                                           lambda toks: codec.hit_stop(toks, codec.stop_ids(tuple(sp.stop))))
+        return codec.completion(prompt_ids, tokens, logps, reason, sp.stop)
 
 
 def cut_sample(tokens: list[int], logps: list[float], server_reason: str, sp: SamplingParams,
                hit_stop: Callable[[list[int]], bool]) -> tuple[list[int], list[float], str]:
-    """(tokens, log-probs, finish reason) of a sample as :class:`HFEngine` would have ended it: at the first
+    """(tokens, log-probs, finish reason) of a sample as the in-process engine would have ended it: at the first
     token where ``hit_stop`` fires ("stop"), else where repeat detection fires ("repeat"), else at max_new_tokens
     ("length"); a server that stopped earlier for a reason of its own (an end-of-sequence token outside the stop
     strings, its context) keeps its finish reason.

@@ -44,7 +44,8 @@ import torch
 from kitae.algorithms.losses import LossConfig
 from kitae.errors import ConfigError, KitaeError
 from kitae.lifetime import die_with_parent
-from kitae.rollout.base import ContinuesTokens, RemoteLogprobs, ReportsStats, SamplingParams
+from kitae.rollout.base import (ContinuesTokens, RemoteLogprobs, ReportsStats, SamplesInWorker, SamplingParams,
+                                SyncsWeights)
 from kitae.scoring.evaluate import evaluate
 from kitae.scoring.rewards import (
     Drought,
@@ -173,14 +174,12 @@ class Trainer:
         if not isinstance(self.engine, ContinuesTokens):
             raise ConfigError(where, f"samples from token ids, which the {self.cfg.sampling.engine} engine does not "
                               "(kitae.rollout.base.ContinuesTokens); set async: false")
-        from kitae.rollout.hf import HFEngine
-
-        if in_worker(self.engine) and type(self.engine) is not HFEngine:
-            raise ConfigError(where, "the rollout worker samples with kitae's in-process engine (kitae.rollout.hf."
-                              f"HFEngine) on its own copy of the policy, not with the {self.cfg.sampling.engine} "
-                              f"engine ({type(self.engine).__name__}); set async: false, or give the engine "
-                              "sync_weights (kitae.rollout.base.SyncsWeights): then its requests are sent from a "
-                              "background thread")
+        if not isinstance(self.engine, (SamplesInWorker, SyncsWeights)):
+            raise ConfigError(where, f"the {self.cfg.sampling.engine} engine ({type(self.engine).__name__}) can "
+                              "neither be built in the rollout worker over its own copy of the policy (kitae."
+                              "rollout.base.SamplesInWorker) nor take the policy's weights (SyncsWeights, whose "
+                              "requests are sent from a background thread); set async: false, or give the engine "
+                              "one of them")
         # mu 1: the update's one forward gives the old log-probs and the weights (no forward more per step)
         self.update.in_pass_correction = self.cfg.algorithm.mu == 1
         threads = max(1, torch.get_num_threads() // 2)

@@ -26,15 +26,15 @@ import dataclasses
 import time
 from typing import Any
 
-from kitae.rollout.base import Completion, SyncsWeights
+from kitae.rollout.base import Completion, SamplesInWorker
 from kitae.rollout.worker import Runner, ThreadRunner, WorkerRunner
 
 
 def in_worker(engine: Any) -> bool:
-    """Whether ``engine``'s rollouts run in a rollout worker process with a copy of the policy (an engine that
-    samples with the trainer's own model); one that syncs weights (the servers) has its requests sent from a
-    background thread, and gets the weights pushed."""
-    return not isinstance(engine, SyncsWeights)
+    """Whether ``engine``'s rollouts run in a rollout worker process with a copy of the policy (it samples with
+    the trainer's own model and can be built over a copy, kitae.rollout.base.SamplesInWorker); one that syncs
+    weights (the servers) has its requests sent from a background thread, and gets the weights pushed."""
+    return isinstance(engine, SamplesInWorker)
 
 
 @dataclasses.dataclass
