@@ -10,7 +10,8 @@ processed_logprobs`` when top-k, top-p and the penalty are off; its default raw 
 temperature). This is the
 quantity the trainer recomputes for the current policy, so the two form a proper importance ratio.
 
-Image prompts (a vision-language model): the in-process engine samples them (kitae.rollout.vision), and each
+Image prompts (a vision-language model): the in-process engine samples them (its image form, kitae.rollout.vision,
+picked through the engine's class: :class:`SamplesImages`), and each
 Completion carries its prompt's image tensors (``image_inputs``) for the policy update.
 
 Keep this interface small: :class:`RolloutEngine` (``generate``) is all an engine must have; a class with only
@@ -36,10 +37,13 @@ name (tests/rollout/test_protocols.py checks that every claim is implemented and
 - :class:`ReadsRows`: it gets each prompt's dataset row with it (an agent's environment resets from the row's
   fields, kitae.agents.engine);
 - :class:`ChecksServers` (class level): pre-flight asks its servers before the model loads;
+- :class:`SamplesImages` (class level): it has a form for a vision-language model's image prompts, which a run
+  with such a model builds instead (``for_images``);
 - :class:`BuiltFromConfig` (class level): built from the sampling settings, not as ``cls(policy, tokenizer)``.
 
-The in-process engine (``hf``, kitae.rollout.hf) claims the first three; the inference-server engine (``server``,
-kitae.rollout.server) all but :class:`SamplesInWorker` and :class:`SavesState`. Both read tokens the same way:
+The in-process engine (``hf``, kitae.rollout.hf) claims the first three and :class:`SamplesImages`; the
+inference-server engine (``server``, kitae.rollout.server) all but :class:`SamplesInWorker`, :class:`SavesState`,
+:class:`ReadsRows` and :class:`SamplesImages`. Both read tokens the same way:
 one :class:`kitae.rollout.codec.TokenCodec` each (the chat template, the end marker, stop strings, decoding).
 """
 
@@ -241,6 +245,16 @@ class ChecksServers(ABC):
         """Every server of ``sampling`` (a SamplingConfig) answers: URL -> served model name (None: unsaid)."""
 
 
+class SamplesImages(ABC):
+    """(Of the class.) It has a form that samples the image prompts of a vision-language model (kitae.rollout.vision
+    for the in-process engine): a run whose model comes with a processor builds the engine by :meth:`for_images`."""
+
+    @classmethod
+    @abstractmethod
+    def for_images(cls, model: Any, tokenizer: Any, processor: Any) -> RolloutEngine:
+        """The engine over a vision-language ``model`` and its ``processor`` (``model`` None: encodes prompts only)."""
+
+
 class BuiltFromConfig(ABC):
     """(Of the class.) It is built from the run's sampling settings and what pre-flight found."""
 
@@ -253,4 +267,4 @@ class BuiltFromConfig(ABC):
 
 
 ABILITIES = (EncodesPrompts, ContinuesTokens, SamplesInWorker, SyncsWeights, RemoteLogprobs, ReportsStats,
-             SavesState, ReadsRows, ChecksServers, BuiltFromConfig)  # every class an engine may claim
+             SavesState, ReadsRows, ChecksServers, SamplesImages, BuiltFromConfig)  # every class an engine may claim

@@ -28,14 +28,14 @@ import torch
 
 from kitae.chat import EndMarker, Message
 from kitae.models import load_causal_lm, load_tokenizer
-from kitae.rollout.base import Completion, RolloutEngine, SamplesInWorker, SamplingParams
+from kitae.rollout.base import Completion, RolloutEngine, SamplesImages, SamplesInWorker, SamplingParams
 from kitae.rollout.codec import TokenCodec
 
 
-class HFEngine(RolloutEngine, SamplesInWorker):
+class HFEngine(RolloutEngine, SamplesInWorker, SamplesImages):
     """Rollout engine over a transformers causal LM. The trainer shares its model object (no weight sync). It
-    applies the chat template itself, continues token ids, and is built again over the rollout worker's copy of
-    the policy for ``sampling.async`` (kitae.rollout.base's abilities).
+    applies the chat template itself, continues token ids, is built again over the rollout worker's copy of the
+    policy for ``sampling.async``, and samples image prompts in its vision form (kitae.rollout.base's abilities).
 
     ``end_marker``: the model's end of turn (default: :func:`kitae.chat.end_marker_of` the tokenizer);
     ``chat_template_kwargs``: the chat template's variables for every prompt (Qwen3's ``enable_thinking``);
@@ -64,6 +64,13 @@ class HFEngine(RolloutEngine, SamplesInWorker):
         other = copy.copy(self)
         other.model = model
         return other
+
+    @classmethod
+    def for_images(cls, model: Any, tokenizer: Any, processor: Any) -> "HFEngine":
+        """The vision form (kitae.rollout.vision.VisionEngine) over a vision-language model and its processor."""
+        from kitae.rollout.vision import VisionEngine
+
+        return VisionEngine(model, tokenizer, processor)
 
     @classmethod
     def from_pretrained(cls, path: str | None, dtype: str = "float32", device: str = "cpu", **kw) -> "HFEngine":

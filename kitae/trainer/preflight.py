@@ -131,11 +131,10 @@ def check_images(cfg: TrainConfig, processor: Any, sets: list[tuple[str, list[di
                                     "a text model; give a vision-language model (e.g. model.path: kitae-tiny-vl) or "
                                     "drop the image rows")
         return
-    from kitae.rollout.base import ENGINES
-    from kitae.rollout.hf import HFEngine
+    from kitae.rollout.base import ENGINES, SamplesImages
 
-    name = cfg.sampling.engine  # the in-process engine's vision form (kitae.rollout.vision) takes its place
-    if name not in ENGINES or ENGINES.get(name, "sampling.engine") is not HFEngine:
+    name = cfg.sampling.engine  # the engine's image form (kitae.rollout.vision for the in-process one) samples them
+    if name not in ENGINES or not issubclass(ENGINES.get(name, "sampling.engine"), SamplesImages):
         raise ConfigError("sampling.engine", f"{cfg.sampling.engine!r}: a vision-language model samples in this "
                           "process for now; use the hf engine")
     if cfg.sampling.partial is not None:
@@ -194,15 +193,13 @@ def prompt_encoder(engine: str, tokenizer: Any, processor: Any = None, chat_temp
     does not say (kitae.rollout.base.EncodesPrompts)."""
     from kitae.rollout.base import ENGINES, EncodesPrompts
 
-    if processor is not None:
-        from kitae.rollout.vision import VisionEngine
-
-        built = VisionEngine(None, tokenizer, processor)
-    else:
-        cls = ENGINES.get(engine, "sampling.engine")
-        if not issubclass(cls, EncodesPrompts):
-            return None
+    cls = ENGINES.get(engine, "sampling.engine")
+    if processor is not None:  # its image form (check_images: it has one)
+        built = cls.for_images(None, tokenizer, processor)
+    elif issubclass(cls, EncodesPrompts):
         built = cls(None, tokenizer)
+    else:
+        return None
     built.set_chat(chat_template_kwargs)
     return built.encode_prompt
 

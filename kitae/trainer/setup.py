@@ -234,16 +234,14 @@ def apply_optim_config(optimizer, scheduler, o: OptimConfig) -> None:
 # ---- sampling ---------------------------------------------------------------------------------------------
 def make_engine(cfg: TrainConfig, policy, tokenizer, processor, servers: dict | None):
     """The rollout engine of ``sampling.engine``; one built from the config (kitae.rollout.base.BuiltFromConfig:
-    the server engine) gets the sampling settings and the servers pre-flight found answering. Vision-language
-    models sample in this process. Every engine that applies the chat template (EncodesPrompts) gets
-    ``model.chat_template_kwargs`` and ``model.end_marker``; either set for one that does not is a ConfigError.
+    the server engine) gets the sampling settings and the servers pre-flight found answering. A vision-language
+    model samples with the engine's image form (kitae.rollout.base.SamplesImages: the in-process engine's). Every
+    engine that applies the chat template (EncodesPrompts) gets ``model.chat_template_kwargs`` and ``model.end_marker``; either set for one that does not is a ConfigError.
     With ``environment:`` the engine is wrapped in an agent engine (kitae.agents.engine) whose rollouts are
     episodes; it forwards what the wrapped engine can do beyond sampling (weight pushes, stats, state)."""
     cls = ENGINES.get(cfg.sampling.engine, "sampling.engine")
-    if processor is not None:  # pre-flight allows only the in-process engine here
-        from kitae.rollout.vision import VisionEngine
-
-        engine = VisionEngine(policy, tokenizer, processor)
+    if processor is not None:  # a vision-language model: the engine's image form (pre-flight: it has one)
+        engine = cls.for_images(policy, tokenizer, processor)
     elif issubclass(cls, BuiltFromConfig):
         engine = cls.from_config(policy, tokenizer, cfg.sampling, cfg.run_dir, servers)
     else:

@@ -26,7 +26,7 @@ from tests.trainer.conftest import write_config
 
 INSTANCE_LEVEL = [base.RolloutEngine, base.EncodesPrompts, base.ContinuesTokens, base.SamplesInWorker,
                   base.SyncsWeights, base.RemoteLogprobs, base.ReportsStats, base.SavesState, base.ReadsRows]
-CLASS_LEVEL = [base.ChecksServers, base.BuiltFromConfig]  # method-only: issubclass works on them
+CLASS_LEVEL = [base.ChecksServers, base.SamplesImages, base.BuiltFromConfig]  # method-only: issubclass works on them
 
 
 def members(protocol: type) -> set[str]:
@@ -59,7 +59,8 @@ def tok():
 
 # ---- the built-in engines -----------------------------------------------------------------------------------
 CLAIMS = [  # (engine, the protocols it claims)
-    ("hf", {base.RolloutEngine, base.EncodesPrompts, base.ContinuesTokens, base.SamplesInWorker}),
+    ("hf", {base.RolloutEngine, base.EncodesPrompts, base.ContinuesTokens, base.SamplesInWorker,
+            base.SamplesImages}),
     ("server", {base.RolloutEngine, base.EncodesPrompts, base.ContinuesTokens, base.SyncsWeights,
                 base.RemoteLogprobs, base.ReportsStats, base.ChecksServers, base.BuiltFromConfig}),
 ]
@@ -299,6 +300,8 @@ class LooksLikeEverything:
     def check_servers(sampling): ...
     @classmethod
     def from_config(cls, model, tokenizer, sampling, run_dir, served_models=None): ...
+    @classmethod
+    def for_images(cls, model, tokenizer, processor): ...
 
 
 @pytest.mark.parametrize("ability", INSTANCE_LEVEL[1:] + CLASS_LEVEL, ids=lambda a: a.__name__)
