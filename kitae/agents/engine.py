@@ -158,7 +158,7 @@ def agent_engine(engine: ContinuesTokens, chat: Any, tools: Any, limits: Limits)
 
 
 # ---- the run's parts ------------------------------------------------------------------------------------------
-def build_agent_engine(cfg: Any, engine: Any, tokenizer: Any) -> AgentEngine:
+def build_agent_engine(cfg: Any, engine: RolloutEngine, tokenizer: Any) -> AgentEngine:
     """The ``environment:`` run's engine over ``engine`` (kitae.trainer.setup.make_engine): its chat template with
     the tools (``environment.parser``, the run's chat settings and end marker), the tools, the limits."""
     if not isinstance(engine, ContinuesTokens):
@@ -180,7 +180,7 @@ def episode_engine(engine: ContinuesTokens, env: Any, chat_template_kwargs: dict
     return agent_engine(engine, chat, Tools.from_config(env), Limits.from_config(env))
 
 
-def environment_component(cfg: Any, engine: Any) -> list:
+def environment_component(cfg: Any, engine: RolloutEngine) -> list:
     """The reward component of the environment's ``get_reward()`` (the ``environment_reward`` grader, weight
     ``environment.reward_weight``), named after the environment class; none when the run has no environment or
     its environment has no get_reward."""

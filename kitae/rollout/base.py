@@ -170,6 +170,8 @@ class SamplesInWorker(ContinuesTokens):
     another copy of the policy: ``sampling.async`` runs that copy in a rollout worker process (kitae.rollout.worker)
     and pushes the policy's weights to it."""
 
+    model: Any  # the model it samples with (the trainer's policy; in the worker, its copy)
+
     @abstractmethod
     def on_model(self, model: Any) -> "SamplesInWorker":
         """This engine (its tokenizer, end marker and chat settings) sampling with ``model`` instead; picklable

@@ -106,7 +106,7 @@ class WorkerRunner:
             q.cancel_join_thread()
 
 
-def _worker_main(engine: Any, device: str, version: int, threads: int, jobs: Any, results: Any,
+def _worker_main(engine: SamplesInWorker, device: str, version: int, threads: int, jobs: Any, results: Any,
                  trainer_pid: int) -> None:
     """The worker process: ``engine`` (over its copy of the policy, on the CPU until here) applies pushes and runs
     jobs in queue order until "stop"; a failure is reported with its traceback and ends the worker. It ends with

@@ -26,11 +26,11 @@ import dataclasses
 import time
 from typing import Any
 
-from kitae.rollout.base import Completion, SamplesInWorker
+from kitae.rollout.base import Completion, RolloutEngine, SamplesInWorker
 from kitae.rollout.worker import Runner, ThreadRunner, WorkerRunner
 
 
-def in_worker(engine: Any) -> bool:
+def in_worker(engine: RolloutEngine) -> bool:
     """Whether ``engine``'s rollouts run in a rollout worker process with a copy of the policy (it samples with
     the trainer's own model and can be built over a copy, kitae.rollout.base.SamplesInWorker); one that syncs
     weights (the servers) has its requests sent from a background thread, and gets the weights pushed."""

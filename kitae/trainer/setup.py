@@ -23,7 +23,8 @@ from kitae.errors import ConfigError
 from kitae.models import language_targets, load_causal_lm
 from kitae.quantization import quiet_offline_kernel_warnings
 from kitae.rewards.graders import RepeatPenalty
-from kitae.rollout.base import ENGINES, BuiltFromConfig, ContinuesTokens, EncodesPrompts, SyncsWeights
+from kitae.rollout.base import (ENGINES, BuiltFromConfig, ContinuesTokens, EncodesPrompts, RolloutEngine,
+                                SyncsWeights)
 from kitae.rollout.partial import PartialRollouts
 from kitae.scoring.rewards import RewardComponent
 from kitae.store import RunStore
@@ -232,11 +233,13 @@ def apply_optim_config(optimizer, scheduler, o: OptimConfig) -> None:
 
 
 # ---- sampling ---------------------------------------------------------------------------------------------
-def make_engine(cfg: TrainConfig, policy, tokenizer, processor, servers: dict | None):
+def make_engine(cfg: TrainConfig, policy, tokenizer, processor,
+                servers: dict | None) -> RolloutEngine:
     """The rollout engine of ``sampling.engine``; one built from the config (kitae.rollout.base.BuiltFromConfig:
     the server engine) gets the sampling settings and the servers pre-flight found answering. A vision-language
     model samples with the engine's image form (kitae.rollout.base.SamplesImages: the in-process engine's). Every
-    engine that applies the chat template (EncodesPrompts) gets ``model.chat_template_kwargs`` and ``model.end_marker``; either set for one that does not is a ConfigError.
+    engine that applies the chat template (EncodesPrompts) gets ``model.chat_template_kwargs`` and
+    ``model.end_marker``; either set for one that does not is a ConfigError.
     With ``environment:`` the engine is wrapped in an agent engine (kitae.agents.engine) whose rollouts are
     episodes; it forwards what the wrapped engine can do beyond sampling (weight pushes, stats, state)."""
     cls = ENGINES.get(cfg.sampling.engine, "sampling.engine")
@@ -278,7 +281,7 @@ def make_sampler(cfg: TrainConfig, rows: list[dict]):
     return cls(len(rows), seed=cfg.seed, shuffle=cfg.data.shuffle, rows=rows, **options)
 
 
-def make_partial(cfg: TrainConfig, engine, tokenizer, num_processes: int) -> PartialRollouts | None:
+def make_partial(cfg: TrainConfig, engine: RolloutEngine, tokenizer, num_processes: int) -> PartialRollouts | None:
     """The replay buffer of partial rollouts (``sampling.partial``), or None for whole trajectories."""
     pc = cfg.sampling.partial
     if pc is None:
