@@ -16,6 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from kitae.config import Variant  # noqa: E402
 from kitae.trainer.config import TrainConfig  # noqa: E402
 
 OUT = ROOT / "docs" / "config.md"
@@ -24,6 +25,11 @@ HEAD = """# Every training setting and its default
 Generated from `kitae/trainer/config.py` by `python scripts/config_reference.py` (a test keeps the two equal).
 A run's `config.yaml` (in `runs/NAME/`) holds every value the run used. Set a value in the YAML file or with
 `kitae train CONFIG --set section.key=value`. `null` means "not set": the comment says what happens then.
+
+A setting marked *(engine server)* belongs to that variant (its settings are declared beside its code): write it
+beside the variant's name, as listed (`sampling: {engine: server, servers: [...]}`, the keys configs have always
+used), or under it (`sampling: {engine: {type: server, servers: [...]}}`). Given with another variant it is an
+error naming the variant that takes it.
 """
 
 
@@ -63,7 +69,10 @@ def rows(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
         key = f"{prefix}{f.metadata.get('key', f.name)}"
         tp = hints[f.name]
         nested = [t for t in (tp, *typing.get_args(tp)) if dataclasses.is_dataclass(t)]
-        if dataclasses.is_dataclass(value):
+        if isinstance(value, Variant):
+            out += variant_rows(type(value), key, value.type, notes.get(f.name, ""),
+                                prefix if f.name in getattr(cls, "flat_settings", ()) else key + ".")
+        elif dataclasses.is_dataclass(value):
             out.append((key, "(section)", notes.get(f.name) or summary(type(value))))
             out += rows(type(value), key + ".")
         elif value is None and nested and nested[0] is not type(None) and f.name not in ("train", "eval"):
@@ -71,6 +80,21 @@ def rows(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
             out += rows(nested[0], key + ".")
         else:
             out.append((key, shown(value), notes.get(f.name, "")))
+    return out
+
+
+def variant_rows(settings: type, key: str, name: str, note: str, at: str) -> list[tuple[str, str, str]]:
+    """A variant field (kitae.config.Variant): its name, then each variant's own settings (at `at`: beside the
+    name in its section, for a section that keeps flat keys), marked with the variant that takes them."""
+    family = next(c for c in settings.__mro__ if "registry" in vars(c))
+    out = [(key, repr(name), note)]
+    for variant in family.registry.names():
+        own = family.settings_class(variant, "")
+        if own is family or not dataclasses.fields(own)[1:]:
+            continue
+        for sub, value, text in rows(own, at):
+            if not sub.endswith(".type"):
+                out.append((sub, value, f"*({family.kind} {variant})* {text}"))
     return out
 
 

@@ -27,11 +27,20 @@ def test_every_setting_is_on_the_page():
 
     listed = {key for key, _, _ in _script().rows(TrainConfig)}
 
+    from kitae.config import Variant
+
     def paths(cls, prefix=""):
         for f in dataclasses.fields(cls):
+            if f.name == "type" and issubclass(cls, Variant):
+                continue  # a variant's name: its field's row
             yield prefix + f.metadata.get("key", f.name)  # its YAML name (sampling.async)
             value = getattr(cls(), f.name)
-            if dataclasses.is_dataclass(value):
+            if isinstance(value, Variant):  # each variant's settings, beside the name where the section keeps them
+                family = next(c for c in type(value).__mro__ if "registry" in vars(c))
+                at = prefix if f.name in getattr(cls, "flat_settings", ()) else f"{prefix}{f.name}."
+                for name in family.registry.names():
+                    yield from paths(family.settings_class(name, ""), at)
+            elif dataclasses.is_dataclass(value):
                 yield from paths(type(value), f"{prefix}{f.name}.")
 
     missing = set(paths(TrainConfig)) - listed

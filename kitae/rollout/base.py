@@ -52,17 +52,55 @@ from __future__ import annotations
 import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from kitae.chat import END_OF_TEXT, IM_END, TEMPLATE_TOKENS, EndMarker, Message
+from kitae.config import Variant
 from kitae.registry import Registry
 from kitae.rollout.trajectory import Episode
 
 CHATML_STOPS = (IM_END, END_OF_TEXT)  # where every sample stops by default, whatever the model
 
 ENGINES = Registry("rollout engine")
-ENGINES.register_lazy("hf", "kitae.rollout.hf:HFEngine")
-ENGINES.register_lazy("server", "kitae.rollout.server:ServerEngine")  # vLLM, SGLang, kitae serve model
+ENGINES.register_lazy("hf", "kitae.rollout.hf:HFEngine", settings="kitae.rollout.base:InProcessSettings")
+ENGINES.register_lazy("server", "kitae.rollout.server:ServerEngine",  # vLLM, SGLang, kitae serve model
+                      settings="kitae.rollout.server:ServerSettings")
+
+
+@dataclass
+class EngineSettings(Variant):
+    """``sampling.engine``: the rollout engine and its settings, ``hf`` or ``{type: server, servers: [...], ...}``.
+    Each engine's settings subclass this beside its code (the server engine's: kitae.rollout.server.ServerSettings)
+    and are registered with its ``ENGINES`` entry; an engine registered without settings takes none (``hf``).
+    Settings may also be written beside ``engine`` in the sampling section, as configs always did
+    (``sampling: {engine: server, servers: [...]}``)."""
+
+    registry: ClassVar[Registry] = ENGINES
+    kind: ClassVar[str] = "engine"
+    # where it samples, for the memory plan (kitae.trainer.memory_plan): with the trainer's model on the trainer's
+    # device (rollout rows there, and the rollout worker's copy with async), or on servers (a device of their own)
+    in_process: ClassVar[bool] = False
+    on_servers: ClassVar[bool] = False
+
+    def check_sampling(self, sampling: Any, path: str) -> None:
+        """Checks of the engine's settings with the sampling section's (``sampling``, a SamplingConfig, at
+        ``path``): what ``async`` or ``max_staleness`` cannot run with. None for an engine without settings."""
+
+    def check_model(self, model: Any, path: str) -> None:
+        """Checks of the engine's settings with the model section's (``model``, a ModelConfig), when the config is
+        read: the weight push a LoRA run needs. None for an engine without settings."""
+
+    def check_push(self, model: Any, path: str) -> None:
+        """Checks, when the engine is built, that the policy's weights can be pushed as these settings say
+        (``model``: the ModelConfig). None for an engine that pushes none."""
+
+
+
+@dataclass
+class InProcessSettings(EngineSettings):
+    """The in-process engine's (``hf``): none to set; it samples with the trainer's model, in its process."""
+
+    in_process: ClassVar[bool] = True
 
 
 @dataclass
@@ -180,11 +218,12 @@ class SamplesInWorker(ContinuesTokens):
 
 class SyncsWeights(ABC):
     """It samples with its own copy of the weights: the trainer pushes the policy's after optimizer steps (every
-    ``sampling.sync_every``, and before evaluations) unless the engine holds that version already. The engine
+    ``sync_every``, and before evaluations) unless the engine holds that version already. The engine
     keeps its version itself; in a multi-process run the main process pushes and every other process's engine
     loads the :meth:`synced_state` the push left."""
 
     version: int | None  # the policy version (optimizer steps taken) it holds; None before the first push
+    sync_every: int = 1  # optimizer steps between pushes (the server engine: its sampling.sync_every)
 
     @property
     @abstractmethod

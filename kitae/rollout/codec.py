@@ -6,7 +6,8 @@ Stopping follows the GRPO-zero recipe: a stop string such as ``<|im_end|>`` may 
 matched on the token sequence *and* on the decoded tail of each sample. Unless ``SamplingParams.stop`` lists its
 own, a sample stops at ChatML's markers and at every end of the model (:class:`kitae.chat.EndMarker`: its chat
 template's turn terminator and every end-of-sequence id, e.g. Llama 3's ``<|eot_id|>`` and ``<|end_of_text|>``),
-and each completion carries the marker's text for the graders.
+and each completion carries the marker's text for the graders. :func:`repeat_period` is repeat detection (Kimi
+k1.5 §2.6.2), which both engines end a sample by.
 """
 
 from __future__ import annotations
@@ -90,3 +91,22 @@ class TokenCodec:
                           logprobs=logprobs, finish_reason=finish_reason, image_inputs=image_inputs,
                           end_marker=self.end_marker.text, control_tokens=self.end_marker.controls,
                           thinking_open=prompt_opens_thinking(self.tokenizer, prompt_ids))
+
+
+def repeat_period(tokens: list[int], max_period: int, min_count: int, min_span: int) -> int | None:
+    """The smallest period p <= max_period such that the last max(min_count * p, min_span rounded up to whole
+    blocks) tokens are one block of p tokens repeated; None when there is none.
+
+    >>> repeat_period([5, 1, 2, 1, 2, 1, 2], max_period=4, min_count=3, min_span=4)
+    2
+    >>> repeat_period([1, 2, 1, 2, 3], max_period=4, min_count=2, min_span=4) is None
+    True
+    """
+    n = len(tokens)
+    for p in range(1, max_period + 1):
+        span = p * max(2, min_count, -(-min_span // p))  # whole blocks: >= min_count (and 2), >= min_span tokens
+        if span > n:
+            continue
+        if tokens[-1] == tokens[-1 - p] and tokens[n - span : n - p] == tokens[n - span + p :]:
+            return p
+    return None

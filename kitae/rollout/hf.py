@@ -29,7 +29,7 @@ import torch
 from kitae.chat import EndMarker, Message
 from kitae.models import load_causal_lm, load_tokenizer
 from kitae.rollout.base import Completion, RolloutEngine, SamplesImages, SamplesInWorker, SamplingParams
-from kitae.rollout.codec import TokenCodec
+from kitae.rollout.codec import TokenCodec, repeat_period
 
 
 class HFEngine(RolloutEngine, SamplesInWorker, SamplesImages):
@@ -304,25 +304,6 @@ def sample_in_order(
         return sample_next(logits, sp, seen, gen)
     nxt, lp = sample_next(logits[order], sp, seen[order] if seen is not None else None, gen)
     return nxt.new_empty(nxt.shape).index_copy_(0, order, nxt), lp.new_empty(lp.shape).index_copy_(0, order, lp)
-
-
-def repeat_period(tokens: list[int], max_period: int, min_count: int, min_span: int) -> int | None:
-    """The smallest period p <= max_period such that the last max(min_count * p, min_span rounded up to whole
-    blocks) tokens are one block of p tokens repeated; None when there is none.
-
-    >>> repeat_period([5, 1, 2, 1, 2, 1, 2], max_period=4, min_count=3, min_span=4)
-    2
-    >>> repeat_period([1, 2, 1, 2, 3], max_period=4, min_count=2, min_span=4) is None
-    True
-    """
-    n = len(tokens)
-    for p in range(1, max_period + 1):
-        span = p * max(2, min_count, -(-min_span // p))  # whole blocks: >= min_count (and 2), >= min_span tokens
-        if span > n:
-            continue
-        if tokens[-1] == tokens[-1 - p] and tokens[n - span : n - p] == tokens[n - span + p :]:
-            return p
-    return None
 
 
 def batch_image_inputs(per_row: list[dict[str, torch.Tensor] | None], device) -> dict[str, torch.Tensor]:

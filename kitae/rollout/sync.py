@@ -108,7 +108,8 @@ def check_vllm_sync(path: str) -> None:
 
 def build_sync(sampling: Any, run_dir: Any, model: Any = None):
     """The strategy of ``sampling.sync`` (None for 'none'); for a PEFT LoRA ``model`` with ``sampling.lora_sync:
-    adapter``, the adapter push whichever server sync is named."""
+    adapter``, the adapter push whichever server sync is named. ``sampling``: the server engine's settings
+    (kitae.rollout.server.ServerSettings), which every strategy here is built from."""
     if sampling.sync == "none":
         return None
     if is_lora(model) and sampling.lora_sync == "adapter":

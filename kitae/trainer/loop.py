@@ -171,15 +171,15 @@ class Trainer:
                               "(accelerate): set async: false, or train in one process")
         if self.processor is not None:
             raise ConfigError(where, "does not sample image prompts (a vision-language model); set async: false")
+        name = self.cfg.sampling.engine.type
         if not isinstance(self.engine, ContinuesTokens):
-            raise ConfigError(where, f"samples from token ids, which the {self.cfg.sampling.engine} engine does not "
+            raise ConfigError(where, f"samples from token ids, which the {name} engine does not "
                               "(kitae.rollout.base.ContinuesTokens); set async: false")
         if not isinstance(self.engine, (SamplesInWorker, SyncsWeights)):
-            raise ConfigError(where, f"the {self.cfg.sampling.engine} engine ({type(self.engine).__name__}) can "
-                              "neither be built in the rollout worker over its own copy of the policy (kitae."
-                              "rollout.base.SamplesInWorker) nor take the policy's weights (SyncsWeights, whose "
-                              "requests are sent from a background thread); set async: false, or give the engine "
-                              "one of them")
+            raise ConfigError(where, f"the {name} engine ({type(self.engine).__name__}) can neither be built in the "
+                              "rollout worker over its own copy of the policy (kitae.rollout.base.SamplesInWorker) "
+                              "nor take the policy's weights (SyncsWeights, whose requests are sent from a "
+                              "background thread); set async: false, or give the engine one of them")
         # mu 1: the update's one forward gives the old log-probs and the weights (no forward more per step)
         self.update.in_pass_correction = self.cfg.algorithm.mu == 1
         threads = max(1, torch.get_num_threads() // 2)

@@ -242,25 +242,22 @@ def make_engine(cfg: TrainConfig, policy, tokenizer, processor,
     ``model.end_marker``; either set for one that does not is a ConfigError.
     With ``environment:`` the engine is wrapped in an agent engine (kitae.agents.engine) whose rollouts are
     episodes; it forwards what the wrapped engine can do beyond sampling (weight pushes, stats, state)."""
-    cls = ENGINES.get(cfg.sampling.engine, "sampling.engine")
+    name = cfg.sampling.engine.type
+    cls = ENGINES.get(name, "sampling.engine")
     if processor is not None:  # a vision-language model: the engine's image form (pre-flight: it has one)
         engine = cls.for_images(policy, tokenizer, processor)
     elif issubclass(cls, BuiltFromConfig):
         engine = cls.from_config(policy, tokenizer, cfg.sampling, cfg.run_dir, servers)
     else:
         engine = cls(policy, tokenizer)
-    merged = cfg.sampling.lora_sync == "merged"  # a quantized base always trains an adapter (validated)
-    if cfg.model.quantization is not None and isinstance(engine, SyncsWeights) and not engine.frozen and merged:
-        raise ConfigError("sampling.lora_sync", f"merged: the {cfg.sampling.engine} engine's servers would take the "
-                          "policy's full weights after each step, and a quantized base's weights are packed 4/8-bit "
-                          "tensors a server cannot load; push only the adapter (sampling.lora_sync: adapter, the "
-                          "default), sample in this process (sampling.engine: hf) or set sampling.sync: none")
+    if isinstance(engine, SyncsWeights):  # a quantized base's weights can be pushed as the settings say
+        cfg.sampling.engine.check_push(cfg.model, "sampling")
     if isinstance(engine, EncodesPrompts):
         engine.set_chat(cfg.model.chat_template_kwargs, cfg.model.end_marker)
     else:  # it would sample without them, and say nothing
         for field in ("chat_template_kwargs", "end_marker"):
             if getattr(cfg.model, field):
-                raise ConfigError(f"model.{field}", f"the {cfg.sampling.engine} engine does not apply the chat "
+                raise ConfigError(f"model.{field}", f"the {name} engine does not apply the chat "
                                   "template itself (kitae.rollout.base.EncodesPrompts), so it cannot honour this; "
                                   "leave it out, or give the engine set_chat and encode_prompt")
     if cfg.environment is not None:  # agents: every rollout an episode of turns and tool calls
@@ -287,7 +284,7 @@ def make_partial(cfg: TrainConfig, engine: RolloutEngine, tokenizer, num_process
     if pc is None:
         return None
     if not isinstance(engine, ContinuesTokens):
-        raise ConfigError("sampling.partial", f"the {cfg.sampling.engine} engine cannot continue trajectories")
+        raise ConfigError("sampling.partial", f"the {cfg.sampling.engine.type} engine cannot continue trajectories")
     if num_processes > 1:
         raise ConfigError("sampling.partial", "partial rollouts run in one process for now (the replay buffer "
                           "is not shared between processes)")

@@ -18,7 +18,7 @@ from kitae.rollout.base import ENGINES, SavesState, SyncsWeights
 from kitae.rollout.hf import HFEngine
 from kitae.rollout.server import ServerEngine
 from kitae.rollout.sync import DiskSync, ReloadsWeights, VllmSync
-from kitae.trainer.config import SamplingConfig, load_train_config
+from kitae.trainer.config import load_train_config
 from kitae.trainer.loop import Trainer
 from kitae.trainer.preflight import check_images
 from tests.tiny import tiny_llama, tiny_tokenizer
@@ -97,7 +97,9 @@ def test_the_server_engine_keeps_its_own_version_and_frozen_servers_say_so(tok):
 
 
 def test_only_the_disk_sync_reloads_a_replica_that_missed_a_push(tmp_path):
-    sampling = SamplingConfig()
+    from kitae.rollout.server import ServerSettings
+
+    sampling = ServerSettings("server")
     assert isinstance(DiskSync(sampling, tmp_path), ReloadsWeights)
     assert not isinstance(VllmSync(sampling, tmp_path, engine_cls=object), ReloadsWeights)
 
@@ -116,9 +118,10 @@ class OnlyGenerates:
 
 
 class OwnCopy(OnlyGenerates, SyncsWeights):
-    """Samples with its own copy of the policy, which the trainer must push to."""
+    """Samples with its own copy of the policy, which the trainer must push to (every second step)."""
 
     frozen = False
+    sync_every = 2
 
     def __init__(self, model, tokenizer):
         self.copy = copy.deepcopy(model).requires_grad_(False)
@@ -225,7 +228,7 @@ def test_async_refuses_an_engine_neither_built_in_the_worker_nor_synced(tiny_ass
 
 
 def test_an_engine_that_syncs_weights_gets_the_policys_when_due(tiny_assets, tmp_path, rewards_on_path, monkeypatch):
-    trainer = _trainer(tiny_assets, tmp_path, monkeypatch, OwnCopy, **{"sampling.sync_every": 2})
+    trainer = _trainer(tiny_assets, tmp_path, monkeypatch, OwnCopy)
     seen = []
     trainer.on_step = lambda step, m: seen.append(m)
     trainer.train()
@@ -263,8 +266,11 @@ def test_an_engines_own_state_is_checkpointed_and_given_back_on_resume(tiny_asse
                                                 (None, True)], ids=["hf", "server", "generate-only", "unknown"])
 def test_image_prompts_take_the_in_process_engine_whatever_its_name(tiny_assets, tmp_path, monkeypatch, registered,
                                                                     refused):
-    if registered is not None:
-        monkeypatch.setitem(ENGINES._entries, "mine", registered)
+    if registered is None:  # an engine name nothing registered is refused as the config is read
+        with pytest.raises(ConfigError, match="sampling.engine: unknown rollout engine 'mine'"):
+            load_train_config(write_config(tiny_assets, tmp_path, **{"sampling.engine": "mine"}))
+        return
+    monkeypatch.setitem(ENGINES._entries, "mine", registered)
     cfg = load_train_config(write_config(tiny_assets, tmp_path, **{"sampling.engine": "mine"}))
     vision = object()  # a vision-language model's processor: its vision engine takes the in-process engine's place
     if refused:
