@@ -446,7 +446,8 @@ class ServerEngine(RolloutEngine, ContinuesTokens, SyncsWeights, RemoteLogprobs,
         return cls(model, tokenizer, s.servers, api=s.server_api, timeout=s.server_timeout,
                    down_secs=s.server_down_secs, max_wait=s.server_max_wait,
                    max_staleness=sampling.max_staleness if tracked else None, api_key_env=s.api_key_env,
-                   weight_sync=build_sync(s, run_dir, model), served_models=names, sync_every=s.sync_every)
+                   weight_sync=build_sync(s, run_dir, model, sampling.max_staleness), served_models=names,
+                   sync_every=s.sync_every)
 
     # ---- prompts and stops: the codec's ---------------------------------------------------------------------
     @property
