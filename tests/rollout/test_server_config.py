@@ -84,3 +84,12 @@ def test_a_config_saved_by_an_older_kitae_still_loads():
     assert hf.sampling.engine.type == "hf" and hf.sampling == load({}).sampling
     server = load({**OLD_SERVER_KEYS, **SERVER, "sync_every": 2, "max_staleness": 1})
     assert server.sampling.engine.sync_every == 2 and server.sampling.engine.servers == SERVER["servers"]
+
+
+def test_each_engine_registers_its_settings_with_its_entry():
+    from kitae.rollout.base import ENGINES, EngineSettings, InProcessSettings
+    from kitae.rollout.server import ServerSettings
+
+    assert ENGINES.settings_class("server") is ServerSettings and ENGINES.settings_class("hf") is InProcessSettings
+    assert issubclass(ServerSettings, EngineSettings) and ServerSettings.on_servers and InProcessSettings.in_process
+    assert type(load({}).sampling.engine) is InProcessSettings
