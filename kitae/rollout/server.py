@@ -24,10 +24,10 @@ Wire APIs, registered in :data:`SERVER_APIS` (``sampling.server_api``):
     server runs here.
 
 Same samples as the in-process engine: the server's tokens are read back with the in-process engine's own rules
-and its :class:`~kitae.rollout.codec.TokenCodec` (each engine holds one): a sample ends at the first token where a stop string is complete (on the
-token sequence or the decoded tail, so a multi-token ``<|im_end|>`` stops it), then where repeat detection fires
-(finish reason "repeat"), else at max_new_tokens ("length"); the text is decoded here and cut after the stop
-string. A server that already stopped there returns exactly these tokens.
+and a :class:`~kitae.rollout.codec.TokenCodec` as its (each engine holds one): a sample ends at the first token
+where a stop string is complete (on the token sequence or the decoded tail, so a multi-token ``<|im_end|>`` stops
+it), then where repeat detection fires (finish reason "repeat"), else at max_new_tokens ("length"); the text is
+decoded here and cut after the stop string. A server that already stopped there returns exactly these tokens.
 
 Finish reasons: "stop" and "length" are read as they are, and vLLM's "repetition" (0.17 on: its repetition
 detection ended the sample) as kitae's "repeat". A choice the server did not finish is no sample: vLLM's "abort"
@@ -403,14 +403,13 @@ class ServerEngine(RolloutEngine, ContinuesTokens, SyncsWeights, RemoteLogprobs,
     """Rollouts from inference servers. Prompts are encoded, stop strings matched and texts decoded by a
     :class:`~kitae.rollout.codec.TokenCodec`, as in the in-process engine (see the module docstring). The trainer
     pushes its weights to the servers, recomputes its own log-probs (RemoteLogprobs), and logs the replicas'
-    counters (kitae.rollout.base's abilities). ``model`` is the trainer's policy, which a sync strategy pushes
-    from (None: an engine that encodes prompts only)."""
+    counters (kitae.rollout.base's abilities). ``model``: not used (the policy's weights come with each push);
+    engines are built as ``cls(policy, tokenizer, ...)``."""
 
     def __init__(self, model: Any, tokenizer: Any, servers: list[str] | tuple[str, ...] = (), *,
                  api: str = "openai", timeout: float = 600.0, down_secs: float = 30.0, max_wait: float = 1800.0,
                  max_staleness: int | None = 0, api_key_env: str | None = None, weight_sync: Any = None,
                  served_models: dict[str, str | None] | None = None, sync_every: int = 1):
-        self.model = model
         self.codec = TokenCodec(tokenizer)
         self.api = SERVER_APIS.get(api, "sampling.server_api")
         self.timeout, self.down_secs, self.max_wait = timeout, down_secs, max_wait

@@ -11,8 +11,9 @@ Which runner an engine gets is decided by its abilities (kitae.rollout.base), an
 - :class:`WorkerRunner` (an engine that samples with the trainer's model and can be built over a copy of it,
   :class:`~kitae.rollout.base.SamplesInWorker`: ``engine: hf``): a rollout worker process (torch.multiprocessing,
   spawn) with its own copy of the model and its own torch threads, so the trainer and the sampler each have a
-  core. It samples with the engine itself (:meth:`~kitae.rollout.base.SamplesInWorker.on_model` the copy). Jobs and pushes share one queue; a push carries the trainable tensors only
-  (every weight for full fine-tuning, the adapter for LoRA), copied once into shared memory.
+  core. It samples with the engine itself (:meth:`~kitae.rollout.base.SamplesInWorker.on_model` the copy). Jobs
+  and pushes share one queue; a push carries the trainable tensors only (every weight for full fine-tuning, the
+  adapter for LoRA), copied once into shared memory.
 - :class:`ThreadRunner` (an engine that syncs weights, :class:`~kitae.rollout.base.SyncsWeights`: ``engine:
   server``): each job's requests in flight on a background thread while the trainer updates; a push waits for
   the jobs in flight, then sends the weights (kitae.rollout.sync), so weights change between batches, never
