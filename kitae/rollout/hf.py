@@ -28,8 +28,11 @@ import torch
 
 from kitae.chat import EndMarker, Message
 from kitae.models import load_causal_lm, load_tokenizer
+from kitae.registry import load_target
 from kitae.rollout.base import Completion, RolloutEngine, SamplesImages, SamplesInWorker, SamplingParams
 from kitae.rollout.codec import TokenCodec, repeat_period
+
+VISION_FORM = "kitae.rollout.vision:VisionEngine"  # the in-process engine for image prompts (SamplesImages)
 
 
 class HFEngine(RolloutEngine, SamplesInWorker, SamplesImages):
@@ -67,10 +70,9 @@ class HFEngine(RolloutEngine, SamplesInWorker, SamplesImages):
 
     @classmethod
     def for_images(cls, model: Any, tokenizer: Any, processor: Any) -> "HFEngine":
-        """The vision form (kitae.rollout.vision.VisionEngine) over a vision-language model and its processor."""
-        from kitae.rollout.vision import VisionEngine
-
-        return VisionEngine(model, tokenizer, processor)
+        """The vision form (kitae.rollout.vision.VisionEngine) over a vision-language model and its processor; named
+        as a lazy "module:Class", as the engine registry names engines (vision.py builds on this module)."""
+        return load_target(VISION_FORM)(model, tokenizer, processor)
 
     @classmethod
     def from_pretrained(cls, path: str | None, dtype: str = "float32", device: str = "cpu", **kw) -> "HFEngine":
