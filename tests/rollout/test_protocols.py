@@ -337,3 +337,15 @@ def test_a_claim_left_unimplemented_is_refused_when_the_engine_is_built():
 
     with pytest.raises(TypeError, match="abstract"):
         ClaimsState(None, None)
+
+
+def test_the_server_engine_reads_tokens_with_the_in_process_engines_codec_not_by_inheriting_it(tok):
+    from kitae.rollout.codec import TokenCodec
+
+    assert not issubclass(ServerEngine, HFEngine)
+    hf, server = HFEngine(tiny_llama(len(tok)), tok), ServerEngine(None, tok, ["http://127.0.0.1:9"])
+    assert type(hf.codec) is type(server.codec) is TokenCodec
+    messages = [{"role": "user", "content": "2+2?"}]
+    assert hf.encode_prompt(messages) == server.encode_prompt(messages)
+    sp = base.SamplingParams()
+    assert hf.ending(sp) == server.ending(sp) and hf.ending(sp).stop
