@@ -181,15 +181,16 @@ class Variant:
         flat = {k: v for k, v in (flat or {}).items() if v is not None}  # a flat setting written null: left out
         settings_cls = cls.settings_class(name, path if isinstance(value, str) else _join(path, cls.name_key))
         taken = {f.name for f in dataclasses.fields(settings_cls)} - {"type"}
+        if flat:  # configs saved before settings moved beside their variant hold every variant's, at its default
+            flat = {k: v for k, v in flat.items() if k in taken or not cls.at_default(str(k), v)}
         for key in flat or {}:
             if key in given:
                 raise ConfigError(_join(flat_path, key), f"given twice: here and as {_join(path, key)}; keep one")
         for key, where in [*((k, _join(path, k)) for k in given), *((k, _join(flat_path, k)) for k in flat or {})]:
             if key not in taken:
                 raise ConfigError(where, cls.not_taken_message(name, str(key), sorted(taken)))
-        if flat:  # a bad value written beside the name is named where it was written
-            from_dict(settings_cls, flat, flat_path)
-        obj = from_dict(settings_cls, {**given, **(flat or {})}, path)
+        where = flat_path if flat and not given else path  # settings written beside the name: errors name them there
+        obj = from_dict(settings_cls, {**given, **(flat or {})}, where)
         obj.type = name
         return obj
 
@@ -209,6 +210,18 @@ class Variant:
         for name in cls.registry.names():
             names |= {f.name for f in dataclasses.fields(cls.settings_class(name, ""))}
         return names - {"type"}
+
+    @classmethod
+    def at_default(cls, key: str, value: Any) -> bool:
+        """Whether `value` is the default of setting `key` in every registered variant that takes it (a saved
+        config of an older kitae wrote each variant's settings so, whichever variant it chose)."""
+        defaults = []
+        for name in cls.registry.names():
+            for f in dataclasses.fields(cls.settings_class(name, "")):
+                if f.name == key:
+                    defaults.append(f.default_factory() if f.default_factory is not dataclasses.MISSING
+                                    else f.default)
+        return bool(defaults) and all(d is not dataclasses.MISSING and d == value for d in defaults)
 
     @classmethod
     def not_taken_message(cls, name: str, key: str, taken: list[str]) -> str:

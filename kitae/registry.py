@@ -107,9 +107,11 @@ class Registry:
 
     def settings_class(self, name: str, path: str = "") -> type | None:
         """The settings class registered with entry `name` (imported now if lazy), or None when it has none.
-        Names outside the registry are :meth:`get`'s error. The entry's own module is imported first, so an entry
-        that registers its settings as its module loads has them."""
-        self.get(name, path)
+        Names outside the registry are :meth:`get`'s error. An entry registered without settings has its own
+        module imported first, so an entry that registers its settings as its module loads has them; one
+        registered with them is not imported (reading a config does not import every engine's module)."""
+        if name not in self._settings or name not in self._entries:
+            self.get(name, path)
         found = self._settings.get(name)
         if isinstance(found, str):
             found = self._settings[name] = load_target(found, path)

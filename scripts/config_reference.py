@@ -29,12 +29,12 @@ Generated from the config classes (`kitae/trainer/config.py` and the sections it
 every value the run used. Set a value in the YAML file or with `kitae train CONFIG --set section.key=value`.
 `null` means "not set": the comment says what happens then.
 
-Some settings name a variant: `algorithm.loss`, `algorithm.advantage`, `data.sampler`. Each variant declares its
+Some settings name a variant: `algorithm.loss`, `algorithm.advantage`, `data.sampler`, `sampling.engine`. Each variant declares its
 own settings beside its code; a row `algorithm.loss` (dapo) `eps_high` is a setting of the dapo loss, with its
 default for that loss. Write the name alone (`loss: dapo`) or the name with its settings (`loss: {type: dapo,
 eps_high: 0.3}`; the sampler's name key is `name`: `sampler: {name: prioritized, floor: 0.1}`). The keys configs
 have always used still work: a loss's settings written beside `loss` in `algorithm` (`algorithm: {loss: kimi,
-kimi_tau: 0.1}`). A setting the chosen variant does not take is an error naming the variants that take it. A
+kimi_tau: 0.1}`), an engine's beside `engine` in `sampling` (`sampling: {engine: server, servers: [...]}`). A setting the chosen variant does not take is an error naming the variants that take it. A
 `config.yaml` saved by an older kitae, which wrote every loss and sampler setting whatever the variant, still
 reads back and resumes: each variant keeps the settings it takes.
 """

@@ -92,3 +92,13 @@ def test_a_lazy_entry_carries_lazy_settings():
     assert reg.settings_class("bare") is None
     with pytest.raises(ConfigError, match="unknown thing 'nope'"):
         reg.settings_class("nope", "x")
+
+
+def test_a_flat_setting_at_its_default_for_a_variant_that_does_not_take_it_is_what_old_configs_saved():
+    """Configs saved before settings moved beside their variant hold every variant's settings at their defaults:
+    they still load; a value that is not the default is still an error."""
+    assert from_dict(Drawing, {"shape": "circle", "side": 2.0, "rounded": False}).shape == CircleSettings("circle")
+    with pytest.raises(ConfigError, match="not a setting of shape 'circle'"):
+        from_dict(Drawing, {"shape": "circle", "side": 3.0})
+    with pytest.raises(ConfigError, match="not a setting of shape 'point'"):
+        from_dict(Drawing, {"shape": {"type": "point", "side": 2.0}})  # written for the variant: not a saved default

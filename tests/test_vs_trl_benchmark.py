@@ -70,7 +70,7 @@ def test_trl_stops_at_the_end_markers_kitae_stops_at(bench, model, tmp_path):
     engine = HFEngine(None, tok)
     stops = engine.ending(SamplingParams()).stop  # what kitae's engine stops at by default
     eos = bench.side_settings("trl", model, "2M", 3, 1, str(tmp_path))["eos_token_id"]
-    assert sorted(eos) == sorted(i for s in stops for i in engine.stop_ids((s,))[0][1])
+    assert sorted(eos) == sorted(i for s in stops for i in engine.codec.stop_ids((s,))[0][1])
     assert tok.convert_tokens_to_ids("<|endoftext|>") in eos  # TRL's default decodes past it
     assert tok.convert_tokens_to_ids("<|im_end|>") in eos
 

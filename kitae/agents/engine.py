@@ -114,6 +114,10 @@ class _ForwardsSync(SyncsWeights):
         self.engine.version = value
 
     @property
+    def sync_every(self) -> int:  # type: ignore[override]
+        return self.engine.sync_every
+
+    @property
     def frozen(self) -> bool:
         return self.engine.frozen
 
@@ -128,7 +132,7 @@ class _ForwardsSync(SyncsWeights):
 
 
 class _ForwardsRemoteLogprobs(RemoteLogprobs):
-    remote_logprobs = True
+    pass
 
 
 class _ForwardsState(SavesState):
@@ -158,11 +162,11 @@ def agent_engine(engine: ContinuesTokens, chat: Any, tools: Any, limits: Limits)
 
 
 # ---- the run's parts ------------------------------------------------------------------------------------------
-def build_agent_engine(cfg: Any, engine: Any, tokenizer: Any) -> AgentEngine:
+def build_agent_engine(cfg: Any, engine: RolloutEngine, tokenizer: Any) -> AgentEngine:
     """The ``environment:`` run's engine over ``engine`` (kitae.trainer.setup.make_engine): its chat template with
     the tools (``environment.parser``, the run's chat settings and end marker), the tools, the limits."""
     if not isinstance(engine, ContinuesTokens):
-        raise ConfigError("sampling.engine", f"{cfg.sampling.engine}: an environment's episodes are sampled turn "
+        raise ConfigError("sampling.engine", f"{cfg.sampling.engine.type}: an environment's episodes are sampled turn "
                           "by turn from token ids (kitae.rollout.base.ContinuesTokens), which this engine does "
                           "not do; use hf or server")
     return episode_engine(engine, cfg.environment, cfg.model.chat_template_kwargs, tokenizer)
@@ -180,7 +184,7 @@ def episode_engine(engine: ContinuesTokens, env: Any, chat_template_kwargs: dict
     return agent_engine(engine, chat, Tools.from_config(env), Limits.from_config(env))
 
 
-def environment_component(cfg: Any, engine: Any) -> list:
+def environment_component(cfg: Any, engine: RolloutEngine) -> list:
     """The reward component of the environment's ``get_reward()`` (the ``environment_reward`` grader, weight
     ``environment.reward_weight``), named after the environment class; none when the run has no environment or
     its environment has no get_reward."""

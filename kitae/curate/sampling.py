@@ -17,11 +17,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from kitae.curate.step import Context
 from kitae.curate.text import prompt_key
 from kitae.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    from kitae.rollout.base import RolloutEngine
 
 HEADER_KEY = "kitae_curate_progress"
 
@@ -139,7 +142,7 @@ def get_engine(ctx: Context, model: str | None, dtype: str, device: str) -> Any:
 
 
 def prompt_results(
-    rows: list[dict], prompts: list[list[dict]], engine: Any, grader: Any, n: int, sampling: Any,
+    rows: list[dict], prompts: list[list[dict]], engine: RolloutEngine, grader: Any, n: int, sampling: Any,
     batch_prompts: int, pass_threshold: float, progress: ProgressFile,
     on_progress: Callable[[int], None] = lambda k: None,
 ) -> list[PromptResult]:

@@ -10,20 +10,24 @@ processed_logprobs`` when top-k, top-p and the penalty are off; its default raw 
 temperature). This is the
 quantity the trainer recomputes for the current policy, so the two form a proper importance ratio.
 
-Image prompts (a vision-language model): the in-process engine samples them (kitae.rollout.vision), and each
+Image prompts (a vision-language model): the in-process engine samples them (its image form, kitae.rollout.vision,
+picked through the engine's class: :class:`SamplesImages`), and each
 Completion carries its prompt's image tensors (``image_inputs``) for the policy update.
 
 Keep this interface small: :class:`RolloutEngine` (``generate``) is all an engine must have; a class with only
-that trains. What else an engine can do is a small protocol of its own, which the trainer checks with
-``isinstance`` (or ``issubclass``, for the class-level ones) and never by probing attributes or by the engine's
-registered name. An engine claims a protocol by subclassing it (tests/rollout/test_protocols.py checks that
-every claim is implemented):
+that trains. What else an engine can do is an ability: a small class of its own that the engine subclasses (the
+claim) and implements (its abstract methods), which the trainer checks with ``isinstance`` (or ``issubclass``, for
+the class-level ones). Abilities are nominal: having an ability's names (or a flag such as ``remote_logprobs =
+False``) claims nothing; only subclassing does. The trainer never probes attributes or the engine's registered
+name (tests/rollout/test_protocols.py checks that every claim is implemented and nothing else is taken for one):
 
 - :class:`EncodesPrompts`: applies the model's chat template itself (the run's ``model.chat_template_kwargs``
   and ``model.end_marker``); pre-flight measures the prompts with it;
 - :class:`ContinuesTokens`: samples from token ids (a prompt followed by the part of a completion sampled
   earlier), so a trajectory continues token for token: partial rollouts (kitae.rollout.partial) and
   ``sampling.async`` (kitae.rollout.worker) need it;
+- :class:`SamplesInWorker`: samples with the trainer's own model and can be built again over a copy of it:
+  ``sampling.async`` samples with that copy in a rollout worker process (kitae.rollout.worker);
 - :class:`SyncsWeights`: samples with its own copy of the weights (servers): the trainer pushes the policy's, the
   engine keeps the version it holds;
 - :class:`RemoteLogprobs`: its log-probs come from other kernels than the trainer's: the trainer recomputes its
@@ -33,27 +37,70 @@ every claim is implemented):
 - :class:`ReadsRows`: it gets each prompt's dataset row with it (an agent's environment resets from the row's
   fields, kitae.agents.engine);
 - :class:`ChecksServers` (class level): pre-flight asks its servers before the model loads;
+- :class:`SamplesImages` (class level): it has a form for a vision-language model's image prompts, which a run
+  with such a model builds instead (``for_images``);
 - :class:`BuiltFromConfig` (class level): built from the sampling settings, not as ``cls(policy, tokenizer)``.
 
-The in-process engine (``hf``, kitae.rollout.hf) claims the first two; the inference-server engine (``server``,
-kitae.rollout.server) all but :class:`SavesState`.
+The in-process engine (``hf``, kitae.rollout.hf) claims the first three and :class:`SamplesImages`; the
+inference-server engine (``server``, kitae.rollout.server) all but :class:`SamplesInWorker`, :class:`SavesState`,
+:class:`ReadsRows` and :class:`SamplesImages`. Both read tokens the same way:
+one :class:`kitae.rollout.codec.TokenCodec` each (the chat template, the end marker, stop strings, decoding).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from kitae.chat import END_OF_TEXT, IM_END, TEMPLATE_TOKENS, EndMarker, Message
+from kitae.config import Variant
 from kitae.registry import Registry
 from kitae.rollout.trajectory import Episode
 
 CHATML_STOPS = (IM_END, END_OF_TEXT)  # where every sample stops by default, whatever the model
 
 ENGINES = Registry("rollout engine")
-ENGINES.register_lazy("hf", "kitae.rollout.hf:HFEngine")
-ENGINES.register_lazy("server", "kitae.rollout.server:ServerEngine")  # vLLM, SGLang, kitae serve model
+ENGINES.register_lazy("hf", "kitae.rollout.hf:HFEngine", settings="kitae.rollout.base:InProcessSettings")
+ENGINES.register_lazy("server", "kitae.rollout.server:ServerEngine",  # vLLM, SGLang, kitae serve model
+                      settings="kitae.rollout.server:ServerSettings")
+
+
+@dataclass
+class EngineSettings(Variant):
+    """``sampling.engine``: the rollout engine and its settings, ``hf`` or ``{type: server, servers: [...], ...}``.
+    Each engine's settings subclass this beside its code (the server engine's: kitae.rollout.server.ServerSettings)
+    and are registered with its ``ENGINES`` entry; an engine registered without settings takes none (``hf``).
+    Settings may also be written beside ``engine`` in the sampling section, as configs always did
+    (``sampling: {engine: server, servers: [...]}``)."""
+
+    registry: ClassVar[Registry] = ENGINES
+    kind: ClassVar[str] = "engine"
+    # where it samples, for the memory plan (kitae.trainer.memory_plan): with the trainer's model on the trainer's
+    # device (rollout rows there, and the rollout worker's copy with async), or on servers (a device of their own)
+    in_process: ClassVar[bool] = False
+    on_servers: ClassVar[bool] = False
+
+    def check_sampling(self, sampling: Any, path: str) -> None:
+        """Checks of the engine's settings with the sampling section's (``sampling``, a SamplingConfig, at
+        ``path``): what ``async`` or ``max_staleness`` cannot run with. None for an engine without settings."""
+
+    def check_model(self, model: Any, path: str) -> None:
+        """Checks of the engine's settings with the model section's (``model``, a ModelConfig), when the config is
+        read: the weight push a LoRA run needs. None for an engine without settings."""
+
+    def check_push(self, model: Any, path: str) -> None:
+        """Checks, when the engine is built, that the policy's weights can be pushed as these settings say
+        (``model``: the ModelConfig). None for an engine that pushes none."""
+
+
+
+@dataclass
+class InProcessSettings(EngineSettings):
+    """The in-process engine's (``hf``): none to set; it samples with the trainer's model, in its process."""
+
+    in_process: ClassVar[bool] = True
 
 
 @dataclass
@@ -114,10 +161,12 @@ class Completion:
         return len(self.completion_ids) if self.loss_mask is None else sum(self.loss_mask)
 
 
-# ---- the engine contract: the core, and one protocol per optional ability (the module docstring) ------------
+# ---- the engine contract: the core, and one class per optional ability (the module docstring) --------------
 @runtime_checkable
 class RolloutEngine(Protocol):
-    """What every engine does. Built as ``cls(policy, tokenizer)`` unless it is :class:`BuiltFromConfig`."""
+    """What every engine does. Built as ``cls(policy, tokenizer)`` unless it is :class:`BuiltFromConfig`. The one
+    structural type of the contract: a class with ``generate`` is an engine (subclassing this is optional); what
+    it can do beyond that it claims by subclassing the abilities below."""
 
     def generate(
         self, prompts: list[list[Message]], n: int, sampling: SamplingParams
@@ -126,117 +175,137 @@ class RolloutEngine(Protocol):
         ...
 
 
-@runtime_checkable
-class EncodesPrompts(Protocol):
+class EncodesPrompts(ABC):
     """It applies the model's chat template itself, with the run's chat settings."""
 
+    @abstractmethod
     def set_chat(self, chat_template_kwargs: dict[str, Any] | None = None, end_marker: str | None = None) -> None:
         """The run's ``model.chat_template_kwargs`` and ``model.end_marker`` (the marker's text)."""
-        ...
 
+    @abstractmethod
     def encode_prompt(self, messages: list[Message]) -> list[int]:
         """The prompt's token ids, as `generate` samples from them."""
-        ...
 
 
-@runtime_checkable
-class ContinuesTokens(EncodesPrompts, Protocol):
+class ContinuesTokens(EncodesPrompts):
     """It samples from token ids and reads them back by the model's end marker."""
 
     end_marker: EndMarker  # the model's end of turn: where a completion's text ends, what is stray inside it
 
+    @abstractmethod
     def ending(self, sampling: SamplingParams) -> SamplingParams:
         """``sampling`` with its stop strings resolved (``stop`` None: ChatML's and the model's end texts)."""
-        ...
 
+    @abstractmethod
     def generate_tokens(
         self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams
     ) -> list[list[Completion]]:
         """`generate` from token ids: a prompt, or a prompt followed by the tokens of a trajectory so far."""
-        ...
 
 
-@runtime_checkable
-class SyncsWeights(Protocol):
+class SamplesInWorker(ContinuesTokens):
+    """It samples with the trainer's own model in the trainer's process, and the same engine can be built over
+    another copy of the policy: ``sampling.async`` runs that copy in a rollout worker process (kitae.rollout.worker)
+    and pushes the policy's weights to it."""
+
+    model: Any  # the model it samples with (the trainer's policy; in the worker, its copy)
+
+    @abstractmethod
+    def on_model(self, model: Any) -> "SamplesInWorker":
+        """This engine (its tokenizer, end marker and chat settings) sampling with ``model`` instead; picklable
+        with it, so that it goes to the worker process as it is."""
+
+
+class SyncsWeights(ABC):
     """It samples with its own copy of the weights: the trainer pushes the policy's after optimizer steps (every
-    ``sampling.sync_every``, and before evaluations) unless the engine holds that version already. The engine
+    ``sync_every``, and before evaluations) unless the engine holds that version already. The engine
     keeps its version itself; in a multi-process run the main process pushes and every other process's engine
     loads the :meth:`synced_state` the push left."""
 
     version: int | None  # the policy version (optimizer steps taken) it holds; None before the first push
+    sync_every: int = 1  # optimizer steps between pushes (the server engine: its sampling.sync_every)
 
     @property
+    @abstractmethod
     def frozen(self) -> bool:
         """True when it never takes the policy's weights (``sampling.sync: none``): evaluations then sample with
         the policy in the trainer's process."""
-        ...
 
+    @abstractmethod
     def sync_weights(self, model: Any, version: int, state: dict[str, Any] | None = None) -> dict[str, float] | None:
         """Load ``model``'s weights as policy ``version`` (``state``: its full state dict, gathered under FSDP);
         may return metrics of the push (the server engine: ``sync/bytes``, ``sync/full_bytes``)."""
-        ...
 
+    @abstractmethod
     def synced_state(self) -> Any:
         """What the last push left (the version, what each replica holds), picklable."""
-        ...
 
+    @abstractmethod
     def load_synced_state(self, state: Any) -> None:
         """Take another process's :meth:`synced_state`: its push reached the same samplers."""
-        ...
 
 
-@runtime_checkable
-class RemoteLogprobs(Protocol):
+class RemoteLogprobs(ABC):
     """Its log-probs are not the trainer's (a server's kernels): the trainer recomputes its own as the ratio's old
-    log-probs and weighs each token by the two's ratio (truncated importance sampling, ``algorithm.tis_cap``)."""
+    log-probs and weighs each token by the two's ratio (truncated importance sampling, ``algorithm.tis_cap``).
+    Subclassing it is the whole claim: it has no members."""
 
-    remote_logprobs: ClassVar[bool]  # True: the claim
 
-
-@runtime_checkable
-class ReportsStats(Protocol):
+class ReportsStats(ABC):
+    @abstractmethod
     def take_stats(self) -> dict[str, float]:
         """This step's metrics of the engine (logged with the step's), and a fresh count for the next step."""
-        ...
 
 
-@runtime_checkable
-class SavesState(Protocol):
+class SavesState(ABC):
     """State a checkpoint holds: a resumed run's engine gets back what the stopped run's had at that step."""
 
+    @abstractmethod
     def state_dict(self) -> dict[str, Any]: ...
 
+    @abstractmethod
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-@runtime_checkable
-class ReadsRows(Protocol):
+class ReadsRows(ABC):
     """It samples with each prompt's row (the agent engine: the environment's ``reset(**row)``); sampling and
     grading (kitae.scoring.graded.sample_and_grade) calls ``generate_rows`` instead of ``generate``."""
 
+    @abstractmethod
     def generate_rows(self, prompts: list[list[Message]], rows: list[dict[str, Any]], n: int,
                       sampling: SamplingParams) -> list[list[Completion]]:
         """``generate``, with ``rows[i]`` the dataset row of ``prompts[i]``."""
-        ...
 
 
-@runtime_checkable
-class ChecksServers(Protocol):
+class ChecksServers(ABC):
     """(Of the class.) It samples on servers that pre-flight asks before the model loads."""
 
     @staticmethod
+    @abstractmethod
     def check_servers(sampling: Any) -> dict[str, str | None]:
         """Every server of ``sampling`` (a SamplingConfig) answers: URL -> served model name (None: unsaid)."""
-        ...
 
 
-@runtime_checkable
-class BuiltFromConfig(Protocol):
+class SamplesImages(ABC):
+    """(Of the class.) It has a form that samples the image prompts of a vision-language model (kitae.rollout.vision
+    for the in-process engine): a run whose model comes with a processor builds the engine by :meth:`for_images`."""
+
+    @classmethod
+    @abstractmethod
+    def for_images(cls, model: Any, tokenizer: Any, processor: Any) -> RolloutEngine:
+        """The engine over a vision-language ``model`` and its ``processor`` (``model`` None: encodes prompts only)."""
+
+
+class BuiltFromConfig(ABC):
     """(Of the class.) It is built from the run's sampling settings and what pre-flight found."""
 
     @classmethod
+    @abstractmethod
     def from_config(cls, model: Any, tokenizer: Any, sampling: Any, run_dir: Any,
                     served_models: dict[str, str | None] | None = None) -> RolloutEngine:
         """The engine of ``sampling`` (a SamplingConfig); ``served_models``: :meth:`ChecksServers.check_servers`'s
         answer, when the class has one."""
-        ...
+
+
+ABILITIES = (EncodesPrompts, ContinuesTokens, SamplesInWorker, SyncsWeights, RemoteLogprobs, ReportsStats,
+             SavesState, ReadsRows, ChecksServers, SamplesImages, BuiltFromConfig)  # every class an engine may claim

@@ -11,44 +11,68 @@ sampling policy's log-prob of each token and the reason it ended, and because it
   and values in place, where transformers' DynamicCache concatenates, copying the whole cache at every layer
   and token (a fifth of the decode time of a 20M-parameter model: docs/performance.md).
 
-Stopping follows the GRPO-zero recipe: a stop string such as ``<|im_end|>`` may be several tokens, so stops are
-matched on the token sequence *and* on the decoded tail of each sample. Unless ``SamplingParams.stop`` lists its
-own, a sample stops at ChatML's markers and at every end of the model (:class:`kitae.chat.EndMarker`: its chat
-template's turn terminator and every end-of-sequence id, e.g. Llama 3's ``<|eot_id|>`` and ``<|end_of_text|>``),
-and each completion carries the marker's text for the graders. With ``SamplingParams.repeat_min_count`` set, a
+Prompts are encoded, stops matched and texts decoded by the engine's :class:`kitae.rollout.codec.TokenCodec` (the
+server engine holds one too, so both read tokens the same way). With ``SamplingParams.repeat_min_count`` set, a
 sample that loops (its tail is one short block repeated, :func:`repeat_period`) ends early with finish reason
 "repeat" (Kimi k1.5 §2.6.2).
 """
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import functools
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from kitae.chat import EndMarker, Message, end_marker_of, format_prompt, prompt_opens_thinking
+from kitae.chat import EndMarker, Message
 from kitae.models import load_causal_lm, load_tokenizer
-from kitae.rollout.base import CHATML_STOPS, Completion, ContinuesTokens, RolloutEngine, SamplingParams
+from kitae.registry import load_target
+from kitae.rollout.base import Completion, RolloutEngine, SamplesImages, SamplesInWorker, SamplingParams
+from kitae.rollout.codec import TokenCodec, repeat_period
+
+VISION_FORM = "kitae.rollout.vision:VisionEngine"  # the in-process engine for image prompts (SamplesImages)
 
 
-class HFEngine(RolloutEngine, ContinuesTokens):
+class HFEngine(RolloutEngine, SamplesInWorker, SamplesImages):
     """Rollout engine over a transformers causal LM. The trainer shares its model object (no weight sync). It
-    applies the chat template itself and continues token ids (kitae.rollout.base's protocols).
+    applies the chat template itself, continues token ids, is built again over the rollout worker's copy of the
+    policy for ``sampling.async``, and samples image prompts in its vision form (kitae.rollout.base's abilities).
 
     ``end_marker``: the model's end of turn (default: :func:`kitae.chat.end_marker_of` the tokenizer);
-    ``chat_template_kwargs``: the chat template's variables for every prompt (Qwen3's ``enable_thinking``)."""
+    ``chat_template_kwargs``: the chat template's variables for every prompt (Qwen3's ``enable_thinking``);
+    ``codec``: a codec holding these, given instead of them."""
 
     def __init__(self, model: Any, tokenizer: Any, max_batch_size: int = 128, end_marker: EndMarker | None = None,
-                 chat_template_kwargs: dict[str, Any] | None = None):
+                 chat_template_kwargs: dict[str, Any] | None = None, codec: TokenCodec | None = None):
         self.model = model
-        self.tokenizer = tokenizer
+        self.codec = codec if codec is not None else TokenCodec(tokenizer, end_marker, chat_template_kwargs)
         self.max_batch_size = max_batch_size
-        self.end_marker = end_marker if end_marker is not None else end_marker_of(tokenizer)
-        self.chat_template_kwargs = dict(chat_template_kwargs or {})
-        self._stop_cache: dict[tuple[str, ...], list[tuple[str, list[int]]]] = {}
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.codec.tokenizer
+
+    @property
+    def end_marker(self) -> EndMarker:
+        return self.codec.end_marker
+
+    @property
+    def chat_template_kwargs(self) -> dict[str, Any]:
+        return self.codec.chat_template_kwargs
+
+    def on_model(self, model: Any) -> "HFEngine":
+        """This engine (the same codec and batch size) sampling with ``model``: the rollout worker's copy."""
+        other = copy.copy(self)
+        other.model = model
+        return other
+
+    @classmethod
+    def for_images(cls, model: Any, tokenizer: Any, processor: Any) -> "HFEngine":
+        """The vision form (kitae.rollout.vision.VisionEngine) over a vision-language model and its processor; named
+        as a lazy "module:Class", as the engine registry names engines (vision.py builds on this module)."""
+        return load_target(VISION_FORM)(model, tokenizer, processor)
 
     @classmethod
     def from_pretrained(cls, path: str | None, dtype: str = "float32", device: str = "cpu", **kw) -> "HFEngine":
@@ -87,27 +111,16 @@ class HFEngine(RolloutEngine, ContinuesTokens):
         return [flat[i * n : (i + 1) * n] for i in range(len(prompt_ids))]
 
     def set_chat(self, chat_template_kwargs: dict[str, Any] | None = None, end_marker: str | None = None) -> None:
-        """A run's chat settings (``model.chat_template_kwargs``, ``model.end_marker``: the marker's text, its
-        ids and the model's eos ids found again with it)."""
-        self.chat_template_kwargs = dict(chat_template_kwargs or {})
-        if end_marker is not None:
-            self.end_marker = end_marker_of(self.tokenizer, override=end_marker)
-            self._stop_cache.clear()
+        """A run's chat settings (``model.chat_template_kwargs``, ``model.end_marker``), kept by the codec."""
+        self.codec.set_chat(chat_template_kwargs, end_marker)
 
     def encode_prompt(self, messages: list[Message], chat_template_kwargs: dict[str, Any] | None = None) -> list[int]:
-        """The prompt's token ids: its chat template applied with ``chat_template_kwargs`` (default: the
-        engine's, ``model.chat_template_kwargs``)."""
-        kwargs = self.chat_template_kwargs if chat_template_kwargs is None else chat_template_kwargs
-        text = format_prompt(self.tokenizer, messages, kwargs)
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        """The prompt's token ids (:meth:`TokenCodec.encode_prompt`)."""
+        return self.codec.encode_prompt(messages, chat_template_kwargs)
 
     def ending(self, sp: SamplingParams) -> SamplingParams:
-        """``sp`` with its stop strings resolved: ``stop`` None (the default) is ChatML's ``<|im_end|>`` and
-        ``<|endoftext|>`` and then every end text of the model (:class:`kitae.chat.EndMarker`); a list stays as
-        given (``[]``: run on to max_new_tokens)."""
-        if sp.stop is not None:
-            return sp
-        return dataclasses.replace(sp, stop=list(dict.fromkeys([*CHATML_STOPS, *self.end_marker.stops])))
+        """``sp`` with its stop strings resolved (:meth:`TokenCodec.ending`)."""
+        return self.codec.ending(sp)
 
     # ---- decoding loop --------------------------------------------------------------------------
     @torch.no_grad()
@@ -137,7 +150,8 @@ class HFEngine(RolloutEngine, ContinuesTokens):
         tokens: list[list[int]] = [[] for _ in range(B)]
         logps: list[list[float]] = [[] for _ in range(B)]
         finish: list[str | None] = [None] * B
-        stops = self.stop_ids(tuple(sp.stop))
+        codec = self.codec
+        stops = codec.stop_ids(tuple(sp.stop))
 
         order = None  # the batch rows in sampling order (by original row) once rows were moved; None: in order
         for step in range(sp.max_new_tokens):
@@ -148,7 +162,7 @@ class HFEngine(RolloutEngine, ContinuesTokens):
             for j, (row, tok, l) in enumerate(zip(active.tolist(), nxt.tolist(), lp.tolist())):
                 tokens[row].append(tok)
                 logps[row].append(l)
-                if self.hit_stop(tokens[row], stops):
+                if codec.hit_stop(tokens[row], stops):
                     finish[row] = "stop"
                 elif sp.repeat_min_count and repeat_period(
                     tokens[row], sp.repeat_max_period, sp.repeat_min_count, sp.repeat_min_span
@@ -179,46 +193,10 @@ class HFEngine(RolloutEngine, ContinuesTokens):
             logits = out.logits[:, -1, :].float()  # [A, V]
 
         return [
-            Completion(
-                text=self.decode(tokens[i], sp.stop),
-                prompt_ids=list(prompt_ids[rows[i]]),
-                completion_ids=tokens[i],
-                logprobs=logps[i],
-                finish_reason=finish[i] or "length",
-                image_inputs=image_inputs[rows[i]] if image_inputs is not None else None,
-                end_marker=self.end_marker.text,
-                control_tokens=self.end_marker.controls,
-                thinking_open=prompt_opens_thinking(self.tokenizer, prompt_ids[rows[i]]),
-            )
+            codec.completion(prompt_ids[rows[i]], tokens[i], logps[i], finish[i] or "length", sp.stop,
+                             image_inputs[rows[i]] if image_inputs is not None else None)
             for i in range(B)
         ]
-
-    # ---- stops and text -------------------------------------------------------------------------
-    def stop_ids(self, stop: tuple[str, ...]) -> list[tuple[str, list[int]]]:
-        """Each stop string with its token ids, and each end id of the model whose text is a stop string with
-        that id alone (a special token another id also spells) (cached per stop set)."""
-        if stop not in self._stop_cache:
-            stops = [(s, self.tokenizer.encode(s, add_special_tokens=False)) for s in stop]
-            end = self.end_marker
-            stops += [(t, [i]) for i, t in zip(end.ids, end.texts) if t in stop and (t, [i]) not in stops]
-            self._stop_cache[stop] = stops
-        return self._stop_cache[stop]
-
-    def hit_stop(self, toks: list[int], stops: list[tuple[str, list[int]]]) -> bool:
-        """Whether the tokens sampled so far end with a stop string (``stops`` from :meth:`stop_ids`)."""
-        for text, ids in stops:
-            if ids and toks[-len(ids) :] == ids:
-                return True
-            # In context, BPE may split a multi-token stop string differently than alone: check the text too.
-            if len(ids) > 1 and text in self.tokenizer.decode(toks[-(len(ids) + 4) :]):
-                return True
-        return False
-
-    def decode(self, toks: list[int], stop: list[str]) -> str:
-        """The text of a completion, cut right after the first stop string in it (the stop string kept)."""
-        text = self.tokenizer.decode(toks, skip_special_tokens=False)
-        cut = min((text.find(s) + len(s) for s in stop if s in text), default=len(text))
-        return text[:cut]
 
     def _seen_mask(self, ids: torch.Tensor, attn: torch.Tensor, vocab: int, sp: SamplingParams):
         """[B, V] bool of the tokens each row has seen (prompt and output), for the repetition penalty."""
@@ -328,25 +306,6 @@ def sample_in_order(
         return sample_next(logits, sp, seen, gen)
     nxt, lp = sample_next(logits[order], sp, seen[order] if seen is not None else None, gen)
     return nxt.new_empty(nxt.shape).index_copy_(0, order, nxt), lp.new_empty(lp.shape).index_copy_(0, order, lp)
-
-
-def repeat_period(tokens: list[int], max_period: int, min_count: int, min_span: int) -> int | None:
-    """The smallest period p <= max_period such that the last max(min_count * p, min_span rounded up to whole
-    blocks) tokens are one block of p tokens repeated; None when there is none.
-
-    >>> repeat_period([5, 1, 2, 1, 2, 1, 2], max_period=4, min_count=3, min_span=4)
-    2
-    >>> repeat_period([1, 2, 1, 2, 3], max_period=4, min_count=2, min_span=4) is None
-    True
-    """
-    n = len(tokens)
-    for p in range(1, max_period + 1):
-        span = p * max(2, min_count, -(-min_span // p))  # whole blocks: >= min_count (and 2), >= min_span tokens
-        if span > n:
-            continue
-        if tokens[-1] == tokens[-1 - p] and tokens[n - span : n - p] == tokens[n - span + p :]:
-            return p
-    return None
 
 
 def batch_image_inputs(per_row: list[dict[str, torch.Tensor] | None], device) -> dict[str, torch.Tensor]:

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from kitae.chat import prompt_opens_thinking
 from kitae.config import setting
-from kitae.rollout.base import Completion, SamplingParams
+from kitae.rollout.base import Completion, ContinuesTokens, SamplingParams
 
 
 @dataclass
@@ -68,7 +68,7 @@ class PendingGroup:
 class PartialRollouts:
     """The replay buffer of unfinished groups and one iteration of rollouts (:meth:`step`)."""
 
-    def __init__(self, engine: Any, tokenizer: Any, segment_tokens: int, max_new_tokens: int):
+    def __init__(self, engine: ContinuesTokens, tokenizer: Any, segment_tokens: int, max_new_tokens: int):
         self.engine, self.tokenizer = engine, tokenizer
         self.segment_tokens, self.max_new_tokens = segment_tokens, max_new_tokens
         self.pending: list[PendingGroup] = []

@@ -24,10 +24,10 @@ Wire APIs, registered in :data:`SERVER_APIS` (``sampling.server_api``):
     server runs here.
 
 Same samples as the in-process engine: the server's tokens are read back with the in-process engine's own rules
-(:class:`kitae.rollout.hf.HFEngine`): a sample ends at the first token where a stop string is complete (on the
-token sequence or the decoded tail, so a multi-token ``<|im_end|>`` stops it), then where repeat detection fires
-(finish reason "repeat"), else at max_new_tokens ("length"); the text is decoded here and cut after the stop
-string. A server that already stopped there returns exactly these tokens.
+and a :class:`~kitae.rollout.codec.TokenCodec` as its (each engine holds one): a sample ends at the first token
+where a stop string is complete (on the token sequence or the decoded tail, so a multi-token ``<|im_end|>`` stops
+it), then where repeat detection fires (finish reason "repeat"), else at max_new_tokens ("length"); the text is
+decoded here and cut after the stop string. A server that already stopped there returns exactly these tokens.
 
 Finish reasons: "stop" and "length" are read as they are, and vLLM's "repetition" (0.17 on: its repetition
 detection ended the sample) as kitae's "repeat". A choice the server did not finish is no sample: vLLM's "abort"
@@ -58,18 +58,19 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar, Literal
 from urllib.parse import urlsplit
 
 import httpx
 
-from kitae.chat import prompt_opens_thinking
+from kitae.chat import EndMarker, Message
+from kitae.config import setting
 from kitae.errors import ConfigError, KitaeError
 from kitae.registry import Registry
-from kitae.rollout.base import (CHATML_STOPS, BuiltFromConfig, ChecksServers, Completion, RemoteLogprobs,
-                                ReportsStats, SamplingParams, SyncsWeights)
-from kitae.rollout.hf import HFEngine, repeat_period
-from kitae.rollout.sync import ReloadsWeights
+from kitae.rollout.base import (CHATML_STOPS, BuiltFromConfig, ChecksServers, Completion, ContinuesTokens,
+                                EngineSettings, RemoteLogprobs, ReportsStats, RolloutEngine, SamplingParams,
+                                SyncsWeights)
+from kitae.rollout.codec import TokenCodec, repeat_period
 from kitae.http.client import Retrier, WireCounters, WireError, auth_headers
 
 log = logging.getLogger("kitae.rollout.server")
@@ -84,6 +85,76 @@ class ReplicaError(WireError):
 
 class UnfinishedChoice(ValueError):
     """A reply's choice that the server did not finish (vLLM's finish_reason "abort" or "error")."""
+
+
+# ---- the engine's settings ---------------------------------------------------------------------------------
+@dataclass
+class ServerSettings(EngineSettings):
+    """``sampling.engine: {type: server, ...}``; configs keep writing these beside ``engine: server`` in the sampling
+    section (``sampling.servers``, ``sampling.sync``, ...), which reads the same."""
+
+    on_servers: ClassVar[bool] = True
+    servers: list[str] = field(default_factory=list)  # base URLs of the replicas, e.g. http://127.0.0.1:8000
+    server_api: Literal["openai", "sglang"] = "openai"  # openai: vLLM, kitae serve model; sglang: its /generate
+    api_key_env: str | None = "KITAE_SERVE_TOKEN"  # when this variable is set: Authorization: Bearer its value
+    server_timeout: float = 600.0  # seconds one request may take
+    server_down_secs: float = 30.0  # a replica that failed is skipped this long, then tried again
+    server_max_wait: float = 1800.0  # every replica down this long stops the run with an error (0 = wait forever)
+    sync: Literal["disk", "vllm", "none"] = "disk"  # how the trainer's weights reach the servers
+    sync_every: int = setting(1, minimum=1)  # optimizer steps between weight pushes
+    sync_dir: str | None = None  # disk and adapter sync: a folder both sides see (default: RUN_DIR/sync)
+    lora_sync: Literal["adapter", "merged"] = "adapter"  # LoRA runs: adapter = push only the adapter (the servers
+    # load it: vLLM --enable-lora, SGLang --enable-lora, kitae serve model), merged = the merged weights by sync
+
+    def resolve(self, path: str) -> None:
+        """Write each server URL as its base URL (no trailing / or /v1)."""
+        for i, url in enumerate(self.servers):
+            try:
+                self.servers[i] = check_url(url, f"{path}.servers[{i}]")
+            except ConfigError:
+                pass  # not a URL: left as written, for validate to name after the checks that come first
+
+    def validate(self, path: str) -> None:
+        if not self.servers:
+            raise ConfigError(f"{path}.servers", "engine 'server' needs at least one server URL, e.g. "
+                              "[http://127.0.0.1:8000] (start one with `kitae serve model --port 8000`)")
+        for i, url in enumerate(self.servers):
+            check_url(url, f"{path}.servers[{i}]")
+        for key in ("server_timeout", "server_down_secs"):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"{path}.{key}", f"must be > 0 seconds, got {getattr(self, key)}")
+        if self.server_max_wait < 0:
+            raise ConfigError(f"{path}.server_max_wait", f"must be >= 0 seconds (0 = wait forever), got "
+                              f"{self.server_max_wait}")
+
+    def check_sampling(self, sampling: Any, path: str) -> None:
+        """``max_staleness`` against the pushes: samples between two pushes must not all be too old to keep;
+        ``async`` needs a push after every step."""
+        if sampling.async_ and self.sync == "none":
+            raise ConfigError(f"{path}.async", "with sync: none the servers never get the policy's weights, so "
+                              "there is no policy version to bound; set sync: disk or vllm, or async: false")
+        if sampling.async_ and self.sync_every != 1:
+            raise ConfigError(f"{path}.sync_every", f"is {self.sync_every}, but async: true pushes the weights "
+                              "after every step (max_staleness bounds the lag); set sync_every: 1")
+        if self.sync != "none" and sampling.max_staleness < self.sync_every - 1:
+            raise ConfigError(f"{path}.max_staleness", f"is {sampling.max_staleness}, but with sync_every "
+                              f"{self.sync_every} samples are up to {self.sync_every - 1} steps old and would all be "
+                              f"dropped; set max_staleness to at least {self.sync_every - 1}")
+
+    def check_model(self, model: Any, path: str) -> None:
+        """vLLM's NCCL push needs vllm and a GPU here, unless a LoRA run pushes its adapter (through disk)."""
+        if self.sync == "vllm" and not (model.lora and self.lora_sync == "adapter"):
+            from kitae.rollout.sync import check_vllm_sync
+
+            check_vllm_sync(f"{path}.sync")
+
+    def check_push(self, model: Any, path: str) -> None:
+        """A quantized base trains an adapter: its merged weights are packed tensors no server loads."""
+        if model.quantization is not None and self.sync != "none" and self.lora_sync == "merged":
+            raise ConfigError(f"{path}.lora_sync", "merged: the server engine's servers would take the policy's full "
+                              "weights after each step, and a quantized base's weights are packed 4/8-bit tensors "
+                              "a server cannot load; push only the adapter (sampling.lora_sync: adapter, the "
+                              "default), sample in this process (sampling.engine: hf) or set sampling.sync: none")
 
 
 # ---- URLs and the pre-flight check -------------------------------------------------------------------------
@@ -327,23 +398,24 @@ class RolloutStats:
     wait_secs: float = 0.0  # the longest time a group waited with every replica down
 
 
-class ServerEngine(HFEngine, SyncsWeights, RemoteLogprobs, ReportsStats, ChecksServers, BuiltFromConfig):
-    """Rollouts from inference servers. It is the in-process engine without the decoding loop: prompts are
-    encoded, stop strings matched and texts decoded by the same code (see the module docstring). The trainer
-    pushes its weights to the servers, recomputes its own log-probs, and logs the replicas' counters
-    (kitae.rollout.base's protocols)."""
-
-    remote_logprobs = True  # the trainer recomputes its own log-probs and corrects for the mismatch
+class ServerEngine(RolloutEngine, ContinuesTokens, SyncsWeights, RemoteLogprobs, ReportsStats, ChecksServers,
+                   BuiltFromConfig):
+    """Rollouts from inference servers. Prompts are encoded, stop strings matched and texts decoded by a
+    :class:`~kitae.rollout.codec.TokenCodec`, as in the in-process engine (see the module docstring). The trainer
+    pushes its weights to the servers, recomputes its own log-probs (RemoteLogprobs), and logs the replicas'
+    counters (kitae.rollout.base's abilities). ``model``: not used (the policy's weights come with each push);
+    engines are built as ``cls(policy, tokenizer, ...)``."""
 
     def __init__(self, model: Any, tokenizer: Any, servers: list[str] | tuple[str, ...] = (), *,
                  api: str = "openai", timeout: float = 600.0, down_secs: float = 30.0, max_wait: float = 1800.0,
                  max_staleness: int | None = 0, api_key_env: str | None = None, weight_sync: Any = None,
-                 served_models: dict[str, str | None] | None = None):
-        super().__init__(model, tokenizer)
+                 served_models: dict[str, str | None] | None = None, sync_every: int = 1):
+        self.codec = TokenCodec(tokenizer)
         self.api = SERVER_APIS.get(api, "sampling.server_api")
         self.timeout, self.down_secs, self.max_wait = timeout, down_secs, max_wait
         self.max_staleness, self.api_key_env = max_staleness, api_key_env
         self.weight_sync = weight_sync  # kitae.rollout.sync strategy (a WeightSync); None = frozen servers
+        self.sync_every = sync_every  # optimizer steps between pushes (SyncsWeights)
         self.version: int | None = None  # the policy version last pushed to the replicas
         self.counters = WireCounters()
         self.replicas = [Replica(url, i, (served_models or {}).get(url)) for i, url in enumerate(servers)]
@@ -355,22 +427,44 @@ class ServerEngine(HFEngine, SyncsWeights, RemoteLogprobs, ReportsStats, ChecksS
 
     @staticmethod
     def check_servers(sampling: Any) -> dict[str, str | None]:
-        """The trainer's pre-flight (kitae.trainer.preflight): every replica of ``sampling`` (a SamplingConfig)
-        answers, before the model loads; URL -> served model name."""
-        return preflight(sampling.servers, min(30.0, sampling.server_timeout), sampling.api_key_env)
+        """The trainer's pre-flight (kitae.trainer.preflight): every replica of ``sampling`` (a SamplingConfig, its
+        ``engine`` the ServerSettings) answers, before the model loads; URL -> served model name."""
+        s: ServerSettings = sampling.engine
+        return preflight(s.servers, min(30.0, s.server_timeout), s.api_key_env)
 
     @classmethod
     def from_config(cls, model: Any, tokenizer: Any, sampling: Any, run_dir: Any,
                     served_models: dict[str, str | None] | None = None) -> "ServerEngine":
-        """The engine of ``sampling``; ``served_models`` from :meth:`check_servers` (asked here when not given)."""
+        """The engine of ``sampling`` (its ``engine``: the ServerSettings); ``served_models`` from
+        :meth:`check_servers` (asked here when not given)."""
         from kitae.rollout.sync import build_sync
 
+        s: ServerSettings = sampling.engine
         names = served_models if served_models is not None else cls.check_servers(sampling)
-        tracked = sampling.sync != "none"
-        return cls(model, tokenizer, sampling.servers, api=sampling.server_api, timeout=sampling.server_timeout,
-                   down_secs=sampling.server_down_secs, max_wait=sampling.server_max_wait,
-                   max_staleness=sampling.max_staleness if tracked else None, api_key_env=sampling.api_key_env,
-                   weight_sync=build_sync(sampling, run_dir, model), served_models=names)
+        tracked = s.sync != "none"
+        return cls(model, tokenizer, s.servers, api=s.server_api, timeout=s.server_timeout,
+                   down_secs=s.server_down_secs, max_wait=s.server_max_wait,
+                   max_staleness=sampling.max_staleness if tracked else None, api_key_env=s.api_key_env,
+                   weight_sync=build_sync(s, run_dir, model, sampling.max_staleness), served_models=names,
+                   sync_every=s.sync_every)
+
+    # ---- prompts and stops: the codec's ---------------------------------------------------------------------
+    @property
+    def tokenizer(self) -> Any:
+        return self.codec.tokenizer
+
+    @property
+    def end_marker(self) -> EndMarker:
+        return self.codec.end_marker
+
+    def set_chat(self, chat_template_kwargs: dict[str, Any] | None = None, end_marker: str | None = None) -> None:
+        self.codec.set_chat(chat_template_kwargs, end_marker)
+
+    def encode_prompt(self, messages: list[Message], chat_template_kwargs: dict[str, Any] | None = None) -> list[int]:
+        return self.codec.encode_prompt(messages, chat_template_kwargs)
+
+    def ending(self, sp: SamplingParams) -> SamplingParams:
+        return self.codec.ending(sp)
 
     # ---- weights ----------------------------------------------------------------------------------------
     @property
@@ -424,6 +518,9 @@ class ServerEngine(HFEngine, SyncsWeights, RemoteLogprobs, ReportsStats, ChecksS
         return out
 
     # ---- sampling ---------------------------------------------------------------------------------------
+    def generate(self, prompts: list[list[Message]], n: int, sampling: SamplingParams) -> list[list[Completion]]:
+        return self.generate_tokens([self.encode_prompt(m) for m in prompts], n, sampling)
+
     def generate_tokens(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> list[list[Completion]]:
         from kitae.aio import run_sync
 
@@ -500,6 +597,8 @@ class ServerEngine(HFEngine, SyncsWeights, RemoteLogprobs, ReportsStats, ChecksS
         async with lock:
             if replica.synced == self.version or not replica.is_up(time.monotonic()):
                 return replica.synced == self.version
+            from kitae.rollout.sync import ReloadsWeights
+
             if not isinstance(self.weight_sync, ReloadsWeights):
                 self.mark_down(replica, f"it missed the weights of policy version {self.version}; it gets them "
                                         "at the next push")
@@ -561,17 +660,15 @@ class ServerEngine(HFEngine, SyncsWeights, RemoteLogprobs, ReportsStats, ChecksS
 
     # ---- one sample, read back with the in-process engine's rules ------------------------------------------
     def _completion(self, prompt_ids: list[int], choice: Choice, sp: SamplingParams) -> Completion:
+        codec = self.codec
         tokens, logps, reason = cut_sample(choice.token_ids, choice.logprobs, choice.finish_reason, sp,
-                                           lambda toks: self.hit_stop(toks, self.stop_ids(tuple(sp.stop))))
-        return Completion(text=self.decode(tokens, sp.stop), prompt_ids=list(prompt_ids), completion_ids=tokens,
-                          logprobs=logps, finish_reason=reason, end_marker=self.end_marker.text,
-                          control_tokens=self.end_marker.controls,
-                          thinking_open=prompt_opens_thinking(self.tokenizer, prompt_ids))
+                                           lambda toks: codec.hit_stop(toks, codec.stop_ids(tuple(sp.stop))))
+        return codec.completion(prompt_ids, tokens, logps, reason, sp.stop)
 
 
 def cut_sample(tokens: list[int], logps: list[float], server_reason: str, sp: SamplingParams,
                hit_stop: Callable[[list[int]], bool]) -> tuple[list[int], list[float], str]:
-    """(tokens, log-probs, finish reason) of a sample as :class:`HFEngine` would have ended it: at the first
+    """(tokens, log-probs, finish reason) of a sample as the in-process engine would have ended it: at the first
     token where ``hit_stop`` fires ("stop"), else where repeat detection fires ("repeat"), else at max_new_tokens
     ("length"); a server that stopped earlier for a reason of its own (an end-of-sequence token outside the stop
     strings, its context) keeps its finish reason.

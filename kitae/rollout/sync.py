@@ -106,13 +106,15 @@ def check_vllm_sync(path: str) -> None:
                           "trainer on a GPU machine with vllm installed (docs/scale.md)")
 
 
-def build_sync(sampling: Any, run_dir: Any, model: Any = None):
+def build_sync(sampling: Any, run_dir: Any, model: Any = None, max_staleness: int = 0):
     """The strategy of ``sampling.sync`` (None for 'none'); for a PEFT LoRA ``model`` with ``sampling.lora_sync:
-    adapter``, the adapter push whichever server sync is named."""
+    adapter``, the adapter push whichever server sync is named. ``sampling``: the server engine's settings
+    (kitae.rollout.server.ServerSettings), which every strategy here is built from; ``max_staleness``: the
+    sampling section's (how many adapters a replica keeps)."""
     if sampling.sync == "none":
         return None
     if is_lora(model) and sampling.lora_sync == "adapter":
-        return AdapterSync(sampling, Path(run_dir))
+        return AdapterSync(sampling, Path(run_dir), max_staleness)
     cls = WEIGHT_SYNCS.get(sampling.sync, "sampling.sync")
     return cls(sampling, Path(run_dir))
 
@@ -267,11 +269,11 @@ class AdapterSync(WeightSync, ReloadsWeights):
     replica under :func:`adapter_name`; the replica's requests name it from then on (``replica.adapter``). A
     replica that missed a push loads the newest adapter later (:meth:`reload`)."""
 
-    def __init__(self, sampling: Any, run_dir: Path):
+    def __init__(self, sampling: Any, run_dir: Path, max_staleness: int | None = 0):
         self.root = Path(sampling.sync_dir) if sampling.sync_dir else run_dir / "sync"
         self.load_route, self.unload_route = ADAPTER_ROUTES[sampling.server_api]
         self.timeout, self.api_key_env = sampling.server_timeout, sampling.api_key_env
-        self.keep = (sampling.max_staleness or 0) + 1  # adapters a replica keeps: those samples may still name
+        self.keep = (max_staleness or 0) + 1  # adapters a replica keeps: those samples may still name
         self.latest: tuple[int, Path] | None = None
 
     def push(self, engine: Any, model: Any, version: int,

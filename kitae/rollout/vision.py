@@ -61,8 +61,13 @@ class VisionEngine(HFEngine):
         return ids, {k: v for k, v in enc.items() if isinstance(v, torch.Tensor) and k not in PER_TOKEN}
 
 
-def load_engine(path: str | None, dtype: str = "float32", device: str = "cpu", **kw) -> HFEngine:
-    """The in-process engine for the model folder at `path`: a VisionEngine for a vision-language model (its
-    config has a ``vision_config``), an HFEngine for a text model."""
-    cls = VisionEngine if is_vision_model(path) else HFEngine
-    return cls.from_pretrained(path, dtype=dtype, device=device, **kw)
+def load_engine(path: str | None, dtype: str = "float32", device: str = "cpu") -> HFEngine:
+    """The in-process engine (``hf`` in kitae.rollout.base.ENGINES) for the model folder at `path`: its image form
+    (SamplesImages: a VisionEngine) for a vision-language model (its config has a ``vision_config``)."""
+    from kitae.rollout.base import ENGINES
+
+    cls = ENGINES.get("hf")
+    if is_vision_model(path):
+        processor = load_processor(path)
+        return cls.for_images(load_causal_lm(path, dtype, device), processor.tokenizer, processor)
+    return cls.from_pretrained(path, dtype=dtype, device=device)

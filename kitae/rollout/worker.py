@@ -8,11 +8,12 @@ returned :class:`~kitae.rollout.base.Completion` carries ``policy_version``, the
 Which runner an engine gets is decided by its abilities (kitae.rollout.base), and both sample from token ids
 (:class:`~kitae.rollout.base.ContinuesTokens`):
 
-- :class:`WorkerRunner` (an engine that shares the trainer's model, ``engine: hf``): a rollout worker process
-  (torch.multiprocessing, spawn) with its own copy of the model and its own torch threads, so the trainer and
-  the sampler each have a core. It samples with :meth:`kitae.rollout.hf.HFEngine.generate_tokens`, the
-  in-process engine's own code. Jobs and pushes share one queue; a push carries the trainable tensors only
-  (every weight for full fine-tuning, the adapter for LoRA), copied once into shared memory.
+- :class:`WorkerRunner` (an engine that samples with the trainer's model and can be built over a copy of it,
+  :class:`~kitae.rollout.base.SamplesInWorker`: ``engine: hf``): a rollout worker process (torch.multiprocessing,
+  spawn) with its own copy of the model and its own torch threads, so the trainer and the sampler each have a
+  core. It samples with the engine itself (:meth:`~kitae.rollout.base.SamplesInWorker.on_model` the copy). Jobs
+  and pushes share one queue; a push carries the trainable tensors only (every weight for full fine-tuning, the
+  adapter for LoRA), copied once into shared memory.
 - :class:`ThreadRunner` (an engine that syncs weights, :class:`~kitae.rollout.base.SyncsWeights`: ``engine:
   server``): each job's requests in flight on a background thread while the trainer updates; a push waits for
   the jobs in flight, then sends the weights (kitae.rollout.sync), so weights change between batches, never
@@ -27,15 +28,12 @@ import os
 import queue
 import signal
 import traceback
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import Any, Callable, Protocol
 
 import torch
 
 from kitae.errors import KitaeError
-from kitae.rollout.base import Completion, ContinuesTokens, SamplingParams
-
-if TYPE_CHECKING:
-    from kitae.rollout.hf import HFEngine
+from kitae.rollout.base import Completion, ContinuesTokens, SamplesInWorker, SamplingParams
 
 POLL_SECS = 2.0  # how often a wait for the worker checks that it is still alive
 
@@ -58,17 +56,17 @@ def trainable_tensors(policy: Any) -> dict[str, torch.Tensor]:
 
 
 class WorkerRunner:
-    """A rollout worker process holding a copy of ``policy`` (at ``version``) and ``engine``'s tokenizer, end
-    marker and chat settings; it runs ``threads`` torch threads."""
+    """A rollout worker process holding ``engine`` over a copy of ``policy`` (at ``version``); it runs
+    ``threads`` torch threads."""
 
-    def __init__(self, policy: Any, engine: "HFEngine", version: int, threads: int):
+    def __init__(self, policy: Any, engine: SamplesInWorker, version: int, threads: int):
         ctx = torch.multiprocessing.get_context("spawn")
         self._jobs, self._results = ctx.Queue(), ctx.Queue()
         model = copy.deepcopy(policy).to("cpu")  # its own weights: the trainer's change under it otherwise
         device = str(next(policy.parameters()).device)
         self._proc = ctx.Process(target=_worker_main, daemon=True, name="kitae-rollout-worker",
-                                 args=(model, engine.tokenizer, engine.end_marker, device, version, threads,
-                                       self._jobs, self._results, os.getpid()))
+                                 args=(engine.on_model(model), device, version, threads, self._jobs, self._results,
+                                       os.getpid()))
         self._proc.start()
         del model
         self._tickets = 0
@@ -109,11 +107,11 @@ class WorkerRunner:
             q.cancel_join_thread()
 
 
-def _worker_main(model: Any, tokenizer: Any, end_marker: Any, device: str, version: int, threads: int,
-                 jobs: Any, results: Any, trainer_pid: int) -> None:
-    """The worker process: apply pushes and run jobs in queue order until "stop"; a failure is reported with
-    its traceback and ends the worker. It ends with the trainer, however the trainer ends."""
-    from kitae.rollout.hf import HFEngine
+def _worker_main(engine: SamplesInWorker, device: str, version: int, threads: int, jobs: Any, results: Any,
+                 trainer_pid: int) -> None:
+    """The worker process: ``engine`` (over its copy of the policy, on the CPU until here) applies pushes and runs
+    jobs in queue order until "stop"; a failure is reported with its traceback and ends the worker. It ends with
+    the trainer, however the trainer ends."""
     from kitae.lifetime import die_with_parent
 
     die_with_parent(signal.SIGKILL, trainer_pid)  # a trainer killed by SIGKILL leaves no worker behind
@@ -122,9 +120,8 @@ def _worker_main(model: Any, tokenizer: Any, end_marker: Any, device: str, versi
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, signal.SIG_IGN)
     torch.set_num_threads(threads)
-    model = model.to(device)
-    engine = HFEngine(model, tokenizer, end_marker=end_marker)
-    params = dict(model.named_parameters())
+    engine.model = engine.model.to(device)
+    params = dict(engine.model.named_parameters())
     while True:
         msg = jobs.get()
         try:

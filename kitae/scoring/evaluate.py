@@ -13,13 +13,13 @@ from typing import Any, Callable
 
 from kitae.chat import is_template_compliant, sample_controls, sample_end
 from kitae.graders.base import Grader
-from kitae.rollout.base import SamplingParams
+from kitae.rollout.base import RolloutEngine, SamplingParams
 from kitae.scoring.graded import graded_batches
 from kitae.scoring.rewards import RewardComponent, Think
 
 
 def evaluate(
-    engine: Any,
+    engine: RolloutEngine,
     rows: list[dict],
     grader: Grader,
     k: int = 4,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from kitae.chat import IM_END, TEMPLATE_TOKENS
-from kitae.rollout.base import Completion, ReadsRows, SamplingParams
+from kitae.rollout.base import Completion, ReadsRows, RolloutEngine, SamplingParams
 from kitae.rollout.trajectory import Episode
 from kitae.scoring.rewards import GroupScores, RewardComponent, score_groups
 
@@ -93,7 +93,7 @@ def grade_completions(components: list[RewardComponent], items: list[dict], grou
     return samples, score_groups(components, items, samples)
 
 
-def sample_and_grade(engine: Any, prompts: list[Any], items: list[dict], n: int, sampling: SamplingParams,
+def sample_and_grade(engine: RolloutEngine, prompts: list[Any], items: list[dict], n: int, sampling: SamplingParams,
                      components: list[RewardComponent], extra: dict[str, Any] | None = None, start: int = 0,
                      ) -> Graded:
     """``n`` completions of each of ``prompts`` (the messages sent) with ``sampling``, graded against ``items``
@@ -106,7 +106,7 @@ def sample_and_grade(engine: Any, prompts: list[Any], items: list[dict], n: int,
     return Graded(start, items, groups, samples, scores)
 
 
-def graded_batches(engine: Any, prompts: list[Any], items: list[dict], n: int, sampling: SamplingParams,
+def graded_batches(engine: RolloutEngine, prompts: list[Any], items: list[dict], n: int, sampling: SamplingParams,
                    components: list[RewardComponent], batch_prompts: int,
                    skip: Callable[[range], bool] = lambda indices: False) -> Iterator[Graded]:
     """The prompt set in batches of ``batch_prompts``, each sampled with ``sampling.offset_seed(its first

@@ -284,7 +284,7 @@ class BatchScheduler:
 
     def _finish_reason(self, row: _Row) -> str | None:
         job = row.job
-        if row.tokens[-1] in job.stop_ids or self.engine.hit_stop(row.tokens, row.stops):
+        if row.tokens[-1] in job.stop_ids or self.engine.codec.hit_stop(row.tokens, row.stops):
             return "stop"
         if len(row.tokens) >= job.sampling.max_new_tokens:
             return "length"
@@ -292,7 +292,7 @@ class BatchScheduler:
 
     def _complete(self, job: Job) -> None:
         job.completions = [
-            Completion(text=self.engine.decode(r.tokens, job.sampling.stop), prompt_ids=job.prompt_ids,
+            Completion(text=self.engine.codec.decode(r.tokens, job.sampling.stop), prompt_ids=job.prompt_ids,
                        completion_ids=r.tokens, logprobs=r.logps, finish_reason=r.finish or "length")
             for r in job.rows
         ]
@@ -340,7 +340,7 @@ class BatchScheduler:
         if sp.repetition_penalty != 1.0:
             seen = torch.zeros(vocab, dtype=torch.bool, device=dev)
             seen[torch.tensor(job.prompt_ids, device=dev).clamp(max=vocab - 1)] = True
-        return _Row(job, index, gen, seen, self.engine.stop_ids(tuple(sp.stop)))
+        return _Row(job, index, gen, seen, self.engine.codec.stop_ids(tuple(sp.stop)))
 
     def _join(self, new: _Batch) -> None:
         """Merge ``new`` rows into the running batch: both left-padded to one width, then stacked."""

@@ -471,7 +471,7 @@ class ChatService:
         stops = job.sampling.stop
 
         def render(tokens: list[int]) -> str:
-            return cut_at_markers(self.engine.decode(tokens, stops), self.markers)[0]
+            return cut_at_markers(self.engine.codec.decode(tokens, stops), self.markers)[0]
 
         def finals() -> list[tuple[str, str, int]]:
             return [(c.text, c.finish_reason, c.tokens) for c in self._plain_choices(req, job)]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from kitae.agents.config import EnvironmentConfig, check_environment_sampling
 from kitae.algorithms.config import AdaptiveKL, AlgorithmConfig, DynamicSampling, KLConfig, upgrade_saved_algorithm
@@ -27,6 +27,7 @@ from kitae.trainer.optim import OptimConfig
 from kitae.trainer.prompt_sets import DataConfig, load_data, resolve_data_path
 from kitae.trainer.alarms import AlarmsConfig
 from kitae.trainer.samplers import upgrade_saved_sampler
+from kitae.rollout.base import EngineSettings
 
 if TYPE_CHECKING:
     from kitae.algorithms.losses import LossConfig
@@ -55,9 +56,12 @@ class RepeatConfig:
 class SamplingConfig:
     """How rollouts are sampled. ``engine: hf`` samples in the trainer's process with its own model; ``engine:
     server`` asks inference servers (``servers``: vLLM, SGLang or ``kitae serve model`` replicas) and pushes the
-    trainer's weights to them after optimizer steps (``sync``; kitae/rollout/server.py, kitae/rollout/sync.py)."""
+    trainer's weights to them after optimizer steps (``sync``; kitae/rollout/server.py, kitae/rollout/sync.py).
+    An engine's settings are its own (kitae.rollout.base.EngineSettings; the server engine's ServerSettings):
+    ``engine: {type: server, servers: [...]}``, or as configs always wrote them, beside ``engine`` here."""
 
-    engine: str = "hf"  # hf | server
+    flat_settings: ClassVar[tuple[str, ...]] = ("engine",)  # sampling.servers, sampling.sync, ...: the engine's
+    engine: EngineSettings = EngineSettings.default("hf")  # hf | server (kitae.rollout.base.ENGINES)
     group_size: int = 8  # samples per prompt (G)
     temperature: float = setting(1.0, minimum=0)  # 0: greedy
     top_p: float = setting(1.0, above=0, maximum=1)  # nucleus sampling; 1 = off
@@ -66,18 +70,6 @@ class SamplingConfig:
     max_new_tokens: int = setting(64, minimum=1)  # with partial rollouts: the total over every segment
     partial: PartialRolloutConfig | None = None  # null = whole trajectories each iteration
     repeat: RepeatConfig | None = None  # null = no repeat detection
-    # ---- engine: server ----
-    servers: list[str] = field(default_factory=list)  # base URLs of the replicas, e.g. http://127.0.0.1:8000
-    server_api: Literal["openai", "sglang"] = "openai"  # openai: vLLM, kitae serve model; sglang: its /generate
-    api_key_env: str | None = "KITAE_SERVE_TOKEN"  # when this variable is set: Authorization: Bearer its value
-    server_timeout: float = 600.0  # seconds one request may take
-    server_down_secs: float = 30.0  # a replica that failed is skipped this long, then tried again
-    server_max_wait: float = 1800.0  # every replica down this long stops the run with an error (0 = wait forever)
-    sync: Literal["disk", "vllm", "none"] = "disk"  # how the trainer's weights reach the servers
-    sync_every: int = setting(1, minimum=1)  # optimizer steps between weight pushes
-    sync_dir: str | None = None  # disk and adapter sync: a folder both sides see (default: RUN_DIR/sync)
-    lora_sync: Literal["adapter", "merged"] = "adapter"  # LoRA runs: adapter = push only the adapter (the servers
-    # load it: vLLM --enable-lora, SGLang --enable-lora, kitae serve model), merged = the merged weights by sync
     max_staleness: int | None = setting(None, minimum=0)  # how many policy versions old a sample may be: with
     # async, the most steps the rollouts run ahead of the update (default 1); server: replies from weights older
     # than this are dropped (and counted) (default 0, sync); reading the config fills it in. An async run's resume
@@ -88,46 +80,17 @@ class SamplingConfig:
     # most max_staleness policy versions behind; the update corrects for the lag (algorithm.tis_cap)
 
     def resolve(self, path: str) -> None:
-        """Fill in max_staleness left out, and write each server URL as its base URL (no trailing / or /v1)."""
+        """Fill in max_staleness left out."""
         if self.max_staleness is None:
             self.max_staleness = 1 if self.async_ else 0
-        if self.engine == "server":
-            from kitae.rollout.server import check_url
-
-            for i, url in enumerate(self.servers):
-                try:
-                    self.servers[i] = check_url(url, f"{path}.servers[{i}]")
-                except ConfigError:
-                    pass  # not a URL: left as written, for validate to name after the checks that come first
 
     def validate(self, path: str) -> None:
         if self.async_:
             self.check_async(path)
-        if self.engine != "server":
-            if self.servers:
-                raise ConfigError(f"{path}.servers", f"is set but {path}.engine is {self.engine!r}; set "
-                                  f"{path}.engine: server to sample on those servers, or remove {path}.servers")
-            return
-        from kitae.rollout.server import check_url
-
-        if not self.servers:
-            raise ConfigError(f"{path}.servers", "engine 'server' needs at least one server URL, e.g. "
-                              "[http://127.0.0.1:8000] (start one with `kitae serve model --port 8000`)")
-        for i, url in enumerate(self.servers):
-            check_url(url, f"{path}.servers[{i}]")
-        for key in ("server_timeout", "server_down_secs"):
-            if getattr(self, key) <= 0:
-                raise ConfigError(f"{path}.{key}", f"must be > 0 seconds, got {getattr(self, key)}")
-        if self.server_max_wait < 0:
-            raise ConfigError(f"{path}.server_max_wait", f"must be >= 0 seconds (0 = wait forever), got "
-                              f"{self.server_max_wait}")
-        if self.sync != "none" and self.max_staleness < self.sync_every - 1:
-            raise ConfigError(f"{path}.max_staleness", f"is {self.max_staleness}, but with sync_every "
-                              f"{self.sync_every} samples are up to {self.sync_every - 1} steps old and would all be "
-                              f"dropped; set max_staleness to at least {self.sync_every - 1}")
+        self.engine.check_sampling(self, path)
 
     def check_async(self, path: str) -> None:
-        """What ``async: true`` cannot run with, refused with the fix."""
+        """What ``async: true`` cannot run with, refused with the fix (the engine's own: its check_sampling)."""
         if self.max_staleness < 1:
             raise ConfigError(f"{path}.max_staleness", "is 0 with async: true, but async rollouts are at least one "
                               "policy version behind; set max_staleness to 1 or more, or async: false")
@@ -135,12 +98,6 @@ class SamplingConfig:
             raise ConfigError(f"{path}.async", "does not combine with partial rollouts (sampling.partial): their "
                               "replay buffer continues trajectories with the policy of each step; set one of them "
                               "off")
-        if self.engine == "server" and self.sync == "none":
-            raise ConfigError(f"{path}.async", "with sync: none the servers never get the policy's weights, so "
-                              "there is no policy version to bound; set sync: disk or vllm, or async: false")
-        if self.engine == "server" and self.sync_every != 1:
-            raise ConfigError(f"{path}.sync_every", f"is {self.sync_every}, but async: true pushes the weights "
-                              "after every step (max_staleness bounds the lag); set sync_every: 1")
 
 
 @dataclass
@@ -178,11 +135,7 @@ class TrainConfig:
             raise ConfigError("sampling.partial", "partial rollouts do not combine with algorithm.dynamic_sampling")
         if self.environment is not None:
             check_environment_sampling(self.sampling)
-        s = self.sampling
-        if s.engine == "server" and s.sync == "vllm" and not (self.model.lora and s.lora_sync == "adapter"):
-            from kitae.rollout.sync import check_vllm_sync  # a LoRA run's adapter push needs no NCCL
-
-            check_vllm_sync("sampling.sync")
+        self.sampling.engine.check_model(self.model, "sampling")  # e.g. the server engine's vllm sync
         names = [r.name for r in self.rewards]
         dup = {n for n in names if names.count(n) > 1}
         if dup:

@@ -44,7 +44,7 @@ class EngineSync:
         engine = self.engine
         if not isinstance(engine, SyncsWeights) or engine.frozen or engine.version == version:
             return {}
-        if not (force or due(version, self.cfg.sampling.sync_every)):
+        if not (force or due(version, engine.sync_every)):
             return {}
         t0 = time.perf_counter()
         state = sharded.full_model_state(self.acc, policy)  # FSDP: every process gathers, the main one pushes

@@ -307,7 +307,7 @@ def engine_sequences(s: Setup) -> int:
 
 
 def trainer_device(s: Setup) -> DevicePlan:
-    dev = DevicePlan("trainer", together=bool(s.cfg.sampling.async_) and s.cfg.sampling.engine == "hf")
+    dev = DevicePlan("trainer", together=bool(s.cfg.sampling.async_) and s.cfg.sampling.engine.in_process)
     dev.rows.append(weights_row(s, s.shape))
     n, each = trained_params(s)
     lora = s.cfg.model.lora
@@ -322,7 +322,7 @@ def trainer_device(s: Setup) -> DevicePlan:
                             f"{count(s.reward_model.params)} params in {s.reward_dtype}"))
     dev.rows.append(Row("framework overhead", CUDA_OVERHEAD if s.cuda else CPU_OVERHEAD,
                         "CUDA context, workspaces, allocator" if s.cuda else "tokenizer, run store, data"))
-    if s.cfg.sampling.engine == "hf":
+    if s.cfg.sampling.engine.in_process:
         dev.rows.extend(rollout_rows(s))
         if dev.together:
             dev.rows.append(Row("rollout worker's model copy", weights_row(s, s.shape).bytes, "sampling.async",
@@ -394,7 +394,7 @@ class Plan:
 def make_plan(s: Setup, sizes: list[float | None] | None = None) -> Plan:
     devices = [trainer_device(s)]
     notes = []
-    if s.cfg.sampling.engine == "server":
+    if s.cfg.sampling.engine.on_servers:
         devices.append(server_device(s))
     for reward in s.cfg.rewards:
         spec = reward.grader or {}

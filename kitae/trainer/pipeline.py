@@ -33,16 +33,16 @@ from typing import Any, Callable
 import torch
 
 from kitae.errors import ConfigError
-from kitae.rollout.base import Completion, ContinuesTokens, SyncsWeights
+from kitae.rollout.base import Completion, ContinuesTokens, RolloutEngine, SamplesInWorker, SyncsWeights
 from kitae.rollout.worker import Runner, ThreadRunner, WorkerRunner
 from kitae.threads import available_cpus, load_average, worker_core_problem
 
 
-def in_worker(engine: Any) -> bool:
-    """Whether ``engine``'s rollouts run in a rollout worker process with a copy of the policy (an engine that
-    samples with the trainer's own model); one that syncs weights (the servers) has its requests sent from a
-    background thread, and gets the weights pushed."""
-    return not isinstance(engine, SyncsWeights)
+def in_worker(engine: RolloutEngine) -> bool:
+    """Whether ``engine``'s rollouts run in a rollout worker process with a copy of the policy (it samples with
+    the trainer's own model and can be built over a copy, kitae.rollout.base.SamplesInWorker); one that syncs
+    weights (the servers) has its requests sent from a background thread, and gets the weights pushed."""
+    return isinstance(engine, SamplesInWorker)
 
 
 @dataclasses.dataclass
@@ -80,17 +80,15 @@ class RolloutPipeline:
                               "(accelerate): set async: false, or train in one process")
         if processor is not None:
             raise ConfigError(where, "does not sample image prompts (a vision-language model); set async: false")
+        name = cfg.sampling.engine.type
         if not isinstance(engine, ContinuesTokens):
-            raise ConfigError(where, f"samples from token ids, which the {cfg.sampling.engine} engine does not "
+            raise ConfigError(where, f"samples from token ids, which the {name} engine does not "
                               "(kitae.rollout.base.ContinuesTokens); set async: false")
-        from kitae.rollout.hf import HFEngine
-
-        if in_worker(engine) and type(engine) is not HFEngine:
-            raise ConfigError(where, "the rollout worker samples with kitae's in-process engine (kitae.rollout.hf."
-                              f"HFEngine) on its own copy of the policy, not with the {cfg.sampling.engine} "
-                              f"engine ({type(engine).__name__}); set async: false, or give the engine "
-                              "sync_weights (kitae.rollout.base.SyncsWeights): then its requests are sent from a "
-                              "background thread")
+        if not isinstance(engine, (SamplesInWorker, SyncsWeights)):
+            raise ConfigError(where, f"the {name} engine ({type(engine).__name__}) can neither be built in the "
+                              "rollout worker over its own copy of the policy (kitae.rollout.base.SamplesInWorker) "
+                              "nor take the policy's weights (SyncsWeights, whose requests are sent from a "
+                              "background thread); set async: false, or give the engine one of them")
         threads = max(1, torch.get_num_threads() // 2)
         if in_worker(engine):
             torch.set_num_threads(threads)  # the other half is the rollout worker's

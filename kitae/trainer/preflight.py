@@ -85,7 +85,7 @@ def preflight(cfg: TrainConfig, config_dir: str | Path | None = None) -> Checked
         processor = load_processor(model_path) if is_vision_model(model_path) else None
         check_images(cfg, processor, [(train_file, train_rows), (eval_file, eval_rows)])
         context = model_context(model_path)
-        encode = None if context is None else prompt_encoder(cfg.sampling.engine, tokenizer, processor,
+        encode = None if context is None else prompt_encoder(cfg.sampling.engine.type, tokenizer, processor,
                                                              cfg.model.chat_template_kwargs)
         agent_encode = check_environment(cfg, tokenizer)  # environment: tools import, template renders them
         if encode is not None and agent_encode is not None:  # an episode: the prompt with its tools + its budget
@@ -131,12 +131,11 @@ def check_images(cfg: TrainConfig, processor: Any, sets: list[tuple[str, list[di
                                     "a text model; give a vision-language model (e.g. model.path: kitae-tiny-vl) or "
                                     "drop the image rows")
         return
-    from kitae.rollout.base import ENGINES
-    from kitae.rollout.hf import HFEngine
+    from kitae.rollout.base import ENGINES, SamplesImages
 
-    name = cfg.sampling.engine  # the in-process engine's vision form (kitae.rollout.vision) takes its place
-    if name not in ENGINES or ENGINES.get(name, "sampling.engine") is not HFEngine:
-        raise ConfigError("sampling.engine", f"{cfg.sampling.engine!r}: a vision-language model samples in this "
+    name = cfg.sampling.engine.type  # the engine's image form (kitae.rollout.vision, in process) samples them
+    if name not in ENGINES or not issubclass(ENGINES.get(name, "sampling.engine"), SamplesImages):
+        raise ConfigError("sampling.engine", f"{name!r}: a vision-language model samples in this "
                           "process for now; use the hf engine")
     if cfg.sampling.partial is not None:
         raise ConfigError("sampling.partial", "partial rollouts take text models only for now (a continued "
@@ -148,7 +147,7 @@ def check_servers(cfg: TrainConfig) -> dict[str, str | None] | None:
     name, once every one answered; None for engines in this process."""
     from kitae.rollout.base import ENGINES, ChecksServers
 
-    cls = ENGINES.get(cfg.sampling.engine, "sampling.engine")
+    cls = ENGINES.get(cfg.sampling.engine.type, "sampling.engine")
     return cls.check_servers(cfg.sampling) if issubclass(cls, ChecksServers) else None
 
 
@@ -194,15 +193,13 @@ def prompt_encoder(engine: str, tokenizer: Any, processor: Any = None, chat_temp
     does not say (kitae.rollout.base.EncodesPrompts)."""
     from kitae.rollout.base import ENGINES, EncodesPrompts
 
-    if processor is not None:
-        from kitae.rollout.vision import VisionEngine
-
-        built = VisionEngine(None, tokenizer, processor)
-    else:
-        cls = ENGINES.get(engine, "sampling.engine")
-        if not issubclass(cls, EncodesPrompts):
-            return None
+    cls = ENGINES.get(engine, "sampling.engine")
+    if processor is not None:  # its image form (check_images: it has one)
+        built = cls.for_images(None, tokenizer, processor)
+    elif issubclass(cls, EncodesPrompts):
         built = cls(None, tokenizer)
+    else:
+        return None
     built.set_chat(chat_template_kwargs)
     return built.encode_prompt
 

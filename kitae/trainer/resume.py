@@ -55,8 +55,9 @@ FROZEN = {
 # fields that change without --allow-config-change (still recorded): how long to train and how the run is watched
 FREE = ("optim.steps", "logging.save_every", "logging.keep_checkpoints", "logging.report_to", "eval.every", "threads",
         # where the rollout servers are and how long to wait for them (servers restarted on new addresses)
-        "sampling.servers", "sampling.api_key_env", "sampling.server_timeout", "sampling.server_down_secs",
-        "sampling.server_max_wait", "sampling.sync_dir")
+        # (the server engine's settings, kitae.rollout.server.ServerSettings)
+        "sampling.engine.servers", "sampling.engine.api_key_env", "sampling.engine.server_timeout",
+        "sampling.engine.server_down_secs", "sampling.engine.server_max_wait", "sampling.engine.sync_dir")
 IGNORED = ("output_dir",)  # where the run folder is now, not how it trains
 
 

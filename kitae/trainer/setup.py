@@ -23,7 +23,8 @@ from kitae.errors import ConfigError
 from kitae.models import language_targets, load_causal_lm
 from kitae.quantization import quiet_offline_kernel_warnings
 from kitae.rewards.graders import RepeatPenalty
-from kitae.rollout.base import ENGINES, BuiltFromConfig, ContinuesTokens, EncodesPrompts, SyncsWeights
+from kitae.rollout.base import (ENGINES, BuiltFromConfig, ContinuesTokens, EncodesPrompts, RolloutEngine,
+                                SyncsWeights)
 from kitae.rollout.partial import PartialRollouts
 from kitae.scoring.rewards import RewardComponent
 from kitae.store import RunStore
@@ -232,34 +233,31 @@ def apply_optim_config(optimizer, scheduler, o: OptimConfig) -> None:
 
 
 # ---- sampling ---------------------------------------------------------------------------------------------
-def make_engine(cfg: TrainConfig, policy, tokenizer, processor, servers: dict | None):
+def make_engine(cfg: TrainConfig, policy, tokenizer, processor,
+                servers: dict | None) -> RolloutEngine:
     """The rollout engine of ``sampling.engine``; one built from the config (kitae.rollout.base.BuiltFromConfig:
-    the server engine) gets the sampling settings and the servers pre-flight found answering. Vision-language
-    models sample in this process. Every engine that applies the chat template (EncodesPrompts) gets
-    ``model.chat_template_kwargs`` and ``model.end_marker``; either set for one that does not is a ConfigError.
+    the server engine) gets the sampling settings and the servers pre-flight found answering. A vision-language
+    model samples with the engine's image form (kitae.rollout.base.SamplesImages: the in-process engine's). Every
+    engine that applies the chat template (EncodesPrompts) gets ``model.chat_template_kwargs`` and
+    ``model.end_marker``; either set for one that does not is a ConfigError.
     With ``environment:`` the engine is wrapped in an agent engine (kitae.agents.engine) whose rollouts are
     episodes; it forwards what the wrapped engine can do beyond sampling (weight pushes, stats, state)."""
-    cls = ENGINES.get(cfg.sampling.engine, "sampling.engine")
-    if processor is not None:  # pre-flight allows only the in-process engine here
-        from kitae.rollout.vision import VisionEngine
-
-        engine = VisionEngine(policy, tokenizer, processor)
+    name = cfg.sampling.engine.type
+    cls = ENGINES.get(name, "sampling.engine")
+    if processor is not None:  # a vision-language model: the engine's image form (pre-flight: it has one)
+        engine = cls.for_images(policy, tokenizer, processor)
     elif issubclass(cls, BuiltFromConfig):
         engine = cls.from_config(policy, tokenizer, cfg.sampling, cfg.run_dir, servers)
     else:
         engine = cls(policy, tokenizer)
-    merged = cfg.sampling.lora_sync == "merged"  # a quantized base always trains an adapter (validated)
-    if cfg.model.quantization is not None and isinstance(engine, SyncsWeights) and not engine.frozen and merged:
-        raise ConfigError("sampling.lora_sync", f"merged: the {cfg.sampling.engine} engine's servers would take the "
-                          "policy's full weights after each step, and a quantized base's weights are packed 4/8-bit "
-                          "tensors a server cannot load; push only the adapter (sampling.lora_sync: adapter, the "
-                          "default), sample in this process (sampling.engine: hf) or set sampling.sync: none")
+    if isinstance(engine, SyncsWeights):  # a quantized base's weights can be pushed as the settings say
+        cfg.sampling.engine.check_push(cfg.model, "sampling")
     if isinstance(engine, EncodesPrompts):
         engine.set_chat(cfg.model.chat_template_kwargs, cfg.model.end_marker)
     else:  # it would sample without them, and say nothing
         for field in ("chat_template_kwargs", "end_marker"):
             if getattr(cfg.model, field):
-                raise ConfigError(f"model.{field}", f"the {cfg.sampling.engine} engine does not apply the chat "
+                raise ConfigError(f"model.{field}", f"the {name} engine does not apply the chat "
                                   "template itself (kitae.rollout.base.EncodesPrompts), so it cannot honour this; "
                                   "leave it out, or give the engine set_chat and encode_prompt")
     if cfg.environment is not None:  # agents: every rollout an episode of turns and tool calls
@@ -279,13 +277,13 @@ def make_sampler(cfg: TrainConfig, rows: list[dict]):
     return cls(len(rows), seed=cfg.seed, shuffle=cfg.data.shuffle, rows=rows, **sc.options())
 
 
-def make_partial(cfg: TrainConfig, engine, tokenizer, num_processes: int) -> PartialRollouts | None:
+def make_partial(cfg: TrainConfig, engine: RolloutEngine, tokenizer, num_processes: int) -> PartialRollouts | None:
     """The replay buffer of partial rollouts (``sampling.partial``), or None for whole trajectories."""
     pc = cfg.sampling.partial
     if pc is None:
         return None
     if not isinstance(engine, ContinuesTokens):
-        raise ConfigError("sampling.partial", f"the {cfg.sampling.engine} engine cannot continue trajectories")
+        raise ConfigError("sampling.partial", f"the {cfg.sampling.engine.type} engine cannot continue trajectories")
     if num_processes > 1:
         raise ConfigError("sampling.partial", "partial rollouts run in one process for now (the replay buffer "
                           "is not shared between processes)")

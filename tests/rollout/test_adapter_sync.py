@@ -106,7 +106,7 @@ def test_a_lora_run_against_vllm_needs_no_nccl_in_the_trainer():
 
     data = {"rewards": [{"name": "c", "grader": {"type": "answer"}}], "model": {"lora": {"r": 4}},
             "sampling": {"engine": "server", "servers": ["http://127.0.0.1:8000"], "sync": "vllm"}}
-    assert load_train_config(data=data).sampling.lora_sync == "adapter"  # the adapter goes by HTTP, not NCCL
+    assert load_train_config(data=data).sampling.engine.lora_sync == "adapter"  # the adapter goes by HTTP, not NCCL
     data["sampling"]["lora_sync"] = "merged"  # merged weights over vLLM's NCCL broadcast: refused here
     with pytest.raises(ConfigError, match=r"^sampling.sync: 'vllm' broadcasts the weights over NCCL"):
         load_train_config(data=data)

@@ -4,6 +4,7 @@ weights gets the policy's pushed, and one with state of its own gets it back on 
 
 from __future__ import annotations
 
+import abc
 import copy
 import typing
 from pathlib import Path
@@ -17,34 +18,34 @@ from kitae.rollout.base import ENGINES, SavesState, SyncsWeights
 from kitae.rollout.hf import HFEngine
 from kitae.rollout.server import ServerEngine
 from kitae.rollout.sync import DiskSync, ReloadsWeights, VllmSync
-from kitae.trainer.config import SamplingConfig, load_train_config
+from kitae.trainer.config import load_train_config
 from kitae.trainer.loop import Trainer
 from kitae.trainer.preflight import check_images
 from tests.tiny import tiny_llama, tiny_tokenizer
 from tests.plugins.tiny_run import write_config
 
-INSTANCE_LEVEL = [base.RolloutEngine, base.EncodesPrompts, base.ContinuesTokens, base.SyncsWeights,
-                  base.RemoteLogprobs, base.ReportsStats, base.SavesState, base.ReadsRows]
-CLASS_LEVEL = [base.ChecksServers, base.BuiltFromConfig]  # method-only: issubclass works on them
+INSTANCE_LEVEL = [base.RolloutEngine, base.EncodesPrompts, base.ContinuesTokens, base.SamplesInWorker,
+                  base.SyncsWeights, base.RemoteLogprobs, base.ReportsStats, base.SavesState, base.ReadsRows]
+CLASS_LEVEL = [base.ChecksServers, base.SamplesImages, base.BuiltFromConfig]  # method-only: issubclass works on them
 
 
 def members(protocol: type) -> set[str]:
-    """The names a protocol asks for: its methods, properties and annotated attributes, its bases' too."""
+    """The names an ability asks for: its methods, properties and annotated attributes, its bases' too."""
     names: set[str] = set()
     for cls in protocol.__mro__:
-        if cls in (typing.Protocol, typing.Generic, object):
+        if cls in (typing.Protocol, typing.Generic, abc.ABC, object):
             continue
         names |= {n for n in vars(cls) if not n.startswith("_")} | set(getattr(cls, "__annotations__", {}))
     return names
 
 
 def implemented(obj: object, name: str) -> bool:
-    """``name`` is the object's own (set on the instance) or defined by a class that is not a protocol: not the
-    protocol's stub, which a claim by subclassing would inherit."""
+    """``name`` is the object's own (set on the instance) or defined by a class that is not an ability: not the
+    ability's stub, which a claim by subclassing would inherit."""
     if name in getattr(obj, "__dict__", {}) and not isinstance(obj, type):
         return True
     owner = next((c for c in type(obj).__mro__ if name in vars(c)), None)
-    return owner is not None and not getattr(owner, "_is_protocol", False)
+    return owner is not None and owner not in INSTANCE_LEVEL + CLASS_LEVEL
 
 
 def claimed(cls: type) -> set[type]:
@@ -58,7 +59,8 @@ def tok():
 
 # ---- the built-in engines -----------------------------------------------------------------------------------
 CLAIMS = [  # (engine, the protocols it claims)
-    ("hf", {base.RolloutEngine, base.EncodesPrompts, base.ContinuesTokens}),
+    ("hf", {base.RolloutEngine, base.EncodesPrompts, base.ContinuesTokens, base.SamplesInWorker,
+            base.SamplesImages}),
     ("server", {base.RolloutEngine, base.EncodesPrompts, base.ContinuesTokens, base.SyncsWeights,
                 base.RemoteLogprobs, base.ReportsStats, base.ChecksServers, base.BuiltFromConfig}),
 ]
@@ -95,7 +97,9 @@ def test_the_server_engine_keeps_its_own_version_and_frozen_servers_say_so(tok):
 
 
 def test_only_the_disk_sync_reloads_a_replica_that_missed_a_push(tmp_path):
-    sampling = SamplingConfig()
+    from kitae.rollout.server import ServerSettings
+
+    sampling = ServerSettings("server")
     assert isinstance(DiskSync(sampling, tmp_path), ReloadsWeights)
     assert not isinstance(VllmSync(sampling, tmp_path, engine_cls=object), ReloadsWeights)
 
@@ -114,9 +118,10 @@ class OnlyGenerates:
 
 
 class OwnCopy(OnlyGenerates, SyncsWeights):
-    """Samples with its own copy of the policy, which the trainer must push to."""
+    """Samples with its own copy of the policy, which the trainer must push to (every second step)."""
 
     frozen = False
+    sync_every = 2
 
     def __init__(self, model, tokenizer):
         self.copy = copy.deepcopy(model).requires_grad_(False)
@@ -196,21 +201,34 @@ def test_chat_settings_refuse_an_engine_that_applies_no_chat_template(tiny_asset
         _trainer(tiny_assets, tmp_path, scoped_entry, OnlyGenerates, **over)
 
 
-class OwnSampling(HFEngine):
-    """The in-process engine with a sampler of its own: the rollout worker would sample with HFEngine's."""
+class TokensHere(OnlyGenerates, base.ContinuesTokens):
+    """Samples from token ids with the trainer's model, but cannot be built over the rollout worker's copy of the
+    policy (not SamplesInWorker) nor take pushed weights (not SyncsWeights)."""
 
-    def generate_tokens(self, *args, **kwargs):
-        return super().generate_tokens(*args, **kwargs)
+    end_marker = None
+
+    def set_chat(self, chat_template_kwargs=None, end_marker=None):
+        self._inner.set_chat(chat_template_kwargs, end_marker)
+
+    def encode_prompt(self, messages):
+        return self._inner.encode_prompt(messages)
+
+    def ending(self, sampling):
+        return self._inner.ending(sampling)
+
+    def generate_tokens(self, prompt_ids, n, sampling):
+        return self._inner.generate_tokens(prompt_ids, n, sampling)
 
 
-def test_async_refuses_an_in_process_engine_the_rollout_worker_would_replace(tiny_assets, tmp_path, rewards_on_path,
-                                                                            scoped_entry):
-    with pytest.raises(ConfigError, match="sampling.async: the rollout worker samples with kitae's in-process engine"):
-        _trainer(tiny_assets, tmp_path, scoped_entry, OwnSampling, **{"sampling.async": True})
+def test_async_refuses_an_engine_neither_built_in_the_worker_nor_synced(tiny_assets, tmp_path, rewards_on_path,
+                                                                        scoped_entry):
+    with pytest.raises(ConfigError, match="sampling.async: the test-tokenshere engine .* can neither be built in the "
+                                          "rollout worker"):
+        _trainer(tiny_assets, tmp_path, scoped_entry, TokensHere, **{"sampling.async": True})
 
 
 def test_an_engine_that_syncs_weights_gets_the_policys_when_due(tiny_assets, tmp_path, rewards_on_path, scoped_entry):
-    trainer = _trainer(tiny_assets, tmp_path, scoped_entry, OwnCopy, **{"sampling.sync_every": 2})
+    trainer = _trainer(tiny_assets, tmp_path, scoped_entry, OwnCopy)
     seen = []
     trainer.on_step = lambda step, m: seen.append(m)
     trainer.train()
@@ -248,8 +266,11 @@ def test_an_engines_own_state_is_checkpointed_and_given_back_on_resume(tiny_asse
                                                 (None, True)], ids=["hf", "server", "generate-only", "unknown"])
 def test_image_prompts_take_the_in_process_engine_whatever_its_name(tiny_assets, tmp_path, scoped_entry, registered,
                                                                     refused):
-    if registered is not None:
-        scoped_entry(ENGINES, "mine", registered)
+    if registered is None:  # an engine name nothing registered is refused as the config is read
+        with pytest.raises(ConfigError, match="sampling.engine: unknown rollout engine 'mine'"):
+            load_train_config(write_config(tiny_assets, tmp_path, **{"sampling.engine": "mine"}))
+        return
+    scoped_entry(ENGINES, "mine", registered)
     cfg = load_train_config(write_config(tiny_assets, tmp_path, **{"sampling.engine": "mine"}))
     vision = object()  # a vision-language model's processor: its vision engine takes the in-process engine's place
     if refused:
@@ -257,3 +278,74 @@ def test_image_prompts_take_the_in_process_engine_whatever_its_name(tiny_assets,
             check_images(cfg, vision, [])
     else:
         check_images(cfg, vision, [])
+
+
+# ---- abilities are claimed by subclassing, never by having the names ----------------------------------------
+class LooksLikeEverything:
+    """Has every ability's names, subclasses none: it claims nothing (a flag set to False least of all)."""
+
+    remote_logprobs = False
+    version = None
+    frozen = False
+    end_marker = None
+
+    def generate(self, prompts, n, sampling): ...
+    def set_chat(self, chat_template_kwargs=None, end_marker=None): ...
+    def encode_prompt(self, messages): ...
+    def ending(self, sampling): ...
+    def generate_tokens(self, prompt_ids, n, sampling): ...
+    def on_model(self, model): ...
+    def sync_weights(self, model, version, state=None): ...
+    def synced_state(self): ...
+    def load_synced_state(self, state): ...
+    def take_stats(self): ...
+    def state_dict(self): ...
+    def load_state_dict(self, state): ...
+    def generate_rows(self, prompts, rows, n, sampling): ...
+    @staticmethod
+    def check_servers(sampling): ...
+    @classmethod
+    def from_config(cls, model, tokenizer, sampling, run_dir, served_models=None): ...
+    @classmethod
+    def for_images(cls, model, tokenizer, processor): ...
+
+
+@pytest.mark.parametrize("ability", INSTANCE_LEVEL[1:] + CLASS_LEVEL, ids=lambda a: a.__name__)
+def test_an_ability_is_claimed_by_subclassing_it_not_by_having_its_names(ability):
+    assert not isinstance(LooksLikeEverything(), ability)
+    assert not issubclass(LooksLikeEverything, ability)
+
+
+def test_a_remote_logprobs_flag_set_to_false_claims_nothing():
+    class NotRemote:
+        remote_logprobs = False
+
+        def generate(self, prompts, n, sampling): ...
+
+    assert not isinstance(NotRemote(), base.RemoteLogprobs)
+
+
+def test_every_ability_is_listed_and_named_in_the_module_docstring():
+    assert set(base.ABILITIES) == set(INSTANCE_LEVEL[1:] + CLASS_LEVEL)
+    for ability in base.ABILITIES:
+        assert f":class:`{ability.__name__}`" in base.__doc__, ability.__name__
+
+
+def test_a_claim_left_unimplemented_is_refused_when_the_engine_is_built():
+    class ClaimsState(OnlyGenerates, SavesState):  # no state_dict / load_state_dict
+        pass
+
+    with pytest.raises(TypeError, match="abstract"):
+        ClaimsState(None, None)
+
+
+def test_the_server_engine_reads_tokens_with_the_in_process_engines_codec_not_by_inheriting_it(tok):
+    from kitae.rollout.codec import TokenCodec
+
+    assert not issubclass(ServerEngine, HFEngine)
+    hf, server = HFEngine(tiny_llama(len(tok)), tok), ServerEngine(None, tok, ["http://127.0.0.1:9"])
+    assert type(hf.codec) is type(server.codec) is TokenCodec
+    messages = [{"role": "user", "content": "2+2?"}]
+    assert hf.encode_prompt(messages) == server.encode_prompt(messages)
+    sp = base.SamplingParams()
+    assert hf.ending(sp) == server.ending(sp) and hf.ending(sp).stop

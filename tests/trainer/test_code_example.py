@@ -26,7 +26,7 @@ def test_the_code_example_trains_the_code_model_on_code_and_every_prompt_fits():
     checked = preflight(cfg, EXAMPLE.parent)  # a prompt that does not fit the context raises DataError here
     try:
         assert len(checked.train_rows) == 200 and len(checked.eval_rows) == 100
-        encode = prompt_encoder(cfg.sampling.engine, checked.tokenizer)  # as the rollout engine encodes a prompt
+        encode = prompt_encoder(cfg.sampling.engine.type, checked.tokenizer)  # as the rollout engine encodes a prompt
         longest = max(len(encode(r["messages"])) for r in checked.train_rows + checked.eval_rows)
         assert 20 < longest and longest + cfg.sampling.max_new_tokens <= model_context(checked.model_path) == 192
         train = {r["messages"][-1]["content"] for r in checked.train_rows}

@@ -81,7 +81,9 @@ def test_overrides_are_parsed_as_yaml():
         (["optim.prompts_per_step=0"], "optim.prompts_per_step: must be >= 1, got 0"),
         (["optim.steps=0"], "optim.steps: must be >= 1, got 0"),
         (["logging.save_every=-1"], "logging.save_every: must be >= 0, got -1"),
-        (["sampling.sync_every=0"], "sampling.sync_every: must be >= 1, got 0"),
+        (["sampling.engine=server", "sampling.servers=[http://127.0.0.1:8000]", "sampling.sync_every=0"],
+         "sampling.sync_every: must be >= 1, got 0"),  # the server engine's setting, beside the engine
+        (["sampling.sync_every=2"], "sampling.sync_every: not a setting of engine 'hf'; engine server takes it"),
         (["sampling.partial={segment_tokens: 0}"], "sampling.partial.segment_tokens: must be >= 1, got 0"),
         (["algorithm.mu=0"], "algorithm.mu: must be >= 1, got 0"),
         (["algorithm.loss=grop"], "algorithm.loss: unknown policy loss 'grop'; did you mean 'grpo'?"),
@@ -183,7 +185,8 @@ def test_a_config_built_in_code_runs_its_losss_defaults():
         ("algorithm.eps_high=.inf", "algorithm.eps_high: expected a finite number"),
         ("algorithm.loss={type: kimi, kimi_tau: .nan}", "algorithm.loss.kimi_tau: expected a finite number"),
         ("algorithm.tis_cap=.nan", "algorithm.tis_cap: expected a finite number"),
-        ("sampling.server_timeout=.nan", "sampling.server_timeout: expected a finite number"),
+        ("sampling.engine={type: server, servers: [http://127.0.0.1:8000], server_timeout: .nan}",
+         "sampling.engine.server_timeout: expected a finite number"),
         ("data.sampler.pass_threshold=.nan", "data.sampler.pass_threshold: expected a finite number"),
         ("eval.pass_threshold=-.inf", "eval.pass_threshold: expected a finite number"),
         # finite, but outside what the field means

@@ -210,5 +210,5 @@ def test_a_server_engine_that_takes_full_weights_is_refused_for_a_quantized_base
     with pytest.raises(ConfigError, match="sampling.lora_sync"):
         make_engine(merged, None, load_tokenizer(str(tiny_assets / "model")), None, {url: "tiny"})
     adapter = load_train_config(write_config(tiny_assets, tmp_path / "adapter", **settings))
-    assert adapter.sampling.lora_sync == "adapter"
+    assert adapter.sampling.engine.lora_sync == "adapter"
     assert make_engine(adapter, None, load_tokenizer(str(tiny_assets / "model")), None, {url: "tiny"}) is not None
