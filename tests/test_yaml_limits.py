@@ -109,7 +109,7 @@ def test_grader_spec_file_and_inline_spec_bombs_are_refused(tmp_path):
 
 
 def test_curate_recipe_bomb_is_refused(tmp_path):
-    from kitae.curate.pipeline import load_recipe
+    from kitae.curate.chain import load_recipe
 
     path = _write(tmp_path, "steps: " + _bomb(9) + "\n", "recipe.yaml")
     with pytest.raises(ConfigError, match="more than"):

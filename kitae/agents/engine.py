@@ -189,7 +189,7 @@ def environment_component(cfg: Any, engine: RolloutEngine) -> list:
     ``environment.reward_weight``), named after the environment class; none when the run has no environment or
     its environment has no get_reward."""
     from kitae.graders import build_grader
-    from kitae.scoring.rewards import RewardComponent
+    from kitae.scoring.components import RewardComponent
 
     if cfg.environment is None or not isinstance(engine, AgentEngine) or not engine.tools.has_reward:
         return []

@@ -56,7 +56,7 @@ def _progress_factory(quiet: bool):
 def _single(name: str, data: Path, out: Path, settings: dict[str, Any], set_: list[str], quiet: bool,
             restart: bool = False, threads: Optional[int] = None) -> None:
     from kitae.config import apply_overrides
-    from kitae.curate.pipeline import check_paths, parse_step, run_step, step_files
+    from kitae.curate.chain import check_paths, parse_step, run_step, step_files
     from kitae.data.loader import load_prompts
 
     check_paths([data], list(step_files(out).values()))
@@ -246,7 +246,7 @@ def run(
                                           "Overrides the recipe's; default: chosen from each model's size."),
 ) -> None:
     """Run steps in order, each on the previous one's output; files per step, curated.jsonl and report.json."""
-    from kitae.curate.pipeline import chain_summary, check_paths, load_recipe, parse_steps, run_chain
+    from kitae.curate.chain import chain_summary, check_paths, load_recipe, parse_steps, run_chain
     from kitae.data.loader import load_prompts
     from kitae.errors import ConfigError
 

@@ -114,6 +114,6 @@ def generate(
 
 def completion_record(c) -> dict:
     """A sample as `kitae grade` reads it; ``thinking_open``: the prompt opened a ``<think>`` block the text starts
-    inside, as in the samples graders see (kitae.scoring.graded.sample_dict)."""
+    inside, as in the samples graders see (kitae.scoring.sample_and_grade.sample_dict)."""
     return {"output_text": c.text, "finish_reason": c.finish_reason, "completion_tokens": c.num_tokens,
             **({"thinking_open": True} if c.thinking_open else {})}

@@ -24,7 +24,7 @@ From Python::
 Each step is registered by name in :data:`kitae.curate.step.STEPS` (see that module to add one).
 """
 
-from kitae.curate.pipeline import PlannedStep, load_recipe, parse_step, parse_steps, run_chain, run_step
+from kitae.curate.chain import PlannedStep, load_recipe, parse_step, parse_steps, run_chain, run_step
 from kitae.curate.report import StepReport, Table
 from kitae.curate.step import STEPS, Context, Dropped, Step, StepResult
 

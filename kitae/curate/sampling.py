@@ -2,7 +2,7 @@
 
 Shared by ``difficulty`` and ``hackable``. Prompts go to the rollout engine in fixed batches of
 ``batch_prompts`` (batch b holds input rows [b·B, (b+1)·B) and samples with seed ``seed + b·B``:
-:func:`kitae.scoring.graded.graded_batches`, which :func:`kitae.scoring.evaluate.evaluate` samples with too), so
+:func:`kitae.scoring.sample_and_grade.graded_batches`, which :func:`kitae.scoring.evaluate.evaluate` samples with too), so
 a batch gives the same samples whether it runs in the first run or in a resumed one: a resumed run ends with
 exactly the results of an uninterrupted one.
 
@@ -147,10 +147,10 @@ def prompt_results(
     on_progress: Callable[[int], None] = lambda k: None,
 ) -> list[PromptResult]:
     """Per-row results: `n` samples of `prompts[i]` (the messages sent), graded against `rows[i]`
-    (:func:`kitae.scoring.graded.graded_batches`); a batch whose prompts are all in the progress file is not
+    (:func:`kitae.scoring.sample_and_grade.graded_batches`); a batch whose prompts are all in the progress file is not
     sampled again, one partly there is, and only its new prompts are recorded."""
-    from kitae.scoring.graded import graded_batches
-    from kitae.scoring.rewards import RewardComponent
+    from kitae.scoring.components import RewardComponent
+    from kitae.scoring.sample_and_grade import graded_batches
 
     keys = [prompt_key(r) for r in rows]
     done = progress.load(keys)

@@ -2,7 +2,7 @@
 
 A step is a pure-ish function ``run(rows, cfg, ctx) -> StepResult`` with a config dataclass; it never edits
 the rows it is given (it copies a row before adding fields) and never touches the input file. The pipeline
-(:mod:`kitae.curate.pipeline`) writes what it returns: kept rows, dropped rows with their reasons, a report.
+(:mod:`kitae.curate.chain`) writes what it returns: kept rows, dropped rows with their reasons, a report.
 
 Adding a step::
 

@@ -271,7 +271,7 @@ class _SampleBuilder:
             stopped = True  # an end token of the model's generation config that the tokenizer does not name
         sample["finish_reason"] = "stop" if stopped else "length"
         sample["output_text"] = self._text(completion, ids, stopped)
-        if self.end.text != IM_END:  # as the rollout's samples carry them (kitae.scoring.graded.sample_dict)
+        if self.end.text != IM_END:  # as the rollout's samples carry them (kitae.scoring.sample_and_grade.sample_dict)
             sample["end_marker"] = self.end.text
         if self.end.controls != TEMPLATE_TOKENS:
             sample["control_tokens"] = self.end.controls

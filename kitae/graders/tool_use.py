@@ -1,4 +1,4 @@
-"""Shaping rewards for agents: graders over an episode's tool use (kitae.scoring.graded.episode_fields).
+"""Shaping rewards for agents: graders over an episode's tool use (kitae.scoring.sample_and_grade.episode_fields).
 
     rewards:
       - {name: correct, grader: {type: answer}}                   # the final answer, as for any run

@@ -159,7 +159,7 @@ def quoted(text: str, mark: str) -> list[str]:
 
 
 def render_transcript(sample: dict[str, Any], final_answer: str, max_chars: int) -> str:
-    """An agent episode's transcript (``sample["messages"]``, kitae.scoring.graded.episode_fields) as the judge
+    """An agent episode's transcript (``sample["messages"]``, kitae.scoring.sample_and_grade.episode_fields) as the judge
     reads it: per assistant turn a header, its text quoted ``> ``, a header per tool call (name and arguments as
     JSON, one line); per tool message a header and the tool's output quoted ``| `` (each output cut to a quarter
     of ``max_chars``); the last turn is ``final_answer`` (the sample's text as graders see it); then why the

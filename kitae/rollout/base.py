@@ -25,9 +25,9 @@ name (tests/rollout/test_protocols.py checks that every claim is implemented and
   and ``model.end_marker``); pre-flight measures the prompts with it;
 - :class:`ContinuesTokens`: samples from token ids (a prompt followed by the part of a completion sampled
   earlier), so a trajectory continues token for token: partial rollouts (kitae.rollout.partial) and
-  ``sampling.async`` (kitae.rollout.worker) need it;
+  ``sampling.async`` (kitae.rollout.async_runners) need it;
 - :class:`SamplesInWorker`: samples with the trainer's own model and can be built again over a copy of it:
-  ``sampling.async`` samples with that copy in a rollout worker process (kitae.rollout.worker);
+  ``sampling.async`` samples with that copy in a rollout worker process (kitae.rollout.async_runners);
 - :class:`SyncsWeights`: samples with its own copy of the weights (servers): the trainer pushes the policy's, the
   engine keeps the version it holds;
 - :class:`RemoteLogprobs`: its log-probs come from other kernels than the trainer's: the trainer recomputes its
@@ -140,7 +140,7 @@ class Completion:
     # ...}, dim 0 per image or patch), shared by the samples of one prompt; the policy update feeds them again
     image_inputs: dict[str, Any] | None = None
     end_marker: str = IM_END  # the model's end of turn (kitae.chat.EndMarker.text): where graders cut the content
-    policy_version: int | None = None  # async rollouts (kitae.rollout.worker): the policy version (optimizer
+    policy_version: int | None = None  # async rollouts (kitae.rollout.async_runners): the policy version (optimizer
     # steps taken) whose weights sampled it; None where the engine samples with the trainer's current weights
     control_tokens: tuple[str, ...] = TEMPLATE_TOKENS  # the model's (EndMarker.controls): stray inside the content
     # the prompt ended inside a <think> block its chat template opened (kitae.chat.opens_thinking: Qwen3-Thinking-2507,
@@ -205,7 +205,7 @@ class ContinuesTokens(EncodesPrompts):
 
 class SamplesInWorker(ContinuesTokens):
     """It samples with the trainer's own model in the trainer's process, and the same engine can be built over
-    another copy of the policy: ``sampling.async`` runs that copy in a rollout worker process (kitae.rollout.worker)
+    another copy of the policy: ``sampling.async`` runs that copy in a rollout worker process (kitae.rollout.async_runners)
     and pushes the policy's weights to it."""
 
     model: Any  # the model it samples with (the trainer's policy; in the worker, its copy)
@@ -269,7 +269,7 @@ class SavesState(ABC):
 
 class ReadsRows(ABC):
     """It samples with each prompt's row (the agent engine: the environment's ``reset(**row)``); sampling and
-    grading (kitae.scoring.graded.sample_and_grade) calls ``generate_rows`` instead of ``generate``."""
+    grading (kitae.scoring.sample_and_grade.sample_and_grade) calls ``generate_rows`` instead of ``generate``."""
 
     @abstractmethod
     def generate_rows(self, prompts: list[list[Message]], rows: list[dict[str, Any]], n: int,

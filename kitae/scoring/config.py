@@ -16,7 +16,7 @@ class RewardConfig:
     """One reward component: a grader spec, or a Python callable "module:function" with TRL's signature.
 
     weight 0 logs the component without training on it. ``think`` (reasoning models): "strip" grades the answer
-    after a ``<think>...</think>`` block (kitae.scoring.rewards.answer_after_think: "" for a completion cut off
+    after a ``<think>...</think>`` block (kitae.scoring.components.answer_after_think: "" for a completion cut off
     while thinking), "keep" the whole completion. Left out: "keep" for the grader types that read the whole turn
     or only its token counts (WHOLE_TURN_GRADERS), "strip" for every other grader and reward function; reading the
     config fills it in (``resolve``), so the saved config.yaml shows what ran.

@@ -14,8 +14,8 @@ from typing import Any, Callable
 from kitae.chat import is_template_compliant, sample_controls, sample_end
 from kitae.graders.base import Grader
 from kitae.rollout.base import RolloutEngine, SamplingParams
-from kitae.scoring.graded import graded_batches
-from kitae.scoring.rewards import RewardComponent, Think
+from kitae.scoring.components import RewardComponent, Think
+from kitae.scoring.sample_and_grade import graded_batches
 
 
 def evaluate(
@@ -33,9 +33,9 @@ def evaluate(
     pass@1/<difficulty> and pass@1/<lang> when rows carry those labels; for agent episodes also tool_use,
     turns_mean, tool_error_rate, pass@1/with_tool and pass@1/without_tool. Prompts go in batches of
     `batch_prompts`, each sampled with ``sampling.offset_seed(first row)``
-    (:func:`kitae.scoring.graded.graded_batches`); ``progress(n)`` is called after each with the number of prompts
+    (:func:`kitae.scoring.sample_and_grade.graded_batches`); ``progress(n)`` is called after each with the number of prompts
     done. ``think="strip"``: the grader sees the answer after a ``<think>`` block
-    (:func:`kitae.scoring.rewards.answer_after_think`; a completion cut off while thinking fails); compliance,
+    (:func:`kitae.scoring.components.answer_after_think`; a completion cut off while thinking fails); compliance,
     lengths and the kept text are of the whole completion."""
     comp = [RewardComponent("score", 1.0, grader, think)]
     results: list[dict] = []

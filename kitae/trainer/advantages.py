@@ -17,10 +17,10 @@ import torch
 
 from kitae.algorithms.advantages import compute_advantages
 from kitae.algorithms.kl import kl_estimate, kl_in_reward
-from kitae.scoring.rewards import GroupScores
+from kitae.scoring.components import GroupScores
 from kitae.trainer.batch import TrainBatch
 from kitae.trainer.config import AlgorithmConfig
-from kitae.trainer.grades import reward_tensor
+from kitae.trainer.step_scores import reward_tensor
 
 
 def sequence_kl(batch: TrainBatch, estimator: str) -> torch.Tensor:

@@ -6,7 +6,7 @@ engine, every reward component's grade.
 - Partial rollouts (Kimi k1.5, ``sampling.partial``): new prompts start and unfinished trajectories continue
   from the replay buffer (kitae.rollout.partial); only the groups that finished this step come back.
 - After grading, the prompt sampler is told each prompt's pass rate (prioritized and curriculum sampling).
-- ``sampling.async``: the groups of the next steps are sampled while this step updates (kitae.trainer.pipeline).
+- ``sampling.async``: the groups of the next steps are sampled while this step updates (kitae.trainer.async_pipeline).
 
 Keeping the engine in step with the policy (weight pushes, the evaluation engine, the engine's state in
 checkpoints) is kitae.trainer.engine_sync's.
@@ -22,12 +22,12 @@ from typing import Any
 from kitae.algorithms.advantages import dynamic_sampling_keep
 from kitae.rollout.base import Completion, SamplingParams
 from kitae.rollout.partial import PartialRollouts
-from kitae.scoring.graded import grade_completions, sample_and_grade
-from kitae.scoring.rewards import GroupScores, RewardComponent
+from kitae.scoring.components import GroupScores, RewardComponent
+from kitae.scoring.sample_and_grade import grade_completions, sample_and_grade
+from kitae.trainer.async_pipeline import RolloutPipeline
 from kitae.trainer.config import TrainConfig
-from kitae.trainer.grades import pass_rates, reward_tensor
-from kitae.trainer.pipeline import RolloutPipeline
 from kitae.trainer.processes import fewest, gather, local_count, local_share
+from kitae.trainer.step_scores import pass_rates, reward_tensor
 
 
 @dataclass
@@ -90,8 +90,8 @@ class Rollouts:
 
     def _round(self, step: int, round_: int) -> tuple[list[int], Collected]:
         """One sampling round's prompts (this process's share) and their groups, graded: sampled now
-        (kitae.scoring.graded.sample_and_grade), or with ``sampling.async`` taken from the rollouts sampled ahead
-        (kitae.trainer.pipeline) and graded here."""
+        (kitae.scoring.sample_and_grade.sample_and_grade), or with ``sampling.async`` taken from the rollouts sampled ahead
+        (kitae.trainer.async_pipeline) and graded here."""
         if self.pipeline is not None:
             idx, groups = self.pipeline.take(step, round_)
             rows = [self.rows[i] for i in idx]

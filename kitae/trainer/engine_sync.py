@@ -3,7 +3,7 @@ the engine's own state in checkpoints. Sampling with it is kitae.trainer.collect
 
 - Weights: an engine with its own copy of the weights (kitae.rollout.base.SyncsWeights: the rollout servers) gets
   the policy's every ``sampling.sync_every`` steps, and before every evaluation; with ``sampling.async`` the
-  pipeline (kitae.trainer.pipeline) takes the weights to its rollout worker or servers instead.
+  pipeline (kitae.trainer.async_pipeline) takes the weights to its rollout worker or servers instead.
 - Evaluations sample with the run's engine, unless it keeps weights of its own that never take the policy's (frozen
   servers, ``sampling.sync: none``): then with the policy in this process.
 - Checkpoints keep the state of an engine that has one (kitae.rollout.base.SavesState), under ``engine``.
@@ -17,9 +17,9 @@ from typing import Any
 from kitae.agents.engine import AgentEngine
 from kitae.rollout.base import SavesState, SyncsWeights
 from kitae.trainer import sharded
+from kitae.trainer.async_pipeline import RolloutPipeline
 from kitae.trainer.config import TrainConfig
 from kitae.trainer.periodic import due
-from kitae.trainer.pipeline import RolloutPipeline
 
 
 class EngineSync:
@@ -32,7 +32,7 @@ class EngineSync:
 
     def sync_weights(self, policy, version: int, force: bool = False) -> dict[str, float]:
         """The policy is at ``version``: with ``sampling.async`` its weights go to the rollout worker or servers
-        and the next steps are submitted (kitae.trainer.pipeline); else :meth:`push_to_servers`."""
+        and the next steps are submitted (kitae.trainer.async_pipeline); else :meth:`push_to_servers`."""
         if self.pipeline is not None:
             return self.pipeline.push(policy, version)
         return self.push_to_servers(policy, version, force)

@@ -23,7 +23,7 @@ from typing import Any, Callable
 from kitae.errors import KitaeError
 from kitae.graders.adapters import CallableGrader
 from kitae.graders.base import is_finite_number
-from kitae.scoring.rewards import GroupScores, RewardComponent
+from kitae.scoring.components import GroupScores, RewardComponent
 from kitae.store.records import GroupRecord, valid_text
 from kitae.trainer.alarms import Alarm, RunAlarms
 from kitae.trainer.processes import gather

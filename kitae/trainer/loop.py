@@ -8,7 +8,7 @@ One step (:meth:`Trainer.train_step`), stage by stage, each in the module named:
    more rounds until enough groups have reward variance; ``sampling.partial`` swaps whole-trajectory generation
    for Kimi k1.5 partial rollouts (a replay buffer of unfinished groups, kitae.rollout.partial);
    ``sampling.repeat`` ends looping samples early. ``sampling.async`` samples the next steps' groups while this
-   step updates, at most ``sampling.max_staleness`` policy versions behind (kitae.trainer.pipeline); the step
+   step updates, at most ``sampling.max_staleness`` policy versions behind (kitae.trainer.async_pipeline); the step
    logs ``policy_lag`` and ``policy_lag_max``.
 2. the training batch, finished in one call (kitae.trainer.update, ``PolicyUpdate.prepare``): old log-probs are
    the sampling policy's, from the engine (the server engine's, and async's, corrected for the sampler
@@ -55,6 +55,7 @@ from kitae.threads import set_threads
 from kitae.agents.engine import environment_component
 from kitae.trainer import setup, sharded
 from kitae.trainer.alarms import Alarm
+from kitae.trainer.async_pipeline import RolloutPipeline
 from kitae.trainer.checkpoint import save_checkpoint, set_rng_state
 from kitae.trainer.collect import Collected, Rollouts
 from kitae.trainer.config import TrainConfig
@@ -64,7 +65,6 @@ from kitae.trainer.health import RunHealth
 from kitae.trainer.loggers import make_loggers
 from kitae.trainer.metrics import StepMetrics, group_records, policy_lag
 from kitae.trainer.periodic import due
-from kitae.trainer.pipeline import RolloutPipeline
 from kitae.trainer.preflight import Checked, preflight
 from kitae.trainer.resume import ResumePlan, plan_resume, remove_stale_saves
 from kitae.trainer.run_log import RunLog

@@ -20,11 +20,11 @@ from kitae.graders.base import is_finite_number
 from kitae.rollout.base import Completion, ReportsStats
 from kitae.rollout.partial import PartialRollouts
 from kitae.rollout.trajectory import EPISODE_ENDS, trained_spans
-from kitae.scoring.rewards import GroupScores, RewardComponent, counter_deltas
+from kitae.scoring.components import GroupScores, RewardComponent, counter_deltas
 from kitae.store import GroupRecord, SampleRecord
 from kitae.store.images import RunImages
-from kitae.trainer.grades import pass_rates
 from kitae.trainer.processes import reduce_metrics
+from kitae.trainer.step_scores import pass_rates
 
 
 def reward_metrics(components: list[RewardComponent], scores: list[GroupScores],

@@ -35,7 +35,7 @@ from kitae.agents.engine import check_environment
 from kitae.config import check_numbers
 from kitae.errors import ConfigError, DataError
 from kitae.registry import load_target, unknown_name_message
-from kitae.scoring.rewards import RewardComponent
+from kitae.scoring.components import RewardComponent
 from kitae.trainer.config import RewardConfig, TrainConfig, load_data
 
 SHOWN_ROWS = 5  # rows named in a length error; the rest are counted

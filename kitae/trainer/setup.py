@@ -26,7 +26,7 @@ from kitae.rewards.graders import RepeatPenalty
 from kitae.rollout.base import (ENGINES, BuiltFromConfig, ContinuesTokens, EncodesPrompts, RolloutEngine,
                                 SyncsWeights)
 from kitae.rollout.partial import PartialRollouts
-from kitae.scoring.rewards import RewardComponent
+from kitae.scoring.components import RewardComponent
 from kitae.store import RunStore
 from kitae.store.lock import RunLock
 from kitae.trainer import sharded

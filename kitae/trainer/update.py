@@ -50,7 +50,7 @@ from kitae.algorithms.losses import (
 )
 from kitae.algorithms.mismatch import mismatch_metrics, tis_weight
 from kitae.rollout.base import Completion
-from kitae.scoring.rewards import GroupScores
+from kitae.scoring.components import GroupScores
 from kitae.trainer.advantages import batch_advantages
 from kitae.trainer.batch import (
     PackedBatch,

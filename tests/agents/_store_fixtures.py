@@ -18,7 +18,7 @@ import torch
 from kitae.graders.base import Grade
 from kitae.rollout.base import Completion
 from kitae.rollout.trajectory import Episode, ToolCall, Turn
-from kitae.scoring.rewards import GroupScores
+from kitae.scoring.components import GroupScores
 from kitae.store import RunStore
 from kitae.store.images import RunImages
 from kitae.trainer.metrics import group_records

@@ -7,7 +7,7 @@ import pytest
 from kitae.graders.base import Grade
 from kitae.rollout.base import Completion
 from kitae.rollout.trajectory import EPISODE_ENDS
-from kitae.scoring.rewards import GroupScores, RewardComponent
+from kitae.scoring.components import GroupScores, RewardComponent
 from kitae.trainer.metrics import agent_metrics, reward_metrics
 from tests.agents._core_fixtures import an_episode, call
 

@@ -1,4 +1,4 @@
-"""What graders see of an episode (kitae.scoring.graded.sample_dict) and the shaping rewards over it
+"""What graders see of an episode (kitae.scoring.sample_and_grade.sample_dict) and the shaping rewards over it
 (kitae.graders.tool_use): tool_format, tool_cost, environment_reward."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from kitae.graders import build_grader, grader_from_callable
 from kitae.rollout.base import Completion
-from kitae.scoring.graded import sample_dict
+from kitae.scoring.sample_and_grade import sample_dict
 from tests.agents._core_fixtures import an_episode, call
 
 ITEM = {"messages": [{"role": "user", "content": "6*7?"}], "reference_answer": "42"}

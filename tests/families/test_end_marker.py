@@ -12,7 +12,7 @@ from kitae.rewards.graders import DiversityGrader, RepetitionGrader, RewardModel
 from kitae.rewards.chat_template import TemplateConfig
 from kitae.rollout.base import SamplingParams
 from kitae.rollout.hf import HFEngine
-from kitae.scoring.graded import sample_dict
+from kitae.scoring.sample_and_grade import sample_dict
 from tests.families.say import Say
 
 # Each family's prompt for a system turn "Be brief." and a user turn "hi", as its real chat template writes it.

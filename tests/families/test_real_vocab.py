@@ -12,7 +12,7 @@ from kitae.rewards.graders import TemplateGrader
 from kitae.rewards.chat_template import TemplateConfig
 from kitae.rollout.base import SamplingParams
 from kitae.rollout.hf import HFEngine
-from kitae.scoring.graded import sample_dict
+from kitae.scoring.sample_and_grade import sample_dict
 from tests.families.families import LLAMA3_TEMPLATE
 from tests.families.say import Say
 from tests.families.real_vocab import llama3_tokenizer, llama3_vocab_file

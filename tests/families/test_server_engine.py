@@ -16,7 +16,7 @@ from kitae.rewards.chat_template import TemplateConfig
 from kitae.rollout.base import SamplingParams
 from kitae.rollout.hf import HFEngine
 from kitae.rollout.server import SERVER_APIS, ServerEngine
-from kitae.scoring.graded import sample_dict
+from kitae.scoring.sample_and_grade import sample_dict
 from kitae.serving.server import load_service, make_server
 from kitae.store import RunStore
 from kitae.trainer.config import load_train_config

@@ -1,6 +1,6 @@
 """A thinking model whose chat template opens ``<think>`` for it (Qwen3-4B-Thinking-2507's real template; QwQ and the
 DeepSeek-R1 distills do the same): the completion holds ``...</think>answer`` with no opening tag. Sampled by the
-in-process engine and graded by the loop training, evaluation and curation share (kitae.scoring.graded), a
+in-process engine and graded by the loop training, evaluation and curation share (kitae.scoring.sample_and_grade), a
 completion cut off while thinking has no answer and the answer after ``</think>`` is what ``think: strip`` grades.
 Qwen3's hybrid template (the model opens the block itself) is graded as before."""
 
@@ -13,8 +13,8 @@ from kitae.graders import build_grader
 from kitae.models import load_causal_lm, load_tokenizer
 from kitae.rollout.base import SamplingParams
 from kitae.rollout.hf import HFEngine
-from kitae.scoring.graded import sample_and_grade
-from kitae.scoring.rewards import RewardComponent
+from kitae.scoring.components import RewardComponent
+from kitae.scoring.sample_and_grade import sample_and_grade
 from tests.families.families import QWEN3_HYBRID, QWEN3_THINKING_2507
 from tests.families.say import Say
 

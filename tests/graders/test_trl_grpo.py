@@ -2,7 +2,7 @@
 
 TRL hands reward functions its completions decoded without special tokens (no ``<|im_end|>``) and no finish
 reason. For each grader we record what TRL passed and what the reward function returned, then grade the same
-completions the way kitae's trainer does (kitae.scoring.graded.sample_dict on a rollout Completion: the text
+completions the way kitae's trainer does (kitae.scoring.sample_and_grade.sample_dict on a rollout Completion: the text
 with its end token, the finish reason, the token count) and require the same score for every completion.
 """
 
@@ -16,7 +16,7 @@ from kitae.graders import as_reward_function, build_grader
 from kitae.judge.testing import Reply, ScriptedServer, judge_brain
 from kitae.models import BUNDLED_DATA
 from kitae.rollout.base import Completion
-from kitae.scoring.graded import sample_dict
+from kitae.scoring.sample_and_grade import sample_dict
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from kitae.graders import build_grader
 from kitae.judge.prompt import read_samples
 from kitae.judge.testing import ScriptedServer
-from kitae.scoring.graded import sample_dict
+from kitae.scoring.sample_and_grade import sample_dict
 from tests.agents._core_fixtures import an_episode, call
 from tests.judge.test_group import ITEM, spec
 

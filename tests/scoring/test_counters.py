@@ -9,7 +9,7 @@ import pytest
 from kitae.graders import build_grader
 from kitae.graders.base import Grade, Grader
 from kitae.graders.combine import WeightedGrader
-from kitae.scoring.rewards import RewardComponent, counter_deltas
+from kitae.scoring.components import RewardComponent, counter_deltas
 
 INPUT = [{"role": "user", "content": "{{sample.output_text}}"}]
 URL = "http://127.0.0.1:9/v1"  # nothing is called: the graders are only built

@@ -8,8 +8,8 @@ import pytest
 from kitae.errors import ConfigError
 from kitae.graders import build_grader
 from kitae.rollout.base import Completion
+from kitae.scoring.components import RewardComponent, answer_after_think, graded_samples, score_groups
 from kitae.scoring.evaluate import evaluate
-from kitae.scoring.rewards import RewardComponent, answer_after_think, graded_samples, score_groups
 from kitae.trainer.config import load_train_config
 from kitae.trainer.preflight import build_components
 

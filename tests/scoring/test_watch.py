@@ -8,7 +8,7 @@ import pytest
 from kitae.errors import ConfigError
 from kitae.graders import build_grader, grader_from_callable
 from kitae.graders.base import Grade
-from kitae.scoring.rewards import GroupScores, RewardComponent
+from kitae.scoring.components import GroupScores, RewardComponent
 from kitae.trainer.health import Drought, component_errors, function_scores
 from kitae.trainer.config import load_train_config
 
@@ -55,7 +55,7 @@ def test_component_without_reward_is_stop_or_warn(value, ok):
             load_train_config(data=data, overrides=over)
 
 
-@pytest.mark.parametrize("module", ["kitae.scoring.rewards", "kitae.trainer.health", "kitae.graders.adapters"])
+@pytest.mark.parametrize("module", ["kitae.scoring.components", "kitae.trainer.health", "kitae.graders.adapters"])
 def test_docstring_examples(module):
     import doctest
     import importlib

@@ -11,7 +11,7 @@ from kitae.errors import KitaeError
 from kitae.graders import build_grader
 from kitae.graders.base import Grade
 from kitae.rollout.base import Completion
-from kitae.scoring.rewards import GroupScores, RewardComponent
+from kitae.scoring.components import GroupScores, RewardComponent
 from kitae.store import GroupRecord, RunStore, SampleRecord
 from kitae.trainer.collect import Collected
 from kitae.trainer.config import load_train_config

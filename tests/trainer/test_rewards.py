@@ -8,9 +8,9 @@ import torch
 
 from kitae.graders.base import Grade
 from kitae.rollout.base import Completion
-from kitae.scoring.rewards import REWARD_LIMIT, GroupScores, RewardComponent, combine, within_reward_limit
-from kitae.trainer.grades import reward_tensor
+from kitae.scoring.components import REWARD_LIMIT, GroupScores, RewardComponent, combine, within_reward_limit
 from kitae.trainer.metrics import reward_metrics
+from kitae.trainer.step_scores import reward_tensor
 
 NAN, INF = float("nan"), float("inf")
 

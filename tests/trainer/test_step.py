@@ -15,7 +15,7 @@ from kitae.algorithms.losses import truncation_mask
 from kitae.errors import ConfigError
 from kitae.graders.base import Grade
 from kitae.rollout.base import Completion
-from kitae.scoring.rewards import GroupScores
+from kitae.scoring.components import GroupScores
 from kitae.trainer.advantages import batch_advantages
 from kitae.trainer.batch import build_batch
 from kitae.trainer.config import AdaptiveKL, AlgorithmConfig, KLConfig, PartialRolloutConfig, load_train_config

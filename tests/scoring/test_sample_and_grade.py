@@ -1,4 +1,4 @@
-"""The one sample-and-grade loop (kitae.scoring.graded): a prompt set in fixed batches, batch b seeded with
+"""The one sample-and-grade loop (kitae.scoring.sample_and_grade): a prompt set in fixed batches, batch b seeded with
 ``seed + b·B``, done batches skipped without sampling, every sample graded against its own row."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 
 from kitae.graders.base import Grade, Grader
 from kitae.rollout.base import Completion, SamplingParams
-from kitae.scoring.graded import graded_batches, sample_and_grade
-from kitae.scoring.rewards import RewardComponent
+from kitae.scoring.components import RewardComponent
+from kitae.scoring.sample_and_grade import graded_batches, sample_and_grade
 
 
 class SeedEcho:

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 from kitae.chat import IM_END, TEMPLATE_TOKENS
 from kitae.rollout.base import Completion, ReadsRows, RolloutEngine, SamplingParams
 from kitae.rollout.trajectory import Episode
-from kitae.scoring.rewards import GroupScores, RewardComponent, score_groups
+from kitae.scoring.components import GroupScores, RewardComponent, score_groups
 
 
 def sample_dict(c: Completion, max_new_tokens: int, **extra: Any) -> dict:

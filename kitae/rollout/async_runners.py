@@ -2,7 +2,7 @@
 
 A runner takes weight pushes and sampling jobs in the order the trainer gives them, and a job samples with the
 weights of the last push before it, whatever the timing: which policy version samples which step is decided by
-that order alone (kitae.trainer.pipeline), so an async run is as reproducible as a synchronous one. Every
+that order alone (kitae.trainer.async_pipeline), so an async run is as reproducible as a synchronous one. Every
 returned :class:`~kitae.rollout.base.Completion` carries ``policy_version``, the version that sampled it.
 
 Which runner an engine gets is decided by its abilities (kitae.rollout.base), and both sample from token ids

@@ -10,7 +10,7 @@ version that sampled it, is at most k (exactly k once the pipeline is full). Pro
 submitted, after the pass rates of every step graded so far reached the prompt sampler; a step's samples are
 graded (and the sampler told) at that step. Dynamic sampling's further rounds are sampled at their step with the
 newest pushed weights (lag 0). The order of pushes and jobs alone decides which weights sample which step
-(kitae.rollout.worker), so the schedule does not depend on timing.
+(kitae.rollout.async_runners), so the schedule does not depend on timing.
 
 Checkpoints: a checkpoint of step s holds the groups of the steps already submitted (s+1 .. s+1+k; the save
 waits for them), so a resumed run trains on exactly the samples the uninterrupted run would have: no step is
@@ -33,8 +33,8 @@ from typing import Any, Callable
 import torch
 
 from kitae.errors import ConfigError
+from kitae.rollout.async_runners import Runner, ThreadRunner, WorkerRunner
 from kitae.rollout.base import Completion, ContinuesTokens, RolloutEngine, SamplesInWorker, SyncsWeights
-from kitae.rollout.worker import Runner, ThreadRunner, WorkerRunner
 from kitae.threads import available_cpus, load_average, worker_core_problem
 
 

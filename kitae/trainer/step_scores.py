@@ -12,7 +12,7 @@ import statistics
 
 import torch
 
-from kitae.scoring.rewards import GroupScores
+from kitae.scoring.components import GroupScores
 
 
 def reward_tensor(scores: list[GroupScores]) -> tuple[torch.Tensor, torch.Tensor]:
