@@ -10,7 +10,8 @@ import torch
 
 from kitae.errors import ConfigError
 from kitae.store import RunStore
-from kitae.trainer.config import ModelConfig, QuantizationConfig, load_train_config
+from kitae.quantization import QuantizationConfig
+from kitae.trainer.config import ModelConfig, load_train_config
 from kitae.trainer.loop import Trainer
 from kitae.trainer.update import BASE_UNDER_ADAPTER
 from tests.plugins.tiny_run import write_config
