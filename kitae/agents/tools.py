@@ -391,7 +391,7 @@ def _unlimited() -> asyncio.Semaphore:
 
 
 # ---- the run's set ------------------------------------------------------------------------------------------
-class Tools:
+class Tools(ReportsStats):
     """The run's tool set, built once from the `environment:` config: makes a ToolBox per episode; holds the
     per-run concurrency cap (a semaphore over all tool calls), the shared tools (functions, python, HTTP) and
     the sources (the MCP sessions, open between start and close)."""
@@ -545,7 +545,7 @@ def _mcp_sources(specs: list, path: str) -> list[ToolSource]:
     return [McpSource(TOOL_KINDS.get("mcp", path)(list(specs), path))]
 
 
-class McpSource:
+class McpSource(ReportsStats):
     """MCP servers as a ToolSource: ``servers`` is a kitae.agents.mcp.McpTools (async start/close, schemas,
     functions(): {name: async function(**arguments) -> text}, timeout_s(name), counters), whose sessions live on
     a loop of their own.
