@@ -110,3 +110,35 @@ def repeat_period(tokens: list[int], max_period: int, min_count: int, min_span: 
         if tokens[-1] == tokens[-1 - p] and tokens[n - span : n - p] == tokens[n - span + p :]:
             return p
     return None
+
+
+class HoldsCodec:
+    """The members an engine holding a :class:`TokenCodec` (``self.codec``) answers through it: its tokenizer,
+    end marker and chat settings, prompt encoding and stop resolution (kitae.rollout.base.ContinuesTokens'). The
+    in-process and the server engine both list it first among their bases."""
+
+    codec: TokenCodec
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.codec.tokenizer
+
+    @property
+    def end_marker(self) -> EndMarker:
+        return self.codec.end_marker
+
+    @property
+    def chat_template_kwargs(self) -> dict[str, Any]:
+        return self.codec.chat_template_kwargs
+
+    def set_chat(self, chat_template_kwargs: dict[str, Any] | None = None, end_marker: str | None = None) -> None:
+        """A run's chat settings (``model.chat_template_kwargs``, ``model.end_marker``), kept by the codec."""
+        self.codec.set_chat(chat_template_kwargs, end_marker)
+
+    def encode_prompt(self, messages: list[Message], chat_template_kwargs: dict[str, Any] | None = None) -> list[int]:
+        """The prompt's token ids (:meth:`TokenCodec.encode_prompt`)."""
+        return self.codec.encode_prompt(messages, chat_template_kwargs)
+
+    def ending(self, sp: SamplingParams) -> SamplingParams:
+        """``sp`` with its stop strings resolved (:meth:`TokenCodec.ending`)."""
+        return self.codec.ending(sp)

@@ -30,12 +30,12 @@ from kitae.chat import EndMarker, Message
 from kitae.models import load_causal_lm, load_tokenizer
 from kitae.registry import load_target
 from kitae.rollout.base import Completion, RolloutEngine, SamplesImages, SamplesInWorker, SamplingParams
-from kitae.rollout.codec import TokenCodec, repeat_period
+from kitae.rollout.codec import HoldsCodec, TokenCodec, repeat_period
 
 VISION_FORM = "kitae.rollout.vision:VisionEngine"  # the in-process engine for image prompts (SamplesImages)
 
 
-class HFEngine(RolloutEngine, SamplesInWorker, SamplesImages):
+class HFEngine(HoldsCodec, RolloutEngine, SamplesInWorker, SamplesImages):
     """Rollout engine over a transformers causal LM. The trainer shares its model object (no weight sync). It
     applies the chat template itself, continues token ids, is built again over the rollout worker's copy of the
     policy for ``sampling.async``, and samples image prompts in its vision form (kitae.rollout.base's abilities).
@@ -49,18 +49,6 @@ class HFEngine(RolloutEngine, SamplesInWorker, SamplesImages):
         self.model = model
         self.codec = codec if codec is not None else TokenCodec(tokenizer, end_marker, chat_template_kwargs)
         self.max_batch_size = max_batch_size
-
-    @property
-    def tokenizer(self) -> Any:
-        return self.codec.tokenizer
-
-    @property
-    def end_marker(self) -> EndMarker:
-        return self.codec.end_marker
-
-    @property
-    def chat_template_kwargs(self) -> dict[str, Any]:
-        return self.codec.chat_template_kwargs
 
     def on_model(self, model: Any) -> "HFEngine":
         """This engine (the same codec and batch size) sampling with ``model``: the rollout worker's copy."""
@@ -109,18 +97,6 @@ class HFEngine(RolloutEngine, SamplesInWorker, SamplesImages):
         finally:
             self.model.train(was_training)
         return [flat[i * n : (i + 1) * n] for i in range(len(prompt_ids))]
-
-    def set_chat(self, chat_template_kwargs: dict[str, Any] | None = None, end_marker: str | None = None) -> None:
-        """A run's chat settings (``model.chat_template_kwargs``, ``model.end_marker``), kept by the codec."""
-        self.codec.set_chat(chat_template_kwargs, end_marker)
-
-    def encode_prompt(self, messages: list[Message], chat_template_kwargs: dict[str, Any] | None = None) -> list[int]:
-        """The prompt's token ids (:meth:`TokenCodec.encode_prompt`)."""
-        return self.codec.encode_prompt(messages, chat_template_kwargs)
-
-    def ending(self, sp: SamplingParams) -> SamplingParams:
-        """``sp`` with its stop strings resolved (:meth:`TokenCodec.ending`)."""
-        return self.codec.ending(sp)
 
     # ---- decoding loop --------------------------------------------------------------------------
     @torch.no_grad()

@@ -63,14 +63,14 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from kitae.chat import EndMarker, Message
+from kitae.chat import Message
 from kitae.config import setting
 from kitae.errors import ConfigError, KitaeError
 from kitae.registry import Registry
 from kitae.rollout.base import (CHATML_STOPS, BuiltFromConfig, ChecksServers, Completion, ContinuesTokens,
                                 EngineSettings, RemoteLogprobs, ReportsStats, RolloutEngine, SamplingParams,
                                 SyncsWeights)
-from kitae.rollout.codec import TokenCodec, repeat_period
+from kitae.rollout.codec import HoldsCodec, TokenCodec, repeat_period
 from kitae.http.client import Retrier, WireCounters, WireError, auth_headers
 
 log = logging.getLogger("kitae.rollout.server")
@@ -398,7 +398,7 @@ class RolloutStats:
     wait_secs: float = 0.0  # the longest time a group waited with every replica down
 
 
-class ServerEngine(RolloutEngine, ContinuesTokens, SyncsWeights, RemoteLogprobs, ReportsStats, ChecksServers,
+class ServerEngine(HoldsCodec, RolloutEngine, ContinuesTokens, SyncsWeights, RemoteLogprobs, ReportsStats, ChecksServers,
                    BuiltFromConfig):
     """Rollouts from inference servers. Prompts are encoded, stop strings matched and texts decoded by a
     :class:`~kitae.rollout.codec.TokenCodec`, as in the in-process engine (see the module docstring). The trainer
@@ -447,24 +447,6 @@ class ServerEngine(RolloutEngine, ContinuesTokens, SyncsWeights, RemoteLogprobs,
                    max_staleness=sampling.max_staleness if tracked else None, api_key_env=s.api_key_env,
                    weight_sync=build_sync(s, run_dir, model, sampling.max_staleness), served_models=names,
                    sync_every=s.sync_every)
-
-    # ---- prompts and stops: the codec's ---------------------------------------------------------------------
-    @property
-    def tokenizer(self) -> Any:
-        return self.codec.tokenizer
-
-    @property
-    def end_marker(self) -> EndMarker:
-        return self.codec.end_marker
-
-    def set_chat(self, chat_template_kwargs: dict[str, Any] | None = None, end_marker: str | None = None) -> None:
-        self.codec.set_chat(chat_template_kwargs, end_marker)
-
-    def encode_prompt(self, messages: list[Message], chat_template_kwargs: dict[str, Any] | None = None) -> list[int]:
-        return self.codec.encode_prompt(messages, chat_template_kwargs)
-
-    def ending(self, sp: SamplingParams) -> SamplingParams:
-        return self.codec.ending(sp)
 
     # ---- weights ----------------------------------------------------------------------------------------
     @property

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.plugins.read_only import _unshare_works
 
 REPO = Path(__file__).resolve().parents[2]
 SERVER = """
@@ -27,14 +28,6 @@ server = make_server(sys.argv[1], port=0)
 print(server.url, flush=True)
 server.serve_forever()
 """
-
-
-def _unshare_works(folder: Path) -> bool:
-    if shutil.which("unshare") is None:
-        return False
-    probe = f"mount --bind -o ro {shlex.quote(str(folder))} {shlex.quote(str(folder))} && ! touch {shlex.quote(str(folder / 'x'))}"
-    done = subprocess.run(["unshare", "-rm", "sh", "-c", probe], capture_output=True)
-    return done.returncode == 0 and not (folder / "x").exists()
 
 
 @pytest.fixture
