@@ -118,6 +118,7 @@ def test_an_empty_config_file_is_named(work):
 
 
 # ---- 6. YAML names, not Python's -----------------------------------------------------------------------------------
+@pytest.mark.slow  # a CLI subprocess per case: the full suite runs it, the fast subset leaves it
 def test_messages_say_sampling_async_never_the_attribute_name(work):
     error = refused(kitae("train", "cfg.yaml", "--set", "sampling.async=maybe", cwd=work),
                     "sampling.async: expected true or false")
@@ -129,6 +130,7 @@ def test_messages_say_sampling_async_never_the_attribute_name(work):
 
 
 # ---- 7. --stop-on-alarm again on --resume --------------------------------------------------------------------------
+@pytest.mark.slow  # a CLI subprocess per case: the full suite runs it, the fast subset leaves it
 def test_repeating_stop_on_alarm_on_resume_is_the_same_setting(work):
     first = kitae("train", "cfg.yaml", "--stop-on-alarm", "answer_shape", "-q", cwd=work)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -157,6 +159,7 @@ def _references(out: Path) -> list[str]:
     return [json.loads(line)["reference_answer"] for line in (out / "bundled.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow  # a CLI subprocess per case: the full suite runs it, the fast subset leaves it
 def test_eval_reads_custom_columns_and_an_answer_pattern_from_flags(work):
     plain = kitae("eval", "-m", "bundled", "--data", "gsm.jsonl", *EVAL, cwd=work)
     refused(plain, "gsm.jsonl, row 1, field 'messages': missing", "--field prompt=COLUMN")
@@ -166,6 +169,7 @@ def test_eval_reads_custom_columns_and_an_answer_pattern_from_flags(work):
     assert _references(work / "out") == ["47", "5"]
 
 
+@pytest.mark.slow  # a CLI subprocess per case: the full suite runs it, the fast subset leaves it
 def test_eval_reads_the_data_options_of_a_train_config(work):
     text = CONFIG.replace("eval: null", "eval: gsm.jsonl").replace(
         "reference_answer: answer}", r"reference_answer: answer}, answer_pattern: '####\s*(.+)$', system: Be brief.")
@@ -181,6 +185,7 @@ def test_eval_reads_the_data_options_of_a_train_config(work):
     assert rows[0]["messages"][0] == {"role": "system", "content": "Be brief."}
 
 
+@pytest.mark.slow  # a CLI subprocess per case: the full suite runs it, the fast subset leaves it
 def test_eval_passes_chat_template_kwargs_from_the_flag(work):
     folder = _model_copy(work, "strict")
     (folder / "chat_template.jinja").write_text(

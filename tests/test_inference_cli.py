@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from kitae.models import BUNDLED_DATA
 
 
@@ -14,6 +16,7 @@ def kitae(*args: str) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
+@pytest.mark.slow  # a CLI subprocess per case: the full suite runs it, the fast subset leaves it
 def test_generate_takes_the_short_options_and_feeds_grade(tmp_path):
     out = tmp_path / "samples.jsonl"
     proc = kitae("generate", "-d", BUNDLED_DATA / "test.jsonl", "-o", out, "-n", "2", "--max-new-tokens", "8",

@@ -179,6 +179,7 @@ def test_summary_and_distribution_by_hand():
     assert [(label, n) for label, n, _ in bins] == [("[0.05,0.50)", 5), ("[0.50,0.95]", 3)]
 
 
+@pytest.mark.slow  # a CLI subprocess per case: the full suite runs it, the fast subset leaves it
 def test_validate_and_lint_give_one_verdict_on_few_and_on_enough_labels(tmp_path):
     """The example's 12 labels, then the same rows three times (36): validate's verdict and lint's warning agree."""
     import os

@@ -132,6 +132,7 @@ def test_cli_judge_is_policy_from_a_file(tmp_path):
 KITAE = [sys.executable, "-m", "kitae.cli.main"]
 
 
+@pytest.mark.slow  # a CLI subprocess per case: the full suite runs it, the fast subset leaves it
 @pytest.mark.parametrize("weights", [
     ("nan", "1"),  # NaN: the mix would score NaN
     ("-1e400", "1"),  # beyond the largest float: reads as -infinity

@@ -227,6 +227,7 @@ def test_eval_shortest_pairs_sft_dpo_end_to_end(long_model_dir, tmp_path):
         assert (out / "tokenizer_config.json").exists()
 
 
+@pytest.mark.slow  # a CLI subprocess per case: the full suite runs it, the fast subset leaves it
 @pytest.mark.parametrize("command, row, done", [
     ("sft", {"completion": [{"role": "assistant", "content": "47"}]}, "SFT done: loss"),
     ("dpo", {"chosen": [{"role": "assistant", "content": "47"}],

@@ -141,6 +141,7 @@ def test_a_dead_server_fails_before_the_model_loads(tiny_assets, tmp_path, rewar
         Trainer(cfg)
 
 
+@pytest.mark.slow  # a CLI subprocess per case: the full suite runs it, the fast subset leaves it
 def test_cli_names_the_bad_url(tiny_assets, tmp_path, rewards_on_path):
     cfg = write_config(tiny_assets, tmp_path, **{"model.path": str(broken_model(tiny_assets, tmp_path))})
     cases = [("http://127.0.0.1:9", r"sampling.servers[0]: no rollout server answers at http://127.0.0.1:9"),

@@ -56,6 +56,7 @@ def test_runs_show_and_list_name_the_damaged_cell(clean_runs, tmp_path, case):
         assert row[:2] == ["demo", "finished"], listed.stdout
 
 
+@pytest.mark.slow  # a CLI subprocess per case: the full suite runs it, the fast subset leaves it
 @pytest.mark.parametrize("case", DAMAGES, ids=lambda c: c.id)
 def test_a_resume_of_a_damaged_run_is_refused_before_the_model_loads(tmp_path, case):
     cfg = unloadable_model_config(tmp_path)  # loading it would fail: an error about anything else came first
