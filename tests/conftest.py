@@ -80,13 +80,27 @@ LONGEST = ("tests/test_readme.py::test_curate_walkthrough_as_written", "tests/te
 # `-n 2` hands tests out one by one (pytest-xdist's default), so both workers may run tests of one module: an
 # expensive module fixture (a trained run, a two-process launch) builds its product once for the session with
 # tests/built_once.py. (pytest-xdist's --dist loadgroup does not group under pytest 9: pytest-xdist issue 1386.)
+# A file's first test starts the build; its other tests wait at the end of the queue, so that the other worker
+# runs other tests meanwhile instead of waiting on the build's lock (in `.ci/run` that wait cost about 4 minutes).
+BUILT_ONCE_FILES = ("tests/curate/test_testcases.py", "tests/trainer/test_gamed_run.py",
+                    "tests/trainer/test_train_e2e.py", "tests/contracts/test_vllm.py")
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """Longest first, then the other `slow` tests, then the rest; each group keeps its file order."""
+    """Longest first, then the other `slow` tests, then the rest, each group in file order; then the tests of a
+    file whose module fixture is built once (BUILT_ONCE_FILES), but its first, go last."""
     def rank(item) -> int:
         if item.nodeid.startswith(LONGEST):
             return 0
         return 1 if item.get_closest_marker("slow") else 2
 
     items.sort(key=rank)
+    seen: set[str] = set()
+    later = []
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        if path in BUILT_ONCE_FILES and path in seen:
+            later.append(item)
+        seen.add(path)
+    waiting = set(map(id, later))
+    items[:] = [item for item in items if id(item) not in waiting] + later
