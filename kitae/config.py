@@ -183,14 +183,14 @@ class Variant:
         taken = {f.name for f in dataclasses.fields(settings_cls)} - {"type"}
         if flat:  # configs saved before settings moved beside their variant hold every variant's, at its default
             flat = {k: v for k, v in flat.items() if k in taken or not cls.at_default(str(k), v)}
-        for key in flat or {}:
+        for key in flat:
             if key in given:
                 raise ConfigError(_join(flat_path, key), f"given twice: here and as {_join(path, key)}; keep one")
-        for key, where in [*((k, _join(path, k)) for k in given), *((k, _join(flat_path, k)) for k in flat or {})]:
+        for key, where in [*((k, _join(path, k)) for k in given), *((k, _join(flat_path, k)) for k in flat)]:
             if key not in taken:
                 raise ConfigError(where, cls.not_taken_message(name, str(key), sorted(taken)))
         where = flat_path if flat and not given else path  # settings written beside the name: errors name them there
-        obj = from_dict(settings_cls, {**given, **(flat or {})}, where)
+        obj = from_dict(settings_cls, {**given, **flat}, where)
         obj.type = name
         return obj
 
@@ -204,29 +204,27 @@ class Variant:
         return found
 
     @classmethod
+    def fields_by_variant(cls) -> dict[str, dict[str, dataclasses.Field]]:
+        """Each registered variant's settings (its name -> setting name -> the dataclass field), ``type`` left out."""
+        return {name: {f.name: f for f in dataclasses.fields(cls.settings_class(name, "")) if f.name != "type"}
+                for name in cls.registry.names()}
+
+    @classmethod
     def all_settings(cls) -> set[str]:
         """Every setting some registered variant of the family takes."""
-        names: set[str] = set()
-        for name in cls.registry.names():
-            names |= {f.name for f in dataclasses.fields(cls.settings_class(name, ""))}
-        return names - {"type"}
+        return {key for fields in cls.fields_by_variant().values() for key in fields}
 
     @classmethod
     def at_default(cls, key: str, value: Any) -> bool:
         """Whether `value` is the default of setting `key` in every registered variant that takes it (a saved
         config of an older kitae wrote each variant's settings so, whichever variant it chose)."""
-        defaults = []
-        for name in cls.registry.names():
-            for f in dataclasses.fields(cls.settings_class(name, "")):
-                if f.name == key:
-                    defaults.append(f.default_factory() if f.default_factory is not dataclasses.MISSING
-                                    else f.default)
+        takers = [fields[key] for fields in cls.fields_by_variant().values() if key in fields]
+        defaults = [f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default for f in takers]
         return bool(defaults) and all(d is not dataclasses.MISSING and d == value for d in defaults)
 
     @classmethod
     def not_taken_message(cls, name: str, key: str, taken: list[str]) -> str:
-        takers = [n for n in cls.registry.names()
-                  if key in {f.name for f in dataclasses.fields(cls.settings_class(n, ""))}]
+        takers = [n for n, fields in cls.fields_by_variant().items() if key in fields]
         said = f"not a setting of {cls.kind} '{name}'"
         if takers:
             said += f"; {cls.kind} {', '.join(takers)} take{'s' if len(takers) == 1 else ''} it"
